@@ -1,0 +1,301 @@
+"""A Llama-family model: the forward pass as one top-to-bottom story, recording what is asked.
+
+Row-vector convention, as in the paper: a token's embedding is a row, ``Q = E·W_Q`` with
+W_Q (d_model, n_heads·d_head). Shapes: B texts (1 unless silencing members in a batch),
+T tokens, H = n_heads query heads, H_kv = n_kv_heads key/value heads, d = d_head.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from studygroup import attention, rope
+from studygroup.config import Config
+from studygroup.errors import InputError
+from studygroup.record import NOTHING, Record, resolve
+from studygroup.tokenizer import Tokenizer
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm: x / sqrt(mean(x²) + eps) · weight, computed in float32. (…, d_model) -> (…, d_model)"""
+    x32 = x.float()
+    normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return (normed * weight.float()).to(x.dtype)
+
+
+@dataclass
+class Forward:
+    """One pass's settings: masks per layer, silenced heads, what to keep."""
+
+    masks: dict[int, torch.Tensor] = field(default_factory=dict)  # {layer: (B, 1|H, T, T) bool}
+    gates: dict[int, torch.Tensor] = field(default_factory=dict)  # {layer: (B|1, H) 0/1}: 0 silences a head
+    record: Record = NOTHING
+    stop_after: int | None = None  # last layer to run (to recompute one layer on demand)
+    all_logits: bool = False
+    start: tuple[int, torch.Tensor] | None = None  # (layer, resid_pre (B, T, d_model)): resume there
+
+    @property
+    def batch(self) -> int:
+        sizes = [t.shape[0] for t in (*self.masks.values(), *self.gates.values())]
+        if self.start is not None:
+            sizes.append(self.start[1].shape[0])
+        return max(sizes, default=1)
+
+
+class Model:
+    """Weights, config and tokenizer of one GGUF file; `run` is the entry point.
+
+    >>> import studygroup
+    >>> model = studygroup.load()                    # doctest: +SKIP
+    >>> run = model.run("I have a lot")              # doctest: +SKIP
+    >>> model.tokenizer.decode([int(run.logits[-1].argmax())])  # doctest: +SKIP
+    ' of'
+    """
+
+    def __init__(self, config: Config, weights: dict[str, torch.Tensor], tokenizer: Tokenizer,
+                 path: Path | None = None, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32):
+        self.config, self.tokenizer, self.path = config, tokenizer, path
+        self.device, self.dtype = torch.device(device), dtype
+        self.w = _fuse({k: t.to(device=self.device, dtype=dtype) for k, t in weights.items()}, config)
+        self._rope_cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    # ---- input -------------------------------------------------------------------------------
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids of `text`, as llama.cpp gives them. Raises InputError for empty text."""
+        if not isinstance(text, str) or text == "":
+            raise InputError("the text is empty: give at least one character")
+        return self.tokenizer.encode(text)
+
+    def ids(self, text_or_ids) -> list[int]:
+        """Validated token ids from text or ids (non-empty, in the vocabulary, within the context)."""
+        ids = self.tokenize(text_or_ids) if isinstance(text_or_ids, str) else [int(i) for i in text_or_ids]
+        c = self.config
+        if not ids:
+            raise InputError("no tokens: give a non-empty text")
+        if len(ids) > c.context_length:
+            raise InputError(f"the text is {len(ids)} tokens long: the model's context holds {c.context_length}")
+        bad = [i for i in ids if not 0 <= i < c.vocab_size]
+        if bad:
+            raise InputError(f"token id {bad[0]} is outside the vocabulary (0-{c.vocab_size - 1})")
+        return ids
+
+    # ---- the story ---------------------------------------------------------------------------
+    def forward(self, ids: torch.Tensor, plan: Forward) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Embedding, then per layer attention and MLP with residuals; final norm; unembedding.
+
+        ids: (T,) long. Returns logits (B, T or 1, vocab) and the recorded steps {name: tensor}.
+        """
+        c, w, keep = self.config, self.w, _Keeper(plan.record)
+        first, x = plan.start or (0, w["embed"][ids].unsqueeze(0))  # (1 or B, T, d_model)
+        x = x.expand(plan.batch, -1, -1)  # (B, T, d_model)
+        keep("embed", x)
+        cos, sin = self._angles(len(ids))
+        for l in range(first, c.n_layers if plan.stop_after is None else plan.stop_after + 1):
+            keep.layer = l
+            keep("resid_pre", x)
+            E = rms_norm(x, w[f"layers.{l}.attn_norm"], c.rms_eps)  # (B, T, d_model)
+            keep("E", E)
+            attn_out = self._attention(l, E, cos, sin, plan, keep)  # (B, T, d_model)
+            x = x + attn_out
+            keep("resid_mid", x)
+            mlp_out = self._mlp(l, rms_norm(x, w[f"layers.{l}.mlp_norm"], c.rms_eps))  # (B, T, d_model)
+            keep("mlp_out", mlp_out)
+            x = x + mlp_out
+            keep("resid_post", x)
+        keep.layer = None
+        if plan.stop_after is not None:
+            return torch.empty(0), keep.steps
+        keep("resid_final", x)
+        x = x if plan.all_logits else x[:, -1:]  # (B, T or 1, d_model): only the last row predicts
+        final = rms_norm(x, w["final_norm"], c.rms_eps)
+        keep("final", final)
+        return final @ w["unembed"], keep.steps  # (B, T or 1, vocab)
+
+    def _attention(self, l: int, E, cos, sin, plan: Forward, keep) -> torch.Tensor:
+        """Q, K, V; RoPE; grouped-query attention; each head's write through W_O. (B,T,d_model) -> same"""
+        c, w = self.config, self.w
+        B, T, _ = E.shape
+        H, H_kv, d = c.n_heads, c.n_kv_heads, c.d_head
+        qkv = E @ w[f"layers.{l}.W_QKV"]  # (B, T, (H + 2·H_kv)·d)
+        q, k, v = (t.view(B, T, -1, d).transpose(1, 2) for t in qkv.split([H * d, H_kv * d, H_kv * d], -1))
+        keep("q_pre_rope", q), keep("k_pre_rope", k), keep("v", v)  # (B, H|H_kv, T, d)
+        q, k = rope.apply(q, cos, sin), rope.apply(k, cos, sin)
+        keep("q", q), keep("k", k)
+        mask = plan.masks.get(l, "causal")  # (B, 1|H, T, T) or "causal"
+        z = self._attend(q, k, v, mask, keep)  # (B, H, T, d)
+        if l in plan.gates:
+            z = z * plan.gates[l][:, :, None, None].to(z.dtype)  # a silenced head writes nothing
+        W_O = w[f"layers.{l}.W_O"]  # (H·d, d_model)
+        if keep.wants("write"):
+            rows = z[:, :, -1:] if keep.record.rows == "last" else z
+            keep("write", torch.einsum("bhtd,hdm->bhtm", rows, W_O.view(H, d, -1)))  # (B, H, R, d_model)
+        attn_out = z.transpose(1, 2).reshape(B, T, H * d) @ W_O  # (B, T, d_model)
+        keep("attn_out", attn_out)
+        return attn_out
+
+    def _attend(self, q, k, v, mask, keep) -> torch.Tensor:
+        """softmax(Q Kᵀ/√d) V through the foundation's functions; weights only when recorded."""
+        wants_map = keep.wants("scores") or keep.wants("weights") or keep.wants("output")
+        if not wants_map:
+            return attention.fused(q, k, v, mask=mask, validate=False)  # (B, H, T, d)
+        z, rows_mask = None, mask
+        if keep.record.rows == "last":  # the full output fast; the weights for the last question only
+            z = attention.fused(q, k, v, mask=mask, validate=False)  # (B, H, T, d)
+            q, rows_mask = q[:, :, -1:], mask if isinstance(mask, str) else mask[..., -1:, :]
+        out, weights = attention.paper(q, k, v, mask=rows_mask, validate=False)  # (B, H, R, d), (B, H, R, T)
+        keep("scores", attention.scores(q, k), is_map=True)
+        keep("weights", weights, is_map=True)
+        keep("output", out)
+        return out if z is None else z
+
+    def _mlp(self, l: int, x: torch.Tensor) -> torch.Tensor:
+        """SwiGLU: (silu(x·W_gate) ⊙ x·W_up)·W_down. (B, T, d_model) -> (B, T, d_model)"""
+        gate, up = (x @ self.w[f"layers.{l}.W_gate_up"]).chunk(2, dim=-1)  # (B, T, d_mlp) each
+        return (torch.nn.functional.silu(gate) * up) @ self.w[f"layers.{l}.W_down"]
+
+    def _angles(self, T: int):
+        if T not in self._rope_cache:
+            cos, sin = rope.angles(T, self.config.d_head, self.config.rope_base, device=self.device)
+            self._rope_cache = {T: (cos, sin)}  # keep one length: long texts would pile up otherwise
+        return self._rope_cache[T]
+
+    # ---- entry points ------------------------------------------------------------------------
+    def run(self, text_or_ids, record="default", silence_members: Sequence[int] = (), member_heads=None,
+            silence_heads: Sequence[tuple[int, int]] = (), logits: str = "last"):
+        """Run the model on one text and keep what `record` asks for.
+
+        record: "default" (everything up to 256 tokens, the last member's row past that), "all",
+          "none", a list of step names (see `studygroup.record.LAYER_STEPS`), or a Record.
+        silence_members: members whose keys are removed from the others' view, in `member_heads`
+          ((layer, head) pairs; None: every head).
+        silence_heads: (layer, head) pairs whose write to the residual stream is zeroed.
+        logits: "last" (run.logits is (1, vocab)) or "all" ((T, vocab)).
+        """
+        from studygroup.run import Run, Settings
+
+        ids = self.ids(text_or_ids)
+        settings = Settings.make(self, len(ids), silence_members, member_heads, silence_heads)
+        return Run.compute(self, ids, settings, resolve(record, len(ids)), logits)
+
+    @torch.inference_mode()
+    def silenced_logits(self, text_or_ids, members: Sequence[int], heads=None) -> torch.Tensor:
+        """Last-position logits with each member silenced alone, in ONE batched pass.
+
+        Returns (len(members), vocab) float32: row b silences members[b] in `heads` (None: all).
+        """
+        from studygroup import silence
+
+        ids = self.ids(text_or_ids)
+        for j in members:
+            self.check_member(j, len(ids))
+        masks = silence.each_member_masks(len(ids), members, device=self.device)  # (B, T, T)
+        plan = Forward(masks=silence.per_layer(masks, _heads(heads), self.config.n_layers, self.config.n_heads))
+        logits, _ = self.forward(torch.tensor(ids, device=self.device), plan)
+        return logits[:, -1].float()
+
+    @torch.inference_mode()
+    def head_silenced_logits(self, text_or_ids, heads: Sequence[tuple[int, int]]) -> torch.Tensor:
+        """Last-position logits with each head silenced alone: one batched pass per layer.
+
+        Silencing a head of layer l changes nothing before l, so each batch resumes from the
+        residual stream entering l. Returns (len(heads), vocab) float32, in the order of `heads`.
+        """
+        ids = self.ids(text_or_ids)
+        heads = [(int(l), int(h)) for l, h in heads]
+        for l, h in heads:
+            self.check_head(l, h)
+        ids_t = torch.tensor(ids, device=self.device)
+        _, steps = self.forward(ids_t, Forward(record=Record(steps=("resid_pre",))))
+        out = torch.empty(len(heads), self.config.vocab_size)
+        for l in sorted({l for l, _ in heads}):
+            rows = [b for b, (hl, _) in enumerate(heads) if hl == l]
+            gates = torch.ones(len(rows), self.config.n_heads, device=self.device)  # (B, H)
+            gates[torch.arange(len(rows)), [heads[b][1] for b in rows]] = 0
+            plan = Forward(gates={l: gates}, start=(l, steps[f"layers.{l}.resid_pre"].to(self.dtype)))
+            out[rows] = self.forward(ids_t, plan)[0][:, -1].float().cpu()
+        return out
+
+    # ---- checks ------------------------------------------------------------------------------
+    def check_head(self, layer: int, head: int) -> None:
+        """InputError unless (layer, head) exists."""
+        c = self.config
+        if not 0 <= layer < c.n_layers:
+            raise InputError(f"layer {layer} does not exist: the model has {c.n_layers} layers (0-{c.n_layers - 1})")
+        if not 0 <= head < c.n_heads:
+            raise InputError(f"head {head} does not exist: each layer has {c.n_heads} heads (0-{c.n_heads - 1})")
+
+    def check_member(self, j: int, T: int) -> None:
+        """InputError unless 0 <= j < T."""
+        if not 0 <= j < T:
+            raise InputError(f"member {j} does not exist: the text has {T} tokens (0-{T - 1})")
+
+
+def _heads(heads) -> frozenset | None:
+    return None if heads is None else frozenset((int(l), int(h)) for l, h in heads)
+
+
+def _fuse(w: dict[str, torch.Tensor], c: Config) -> dict[str, torch.Tensor]:
+    """Fuse Q/K/V and gate/up projections into one matrix each (one multiply instead of three).
+
+    The separate W_Q, W_K, W_V, W_gate, W_up stay available as views into the fused matrices.
+    """
+    for l in range(c.n_layers):
+        p = f"layers.{l}."
+        qkv = torch.cat([w.pop(p + "W_Q"), w.pop(p + "W_K"), w.pop(p + "W_V")], dim=1)  # (d_model, (H+2H_kv)·d)
+        w[p + "W_QKV"] = qkv
+        w[p + "W_Q"], w[p + "W_K"], w[p + "W_V"] = qkv.split(
+            [c.n_heads * c.d_head, c.n_kv_heads * c.d_head, c.n_kv_heads * c.d_head], dim=1)
+        gate_up = torch.cat([w.pop(p + "W_gate"), w.pop(p + "W_up")], dim=1)  # (d_model, 2·d_mlp)
+        w[p + "W_gate_up"] = gate_up
+        w[p + "W_gate"], w[p + "W_up"] = gate_up.chunk(2, dim=1)
+    if "unembed" not in w:
+        w["unembed"] = w["embed"].T  # tied: the unembedding is the embedding, transposed (a view)
+    return w
+
+
+class _Keeper:
+    """Collects recorded steps under their full names, cut to the rows the record asks for."""
+
+    def __init__(self, record: Record):
+        self.record, self.layer, self.steps = record, None, {}
+
+    def name(self, step: str) -> str:
+        return step if self.layer is None else f"layers.{self.layer}.{step}"
+
+    def wants(self, step: str) -> bool:
+        return not self.record.empty and self.record.wants(self.name(step))
+
+    def __call__(self, step: str, t: torch.Tensor, is_map: bool = False) -> None:
+        if not self.wants(step):
+            return
+        from studygroup.record import KEY_STEPS
+
+        if self.record.rows == "last" and step not in KEY_STEPS and t.shape[-2] > 1:
+            t = t[..., -1:, :]
+        self.steps[self.name(step)] = t.detach().to(self.record.map_dtype if is_map else torch.float32)
+
+
+def load(path: str | Path | None = None, device: str = "cpu", dtype: torch.dtype = torch.float32,
+         cache: bool = True) -> Model:
+    """Load a Llama-family GGUF file (None: the default SmolLM2-135M-Instruct) as a Model.
+
+    >>> model = load()                      # doctest: +SKIP
+    >>> model.config.n_layers, model.config.n_heads, model.config.n_kv_heads  # doctest: +SKIP
+    (30, 9, 3)
+    """
+    from studygroup.tokenizer import load_tokenizer
+    from studygroup.weights import load_weights
+
+    device = _device(device)
+    config, weights = load_weights(path, cache=cache)
+    return Model(config, weights, load_tokenizer(path, cache=cache), path, device, dtype)
+
+
+def _device(device: str) -> torch.device:
+    d = torch.device(device)
+    if d.type == "cuda" and not torch.cuda.is_available():
+        raise InputError("CUDA was asked for but no CUDA device is available: use --device cpu")
+    return d

@@ -1,0 +1,139 @@
+"""What a run keeps: the stable names of every recorded step, and the caller's choice of them.
+
+Names are hierarchical, like ``layers.3.weights``. Shapes are for one text of T tokens; R is the
+number of query rows kept (T, or 1 when only the last member's row is asked for). Query heads are
+in the paper's orientation (rows are tokens, the questions); keys and values (k, v) are per
+key/value head: query head h shares key/value head ``h // (n_heads // n_kv_heads)``.
+"""
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+
+import torch
+
+#: Steps recorded once per layer, in the order the forward pass meets them.
+LAYER_STEPS: dict[str, str] = {
+    "resid_pre": "(R, d_model) residual stream entering the layer",
+    "E": "(R, d_model) attention's input: RMSNorm(resid_pre), the members as attention sees them",
+    "q_pre_rope": "(n_heads, R, d_head) questions Q = E·W_Q, before the rotation",
+    "k_pre_rope": "(n_kv_heads, T, d_head) natures of the answers K = E·W_K, before the rotation",
+    "q": "(n_heads, R, d_head) questions after RoPE",
+    "k": "(n_kv_heads, T, d_head) natures of the answers after RoPE",
+    "v": "(n_kv_heads, T, d_head) answers V = E·W_V",
+    "scores": "(n_heads, R, T) Q·Kᵀ/√d_head, before the mask (masked cells are in `mask`)",
+    "weights": "(n_heads, R, T) softmax per row of the masked scores",
+    "output": "(n_heads, R, d_head) weighted sum of the answers",
+    "write": "(n_heads, R, d_model) each head's write to the residual stream: output_h·W_O[h]",
+    "attn_out": "(R, d_model) the sum of the heads' writes",
+    "resid_mid": "(R, d_model) residual stream after attention",
+    "mlp_out": "(R, d_model) the SwiGLU MLP's write",
+    "resid_post": "(R, d_model) residual stream leaving the layer",
+}
+
+#: Steps recorded once per run.
+RUN_STEPS: dict[str, str] = {
+    "embed": "(R, d_model) token embeddings, the residual stream's start",
+    "resid_final": "(R, d_model) residual stream after the last layer",
+    "final": "(R, d_model) RMSNorm(resid_final), what the unembedding reads",
+}
+
+#: Steps whose rows are keys (every member), not questions: never cut to the last row.
+KEY_STEPS = frozenset({"k_pre_rope", "k", "v"})
+
+#: Steps that hold a T×T map per head.
+MAP_STEPS = frozenset({"scores", "weights"})
+
+#: Up to this many tokens the default recording keeps everything; past it, the last row only.
+FULL_RECORD_MAX_T = 256
+
+#: What the default recording keeps for long texts (the last member's row in every head).
+LONG_DEFAULT = frozenset({"scores", "weights", "output", "write", "resid_final", "final"})
+
+
+def names(n_layers: int) -> list[str]:
+    """Every name a run can record, in forward order.
+
+    >>> names(1)[:3]
+    ['embed', 'layers.0.resid_pre', 'layers.0.E']
+    """
+    per_layer = [f"layers.{l}.{step}" for l in range(n_layers) for step in LAYER_STEPS]
+    return ["embed", *per_layer, "resid_final", "final"]
+
+
+@dataclass(frozen=True)
+class Record:
+    """The caller's choice of what to keep.
+
+    steps: step names or glob patterns over full names ("weights", "layers.3.*", "*").
+    rows: "all" query rows, or "last" (the last member's question only).
+    map_dtype: dtype to store the T×T maps in (float16 halves their memory; weights then carry
+      an absolute error below 2.5e-4).
+
+    >>> Record(steps=("weights",), rows="last").wants("layers.2.weights")
+    True
+    """
+
+    steps: tuple[str, ...] = ("*",)
+    rows: str = "all"
+    map_dtype: torch.dtype = torch.float32
+    layers: tuple[int, ...] | None = None
+    _cache: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self):
+        if self.rows not in ("all", "last"):
+            raise ValueError(f"rows must be 'all' or 'last', not {self.rows!r}")
+
+    def wants(self, name: str) -> bool:
+        """Whether the full name (``layers.3.weights`` or ``embed``) is kept."""
+        if name not in self._cache:
+            self._cache[name] = self._match(name)
+        return self._cache[name]
+
+    def _match(self, name: str) -> bool:
+        parts = name.split(".")
+        if parts[0] == "layers" and self.layers is not None and int(parts[1]) not in self.layers:
+            return False
+        step = parts[-1]
+        return any(fnmatch.fnmatchcase(name, p) or p == step for p in self.steps)
+
+    def wants_layer(self, layer: int) -> bool:
+        """Whether anything of this layer is kept (the forward pass takes the fast path if not)."""
+        return any(self.wants(f"layers.{layer}.{step}") for step in LAYER_STEPS)
+
+    @property
+    def empty(self) -> bool:
+        return self.steps == ()
+
+
+NOTHING = Record(steps=())
+EVERYTHING = Record()
+
+
+def default_for(T: int) -> Record:
+    """The default recording: everything for short texts, the last member's row for long ones.
+
+    >>> default_for(10).rows, default_for(8192).rows
+    ('all', 'last')
+    """
+    if T <= FULL_RECORD_MAX_T:
+        return EVERYTHING
+    return Record(steps=tuple(sorted(LONG_DEFAULT)), rows="last")
+
+
+def resolve(record, T: int) -> Record:
+    """Turn the caller's `record=` argument into a Record.
+
+    Accepts "default", "all", "none"/None, a Record, or an iterable of step names/patterns.
+    """
+    if record is None or record == "none":
+        return NOTHING
+    if record == "default":
+        return default_for(T)
+    if record == "all":
+        return EVERYTHING
+    if isinstance(record, Record):
+        return record
+    if isinstance(record, str):
+        return Record(steps=(record,))
+    return Record(steps=tuple(record))

@@ -1,0 +1,153 @@
+"""A run of the model on one text: its logits, what was recorded, and one head as a study group."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from studygroup import silence
+from studygroup.model import Forward, Model, _heads
+from studygroup.record import KEY_STEPS, LAYER_STEPS, Record
+
+#: The steps one head needs to be shown whole.
+HEAD_STEPS = ("q_pre_rope", "k_pre_rope", "q", "k", "v", "scores", "weights", "output", "write")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The interventions of a run: silenced members (in which heads) and silenced heads."""
+
+    silenced_members: tuple[int, ...] = ()
+    member_heads: frozenset | None = None  # (layer, head) pairs the members are silenced in; None: all
+    silenced_heads: frozenset = frozenset()
+
+    @classmethod
+    def make(cls, model: Model, T: int, members=(), member_heads=None, heads=()) -> "Settings":
+        for j in members:
+            model.check_member(int(j), T)
+        for l, h in list(heads) + list(member_heads or ()):
+            model.check_head(int(l), int(h))
+        return cls(tuple(sorted({int(j) for j in members})), _heads(member_heads), _heads(heads) or frozenset())
+
+    def plan(self, model: Model, T: int, record: Record, stop_after=None, all_logits=False) -> Forward:
+        masks = {}
+        if self.silenced_members:
+            mask = silence.member_mask(T, self.silenced_members, device=model.device)[None]  # (1, T, T)
+            masks = silence.per_layer(mask, self.member_heads, model.config.n_layers, model.config.n_heads)
+        gates = {}
+        for l in sorted({l for l, _ in self.silenced_heads}):
+            gates[l] = torch.tensor([[float((l, h) not in self.silenced_heads) for h in range(model.config.n_heads)]],
+                                    device=model.device)  # (1, H)
+        return Forward(masks, gates, record, stop_after, all_logits)
+
+    def mask(self, layer: int, head: int, T: int) -> torch.Tensor:
+        """(T, T) bool: which keys each question of this head could see in this run."""
+        silenced = self.silenced_members and (self.member_heads is None or (layer, head) in self.member_heads)
+        return silence.member_mask(T, self.silenced_members if silenced else ())
+
+
+@dataclass(frozen=True)
+class Head:
+    """One head of one layer as a study group, in the paper's orientation (rows are members).
+
+    q, q_pre_rope: (T, d_head) the questions; k, k_pre_rope: (T, d_head) the natures of the
+    answers; v: (T, d_head) the answers; scores, weights: (T, T); output: (T, d_head) the
+    weighted sums; write: (T, d_model) the head's write to the residual stream; mask: (T, T).
+    kv_head: the key/value head this query head shares with its group.
+    """
+
+    layer: int
+    head: int
+    kv_head: int
+    q_pre_rope: torch.Tensor
+    k_pre_rope: torch.Tensor
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    scores: torch.Tensor
+    weights: torch.Tensor
+    output: torch.Tensor
+    write: torch.Tensor
+    mask: torch.Tensor
+
+
+class Run:
+    """Logits and recorded steps of one pass. `run["layers.3.weights"]` gives a step by name.
+
+    Recorded tensors have no batch dimension: (n_heads, R, T) for weights, and so on (see
+    `studygroup.record`). `run.logits` is (1, vocab) by default, (T, vocab) with logits="all".
+    """
+
+    def __init__(self, model: Model, token_ids: list[int], settings: Settings, record: Record,
+                 logits: torch.Tensor, steps: dict[str, torch.Tensor]):
+        self.model, self.token_ids, self.settings, self.record = model, token_ids, settings, record
+        self.logits, self.steps = logits, steps
+
+    @classmethod
+    @torch.inference_mode()
+    def compute(cls, model: Model, ids: list[int], settings: Settings, record: Record, logits: str = "last") -> "Run":
+        if logits not in ("last", "all"):
+            raise ValueError(f"logits must be 'last' or 'all', not {logits!r}")
+        plan = settings.plan(model, len(ids), record, all_logits=logits == "all")
+        out, steps = model.forward(torch.tensor(ids, device=model.device), plan)
+        return cls(model, ids, settings, record, out[0].float(), {k: v[0] for k, v in steps.items()})
+
+    # ---- reading -----------------------------------------------------------------------------
+    @property
+    def T(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def tokens(self) -> list[str]:
+        """The members, readable: '␣' marks a leading space, '↵' a newline, '⇥' a tab."""
+        return [self.model.tokenizer.readable(i) for i in self.token_ids]
+
+    @property
+    def last_logits(self) -> torch.Tensor:
+        """(vocab,) the logits that predict the next token."""
+        return self.logits[-1]
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        if name not in self.steps:
+            raise KeyError(f"{name!r} was not recorded in this run; record it with record=[...] "
+                           f"(steps: {', '.join(LAYER_STEPS)})")
+        return self.steps[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.steps
+
+    def head(self, layer: int, head: int) -> Head:
+        """One head whole. Taken from the recording, or recomputed (that layer only) if not kept."""
+        self.model.check_head(layer, head)
+        steps = self.steps if self._has_whole(layer) else self._recompute(layer)
+        c = self.model.config
+        kv = head // c.group_size
+        get = lambda s: steps[f"layers.{layer}.{s}"][kv if s in KEY_STEPS else head].float()  # noqa: E731
+        return Head(layer, head, kv, *(get(s) for s in HEAD_STEPS), self.settings.mask(layer, head, self.T))
+
+    def _has_whole(self, layer: int) -> bool:
+        return self.record.rows == "all" and all(f"layers.{layer}.{s}" in self.steps for s in HEAD_STEPS)
+
+    @torch.inference_mode()
+    def _recompute(self, layer: int) -> dict[str, torch.Tensor]:
+        record = Record(steps=HEAD_STEPS, layers=(layer,))
+        plan = self.settings.plan(self.model, self.T, record, stop_after=layer)
+        _, steps = self.model.forward(torch.tensor(self.token_ids, device=self.model.device), plan)
+        return {k: v[0] for k, v in steps.items()}
+
+    # ---- interventions -----------------------------------------------------------------------
+    def silence_member(self, j: int, heads=None) -> "Run":
+        """A new run with member j silenced in `heads` ((layer, head) pairs; None: every head)."""
+        s = Settings.make(self.model, self.T, (*self.settings.silenced_members, j), heads,
+                          self.settings.silenced_heads)
+        return Run.compute(self.model, self.token_ids, s, self.record, self._logits_kind)
+
+    def silence_head(self, layer: int, head: int) -> "Run":
+        """A new run with this head's write to the residual stream zeroed."""
+        self.model.check_head(layer, head)
+        s = replace(self.settings, silenced_heads=self.settings.silenced_heads | {(layer, head)})
+        return Run.compute(self.model, self.token_ids, s, self.record, self._logits_kind)
+
+    @property
+    def _logits_kind(self) -> str:
+        return "all" if self.logits.shape[0] == self.T and self.T > 1 else "last"

@@ -1,0 +1,74 @@
+"""Interventions as masks: silence a member in chosen heads, or silence a head.
+
+Silencing member j removes j from the keys of the chosen heads: no question there can hear its
+answer. The text is not edited: positions, and every other member's embedding, stay as they were.
+A question left with no key at all (member 0's, when member 0 is silenced) would have no answer,
+so such a member still hears itself, and only itself.
+
+Silencing a head zeroes its write to the residual stream (in the forward pass).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+
+from studygroup.attention import causal_mask
+
+Heads = frozenset[tuple[int, int]]
+
+
+def _remove_keys(silenced: torch.Tensor) -> torch.Tensor:
+    """Causal mask minus the silenced keys, a member hearing itself where nothing else is left.
+
+    silenced: (…, T) bool, True for a removed key. Returns (…, T, T) bool.
+    """
+    T = silenced.shape[-1]
+    mask = causal_mask(T, T, device=silenced.device) & ~silenced.unsqueeze(-2)  # (…, T, T)
+    nothing_left = ~mask.any(-1, keepdim=True)  # (…, T, 1)
+    return mask | (nothing_left & torch.eye(T, dtype=torch.bool, device=silenced.device))
+
+
+def member_mask(T: int, members: Iterable[int], device=None) -> torch.Tensor:
+    """Causal mask with the keys of `members` removed.
+
+    Returns (T, T) bool, True where query i may see key j.
+
+    >>> member_mask(3, [0]).int().tolist()
+    [[1, 0, 0], [0, 1, 0], [0, 1, 1]]
+    >>> member_mask(3, [1, 2]).int().tolist()
+    [[1, 0, 0], [1, 0, 0], [1, 0, 0]]
+    """
+    silenced = torch.zeros(T, dtype=torch.bool, device=device)  # (T,)
+    silenced[list(members)] = True
+    return _remove_keys(silenced)
+
+
+def each_member_masks(T: int, members: Iterable[int], device=None) -> torch.Tensor:
+    """One mask per member, each silencing that member alone, for a batched pass.
+
+    Returns (B, T, T) bool with B = len(members).
+
+    >>> each_member_masks(3, [1, 2]).shape
+    torch.Size([2, 3, 3])
+    """
+    index = torch.arange(T, device=device)  # (T,)
+    silenced = index[None, :] == torch.tensor(list(members), device=device)[:, None]  # (B, T)
+    return _remove_keys(silenced)
+
+
+def per_layer(mask: torch.Tensor, heads: Heads | None, n_layers: int, n_heads: int) -> dict[int, torch.Tensor]:
+    """Apply a (…, T, T) silencing mask to the chosen heads of each layer, causal elsewhere.
+
+    heads: set of (layer, head) pairs, or None for every head of every layer.
+    Returns {layer: (…, 1 or n_heads, T, T)}; layers not in it need only the causal mask.
+    """
+    if heads is None:
+        return {l: mask.unsqueeze(-3) for l in range(n_layers)}  # (…, 1, T, T)
+    T = mask.shape[-1]
+    causal = causal_mask(T, T, device=mask.device)
+    out = {}
+    for l in sorted({l for l, _ in heads}):
+        chosen = torch.tensor([(l, h) in heads for h in range(n_heads)], device=mask.device)  # (n_heads,)
+        out[l] = torch.where(chosen[:, None, None], mask.unsqueeze(-3), causal)  # (…, n_heads, T, T)
+    return out

@@ -1,0 +1,155 @@
+"""The forward pass on a tiny random Llama (written to GGUF by a fixture) against transformers."""
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+import studygroup
+from studygroup import attention
+from studygroup.errors import InputError
+
+
+@pytest.fixture(scope="module")
+def ours(tiny_model):
+    return studygroup.load(tiny_model.path)
+
+
+@pytest.fixture(scope="module")
+def theirs(tiny_model):
+    hf = LlamaForCausalLM(LlamaConfig(**tiny_model.hf_config, attn_implementation="eager"))
+    missing, unexpected = hf.load_state_dict(tiny_model.hf_state_dict, strict=False)
+    assert not unexpected and all("rotary" in m or m == "lm_head.weight" for m in missing)
+    return hf.eval()
+
+
+def random_ids(ours, T, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, ours.config.vocab_size, (T,), generator=g).tolist()
+
+
+@pytest.mark.parametrize("T,seed", [(1, 0), (5, 1), (17, 2), (40, 3)])
+def test_logits_equal_transformers(ours, theirs, T, seed):
+    ids = random_ids(ours, T, seed)
+    with torch.no_grad():
+        expected = theirs(torch.tensor([ids])).logits[0]  # (T, vocab)
+    for record in ("none", "default", "all"):
+        got = ours.run(ids, record=record, logits="all").logits
+        assert got.shape == expected.shape
+        assert (got - expected).abs().max() < 1e-4, record
+
+
+def test_last_logits_by_default(ours, theirs):
+    ids = random_ids(ours, 9, 4)
+    run = ours.run(ids)
+    assert run.logits.shape == (1, ours.config.vocab_size)
+    with torch.no_grad():
+        expected = theirs(torch.tensor([ids])).logits[0, -1]
+    assert (run.logits[-1] - expected).abs().max() < 1e-4
+
+
+def test_recorded_weights_equal_transformers_attentions(ours, theirs):
+    ids = random_ids(ours, 12, 5)
+    with torch.no_grad():
+        attn = theirs(torch.tensor([ids]), output_attentions=True).attentions
+    run = ours.run(ids, record="all")
+    for l, expected in enumerate(attn):
+        assert (run[f"layers.{l}.weights"] - expected[0]).abs().max() < 1e-5
+
+
+def test_recorded_steps_fit_together(ours):
+    ids = random_ids(ours, 11, 6)
+    run = ours.run(ids, record="all")
+    c = ours.config
+    for l in range(c.n_layers):
+        q, k, v = run[f"layers.{l}.q"], run[f"layers.{l}.k"], run[f"layers.{l}.v"]
+        assert q.shape == (c.n_heads, 11, c.d_head) and k.shape == v.shape == (c.n_kv_heads, 11, c.d_head)
+        out, weights = attention.paper(q, k, v, mask="causal")
+        assert torch.allclose(out, run[f"layers.{l}.output"], atol=1e-5)
+        assert torch.allclose(weights, run[f"layers.{l}.weights"], atol=1e-6)
+        col_out, _ = attention.columns(q.mT, k.mT, v.mT, mask="causal")
+        assert torch.allclose(col_out.mT, run[f"layers.{l}.output"], atol=1e-5)
+        writes = run[f"layers.{l}.write"]  # (H, T, d_model)
+        assert torch.allclose(writes.sum(0), run[f"layers.{l}.attn_out"], atol=1e-5)
+        assert torch.allclose(run[f"layers.{l}.resid_pre"] + run[f"layers.{l}.attn_out"],
+                              run[f"layers.{l}.resid_mid"], atol=1e-5)
+
+
+def test_last_row_recording_equals_the_full_recording(ours):
+    ids = random_ids(ours, 20, 7)
+    full = ours.run(ids, record="all")
+    last = ours.run(ids, record=studygroup.record.Record(steps=("weights", "write", "scores"), rows="last"))
+    for l in range(ours.config.n_layers):
+        for s in ("weights", "write", "scores"):
+            assert torch.allclose(last[f"layers.{l}.{s}"], full[f"layers.{l}.{s}"][:, -1:], atol=1e-6)
+    assert "layers.0.q" not in last
+    assert torch.allclose(last.logits, full.logits, atol=1e-6)
+
+
+def test_head_is_recomputed_on_demand_when_not_kept(ours):
+    ids = random_ids(ours, 15, 8)
+    kept = ours.run(ids, record="all").head(1, 3)
+    recomputed = ours.run(ids, record="none").head(1, 3)
+    for name in ("q", "k", "v", "scores", "weights", "output", "write", "k_pre_rope", "q_pre_rope"):
+        assert torch.allclose(getattr(kept, name), getattr(recomputed, name), atol=1e-6), name
+    assert kept.kv_head == 3 // ours.config.group_size
+
+
+def test_silencing_a_member_a_head_cannot_see_leaves_earlier_questions_unchanged(ours):
+    ids = random_ids(ours, 10, 9)
+    base = ours.run(ids, record="all")
+    j = 6
+    quiet = base.silence_member(j, heads=[(1, 2)])
+    before, after = base.head(1, 2), quiet.head(1, 2)
+    assert torch.allclose(after.output[:j], before.output[:j], atol=1e-6)  # questions before j never saw j
+    assert not torch.allclose(after.output[j + 1:], before.output[j + 1:], atol=1e-4)
+    assert (after.weights[j + 1:, j] == 0).all()
+    assert torch.allclose(quiet.head(0, 2).output, base.head(0, 2).output)  # layer 0 is untouched
+
+
+def test_silencing_every_member_but_the_first_makes_the_weights_one_hot(ours):
+    ids = random_ids(ours, 8, 10)
+    run = ours.run(ids, record="all", silence_members=range(1, 8))
+    for l in range(ours.config.n_layers):
+        w = run[f"layers.{l}.weights"]
+        assert torch.equal(w[..., 0], torch.ones_like(w[..., 0]))
+
+
+def test_silencing_a_head_zeroes_its_write_and_changes_the_logits(ours):
+    ids = random_ids(ours, 9, 11)
+    base = ours.run(ids, record="all")
+    quiet = base.silence_head(0, 1)
+    assert torch.equal(quiet["layers.0.write"][1], torch.zeros_like(quiet["layers.0.write"][1]))
+    assert not torch.allclose(quiet.logits, base.logits, atol=1e-5)
+    assert torch.allclose(quiet["layers.0.write"][0], base["layers.0.write"][0])
+
+
+def test_batched_member_silencing_equals_one_at_a_time(ours):
+    ids = random_ids(ours, 9, 12)
+    batched = ours.silenced_logits(ids, range(9))
+    for j in range(9):
+        single = ours.run(ids, record="none", silence_members=[j]).logits[-1]
+        assert torch.allclose(batched[j], single, atol=1e-5), j
+
+
+def test_bad_inputs_get_clear_errors(ours):
+    with pytest.raises(InputError, match="empty"):
+        ours.run("")
+    with pytest.raises(InputError, match="context"):
+        ours.run([1] * (ours.config.context_length + 1))
+    with pytest.raises(InputError, match="vocabulary"):
+        ours.run([ours.config.vocab_size])
+    run = ours.run([1, 2, 3])
+    with pytest.raises(InputError, match="layer 2 does not exist: the model has 2 layers"):
+        run.head(2, 0)
+    with pytest.raises(InputError, match="head 4 does not exist"):
+        run.head(0, 4)
+    with pytest.raises(InputError, match="member 3 does not exist"):
+        run.silence_member(3)
+
+
+def test_batched_head_silencing_equals_one_at_a_time(ours):
+    ids = random_ids(ours, 7, 13)
+    heads = [(l, h) for l in range(ours.config.n_layers) for h in range(ours.config.n_heads)][::-1]
+    batched = ours.head_silenced_logits(ids, heads)
+    base = ours.run(ids, record="none")
+    for b, (l, h) in enumerate(heads):
+        assert torch.allclose(batched[b], base.silence_head(l, h).logits[-1], atol=1e-5), (l, h)

@@ -1,0 +1,42 @@
+"""Silencing masks: which keys each question can still hear."""
+import torch
+
+from studygroup import silence
+from studygroup.attention import causal_mask
+
+
+def test_member_mask_removes_the_key_everywhere_but_keeps_every_row_answerable():
+    T = 6
+    m = silence.member_mask(T, [2, 4])
+    assert not m[:, 2][torch.arange(T) != 2].any() and not m[:, 4][torch.arange(T) != 4].any()
+    assert m.any(-1).all()
+    untouched = [0, 1, 3, 5]
+    assert torch.equal(m[:, untouched], causal_mask(T, T)[:, untouched])
+
+
+def test_a_member_with_no_other_key_hears_itself_only():
+    m = silence.member_mask(4, [0])
+    assert m[0].tolist() == [True, False, False, False]
+    assert not m[1:, 0].any()
+
+
+def test_silencing_all_but_the_first_leaves_only_the_first():
+    m = silence.member_mask(5, range(1, 5))
+    assert torch.equal(m, torch.zeros(5, 5, dtype=torch.bool).index_fill_(1, torch.tensor([0]), True))
+
+
+def test_batched_masks_equal_one_at_a_time():
+    T = 7
+    batch = silence.each_member_masks(T, range(T))
+    for j in range(T):
+        assert torch.equal(batch[j], silence.member_mask(T, [j]))
+
+
+def test_per_layer_applies_to_chosen_heads_only():
+    T, mask = 5, silence.member_mask(5, [1])[None]
+    layers = silence.per_layer(mask, frozenset({(1, 2)}), n_layers=3, n_heads=4)
+    assert set(layers) == {1}
+    assert torch.equal(layers[1][0, 2], mask[0])
+    for h in (0, 1, 3):
+        assert torch.equal(layers[1][0, h], causal_mask(T, T))
+    assert set(silence.per_layer(mask, None, 3, 4)) == {0, 1, 2}
