@@ -1,0 +1,148 @@
+"""A disk cache of what is slow to rebuild from a model file (dequantized weights, tokenizer).
+
+Where: `$STUDYGROUP_CACHE_DIR` if set, else platformdirs' user cache dir for "studygroup"
+(e.g. ~/.cache/studygroup on Linux).
+
+Which entry belongs to which file: the key is built from the file's size, its mtime_ns and a
+sha256 of its first 1 MiB, read as raw bytes (a hit never parses the GGUF). A changed file gets
+a new key, so it never meets old weights.
+
+Crash safety: every entry is written to a temporary file in the cache dir, then moved into place
+with `os.replace`, which is atomic. Readers only open final names, so a half-written file is never
+served; an entry that fails to read (corrupt, truncated) is deleted and rebuilt by the caller.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import safe_open, save_file
+
+ENV_VAR = "STUDYGROUP_CACHE_DIR"
+FORMAT_VERSION = 1  # bump when what an entry holds changes: old entries then miss instead of misleading
+HEADER_BYTES = 1 << 20  # the first 1 MiB of a GGUF holds its metadata; hashing it catches rewrites
+STALE_TEMP_SECONDS = 3600  # temporary files older than this are leftovers of a crash
+
+
+def cache_dir() -> Path:
+    """The folder that holds cache entries (created on first write, not here).
+
+    >>> cache_dir().name  # doctest: +SKIP
+    'studygroup'
+    """
+    return Path(os.environ.get(ENV_VAR) or platformdirs.user_cache_dir("studygroup"))
+
+
+def file_key(path: str | Path) -> str:
+    """Cache key of a model file: its stem plus a digest of (size, mtime_ns, sha256 of the first 1 MiB).
+
+    >>> file_key("model.gguf")  # doctest: +SKIP
+    'model-6f1c0a9e2b7d4c31'
+    """
+    path = Path(path)
+    stat = path.stat()
+    with open(path, "rb") as f:
+        head = hashlib.sha256(f.read(HEADER_BYTES)).hexdigest()
+    ident = f"v{FORMAT_VERSION}|{stat.st_size}|{stat.st_mtime_ns}|{head}"
+    stem = re.sub(r"[^A-Za-z0-9._-]", "_", path.stem)[:80]
+    return f"{stem}-{hashlib.sha256(ident.encode()).hexdigest()[:16]}"
+
+
+def entry_path(key: str, kind: str) -> Path:
+    """File of one entry: kind "weights" -> <dir>/<key>.weights.safetensors, else <dir>/<key>.<kind>.json."""
+    suffix = "safetensors" if kind == "weights" else "json"
+    return cache_dir() / f"{key}.{kind}.{suffix}"
+
+
+def read_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]] | None:
+    """Tensors and string metadata of a safetensors entry; None when absent or unreadable.
+
+    >>> read_tensors(Path("/nonexistent.safetensors")) is None
+    True
+    """
+    if not path.is_file():
+        return None
+    try:
+        with safe_open(path, framework="pt") as f:  # memory-maps the file
+            return {name: f.get_tensor(name) for name in f.keys()}, dict(f.metadata() or {})
+    except (SafetensorError, OSError, ValueError, RuntimeError):
+        discard(path)
+        return None
+
+
+def write_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
+    """Store tensors (contiguous, unshared) and string metadata atomically at `path`."""
+    _write_atomically(path, lambda tmp: save_file(tensors, str(tmp), metadata=metadata))
+
+
+def read_json(path: Path) -> Any | None:
+    """The JSON value stored at `path`; None when absent or unreadable."""
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        discard(path)
+        return None
+
+
+def write_json(path: Path, value: Any) -> None:
+    """Store a JSON value atomically at `path`."""
+    text = json.dumps(value, ensure_ascii=False)
+    _write_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def discard(path: Path) -> None:
+    """Delete a broken entry so the next write replaces it; a failure to delete is harmless."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def _write_atomically(path: Path, write: Callable[[Path], None]) -> None:
+    """Write through a temporary file in the same folder, then `os.replace` it into place.
+
+    A cache that cannot be written (read-only disk, disk full) only costs speed: warn, go on.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_temps(path.parent)
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
+    except OSError as e:
+        warnings.warn(f"studygroup could not write its cache in {path.parent} ({e}); "
+                      f"set {ENV_VAR} to a writable folder to start faster next time", stacklevel=3)
+        return
+    tmp = Path(name)
+    try:
+        write(tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())  # the bytes reach the disk before the name does
+        os.replace(tmp, path)
+    except OSError as e:
+        warnings.warn(f"studygroup could not write {path} ({e}); it will rebuild it next time", stacklevel=3)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _remove_stale_temps(folder: Path) -> None:
+    """Delete temporary files that a crashed writer left behind long ago."""
+    now = time.time()
+    for tmp in folder.glob(".*.tmp"):
+        try:
+            if now - tmp.stat().st_mtime > STALE_TEMP_SECONDS:
+                tmp.unlink()
+        except OSError:
+            pass

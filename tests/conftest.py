@@ -1,0 +1,236 @@
+"""Fixtures the whole suite shares: a tiny random Llama written to GGUF, and a private cache dir.
+
+`write_tiny_gguf` writes the file the way llama.cpp's converter would (Q/K rows permuted for
+interleaved RoPE, GGUF tensor names, byte-level BPE vocabulary) from weights kept in Hugging
+Face's names and layouts, so a test can load the same numbers into `transformers.LlamaForCausalLM`.
+Nothing here imports studygroup: the fixture is an independent account of the file format.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType as Q
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]  # ids 0, 1, 2 as in SmolLM2
+BOS_ID, EOS_ID = 1, 2
+# A handful of merges over GPT-2's byte alphabet ('Ġ' is the space byte).
+MERGES = [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("i", "n"), ("Ġ", "a"), ("e", "r"), ("o", "n"),
+          ("Ġ", "s"), ("r", "e"), ("Ġa", "n"), ("in", "g"), ("Ġ", "Ġ"), ("1", "2")]
+UNREACHABLE = ["Ġhi"]  # a token no merge builds: only Llama 3's ignore_merges takes it whole
+# HF name (with {l} for the layer) -> GGUF name, as llama.cpp's converter maps a Llama.
+HF_TO_GGUF = {
+    "model.embed_tokens.weight": "token_embd.weight",
+    "model.norm.weight": "output_norm.weight",
+    "lm_head.weight": "output.weight",
+    "model.layers.{l}.input_layernorm.weight": "blk.{l}.attn_norm.weight",
+    "model.layers.{l}.self_attn.q_proj.weight": "blk.{l}.attn_q.weight",
+    "model.layers.{l}.self_attn.k_proj.weight": "blk.{l}.attn_k.weight",
+    "model.layers.{l}.self_attn.v_proj.weight": "blk.{l}.attn_v.weight",
+    "model.layers.{l}.self_attn.o_proj.weight": "blk.{l}.attn_output.weight",
+    "model.layers.{l}.post_attention_layernorm.weight": "blk.{l}.ffn_norm.weight",
+    "model.layers.{l}.mlp.gate_proj.weight": "blk.{l}.ffn_gate.weight",
+    "model.layers.{l}.mlp.up_proj.weight": "blk.{l}.ffn_up.weight",
+    "model.layers.{l}.mlp.down_proj.weight": "blk.{l}.ffn_down.weight",
+}
+# gguf cannot quantize K-quants; we write random blocks and set their float16 scales (byte offsets
+# within a block) to small finite values so that every block dequantizes to finite numbers.
+K_QUANT_SCALE_OFFSETS = {Q.Q2_K: (80, 82), Q.Q3_K: (108,), Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (208,)}
+QUANTIZABLE = {Q.F16, Q.BF16, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0}  # gguf.quants.quantize does these
+
+
+@dataclass
+class TinyModel:
+    """A tiny Llama GGUF file and the same weights in Hugging Face's names and layouts."""
+
+    path: Path
+    hf_config: dict  # kwargs for transformers.LlamaConfig
+    hf_state_dict: dict[str, torch.Tensor]  # exactly what the file holds, dequantized (HF layout)
+    float_state_dict: dict[str, torch.Tensor]  # the random floats before quantization
+    tokens: list[str] = field(default_factory=list)
+    merges: list[str] = field(default_factory=list)
+    tensor_type: Q = Q.F32
+
+
+def gpt2_byte_alphabet() -> list[str]:
+    """Character standing for each byte 0..255 in byte-level BPE (GPT-2's bytes_to_unicode)."""
+    kept = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    moved = iter(range(256, 256 + 256 - len(kept)))
+    return [chr(b) if b in kept else chr(next(moved)) for b in range(256)]
+
+
+def tiny_vocab(user_tokens=()) -> tuple[list[str], list[int], list[str]]:
+    """(tokens, token types, merges): specials, the 256 byte symbols, merge results, user tokens."""
+    normal = [*gpt2_byte_alphabet(), *("".join(pair) for pair in MERGES), *UNREACHABLE]
+    tokens = [*SPECIAL_TOKENS, *normal, *user_tokens]
+    types = [3] * len(SPECIAL_TOKENS) + [1] * len(normal) + [4] * len(user_tokens)
+    return tokens, types, [" ".join(pair) for pair in MERGES]
+
+
+def llama_cpp_permute(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """Reorder each head's rows from HF's rotate-half halves to interleaved RoPE pairs, as llama.cpp's
+    convert_hf_to_gguf.py does for q_proj (n_heads) and k_proj (n_kv_heads). Works on byte rows too."""
+    return w.reshape(n_heads, 2, w.shape[0] // n_heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def random_hf_weights(cfg: dict, untied: bool, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Random float32 weights with HF names and shapes ((out, in) for linear layers)."""
+    d, dh, H, KV, F, V = (cfg["hidden_size"], cfg["head_dim"], cfg["num_attention_heads"],
+                          cfg["num_key_value_heads"], cfg["intermediate_size"], cfg["vocab_size"])
+    shapes = {"model.embed_tokens.weight": (V, d), "model.norm.weight": (d,)}
+    if untied:
+        shapes["lm_head.weight"] = (V, d)
+    layer = {"input_layernorm.weight": (d,), "self_attn.q_proj.weight": (H * dh, d),
+             "self_attn.k_proj.weight": (KV * dh, d), "self_attn.v_proj.weight": (KV * dh, d),
+             "self_attn.o_proj.weight": (d, H * dh), "post_attention_layernorm.weight": (d,),
+             "mlp.gate_proj.weight": (F, d), "mlp.up_proj.weight": (F, d), "mlp.down_proj.weight": (d, F)}
+    for l in range(cfg["num_hidden_layers"]):
+        shapes.update({f"model.layers.{l}.{k}": s for k, s in layer.items()})
+
+    def draw(name, shape):
+        if len(shape) == 1:  # norm gains near 1
+            return 1.0 + 0.1 * rng.standard_normal(shape)
+        return rng.standard_normal(shape) * (1.0 if "embed" in name else 0.3)
+
+    return {name: draw(name, shape).astype(np.float32) for name, shape in shapes.items()}
+
+
+def encode(w: np.ndarray, qtype: Q, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]:
+    """(what the file stores, float32 values it dequantizes to or None when gguf cannot) for a matrix."""
+    if qtype == Q.F32:
+        return w, w
+    if qtype in QUANTIZABLE:
+        stored = gguf.quants.quantize(w, qtype)
+    else:  # random blocks: K-quants (scales fixed below) or a type nobody can dequantize
+        stored = rng.integers(0, 256, gguf.quants.quant_shape_to_byte_shape(w.shape, qtype), dtype=np.uint8)
+        for offset in K_QUANT_SCALE_OFFSETS.get(qtype, ()):
+            size = gguf.GGML_QUANT_SIZES[qtype][1]
+            blocks = stored.reshape(-1, size)
+            scales = rng.uniform(1e-3, 1e-2, len(blocks)).astype(np.float16)
+            blocks[:, offset:offset + 2] = scales.view(np.uint8).reshape(-1, 2)
+    try:
+        return stored, gguf.quants.dequantize(stored, qtype).astype(np.float32)
+    except NotImplementedError:
+        return stored, None
+
+
+def write_tiny_gguf(path, *, arch: str = "llama", tensor_type: Q = Q.F32, untied: bool = False, seed: int = 0,
+                    pre: str = "smollm", add_bos: bool = False, n_layers: int = 2, n_heads: int = 4,
+                    n_kv_heads: int = 2, d_head: int = 8, d_mlp: int = 64, context: int = 64,
+                    rope_base: float = 10000.0, rms_eps: float = 1e-5, type_overrides=None, drop=(),
+                    metadata=None, user_tokens=()) -> TinyModel:
+    """Write a tiny random Llama to `path` as llama.cpp's converter would, and return it.
+
+    Matrices (embedding included) are stored as `tensor_type`; 1-D norms stay F32, as llama.cpp
+    keeps them. `type_overrides` maps GGUF tensor names to other types; `drop` leaves GGUF tensors
+    out; `metadata` overrides metadata keys ({key: value}, a value of None removes the key).
+    """
+    path, rng = Path(path), np.random.default_rng(seed)
+    tokens, types, merges = tiny_vocab(user_tokens)
+    hf_config = dict(vocab_size=len(tokens), hidden_size=n_heads * d_head, intermediate_size=d_mlp,
+                     num_hidden_layers=n_layers, num_attention_heads=n_heads, num_key_value_heads=n_kv_heads,
+                     head_dim=d_head, max_position_embeddings=context, rope_theta=rope_base,
+                     rms_norm_eps=rms_eps, tie_word_embeddings=not untied, bos_token_id=BOS_ID,
+                     eos_token_id=EOS_ID, hidden_act="silu", attention_bias=False, mlp_bias=False)
+    floats = random_hf_weights(hf_config, untied, rng)
+    writer = gguf.GGUFWriter(str(path), arch)
+    keys = {**tiny_metadata(arch, hf_config, pre, add_bos, tokens, types, merges), **(metadata or {})}
+    for key, value in keys.items():
+        if value is not None and key != "general.architecture":  # the writer adds the architecture itself
+            _add_value(writer, key, value)
+    stored_values = {}
+    for hf_name, w in floats.items():
+        gguf_name = _gguf_name(hf_name)
+        qtype = (type_overrides or {}).get(gguf_name, tensor_type if w.ndim == 2 else Q.F32)
+        stored, values = encode(w, qtype, rng)
+        stored_values[hf_name] = w if values is None else values
+        heads = {"attn_q": n_heads, "attn_k": n_kv_heads}.get(gguf_name.split(".")[-2])
+        if heads:  # row permutation for interleaved RoPE; a row's bytes move as one, so quantized rows too
+            stored = llama_cpp_permute(stored, heads)
+        if gguf_name not in drop:
+            writer.add_tensor(gguf_name, stored, raw_dtype=None if qtype in (Q.F32, Q.F16) else qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    as_torch = lambda arrays: {k: torch.from_numpy(np.ascontiguousarray(v, np.float32)) for k, v in arrays.items()}
+    return TinyModel(path, hf_config, as_torch(stored_values), as_torch(floats), tokens, merges, tensor_type)
+
+
+def tiny_metadata(arch, hf, pre, add_bos, tokens, types, merges) -> dict:
+    """The metadata llama.cpp's converter writes for a Llama, as {key: value}."""
+    return {
+        "general.name": "tiny-random-llama",
+        f"{arch}.block_count": hf["num_hidden_layers"],
+        f"{arch}.context_length": hf["max_position_embeddings"],
+        f"{arch}.embedding_length": hf["hidden_size"],
+        f"{arch}.feed_forward_length": hf["intermediate_size"],
+        f"{arch}.attention.head_count": hf["num_attention_heads"],
+        f"{arch}.attention.head_count_kv": hf["num_key_value_heads"],
+        f"{arch}.rope.freq_base": float(hf["rope_theta"]),
+        f"{arch}.attention.layer_norm_rms_epsilon": float(hf["rms_norm_eps"]),
+        f"{arch}.rope.dimension_count": hf["head_dim"],
+        f"{arch}.vocab_size": hf["vocab_size"],
+        "tokenizer.ggml.model": "gpt2",
+        "tokenizer.ggml.pre": pre,
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.token_type": types,
+        "tokenizer.ggml.merges": merges,
+        "tokenizer.ggml.bos_token_id": BOS_ID,
+        "tokenizer.ggml.eos_token_id": EOS_ID,
+        "tokenizer.ggml.add_bos_token": add_bos,
+    }
+
+
+def _add_value(writer, key: str, value) -> None:
+    """Write one metadata value with the type llama.cpp's converter uses for it."""
+    V = gguf.GGUFValueType
+    if isinstance(value, list):
+        sub = V.STRING if value and isinstance(value[0], str) else V.INT32
+        writer.add_key_value(key, value, V.ARRAY, sub_type=sub)
+    else:
+        vtype = {bool: V.BOOL, int: V.UINT32, float: V.FLOAT32, str: V.STRING}[type(value)]
+        writer.add_key_value(key, value, vtype)
+
+
+def _gguf_name(hf_name: str) -> str:
+    parts = hf_name.split(".")
+    if parts[:2] == ["model", "layers"]:
+        return HF_TO_GGUF[".".join(parts[:2] + ["{l}"] + parts[3:])].format(l=parts[2])
+    return HF_TO_GGUF[hf_name]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_cache_dir(tmp_path_factory) -> Path:
+    """Point STUDYGROUP_CACHE_DIR at a fresh folder for the session: tests never touch the user's cache."""
+    folder = tmp_path_factory.mktemp("studygroup-cache")
+    before = os.environ.get("STUDYGROUP_CACHE_DIR")
+    os.environ["STUDYGROUP_CACHE_DIR"] = str(folder)
+    yield folder
+    if before is None:
+        os.environ.pop("STUDYGROUP_CACHE_DIR", None)
+    else:
+        os.environ["STUDYGROUP_CACHE_DIR"] = before
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> TinyModel:
+    """The shared tiny model: 2 layers, 4 heads, 2 kv heads, d_head 8, d_model 32, d_mlp 64, F32, tied."""
+    return write_tiny_gguf(tmp_path_factory.mktemp("tiny") / "tiny.gguf")
+
+
+@pytest.fixture(scope="session")
+def reference_dir() -> Path:
+    """llama.cpp's reference outputs (shared/reference beside the repo, or $STUDYGROUP_REFERENCE).
+    Missing data fails the test that asks for it: it must never pass silently."""
+    default = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
+    folder = Path(os.environ.get("STUDYGROUP_REFERENCE", default))
+    if not (folder / "public.json").is_file():
+        pytest.fail(f"reference data not found at {folder}: put shared/reference beside the repo "
+                    "or set STUDYGROUP_REFERENCE to its folder")
+    return folder
