@@ -10,6 +10,8 @@ a new key, so it never meets old weights.
 Crash safety: every entry is written to a temporary file in the cache dir, then moved into place
 with `os.replace`, which is atomic. Readers only open final names, so a half-written file is never
 served; an entry that fails to read (corrupt, truncated) is deleted and rebuilt by the caller.
+Weights are memory-mapped, so a warm start reads pages only as they are used; this is safe because
+an entry is never changed in place, only replaced (the old mapping keeps the old file alive).
 """
 from __future__ import annotations
 

@@ -1,0 +1,296 @@
+"""Text <-> token ids, built from the GGUF file's own vocabulary, the way llama.cpp tokenizes.
+
+Byte-level BPE ("gpt2" tokenizer model in GGUF terms): the text's UTF-8 bytes are first split into
+pieces by the regexes of the file's pre-tokenizer (`tokenizer.ggml.pre`), each byte is spelled as
+one printable character (GPT-2's byte alphabet: a space is 'Ġ', a newline 'Ċ'), and the merges are
+applied within each piece. We build it with Hugging Face `tokenizers` from
+`tokenizer.ggml.tokens` and `tokenizer.ggml.merges`.
+
+Like llama.cpp by default, special-token text typed by a user (`<|im_start|>`) is tokenized as
+plain text: control tokens are not matched in text. User-defined tokens are, as in llama.cpp.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import tokenizers
+from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
+
+from studygroup import cache as disk_cache
+from studygroup.errors import InputError, ModelFileError
+from studygroup.gguf_file import read_gguf
+from studygroup.weights import resolve_model_path
+
+FORMAT = "studygroup-tokenizer-1"  # what a cached tokenizer JSON holds; change it when that changes
+TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED, TOKEN_BYTE = 1, 2, 3, 4, 5, 6
+
+# llama.cpp's pre-tokenizer regexes (llama-vocab.cpp), applied in order; each keeps both its
+# matches and the text between them as pieces (tokenizers' "isolated" Split).
+GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
+LLAMA3_REGEX = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+"
+                r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+ONE_DIGIT_REGEX = r"\p{N}"  # SmolLM/StarCoder: every digit is its own piece
+
+
+@dataclass(frozen=True)
+class PreTokenizer:
+    """One llama.cpp pre-tokenizer type: its regexes and flags."""
+
+    regexes: tuple[str, ...]
+    ignore_merges: bool = False  # a piece that is itself a token is taken whole (Llama 3)
+    add_bos: bool = False  # default when the file has no tokenizer.ggml.add_bos_token
+
+
+_GPT2 = PreTokenizer((GPT2_REGEX,))
+_SMOLLM = PreTokenizer((ONE_DIGIT_REGEX, GPT2_REGEX))
+_LLAMA3 = PreTokenizer((LLAMA3_REGEX,), ignore_merges=True, add_bos=True)
+_DEFAULT = PreTokenizer((r"[\p{P}\$\+<=>\^~\|]+", GPT2_REGEX, r"\p{N}+", r"[0-9][0-9][0-9]"))
+# tokenizer.ggml.pre -> pre-tokenizer, as llama.cpp maps them.
+PRE_TOKENIZERS = {
+    "default": _DEFAULT,
+    "gpt2": _GPT2, "gpt-2": _GPT2, "phi-2": _GPT2, "mpt": _GPT2, "olmo": _GPT2,
+    "smollm": _SMOLLM, "starcoder": _SMOLLM, "refact": _SMOLLM, "codeshell": _SMOLLM,
+    "llama-bpe": _LLAMA3, "llama3": _LLAMA3, "llama-v3": _LLAMA3, "dbrx": _LLAMA3, "smaug-bpe": _LLAMA3,
+}
+# Shown for each byte where it cannot be printed as itself.
+VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
+
+
+class Tokenizer:
+    """Byte-level BPE tokenizer of one GGUF file; ids equal llama.cpp's.
+
+    >>> tok = load_tokenizer()  # doctest: +SKIP
+    >>> tok.encode("I have a lot")  # doctest: +SKIP
+    [57, 457, 253, 2341]
+    >>> [tok.readable(i) for i in tok.encode("I have a lot")]  # doctest: +SKIP
+    ['I', '␣have', '␣a', '␣lot']
+    """
+
+    def __init__(self, tokens: list[str], merges: list[str], token_types: list[int], pre: str,
+                 bos_id: int | None, eos_id: int | None, add_bos: bool | None = None):
+        if pre not in PRE_TOKENIZERS:
+            raise ModelFileError(f"tokenizer.ggml.pre = {pre!r} is not a pre-tokenizer studygroup knows; "
+                                 f"known: {', '.join(sorted(PRE_TOKENIZERS))}")
+        if len(token_types) != len(tokens):
+            raise ModelFileError(f"{len(tokens)} tokens but {len(token_types)} token types")
+        self.tokens, self.merges, self.token_types, self.pre = tokens, merges, token_types, pre
+        self.bos_id, self.eos_id = bos_id, eos_id
+        self.add_bos = PRE_TOKENIZERS[pre].add_bos if add_bos is None else bool(add_bos)
+        if self.add_bos and bos_id is None:
+            raise ModelFileError("the tokenizer should add a BOS token but the file names none")
+        self._hf = _build_hf(tokens, merges, token_types, PRE_TOKENIZERS[pre])
+
+    @classmethod
+    def from_gguf(cls, path: str | Path) -> Tokenizer:
+        """Build from the tokenizer metadata of a GGUF file (no cache; see `load_tokenizer`).
+
+        >>> Tokenizer.from_gguf(default_model_path()).vocab_size  # doctest: +SKIP
+        49152
+        """
+        file = read_gguf(path)
+        try:
+            return cls.from_fields(file.fields)
+        except ModelFileError as e:
+            raise ModelFileError(f"{file.path}: {e}") from e
+
+    @classmethod
+    def from_fields(cls, fields: Mapping[str, Any]) -> Tokenizer:
+        """Build from GGUF metadata (gguf ReaderFields or plain values) under `tokenizer.ggml.`."""
+        model = _value(fields, "tokenizer.ggml.model")
+        if model != "gpt2":
+            raise ModelFileError(f"the tokenizer is of type {model!r}; studygroup reads byte-level BPE "
+                                 "tokenizers ('gpt2'), as in SmolLM2 and Llama 3")
+        tokens = list(_value(fields, "tokenizer.ggml.tokens") or [])
+        merges = list(_value(fields, "tokenizer.ggml.merges") or [])
+        if not tokens or not merges:
+            raise ModelFileError("the file lacks tokenizer.ggml.tokens or tokenizer.ggml.merges")
+        types = _value(fields, "tokenizer.ggml.token_type")
+        return cls(tokens, merges, [int(t) for t in types] if types is not None else [TOKEN_NORMAL] * len(tokens),
+                   pre=_value(fields, "tokenizer.ggml.pre") or "default",
+                   bos_id=_value(fields, "tokenizer.ggml.bos_token_id"),
+                   eos_id=_value(fields, "tokenizer.ggml.eos_token_id"),
+                   add_bos=_value(fields, "tokenizer.ggml.add_bos_token"))
+
+    def to_json(self) -> dict[str, Any]:
+        """Everything needed to rebuild this tokenizer, as a JSON-able dict (used by the cache)."""
+        return {"format": FORMAT, "tokens": self.tokens, "merges": self.merges, "token_types": self.token_types,
+                "pre": self.pre, "bos_id": self.bos_id, "eos_id": self.eos_id, "add_bos": self.add_bos}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Tokenizer:
+        """Inverse of `to_json`."""
+        if data.get("format") != FORMAT:
+            raise ValueError(f"not a {FORMAT} tokenizer")
+        return cls(data["tokens"], data["merges"], data["token_types"], data["pre"],
+                   data["bos_id"], data["eos_id"], data["add_bos"])
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of token ids, 0 .. vocab_size - 1."""
+        return len(self.tokens)
+
+    def encode(self, text: str) -> list[int]:
+        """Text -> token ids (with BOS first when the file asks for it), as llama.cpp gives them.
+
+        >>> load_tokenizer().encode("3 + 4")  # doctest: +SKIP
+        [35, 1232, 216, 36]
+        """
+        if not isinstance(text, str):
+            raise InputError(f"encode takes text (str), not {type(text).__name__}")
+        ids = self._hf.encode(text, add_special_tokens=False).ids
+        return [self.bos_id, *ids] if self.add_bos else ids
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Token ids -> text; bytes that do not form whole UTF-8 characters become '�'.
+
+        >>> tok = load_tokenizer()  # doctest: +SKIP
+        >>> tok.decode(tok.encode("Café 🙂"))  # doctest: +SKIP
+        'Café 🙂'
+        """
+        return b"".join(self.token_bytes(i) for i in ids).decode("utf-8", errors="replace")
+
+    def token_bytes(self, id: int) -> bytes:
+        """The raw bytes one token stands for (control and user-defined tokens: their text).
+
+        >>> load_tokenizer().token_bytes(457)  # doctest: +SKIP
+        b' have'
+        """
+        return self._bytes[self._check_id(id)]
+
+    def readable(self, id: int) -> str:
+        """Display form of one token: '␣' for a space, '↵' newline, '⇥' tab, '␍' carriage return;
+        bytes that are not whole UTF-8 characters or are unprintable control bytes as '<0xE2>'.
+
+        >>> load_tokenizer().readable(457)  # doctest: +SKIP
+        '␣have'
+        """
+        return _readable(self.token_bytes(id))
+
+    def _check_id(self, id: Any) -> int:
+        if isinstance(id, bool) or not isinstance(id, int):
+            try:
+                id = int(id)  # numpy and 0-d torch integers
+            except (TypeError, ValueError):
+                raise InputError(f"a token id must be an integer, not {id!r}") from None
+        if not 0 <= id < self.vocab_size:
+            raise InputError(f"token id {id} does not exist: the vocabulary has {self.vocab_size} "
+                             f"tokens (0-{self.vocab_size - 1})")
+        return id
+
+    @cached_property
+    def _bytes(self) -> list[bytes]:
+        """Raw bytes of every token, computed once on first use."""
+        return [token_text_to_bytes(t, k) for t, k in zip(self.tokens, self.token_types)]
+
+
+def load_tokenizer(path: str | Path | None = None, cache: bool = True) -> Tokenizer:
+    """The tokenizer of a GGUF file (None = the default model), through the disk cache.
+
+    >>> load_tokenizer().encode("Paris is the capital of")  # doctest: +SKIP
+    [38634, 314, 260, 3575, 282]
+    """
+    path = resolve_model_path(path)
+    if not cache:
+        return Tokenizer.from_gguf(path)
+    entry = disk_cache.entry_path(disk_cache.file_key(path), "tokenizer")
+    data = disk_cache.read_json(entry)
+    if data is not None:
+        try:
+            return Tokenizer.from_json(data)
+        except Exception:  # a damaged entry, whatever it breaks (tokenizers raises plain Exception): rebuild
+            disk_cache.discard(entry)
+    tokenizer = Tokenizer.from_gguf(path)
+    disk_cache.write_json(entry, tokenizer.to_json())
+    return tokenizer
+
+
+def byte_alphabet() -> dict[int, str]:
+    """GPT-2's byte -> printable character map: printable bytes stand for themselves, the other
+    68 bytes (space, control bytes, ...) are moved to U+0100 onwards (so a space is 'Ġ', U+0120).
+
+    >>> byte_alphabet()[ord(" ")], byte_alphabet()[ord("a")]
+    ('Ġ', 'a')
+    """
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    moved = [b for b in range(256) if b not in printable]
+    return {**{b: chr(b) for b in printable}, **{b: chr(256 + i) for i, b in enumerate(moved)}}
+
+
+_CHAR_TO_BYTE = {c: b for b, c in byte_alphabet().items()}
+
+
+def token_text_to_bytes(text: str, token_type: int) -> bytes:
+    """A vocabulary entry -> the bytes it stands for.
+
+    Normal tokens are spelled in GPT-2's byte alphabet ('Ġhave' -> b' have'); control and
+    user-defined tokens are stored as their plain text (llama.cpp's convention).
+
+    >>> token_text_to_bytes("Ġhave", TOKEN_NORMAL), token_text_to_bytes("<|im_end|>", TOKEN_CONTROL)
+    (b' have', b'<|im_end|>')
+    """
+    if token_type in (TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNKNOWN):
+        return text.encode("utf-8")
+    return b"".join(bytes([_CHAR_TO_BYTE[c]]) if c in _CHAR_TO_BYTE else c.encode("utf-8") for c in text)
+
+
+def _readable(raw: bytes) -> str:
+    """Bytes -> display text: whole UTF-8 characters as themselves (whitespace made visible),
+    anything else byte by byte as '<0xNN>'.
+
+    >>> _readable(" a\\n".encode()), _readable("é".encode()[:1])
+    ('␣a↵', '<0xC3>')
+    """
+    out, i = [], 0
+    while i < len(raw):
+        char, size = _utf8_char_at(raw, i)
+        if char is None or (char not in VISIBLE and (char < " " or char == "\x7f")):
+            out.append(f"<0x{raw[i]:02X}>")
+            i += 1
+        else:
+            out.append(VISIBLE.get(char, char))
+            i += size
+    return "".join(out)
+
+
+def _utf8_char_at(raw: bytes, i: int) -> tuple[str | None, int]:
+    """The whole UTF-8 character starting at byte i and its length, or (None, 1)."""
+    for size in range(1, 5):
+        try:
+            return raw[i:i + size].decode("utf-8"), size
+        except UnicodeDecodeError:
+            continue
+    return None, 1
+
+
+def _build_hf(tokens: list[str], merges: list[str], token_types: list[int], pre: PreTokenizer) -> tokenizers.Tokenizer:
+    """The Hugging Face tokenizer doing llama.cpp's byte-level BPE over this vocabulary."""
+    vocab: dict[str, int] = {}
+    for i, t in enumerate(tokens):
+        vocab.setdefault(t, i)  # a repeated entry keeps its first id, as llama.cpp's lookup does
+    bpe = models.BPE(vocab=vocab, merges=[_split_merge(m) for m in merges], ignore_merges=pre.ignore_merges)
+    hf = tokenizers.Tokenizer(bpe)
+    hf.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in pre.regexes]
+        + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    hf.decoder = decoders.ByteLevel()
+    user = [t for t, k in zip(tokens, token_types) if k == TOKEN_USER_DEFINED]
+    if user:  # llama.cpp finds user-defined tokens in text even when control tokens are not parsed
+        hf.add_tokens([AddedToken(t, normalized=False, special=False) for t in user])
+    return hf
+
+
+def _split_merge(merge: str) -> tuple[str, str]:
+    """'Ġ t' -> ('Ġ', 't'): split at the first space after the first character, as llama.cpp does."""
+    cut = merge.find(" ", 1)
+    if cut < 0:
+        raise ModelFileError(f"tokenizer merge {merge!r} is not two tokens separated by a space")
+    return merge[:cut], merge[cut + 1:]
+
+
+def _value(fields: Mapping[str, Any], key: str) -> Any:
+    field = fields.get(key)
+    return field.contents() if hasattr(field, "contents") else field

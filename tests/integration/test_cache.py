@@ -1,0 +1,193 @@
+"""The disk cache: warm loads skip the GGUF, changed files are re-read, crashes and corruption heal."""
+from __future__ import annotations
+
+import gc
+import os
+import time
+
+import platformdirs
+import pytest
+import torch
+from conftest import write_tiny_gguf
+from safetensors.torch import save_file
+
+from studygroup import cache, tokenizer, weights
+from studygroup.tokenizer import load_tokenizer
+from studygroup.weights import load_weights, read_weights
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    """A cache folder of the test's own, so entries of other tests never interfere."""
+    folder = tmp_path / "cache"
+    monkeypatch.setenv(cache.ENV_VAR, str(folder))
+    return folder
+
+
+@pytest.fixture
+def model(tmp_path):
+    return write_tiny_gguf(tmp_path / "m.gguf", seed=11)
+
+
+@pytest.fixture
+def parses(monkeypatch):
+    """Counts GGUF parses made by weights and tokenizer."""
+    calls = []
+    for module in (weights, tokenizer):
+        real = module.read_gguf
+        monkeypatch.setattr(module, "read_gguf", lambda path, real=real: calls.append(path) or real(path))
+    return calls
+
+
+def same(a, b):
+    return a[0] == b[0] and a[1].keys() == b[1].keys() and all(torch.equal(a[1][k], b[1][k]) for k in a[1])
+
+
+def entry(model, kind="weights"):
+    return cache.entry_path(cache.file_key(model.path), kind)
+
+
+def test_cache_dir_comes_from_the_environment_or_platformdirs(monkeypatch, tmp_path):
+    monkeypatch.setenv(cache.ENV_VAR, str(tmp_path))
+    assert cache.cache_dir() == tmp_path
+    monkeypatch.delenv(cache.ENV_VAR)
+    assert str(cache.cache_dir()) == platformdirs.user_cache_dir("studygroup")
+
+
+def test_the_suite_never_uses_the_users_cache(private_cache_dir):
+    assert os.environ[cache.ENV_VAR] == str(private_cache_dir)
+
+
+def test_second_load_reads_no_gguf(cache_dir, model, parses):
+    cold = load_weights(model.path), load_tokenizer(model.path)
+    assert len(parses) == 2 and entry(model).is_file() and entry(model, "tokenizer").is_file()
+    warm = load_weights(model.path), load_tokenizer(model.path)
+    assert len(parses) == 2  # no parse on a hit
+    assert same(cold[0], warm[0]) and same(cold[0], read_weights(model.path))
+    assert warm[1].encode("the 12 sing") == cold[1].encode("the 12 sing")
+    assert not list(cache_dir.glob(".*.tmp"))  # no temporary file left behind
+
+
+def test_cache_false_neither_reads_nor_writes(cache_dir, model, parses):
+    load_weights(model.path, cache=False), load_tokenizer(model.path, cache=False)
+    load_weights(model.path, cache=False)
+    assert len(parses) == 3 and not cache_dir.exists()
+
+
+def test_key_depends_on_size_mtime_and_header(tmp_path):
+    path = tmp_path / "f.gguf"
+    path.write_bytes(b"GGUF" + b"\0" * 100)
+    key = cache.file_key(path)
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))
+    assert cache.file_key(path) != key  # mtime
+    path.write_bytes(b"GGUF" + b"\1" * 100)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert cache.file_key(path) != key  # same size and mtime, other bytes
+    path.write_bytes(b"GGUF" + b"\0" * 101)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert cache.file_key(path) != key  # size
+
+
+def test_changed_file_never_gets_old_weights(cache_dir, model, parses):
+    old = load_weights(model.path)
+    stat = model.path.stat()
+    new_model = write_tiny_gguf(model.path, seed=12)  # same size, new numbers ...
+    assert model.path.stat().st_size == stat.st_size
+    os.utime(model.path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # ... and even the same mtime
+    new = load_weights(model.path)
+    assert len(parses) == 2 and not torch.equal(new[1]["embed"], old[1]["embed"])
+    assert torch.equal(new[1]["embed"], new_model.hf_state_dict["model.embed_tokens.weight"])
+
+
+def test_touched_file_is_read_again(cache_dir, model, parses):
+    load_weights(model.path)
+    stat = model.path.stat()
+    os.utime(model.path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    load_weights(model.path)
+    assert len(parses) == 2
+
+
+def test_half_written_temp_file_is_never_served(cache_dir, model, parses):
+    """A crash while writing leaves only a temporary file; the next start must rebuild."""
+    good = load_weights(model.path)
+    final = entry(model)
+    partial = final.with_name(f".{final.name}.crashed.tmp")
+    partial.write_bytes(final.read_bytes()[: final.stat().st_size // 2])
+    final.unlink()
+    again = load_weights(model.path)
+    assert len(parses) == 2 and same(good, again) and final.is_file()
+
+
+def test_crash_during_write_leaves_no_entry(cache_dir, model, monkeypatch):
+    def crash_halfway(tensors, filename, metadata=None):
+        with open(filename, "wb") as f:
+            f.write(b"half of a safetensors file")
+        raise KeyboardInterrupt  # the process dies mid-write
+
+    monkeypatch.setattr(cache, "save_file", crash_halfway)
+    with pytest.raises(KeyboardInterrupt):
+        load_weights(model.path)
+    assert not entry(model).exists() and not list(cache_dir.glob(".*.tmp"))
+    monkeypatch.undo()
+    monkeypatch.setenv(cache.ENV_VAR, str(cache_dir))
+    assert same(load_weights(model.path), read_weights(model.path))
+
+
+def test_stale_temp_files_are_cleaned_up_fresh_ones_kept(cache_dir, model):
+    cache_dir.mkdir()
+    old, fresh = cache_dir / ".x.weights.safetensors.a.tmp", cache_dir / ".y.weights.safetensors.b.tmp"
+    old.write_bytes(b"old"), fresh.write_bytes(b"fresh")
+    two_hours_ago = time.time() - 7200
+    os.utime(old, (two_hours_ago, two_hours_ago))
+    load_weights(model.path)
+    assert not old.exists() and fresh.exists()  # fresh: maybe another process is writing it
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "empty", "wrong shapes", "no config"])
+def test_corrupt_weights_entry_is_rebuilt(cache_dir, model, parses, damage):
+    load_weights(model.path)  # writes the entry; its memory-mapped tensors are dropped at once, since
+    gc.collect()  # damaging a file in place under live mappings is what the cache itself never does
+    expected = read_weights(model.path)
+    final = entry(model)
+    data = final.read_bytes()
+    if damage == "garbage":
+        final.write_bytes(os.urandom(len(data)))
+    elif damage == "truncated":
+        final.write_bytes(data[: len(data) - 100])
+    elif damage == "empty":
+        final.write_bytes(b"")
+    elif damage == "wrong shapes":
+        save_file({"embed": torch.zeros(3, 3)}, str(final), metadata={"config": '{"n_layers": 2}'})
+    else:
+        save_file({k: v.contiguous() for k, v in expected[1].items()}, str(final))
+    again = load_weights(model.path)
+    assert len(parses) == 3 and same(expected, again)
+    assert same(load_weights(model.path), expected) and len(parses) == 3  # the rebuilt entry serves
+
+
+@pytest.mark.parametrize("damage", [b"{not json", b'{"format": "studygroup-tokenizer-1"}', b"[]",
+                                    b'{"format": "studygroup-tokenizer-1", "tokens": ["a"], "merges": ["a b"],'
+                                    b' "token_types": [1], "pre": "smollm", "bos_id": null, "eos_id": null,'
+                                    b' "add_bos": false}'])
+def test_corrupt_tokenizer_entry_is_rebuilt(cache_dir, model, parses, damage):
+    expected = load_tokenizer(model.path).encode("the 12")
+    entry(model, "tokenizer").write_bytes(damage)
+    assert load_tokenizer(model.path).encode("the 12") == expected
+    assert len(parses) == 2
+
+
+def test_unwritable_cache_warns_and_still_loads(tmp_path, monkeypatch, model):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv(cache.ENV_VAR, str(blocker / "cache"))
+    with pytest.warns(UserWarning, match="could not write its cache"):
+        config, w = load_weights(model.path)
+    assert config.n_layers == 2
+
+
+def test_warm_load_is_fast(cache_dir, model):
+    load_weights(model.path), load_tokenizer(model.path)
+    start = time.perf_counter()
+    load_weights(model.path), load_tokenizer(model.path)
+    assert time.perf_counter() - start < 0.5
