@@ -82,6 +82,9 @@ class Tokenizer:
         self.add_bos = PRE_TOKENIZERS[pre].add_bos if add_bos is None else bool(add_bos)
         if self.add_bos and bos_id is None:
             raise ModelFileError("the tokenizer should add a BOS token but the file names none")
+        for name, id in (("bos", bos_id), ("eos", eos_id)):
+            if id is not None and not 0 <= id < len(tokens):
+                raise ModelFileError(f"tokenizer.ggml.{name}_token_id = {id} is outside the {len(tokens)} tokens")
         self._hf = _build_hf(tokens, merges, token_types, PRE_TOKENIZERS[pre])
 
     @classmethod
@@ -136,11 +139,14 @@ class Tokenizer:
     def encode(self, text: str) -> list[int]:
         """Text -> token ids (with BOS first when the file asks for it), as llama.cpp gives them.
 
+        Text with a byte the vocabulary cannot spell raises InputError (llama.cpp drops it silently).
+
         >>> load_tokenizer().encode("3 + 4")  # doctest: +SKIP
         [35, 1232, 216, 36]
         """
         if not isinstance(text, str):
             raise InputError(f"encode takes text (str), not {type(text).__name__}")
+        self._check_writable(text)
         ids = self._hf.encode(text, add_special_tokens=False).ids
         return [self.bos_id, *ids] if self.add_bos else ids
 
@@ -169,6 +175,22 @@ class Tokenizer:
         '␣have'
         """
         return _readable(self.token_bytes(id))
+
+    def _check_writable(self, text: str) -> None:
+        """Refuse text with a byte the vocabulary cannot spell (SmolLM2 lacks 21 of the 256 byte
+        tokens, e.g. 0xF1 and the control byte 0x04): llama.cpp silently drops such bytes."""
+        if not self._missing_bytes or self._missing_bytes.isdisjoint(text.encode("utf-8")):
+            return
+        char = next(c for c in text if not self._missing_bytes.isdisjoint(c.encode("utf-8")))
+        missing = ", ".join(f"0x{b:02X}" for b in char.encode("utf-8") if b in self._missing_bytes)
+        raise InputError(f"the character {char!r} (U+{ord(char):04X}) cannot be tokenized: this model's "
+                         f"vocabulary has no token for byte {missing}; remove or replace it")
+
+    @cached_property
+    def _missing_bytes(self) -> frozenset[int]:
+        """Bytes with no single-byte token in the vocabulary."""
+        known = set(self.tokens)
+        return frozenset(b for b, c in byte_alphabet().items() if c not in known)
 
     def _check_id(self, id: Any) -> int:
         if isinstance(id, bool) or not isinstance(id, int):
