@@ -31,11 +31,14 @@ class Forward:
     """One pass's settings: masks per layer, silenced heads, what to keep."""
 
     masks: dict[int, torch.Tensor] = field(default_factory=dict)  # {layer: (B, 1|H, T, T) bool}
-    gates: dict[int, torch.Tensor] = field(default_factory=dict)  # {layer: (B|1, H) 0/1}: 0 silences a head
+    gates: dict[int, torch.Tensor] = field(default_factory=dict)  # {layer: (B|1, H) or (B|1, H, T)}: 0 silences
     record: Record = NOTHING
     stop_after: int | None = None  # last layer to run (to recompute one layer on demand)
     all_logits: bool = False
     start: tuple[int, torch.Tensor] | None = None  # (layer, resid_pre (B, T, d_model)): resume there
+    past: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    # {layer: (k, v)}, each (1, H_kv, P, d) after RoPE: the keys and values of P earlier members,
+    # reused unchanged; `ids` are then only the members after them (a suffix at positions P…).
 
     @property
     def batch(self) -> int:
@@ -92,7 +95,8 @@ class Model:
         first, x = plan.start or (0, w["embed"][ids].unsqueeze(0))  # (1 or B, T, d_model)
         x = x.expand(plan.batch, -1, -1)  # (B, T, d_model)
         keep("embed", x)
-        cos, sin = self._angles(len(ids))
+        P = next(iter(plan.past.values()))[0].shape[-2] if plan.past else 0
+        cos, sin = self._angles(len(ids), P)
         for l in range(first, c.n_layers if plan.stop_after is None else plan.stop_after + 1):
             keep.layer = l
             keep("resid_pre", x)
@@ -124,10 +128,13 @@ class Model:
         keep("q_pre_rope", q), keep("k_pre_rope", k), keep("v", v)  # (B, H|H_kv, T, d)
         q, k = rope.apply(q, cos, sin), rope.apply(k, cos, sin)
         keep("q", q), keep("k", k)
+        if l in plan.past:  # earlier members' keys and values, unchanged: (1, H_kv, P, d) each
+            k, v = (torch.cat([p.expand(B, -1, -1, -1), t], dim=2) for p, t in zip(plan.past[l], (k, v)))
         mask = plan.masks.get(l, "causal")  # (B, 1|H, T, T) or "causal"
         z = self._attend(q, k, v, mask, keep)  # (B, H, T, d)
         if l in plan.gates:
-            z = z * plan.gates[l][:, :, None, None].to(z.dtype)  # a silenced head writes nothing
+            g = plan.gates[l]  # (B, H) for every row, or (B, H, T) per row
+            z = z * (g[:, :, None, None] if g.dim() == 2 else g[..., None]).to(z.dtype)  # silenced: writes nothing
         W_O = w[f"layers.{l}.W_O"]  # (H·d, d_model)
         if keep.wants("write"):
             rows = z[:, :, -1:] if keep.record.rows == "last" else z
@@ -156,11 +163,11 @@ class Model:
         gate, up = (x @ self.w[f"layers.{l}.W_gate_up"]).chunk(2, dim=-1)  # (B, T, d_mlp) each
         return (torch.nn.functional.silu(gate) * up) @ self.w[f"layers.{l}.W_down"]
 
-    def _angles(self, T: int):
-        if T not in self._rope_cache:
-            cos, sin = rope.angles(T, self.config.d_head, self.config.rope_base, device=self.device)
-            self._rope_cache = {T: (cos, sin)}  # keep one length: long texts would pile up otherwise
-        return self._rope_cache[T]
+    def _angles(self, T: int, offset: int = 0):
+        if (T, offset) not in self._rope_cache:
+            cos, sin = rope.angles(T, self.config.d_head, self.config.rope_base, device=self.device, offset=offset)
+            self._rope_cache = {(T, offset): (cos, sin)}  # one entry: long texts would pile up otherwise
+        return self._rope_cache[(T, offset)]
 
     # ---- entry points ------------------------------------------------------------------------
     def run(self, text_or_ids, record="default", silence_members: Sequence[int] = (), member_heads=None,

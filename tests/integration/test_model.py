@@ -79,9 +79,9 @@ def test_last_row_recording_equals_the_full_recording(ours):
     last = ours.run(ids, record=studygroup.record.Record(steps=("weights", "write", "scores"), rows="last"))
     for l in range(ours.config.n_layers):
         for s in ("weights", "write", "scores"):
-            assert torch.allclose(last[f"layers.{l}.{s}"], full[f"layers.{l}.{s}"][:, -1:], atol=1e-6)
+            assert torch.allclose(last[f"layers.{l}.{s}"], full[f"layers.{l}.{s}"][:, -1:], atol=1e-5)
     assert "layers.0.q" not in last
-    assert torch.allclose(last.logits, full.logits, atol=1e-6)
+    assert torch.allclose(last.logits, full.logits, atol=1e-5)
 
 
 def test_head_is_recomputed_on_demand_when_not_kept(ours):

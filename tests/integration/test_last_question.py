@@ -1,0 +1,69 @@
+"""Interventions on the last question only, against a full recomputation with the same masks."""
+import pytest
+import torch
+
+import studygroup
+from studygroup import last_question
+from studygroup.attention import causal_mask
+from studygroup.model import Forward
+
+
+@pytest.fixture(scope="module")
+def ours(tiny_model):
+    return studygroup.load(tiny_model.path)
+
+
+def ids_of(ours, T, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, ours.config.vocab_size, (T,), generator=g).tolist()
+
+
+def full_pass(ours, ids, last_row_keys=None, gates=None):
+    """The whole text recomputed, the last row's mask (T,) and head gates changed."""
+    T = len(ids)
+    mask = causal_mask(T, T)
+    if last_row_keys is not None:
+        mask[-1] = last_row_keys
+    masks = {l: mask[None, None] for l in range(ours.config.n_layers)}
+    plan = Forward(masks=masks, gates=gates or {})
+    return ours.forward(torch.tensor(ids), plan)[0][0, -1]
+
+
+def test_reused_keys_and_values_give_the_same_logits_as_a_full_pass(ours):
+    ids = ids_of(ours, 12, 0)
+    run = ours.run(ids, record=last_question.base_record())
+    groups = [[0], [3], [5, 6, 7], [11], list(range(12))]
+    got = last_question.silenced_members_logits(ours, run, groups)
+    for b, group in enumerate(groups):
+        keys = torch.ones(12, dtype=torch.bool)
+        keys[group] = False
+        if not keys.any():
+            keys[-1] = True
+        assert torch.allclose(got[b], full_pass(ours, ids, last_row_keys=keys), atol=1e-5), group
+
+
+def test_silencing_no_one_reproduces_the_run(ours):
+    ids = ids_of(ours, 9, 1)
+    run = ours.run(ids, record=last_question.base_record())
+    got = last_question.silenced_members_logits(ours, run, [[]])
+    assert torch.allclose(got[0], run.logits[-1], atol=1e-5)
+
+
+def test_last_position_head_silencing_equals_a_full_pass_gating_the_last_row(ours):
+    ids = ids_of(ours, 10, 2)
+    run = ours.run(ids, record=last_question.base_record())
+    heads = [(0, 1), (1, 3), (1, 0)]
+    got = last_question.silenced_heads_logits(ours, run, heads)
+    for b, (l, h) in enumerate(heads):
+        gate = torch.ones(1, ours.config.n_heads, 10)
+        gate[0, h, -1] = 0  # this head silent at the last position only
+        expected = ours.forward(torch.tensor(ids), Forward(gates={l: gate}))[0][0, -1]
+        assert torch.allclose(got[b], expected, atol=1e-5), (l, h)
+        assert not torch.allclose(got[b], run.logits[-1], atol=1e-6)
+
+
+def test_for_one_member_the_last_question_is_every_question(ours):
+    ids = ids_of(ours, 1, 3)
+    run = ours.run(ids, record=last_question.base_record())
+    got = last_question.silenced_heads_logits(ours, run, [(1, 2)])
+    assert torch.allclose(got[0], run.silence_head(1, 2).logits[-1], atol=1e-5)
