@@ -39,6 +39,7 @@ class Forward:
     past: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
     # {layer: (k, v)}, each (1, H_kv, P, d) after RoPE: the keys and values of P earlier members,
     # reused unchanged; `ids` are then only the members after them (a suffix at positions P…).
+    on_layer: object = None  # called after each layer (a progress bar's advance)
 
     @property
     def batch(self) -> int:
@@ -109,6 +110,8 @@ class Model:
             keep("mlp_out", mlp_out)
             x = x + mlp_out
             keep("resid_post", x)
+            if plan.on_layer is not None:
+                plan.on_layer()
         keep.layer = None
         if plan.stop_after is not None:
             return torch.empty(0), keep.steps
@@ -171,7 +174,7 @@ class Model:
 
     # ---- entry points ------------------------------------------------------------------------
     def run(self, text_or_ids, record="default", silence_members: Sequence[int] = (), member_heads=None,
-            silence_heads: Sequence[tuple[int, int]] = (), logits: str = "last"):
+            silence_heads: Sequence[tuple[int, int]] = (), logits: str = "last", on_layer=None):
         """Run the model on one text and keep what `record` asks for.
 
         record: "default" (everything up to 256 tokens, the last member's row past that), "all",
@@ -180,12 +183,13 @@ class Model:
           ((layer, head) pairs; None: every head).
         silence_heads: (layer, head) pairs whose write to the residual stream is zeroed.
         logits: "last" (run.logits is (1, vocab)) or "all" ((T, vocab)).
+        on_layer: called after each layer (for a progress bar).
         """
         from studygroup.run import Run, Settings
 
         ids = self.ids(text_or_ids)
         settings = Settings.make(self, len(ids), silence_members, member_heads, silence_heads)
-        return Run.compute(self, ids, settings, resolve(record, len(ids)), logits)
+        return Run.compute(self, ids, settings, resolve(record, len(ids)), logits, on_layer)
 
     @torch.inference_mode()
     def silenced_logits(self, text_or_ids, members: Sequence[int], heads=None) -> torch.Tensor:

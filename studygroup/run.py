@@ -85,10 +85,12 @@ class Run:
 
     @classmethod
     @torch.inference_mode()
-    def compute(cls, model: Model, ids: list[int], settings: Settings, record: Record, logits: str = "last") -> "Run":
+    def compute(cls, model: Model, ids: list[int], settings: Settings, record: Record, logits: str = "last",
+                on_layer=None) -> "Run":
         if logits not in ("last", "all"):
             raise ValueError(f"logits must be 'last' or 'all', not {logits!r}")
         plan = settings.plan(model, len(ids), record, all_logits=logits == "all")
+        plan.on_layer = on_layer
         out, steps = model.forward(torch.tensor(ids, device=model.device), plan)
         return cls(model, ids, settings, record, out[0].float(), {k: v[0] for k, v in steps.items()})
 

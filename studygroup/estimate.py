@@ -1,0 +1,80 @@
+"""What a run will cost before it starts: memory and time, from the config and a quick probe.
+
+The time estimate counts multiply-adds (the projections, the MLP and the T×T attention) and
+divides by the speed this machine reaches on a matrix multiply of the model's own sizes, measured
+once per process (about 20 ms).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+
+from studygroup.config import Config
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Peak memory in bytes and wall time in seconds (rough: within a factor of two)."""
+
+    bytes: int
+    seconds: float
+
+    def __str__(self) -> str:
+        return f"about {self.bytes / 2**30:.1f} GiB and {_duration(self.seconds)}"
+
+
+def _duration(s: float) -> str:
+    return f"{s:.1f} s" if s < 90 else f"{s / 60:.1f} min"
+
+
+def flops(c: Config, T: int, rows: int | None = None) -> float:
+    """Multiply-add count ×2 of one forward pass over T tokens (`rows` of them recomputed)."""
+    rows = T if rows is None else rows
+    proj = c.d_model * (c.n_heads + 2 * c.n_kv_heads) * c.d_head + c.n_heads * c.d_head * c.d_model
+    mlp = 3 * c.d_model * c.d_mlp
+    attention = 2 * c.n_heads * c.d_head * (T + 1) / 2  # causal: half the keys on average, Q·K and weights·V
+    return 2.0 * c.n_layers * rows * (proj + mlp + attention) + 2.0 * c.d_model * c.vocab_size
+
+
+def weight_bytes(c: Config, dtype_bytes: int = 4) -> int:
+    per_layer = (c.d_model * (c.n_heads + 2 * c.n_kv_heads) * c.d_head + c.n_heads * c.d_head * c.d_model
+                 + 3 * c.d_model * c.d_mlp + 2 * c.d_model)
+    return dtype_bytes * (c.n_layers * per_layer + c.vocab_size * c.d_model + c.d_model)
+
+
+def activation_bytes(c: Config, T: int, batch: int = 1) -> int:
+    """Live activations of one layer (residual, Q/K/V, MLP hidden), float32."""
+    width = 4 * c.d_model + (c.n_heads + 2 * c.n_kv_heads) * c.d_head + 3 * c.d_mlp
+    return 4 * batch * T * width
+
+
+def kv_bytes(c: Config, T: int) -> int:
+    """Every member's keys and values in every layer, float32 (kept for last-question analysis)."""
+    return 4 * 2 * c.n_layers * c.n_kv_heads * T * c.d_head
+
+
+@lru_cache(maxsize=1)
+def machine_flops_per_second() -> float:
+    """float32 multiply speed on a matrix of the model's shape, measured once."""
+    a, b = torch.randn(256, 576), torch.randn(576, 1536)
+    a @ b
+    start, n = time.perf_counter(), 0
+    while time.perf_counter() - start < 0.02:
+        a @ b
+        n += 1
+    return 2 * 256 * 576 * 1536 * n / (time.perf_counter() - start)
+
+
+def forward(c: Config, T: int, keep_kv: bool = False) -> Estimate:
+    """One pass over T tokens, optionally keeping every member's keys and values.
+
+    >>> from studygroup.config import Config
+    >>> c = Config(30, 9, 3, 576, 64, 1536, 8192, 1e5, 1e-5, 49152)
+    >>> forward(c, 8192).bytes < 2 * 2**30
+    True
+    """
+    memory = weight_bytes(c) + activation_bytes(c, T) + (kv_bytes(c, T) if keep_kv else 0)
+    return Estimate(int(memory * 1.2) + 200 * 2**20, flops(c, T) / machine_flops_per_second())

@@ -1,0 +1,33 @@
+"""A progress bar on stderr for long work (only when stderr is a terminal; silent otherwise)."""
+from __future__ import annotations
+
+import sys
+import time
+
+
+class Progress:
+    """`with Progress(30, "layers") as p: ... p.advance()` draws `layers [#####.....] 15/30 2.1 s`."""
+
+    def __init__(self, total: int, label: str, stream=None, force: bool = False):
+        self.total, self.label, self.done = total, label, 0
+        self.stream = stream or sys.stderr
+        self.enabled = force or getattr(self.stream, "isatty", lambda: False)()
+        self.start = time.perf_counter()
+
+    def advance(self, n: int = 1) -> None:
+        self.done += n
+        if self.enabled:
+            width = 30
+            filled = round(width * self.done / max(1, self.total))
+            elapsed = time.perf_counter() - self.start
+            self.stream.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] "
+                              f"{self.done}/{self.total} {elapsed:.1f} s")
+            self.stream.flush()
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.enabled:
+            self.stream.write("\n")
+            self.stream.flush()
