@@ -11,6 +11,7 @@ plain text: control tokens are not matched in text. User-defined tokens are, as 
 """
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -261,7 +262,7 @@ def token_text_to_bytes(text: str, token_type: int) -> bytes:
 
 def _readable(raw: bytes) -> str:
     """Bytes -> display text: whole UTF-8 characters as themselves (whitespace made visible),
-    anything else byte by byte as '<0xNN>'.
+    control characters and broken UTF-8 byte by byte as '<0xNN>'.
 
     >>> _readable(" a\\n".encode()), _readable("é".encode()[:1])
     ('␣a↵', '<0xC3>')
@@ -269,7 +270,7 @@ def _readable(raw: bytes) -> str:
     out, i = [], 0
     while i < len(raw):
         char, size = _utf8_char_at(raw, i)
-        if char is None or (char not in VISIBLE and (char < " " or char == "\x7f")):
+        if char is None or (char not in VISIBLE and unicodedata.category(char) == "Cc"):
             out.append(f"<0x{raw[i]:02X}>")
             i += 1
         else:

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from studygroup.errors import InputError, ModelFileError
-from studygroup.tokenizer import Tokenizer, byte_alphabet, load_tokenizer, token_text_to_bytes
+from studygroup.tokenizer import Tokenizer, _readable, byte_alphabet, load_tokenizer, token_text_to_bytes
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +86,8 @@ def test_readable(tok):
     assert show("a\nb\tc\r") == ["a", "↵", "b", "⇥", "c", "␍"]
     assert show("é") == ["<0xC3>", "<0xA9>"]  # one character, two byte tokens: neither is valid alone
     assert show("\x00") == ["<0x00>"]
+    assert _readable("\x85".encode()) == "<0xC2><0x85>"  # a whole but invisible (C1 control) character
+    assert _readable("naïve 🙂".encode()) == "naïve␣🙂"
     assert tok.readable(1) == "<|im_start|>"
 
 
