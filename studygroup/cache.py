@@ -62,7 +62,11 @@ def file_key(path: str | Path) -> str:
 
 
 def entry_path(key: str, kind: str) -> Path:
-    """File of one entry: kind "weights" -> <dir>/<key>.weights.safetensors, else <dir>/<key>.<kind>.json."""
+    """File of one entry: kind "weights" -> <dir>/<key>.weights.safetensors, else <dir>/<key>.<kind>.json.
+
+    >>> entry_path("model-0123456789abcdef", "tokenizer").name
+    'model-0123456789abcdef.tokenizer.json'
+    """
     suffix = "safetensors" if kind == "weights" else "json"
     return cache_dir() / f"{key}.{kind}.{suffix}"
 
@@ -84,12 +88,21 @@ def read_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]] |
 
 
 def write_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
-    """Store tensors (contiguous, unshared) and string metadata atomically at `path`."""
+    """Store tensors (contiguous, unshared) and string metadata atomically at `path`.
+
+    >>> write_tensors(cache_dir() / "x.weights.safetensors", {"a": torch.zeros(2, 3)}, {"note": "hi"})  # doctest: +SKIP
+    >>> read_tensors(cache_dir() / "x.weights.safetensors")[0]["a"].shape  # doctest: +SKIP
+    torch.Size([2, 3])
+    """
     _write_atomically(path, lambda tmp: save_file(tensors, str(tmp), metadata=metadata))
 
 
 def read_json(path: Path) -> Any | None:
-    """The JSON value stored at `path`; None when absent or unreadable."""
+    """The JSON value stored at `path`; None when absent or unreadable.
+
+    >>> read_json(Path("/nonexistent.json")) is None
+    True
+    """
     if not path.is_file():
         return None
     try:
@@ -100,13 +113,19 @@ def read_json(path: Path) -> Any | None:
 
 
 def write_json(path: Path, value: Any) -> None:
-    """Store a JSON value atomically at `path`."""
+    """Store a JSON value atomically at `path`.
+
+    >>> write_json(cache_dir() / "x.tokenizer.json", {"tokens": ["a"]})  # doctest: +SKIP
+    """
     text = json.dumps(value, ensure_ascii=False)
     _write_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def discard(path: Path) -> None:
-    """Delete a broken entry so the next write replaces it; a failure to delete is harmless."""
+    """Delete a broken entry so the next write replaces it; a failure to delete is harmless.
+
+    >>> discard(Path("/nonexistent.json"))  # nothing to delete: no error
+    """
     try:
         path.unlink(missing_ok=True)
     except OSError:

@@ -88,7 +88,7 @@ def config_from_gguf(fields: Mapping[str, Any]) -> Config:
     8
     """
     arch = _value(fields, "general.architecture", "?")
-    check_supported(fields, arch)
+    _check_supported(fields, arch)
     sizes = {name: _required_int(fields, f"{arch}.{key}") for name, key in REQUIRED_KEYS.items()}
     sizes["n_kv_heads"] = _int(fields, f"{arch}.attention.head_count_kv", sizes["n_heads"])
     sizes["vocab_size"] = _vocab_size(fields, arch)
@@ -99,11 +99,11 @@ def config_from_gguf(fields: Mapping[str, Any]) -> Config:
         rms_eps=float(_value(fields, f"{arch}.attention.layer_norm_rms_epsilon", DEFAULT_RMS_EPS)),
         name=str(_value(fields, "general.name", "")),
     )
-    check_config(config)
+    _check_config(config)
     return config
 
 
-def check_config(c: Config) -> None:
+def _check_config(c: Config) -> None:
     """Raise ModelFileError when the sizes cannot describe a working model."""
     for name in ("n_layers", "n_heads", "n_kv_heads", "d_model", "d_head", "d_mlp",
                  "context_length", "vocab_size"):
@@ -118,7 +118,7 @@ def check_config(c: Config) -> None:
         raise ModelFileError(f"rope_base = {c.rope_base} and rms_eps = {c.rms_eps} must be positive")
 
 
-def check_supported(fields: Mapping[str, Any], arch: str) -> None:
+def _check_supported(fields: Mapping[str, Any], arch: str) -> None:
     """Refuse Llama variants whose maths studygroup does not implement, rather than run them wrongly."""
     if (_int(fields, f"{arch}.expert_count", 0) or 0) > 0:
         raise ModelFileError("the model is a mixture of experts (e.g. Mixtral); studygroup implements "

@@ -71,7 +71,12 @@ class GGUFFile:
 
     def raw(self, info: TensorInfo) -> np.ndarray:
         """A tensor's bytes, read-only and memory-mapped, in the form `gguf.quants.dequantize` takes:
-        F32/F16 as numbers of shape `info.shape`, other types as uint8 (rows, bytes per row)."""
+        F32/F16 as numbers of shape `info.shape`, other types as uint8 (rows, bytes per row).
+
+        >>> f = read_gguf(default_model_path())  # doctest: +SKIP
+        >>> f.raw(f.tensors["blk.0.attn_q.weight"]).shape  # Q4_1: 576 rows of 18 blocks x 20 bytes  # doctest: +SKIP
+        (576, 360)
+        """
         if info.qtype in PLAIN_DTYPES:
             dtype = np.dtype(PLAIN_DTYPES[info.qtype])
             data = np.frombuffer(self._buffer, dtype, info.n_bytes // dtype.itemsize, info.offset)

@@ -74,7 +74,12 @@ def paper_shape(name: str, c: Config) -> tuple[int, ...]:
 
 
 def file_shape(name: str, c: Config) -> tuple[int, ...]:
-    """Numpy shape the file stores our tensor `name` in: (out, in) for the transposed ones."""
+    """Numpy shape the file stores our tensor `name` in: (out, in) for the transposed ones.
+
+    >>> from studygroup.config import Config
+    >>> file_shape("layers.0.W_K", Config(2, 4, 2, 32, 8, 64, 64, 1e4, 1e-5, 268))  # k_proj: (16, 32)
+    (16, 32)
+    """
     shape = paper_shape(name, c)
     return shape[::-1] if name.rsplit(".", 1)[-1] in TRANSPOSED else shape
 

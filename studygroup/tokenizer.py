@@ -103,7 +103,14 @@ class Tokenizer:
 
     @classmethod
     def from_fields(cls, fields: Mapping[str, Any]) -> Tokenizer:
-        """Build from GGUF metadata (gguf ReaderFields or plain values) under `tokenizer.ggml.`."""
+        """Build from GGUF metadata (gguf ReaderFields or plain values) under `tokenizer.ggml.`.
+
+        >>> alphabet = list(byte_alphabet().values())
+        >>> tok = Tokenizer.from_fields({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt2",
+        ...     "tokenizer.ggml.tokens": alphabet + ["Ġa"], "tokenizer.ggml.merges": ["Ġ a"]})
+        >>> tok.encode("a a")
+        [97, 256]
+        """
         model = _value(fields, "tokenizer.ggml.model")
         if model != "gpt2":
             raise ModelFileError(f"the tokenizer is of type {model!r}; studygroup reads byte-level BPE "
@@ -120,13 +127,22 @@ class Tokenizer:
                    add_bos=_value(fields, "tokenizer.ggml.add_bos_token"))
 
     def to_json(self) -> dict[str, Any]:
-        """Everything needed to rebuild this tokenizer, as a JSON-able dict (used by the cache)."""
+        """Everything needed to rebuild this tokenizer, as a JSON-able dict (used by the cache).
+
+        >>> Tokenizer.from_json(load_tokenizer().to_json()).vocab_size  # doctest: +SKIP
+        49152
+        """
         return {"format": FORMAT, "tokens": self.tokens, "merges": self.merges, "token_types": self.token_types,
                 "pre": self.pre, "bos_id": self.bos_id, "eos_id": self.eos_id, "add_bos": self.add_bos}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Tokenizer:
-        """Inverse of `to_json`."""
+        """Inverse of `to_json`; ValueError for anything else (the cache then rebuilds).
+
+        >>> Tokenizer.from_json({"format": "other"})
+        Traceback (most recent call last):
+        ValueError: not a studygroup-tokenizer-1 tokenizer
+        """
         if data.get("format") != FORMAT:
             raise ValueError(f"not a {FORMAT} tokenizer")
         return cls(data["tokens"], data["merges"], data["token_types"], data["pre"],
@@ -134,7 +150,7 @@ class Tokenizer:
 
     @property
     def vocab_size(self) -> int:
-        """Number of token ids, 0 .. vocab_size - 1."""
+        """Number of token ids, 0 .. vocab_size - 1 (49152 for the default model)."""
         return len(self.tokens)
 
     def encode(self, text: str) -> list[int]:
@@ -240,7 +256,8 @@ def byte_alphabet() -> dict[int, str]:
     """
     printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
     moved = [b for b in range(256) if b not in printable]
-    return {**{b: chr(b) for b in printable}, **{b: chr(256 + i) for i, b in enumerate(moved)}}
+    table = {**{b: chr(b) for b in printable}, **{b: chr(256 + i) for i, b in enumerate(moved)}}
+    return {b: table[b] for b in range(256)}  # in byte order
 
 
 _CHAR_TO_BYTE = {c: b for b, c in byte_alphabet().items()}

@@ -65,11 +65,11 @@ def read_weights(path: str | Path) -> tuple[Config, dict[str, torch.Tensor]]:
     """
     file = read_gguf(resolve_model_path(path))
     with _about(file.path):
-        check_architecture(file.fields)
+        _check_architecture(file.fields)
         config = config_from_gguf(file.fields)
         names = gguf_layout.name_map(config.n_layers, tied="output.weight" not in file.tensors)
-        check_tensor_names(set(file.tensors), names)
-        weights = {ours: load_tensor(file, file.tensors[name], ours, config) for name, ours in names.items()}
+        _check_tensor_names(set(file.tensors), names)
+        weights = {ours: _load_tensor(file, file.tensors[name], ours, config) for name, ours in names.items()}
     return config, weights
 
 
@@ -93,7 +93,12 @@ def load_weights(path: str | Path | None = None, cache: bool = True) -> tuple[Co
 
 
 def resolve_model_path(path: str | Path | None) -> Path:
-    """The default model when `path` is None; otherwise `path`, which must be an existing file."""
+    """The default model when `path` is None; otherwise `path`, which must be an existing file.
+
+    >>> resolve_model_path("no/such/model.gguf")
+    Traceback (most recent call last):
+    studygroup.errors.ModelFileError: model file no/such/model.gguf does not exist: pass the path of a .gguf file, or nothing for the default model
+    """
     if path is None:
         return default_model_path()
     path = Path(path).expanduser()
@@ -105,7 +110,7 @@ def resolve_model_path(path: str | Path | None) -> Path:
     return path
 
 
-def check_architecture(fields: Mapping[str, Any]) -> None:
+def _check_architecture(fields: Mapping[str, Any]) -> None:
     """Only `general.architecture = llama` files (SmolLM2, Llama 2/3, TinyLlama, Mistral) are read."""
     if "general.architecture" not in fields:
         raise ModelFileError("the file has no general.architecture key; re-convert it with llama.cpp")
@@ -115,7 +120,7 @@ def check_architecture(fields: Mapping[str, Any]) -> None:
                              "models (SmolLM2, Llama 2/3, TinyLlama, Mistral)")
 
 
-def check_tensor_names(found: set[str], expected: Mapping[str, str]) -> None:
+def _check_tensor_names(found: set[str], expected: Mapping[str, str]) -> None:
     """The file must hold exactly the tensors a Llama of its config has."""
     missing = sorted(set(expected) - found)
     if missing:
@@ -130,7 +135,7 @@ def check_tensor_names(found: set[str], expected: Mapping[str, str]) -> None:
                              f"e.g. {', '.join(extra[:3])}; studygroup cannot use this variant")
 
 
-def load_tensor(file: GGUFFile, tensor: TensorInfo, name: str, config: Config) -> torch.Tensor:
+def _load_tensor(file: GGUFFile, tensor: TensorInfo, name: str, config: Config) -> torch.Tensor:
     """One tensor of the file -> our tensor `name`, float32 in the paper's layout."""
     expected = gguf_layout.file_shape(name, config)
     if tensor.shape != expected:
