@@ -168,7 +168,8 @@ class Model:
 
     def _angles(self, T: int, offset: int = 0):
         if (T, offset) not in self._rope_cache:
-            cos, sin = rope.angles(T, self.config.d_head, self.config.rope_base, device=self.device, offset=offset)
+            with torch.inference_mode(False):  # plain tensors, so that a pass with autograd may reuse them
+                cos, sin = rope.angles(T, self.config.d_head, self.config.rope_base, device=self.device, offset=offset)
             self._rope_cache = {(T, offset): (cos, sin)}  # one entry: long texts would pile up otherwise
         return self._rope_cache[(T, offset)]
 
