@@ -290,9 +290,12 @@ class _Keeper:
         self.steps[self.name(step)] = t.detach().to(self.record.map_dtype if is_map else torch.float32)
 
 
-def load(path: str | Path | None = None, device: str = "cpu", dtype: torch.dtype = torch.float32,
-         cache: bool = True) -> Model:
+def load(path: str | Path | None = None, device: str = "cpu", dtype: str | torch.dtype = torch.float32,
+         cache: bool = True, require_native: bool = True) -> Model:
     """Load a Llama-family GGUF file (None: the default SmolLM2-135M-Instruct) as a Model.
+
+    dtype: float32 (exact, the default) or bfloat16 (the fast mode: on a CPU only where it
+      multiplies bfloat16 natively, AVX512-BF16 or AMX, unless require_native=False).
 
     >>> model = load()                      # doctest: +SKIP
     >>> model.config.n_layers, model.config.n_heads, model.config.n_kv_heads  # doctest: +SKIP
@@ -301,13 +304,37 @@ def load(path: str | Path | None = None, device: str = "cpu", dtype: torch.dtype
     from studygroup.tokenizer import load_tokenizer
     from studygroup.weights import load_weights
 
-    device = _device(device)
+    device, dtype = _device(device), _dtype(dtype)
+    if dtype == torch.bfloat16 and device.type == "cpu" and require_native and not native_bfloat16():
+        raise InputError("bfloat16 is not native on this CPU (no AVX512-BF16 or AMX): it would run slower "
+                         "than float32; use --dtype float32")
     config, weights = load_weights(path, cache=cache)
     return Model(config, weights, load_tokenizer(path, cache=cache), path, device, dtype)
 
 
+def native_bfloat16() -> bool:
+    """Whether this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX-BF16)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def _dtype(dtype: str | torch.dtype) -> torch.dtype:
+    names = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+    if isinstance(dtype, torch.dtype) and dtype in names.values():
+        return dtype
+    if dtype not in names:
+        raise InputError(f"dtype {dtype!r} is not supported: use float32 or bfloat16")
+    return names[dtype]
+
+
 def _device(device: str) -> torch.device:
-    d = torch.device(device)
+    try:
+        d = torch.device(device)
+    except RuntimeError:
+        raise InputError(f"unknown device {device!r}: use cpu or cuda") from None
     if d.type == "cuda" and not torch.cuda.is_available():
         raise InputError("CUDA was asked for but no CUDA device is available: use --device cpu")
     return d
