@@ -1,43 +1,173 @@
 """The command line: parse, call the library, render. No model logic here.
 
-Every error studygroup raises on purpose is printed as one line on stderr with exit status 2.
+Every error studygroup raises on purpose, and every bad argument, is printed as one line on
+stderr with exit status 2.
+
+    studygroup explain [TEXT] [--top K] [--silence-heads N|all] [--silence-members N|all]
+    studygroup compare TEXT_A TEXT_B
+    studygroup head [TEXT] --layer L --head H [--notation paper|columns]
+    studygroup lesson [--section N] [--html FILE]
+
+Every command takes --json (print the result as JSON instead), --top K and --model PATH.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
 DEFAULT_TEXT = "Cash or credit card? I have a lot"
 
 
+class ArgumentError(Exception):
+    """A bad command-line argument (argparse's message, kept to one line)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse would print the usage too: keep it to one line
+        raise ArgumentError(f"{message} (see: {self.prog} --help)")
+
+
+def _whole(least: int):
+    def parse(s: str) -> int:
+        try:
+            n = int(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{s!r} is not a whole number") from None
+        if n < least:
+            raise argparse.ArgumentTypeError(f"{n} is too small: the least is {least}")
+        return n
+    return parse
+
+
+def _count_or_all(s: str):
+    return "all" if s == "all" else _whole(0)(s)
+
+
+def _common(p: argparse.ArgumentParser, top: int, top_help: str) -> None:
+    p.add_argument("--model", default=None, metavar="PATH", help="a llama GGUF file (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--top", type=_whole(1), default=top, metavar="K", help=top_help)
+    p.add_argument("--json", action="store_true", help="print the result as JSON (see docs/json.md)")
+
+
+def _silencing(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--silence-heads", type=_count_or_all, default=16, metavar="N|all",
+                   help="how many candidate heads to silence exactly (default 16; all: every head, slower)")
+    p.add_argument("--silence-members", type=_count_or_all, default=24, metavar="N|all",
+                   help="silence every member up to N tokens, else the N with the largest direct shares (default 24)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="studygroup", description="The attention layer of a real model, as a study group.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    explain = sub.add_parser("explain", help="the members of a text and the group's conclusion")
-    explain.add_argument("text", nargs="?", default=DEFAULT_TEXT)
-    explain.add_argument("--model", default=None, metavar="PATH", help="a llama GGUF file (default: SmolLM2-135M-Instruct)")
-    explain.add_argument("--top", type=int, default=10, help="how many next words to show")
-    explain.set_defaults(handler=_explain)
+    parser = _Parser(prog="studygroup", description="The attention layer of a real model, as a study group.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    p = sub.add_parser("explain", help="the members of a text, the group's conclusion, and who decided it")
+    p.add_argument("text", nargs="?", default=DEFAULT_TEXT)
+    _common(p, 10, "how many next words to list (default 10)")
+    _silencing(p)
+    p.set_defaults(handler=_explain)
+    p = sub.add_parser("compare", help="what a longer context does to the conclusion, and who accounts for it")
+    p.add_argument("text_a")
+    p.add_argument("text_b")
+    _common(p, 10, "how many next words of each text to list (default 10)")
+    _silencing(p)
+    p.set_defaults(handler=_compare)
+    p = sub.add_parser("head", help="one head as a full study group")
+    p.add_argument("text", nargs="?", default=DEFAULT_TEXT)
+    p.add_argument("--layer", type=int, required=True)
+    p.add_argument("--head", type=int, required=True)
+    p.add_argument("--notation", default="paper", help="paper (rows are members) or columns (3Blue1Brown)")
+    _common(p, 4, "how many of each vector's largest entries to show (default 4)")
+    p.set_defaults(handler=_head)
+    p = sub.add_parser("lesson", help="the article's walkthrough with the real model's numbers")
+    p.add_argument("--section", type=int, default=None, metavar="N", help="show section N only")
+    p.add_argument("--html", default=None, metavar="FILE", help="write the lesson as a self-contained HTML page")
+    _common(p, 8, "how many next words the conclusion lists (default 8)")
+    p.set_defaults(handler=_lesson)
     return parser
 
 
-def _explain(args) -> None:
-    from studygroup import render_text
+def _load(args):
     from studygroup.model import load
 
-    model = load(args.model)
-    run = model.run(args.text, record="none")
-    print(render_text.members_and_conclusion(run, args.top))
+    return load(args.model)
+
+
+def _explain(args) -> str:
+    from studygroup import render_text
+    from studygroup.study import explain
+
+    e = explain(_load(args), args.text, top=args.top, silence_heads=args.silence_heads,
+                silence_members=args.silence_members)
+    return e.to_json(indent=2) if args.json else render_text.explanation(e)
+
+
+def _compare(args) -> str:
+    from studygroup import render_text
+    from studygroup.study_compare import compare
+
+    c = compare(_load(args), args.text_a, args.text_b, top=args.top, silence_heads=args.silence_heads,
+                silence_members=args.silence_members)
+    return c.to_json(indent=2) if args.json else render_text.comparison(c)
+
+
+def _head(args) -> str:
+    from studygroup import render_text
+    from studygroup.study_head import check_notation, head_view
+
+    check_notation(args.notation)
+    v = head_view(_load(args), args.text, args.layer, args.head, args.notation, largest=args.top)
+    return v.to_json(indent=2) if args.json else render_text.head_view(v)
+
+
+def _lesson(args) -> str:
+    from studygroup import render_html, render_text
+    from studygroup.lesson import check_section, lesson
+
+    if args.section is not None:
+        check_section(args.section)
+    if args.html is not None:
+        _check_writable(args.html)
+    l = lesson(_load(args), top=args.top)
+    if args.html is not None:
+        _write(args.html, render_html.lesson_html(l))
+        return f"studygroup: wrote the lesson to {args.html}"
+    if args.json:
+        return (l.section(args.section) if args.section else l).to_json(indent=2)
+    return render_text.lesson(l, args.section)
+
+
+def _check_writable(path: str) -> None:
+    """InputError now, before the work, if `path` cannot be written."""
+    from studygroup.errors import InputError
+
+    p = Path(path)
+    folder = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        raise InputError(f"cannot write {path}: it is a folder; give a file name such as lesson.html")
+    if not folder.is_dir():
+        raise InputError(f"cannot write {path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise InputError(f"cannot write {path}: permission denied")
+
+
+def _write(path: str, content: str) -> None:
+    from studygroup.errors import InputError
+
+    try:
+        Path(path).write_text(content, encoding="utf-8")
+    except OSError as e:
+        raise InputError(f"cannot write {path}: {e.strerror or e}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     from studygroup.errors import StudyGroupError
 
     try:
-        args.handler(args)
-    except StudyGroupError as e:
-        print(f"studygroup: error: {e}", file=sys.stderr)
+        args = build_parser().parse_args(argv)
+        print(args.handler(args))
+    except (StudyGroupError, ArgumentError) as e:
+        print("studygroup: error: " + " ".join(str(e).split()), file=sys.stderr)  # one line
         return 2
     except KeyboardInterrupt:
         print("studygroup: interrupted", file=sys.stderr)

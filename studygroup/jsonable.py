@@ -1,0 +1,50 @@
+"""Plain dataclasses that serialise to JSON: the study layer's results, for --json and the web page.
+
+Every number written is finite: a value that is not (a masked score, an effect nobody computed)
+is written as null. Tuples become lists; nested dataclasses become objects with the same keys.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any
+
+
+def plain(value: Any) -> Any:
+    """A JSON-able copy of `value`: dataclasses as dicts, tuples as lists, non-finite floats as None.
+
+    >>> plain({"a": (1.5, float("nan")), "b": [float("-inf")]})
+    {'a': [1.5, None], 'b': [None]}
+    """
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    raise TypeError(f"{type(value).__name__} is not JSON-able: convert it (e.g. .tolist()) before storing it")
+
+
+class JSONable:
+    """Mixin for result dataclasses: `to_dict()` and `to_json()`.
+
+    >>> @dataclasses.dataclass
+    ... class Point(JSONable):
+    ...     x: float
+    ...     y: float | None = None
+    >>> Point(1.0, float("inf")).to_json()
+    '{"x": 1.0, "y": null}'
+    """
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as plain dicts, lists, strings and finite numbers (None for the rest)."""
+        return plain(self)
+
+    def to_json(self, indent: int | None = None) -> str:
+        """Valid JSON (no NaN or Infinity), keys in field order."""
+        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False, allow_nan=False)

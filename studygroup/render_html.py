@@ -1,0 +1,49 @@
+"""The lesson as one self-contained HTML page: no scripts, no network, every text escaped."""
+from __future__ import annotations
+
+from html import escape
+
+STYLE = """
+body { font: 16px/1.5 system-ui, sans-serif; max-width: 60rem; margin: 2rem auto; padding: 0 1rem; color: #222; }
+h1 { font-size: 1.6rem; } h2 { font-size: 1.25rem; margin-top: 2.5rem; border-bottom: 1px solid #ccc; }
+table { border-collapse: collapse; margin: 0.5rem 0 1rem; font-size: 0.9rem; }
+caption { text-align: left; font-style: italic; padding-bottom: 0.25rem; }
+th, td { border: 1px solid #ddd; padding: 0.15rem 0.5rem; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.masked { background: repeating-linear-gradient(45deg, #eee, #eee 3px, #fff 3px, #fff 6px); }
+pre { background: #f6f6f6; padding: 0.75rem; overflow-x: auto; white-space: pre-wrap; }
+nav ol { columns: 2; }
+"""
+
+
+def _cell(x, shade: bool) -> str:
+    if x is None:
+        return '<td class="masked" title="masked"></td>'
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        style = ""
+        if shade and 0.0 <= x <= 1.0:  # weights: one absolute 0–1 scale, the same in every table
+            style = f' style="background: rgba(68, 1, 84, {0.85 * float(x):.3f}); color: {"#fff" if x > 0.5 else "#222"}"'
+        return f'<td class="num"{style} title="{float(x):.4g}">{float(x):.4g}</td>'
+    return f"<td>{escape(str(x))}</td>"
+
+
+def _block(b) -> str:
+    if b.kind == "text":
+        return f"<p>{escape(b.text)}</p>"
+    if b.kind == "code":
+        return f"<pre>{escape(b.text)}</pre>"
+    head = "".join(f"<th>{escape(str(h))}</th>" for h in b.header)
+    body = "".join("<tr>" + "".join(_cell(x, b.shade) for x in row) + "</tr>" for row in b.rows)
+    return f"<table><caption>{escape(b.caption)}</caption><tr>{head}</tr>{body}</table>"
+
+
+def lesson_html(lesson) -> str:
+    """The Lesson as a complete HTML document (str)."""
+    texts = " and ".join(f"“{escape(t)}”" for t in lesson.texts)
+    nav = "".join(f'<li><a href="#s{s.number}">{escape(s.title)}</a></li>' for s in lesson.sections)
+    sections = "".join(f'<section id="s{s.number}"><h2>{s.number}. {escape(s.title)}</h2>'
+                       + "".join(_block(b) for b in s.blocks) + "</section>" for s in lesson.sections)
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>If attention were a study group'
+            f"</title><style>{STYLE}</style></head><body><h1>If attention were a study group</h1>"
+            f"<p>The attention layer of a real model on {texts}, following head {lesson.head} of layer "
+            f"{lesson.layer}.</p><nav><ol>{nav}</ol></nav>{sections}</body></html>\n")

@@ -1,0 +1,156 @@
+"""The few plain sentences that tell a result's story in the article's terms, with its real numbers.
+
+Templates filled from an Explanation or a Comparison: every name and number comes from the
+result; nothing is claimed that the result does not hold.
+"""
+from __future__ import annotations
+
+
+def percent(p: float) -> str:
+    """Probabilities as percentages: one decimal under 10%, none above (see UI.md).
+
+    >>> percent(0.9526), percent(0.0171), percent(0.0004)
+    ('95%', '1.7%', '0.0%')
+    """
+    return f"{100 * p:.1f}%" if p < 0.1 else f"{100 * p:.0f}%"
+
+
+def quote(token: str) -> str:
+    """A member or word in quotes, readable form (␣ for a leading space)."""
+    return f"“{token}”"
+
+
+def _members_line(tokens: list[str]) -> str:
+    if len(tokens) <= 20:
+        return f"The {len(tokens)} members are " + ", ".join(quote(t) for t in tokens) + "."
+    head, tail = ", ".join(quote(t) for t in tokens[:5]), ", ".join(quote(t) for t in tokens[-5:])
+    return f"The {len(tokens)} members run from {head} … to {tail}."
+
+
+def _moves(word: str, p0: float, p1: float) -> str:
+    return f"{'lowers' if p1 < p0 else 'raises'} the probability of {quote(word)} from {percent(p0)} to {percent(p1)}"
+
+
+def _conclusion(e) -> str:
+    others = [f"{quote(w.token)} ({percent(w.prob)})" for w in e.top[1:3]]
+    ahead = f", ahead of {' and '.join(others)}" if others else ""
+    return f"The group concludes that the next word is {quote(e.predicted.token)} ({percent(e.predicted.prob)}){ahead}."
+
+
+def _decisive_head(e) -> list[str]:
+    if not e.heads:
+        return []
+    h, w = e.heads[0], e.predicted
+    lines = [f"The most decisive head tested is head {h.head} of layer {h.layer}: silencing it "
+             f"{_moves(w.token, w.prob, h.prob_silenced)} (log-probability {h.silence_effect:+.3f}), and its write "
+             f"adds {h.logit_contribution:+.2f} directly to that word's logit ({e.logit_parts.logit:.2f} in all)."]
+    first = next((x for x in e.heads if x.rank_by_contribution == 1), None)
+    if first is not None and first is not h:
+        lines.append(f"By direct contribution alone, head {first.head} of layer {first.layer} comes first "
+                     f"({first.logit_contribution:+.2f} to the logit), yet silencing it changes the log-probability "
+                     f"by {first.silence_effect:+.3f}: a head's write also changes what later layers compute, "
+                     f"so the two measures can disagree.")
+    return lines + _listening(h, e.tokens[-1])
+
+
+def _listening(h, asker: str) -> list[str]:
+    if not h.listened:
+        return []
+    by_weight = sorted(h.listened, key=lambda x: -x.weight)[:2]
+    heard = " and ".join(f"{quote(x.token)} ({x.weight:.2f})" for x in by_weight)
+    line = (f"In head {h.head} of layer {h.layer}, the last member {quote(asker)} asks its question and gives "
+            f"the most weight to {heard}.")
+    top = h.listened[0]  # largest weight × answer size
+    line += (f" Weighing each answer by its size through the output projection (weight × ‖v·W_O‖), "
+             f"{quote(top.token)} contributes most ({top.contribution:.2f})")
+    if top.index != by_weight[0].index:
+        line += f", with a weight of only {top.weight:.2f}: here the attention weight alone would mislead"
+    return [line + "."]
+
+
+def _members(e) -> list[str]:
+    ranked = sorted((m for m in e.members if m.rank is not None), key=lambda m: m.rank)
+    if not ranked:
+        return []
+    w = e.predicted
+    parts = [f"without {quote(m.token)} (member {m.index}) it {'falls' if m.effect < 0 else 'rises'} "
+             f"to {percent(m.prob_silenced)} ({m.effect:+.3f})" for m in ranked[:2]]
+    lines = [f"Silencing one member in every head changes how sure the group is of {quote(w.token)} "
+             f"({percent(w.prob)}): " + "; ".join(parts) + "."]
+    raising = [m for m in ranked[2:] if m.effect > 0][:1]  # the member the group does better without
+    lines += [f"Of the others, silencing {quote(m.token)} (member {m.index}) raises it most, to "
+              f"{percent(m.prob_silenced)} ({m.effect:+.3f})." for m in raising]
+    return lines
+
+
+def explain_story(e) -> list[str]:
+    """The Explanation `e` as a few sentences: members, conclusion, decisive head, members, logit."""
+    n_heads, n_layers = e.model.n_layers * e.model.n_heads, e.model.n_layers
+    p = e.logit_parts
+    return [
+        _members_line(e.tokens),
+        f"In each of the {n_heads} heads every member asks a question (Q); each answer (V) is weighed by how "
+        f"well its nature (K) matches the question (Q·K/√d_k, then softmax over the question's row).",
+        _conclusion(e),
+        *_decisive_head(e),
+        *_members(e),
+        f"The logit of {quote(e.predicted.token)}, {p.logit:.2f}, adds up from the embedding ({p.embed:+.2f}), "
+        f"the {n_heads} heads' writes ({p.heads:+.2f}) and the {n_layers} MLPs ({p.mlps:+.2f}).",
+    ]
+
+
+def _text(e) -> str:
+    return f"“{e.text}”" if e.text is not None else f"the {len(e.tokens)} tokens"
+
+
+def _shift_lines(c) -> list[str]:
+    a, b, w = c.a, c.b, quote(c.word)
+    s = next(x for x in c.shift if x.id == c.word_id)
+    lines = [f"After {_text(a)} the group concludes {quote(a.predicted.token)} ({percent(a.predicted.prob)}); "
+             f"after {_text(b)}, {quote(b.predicted.token)} ({percent(b.predicted.prob)})."]
+    if a.predicted.id == b.predicted.id:
+        verb = "raises" if s.change > 0 else "lowers"
+        lines.append(f"The conclusion stays {w}: text b {verb} its probability from {percent(s.prob_a)} to "
+                     f"{percent(s.prob_b)} ({100 * s.change:+.1f} points).")
+    else:
+        lines.append(f"The conclusion changes: {w} goes from {percent(s.prob_a)} to {percent(s.prob_b)}.")
+    others = sorted((x for x in c.shift if x.id != c.word_id), key=lambda x: -abs(x.change))[:2]
+    if others:
+        lines.append("Among the alternatives, " + " and ".join(
+            f"{quote(x.token)} goes from {percent(x.prob_a)} to {percent(x.prob_b)}" for x in others) + ".")
+    return lines
+
+
+def _compare_heads(c) -> list[str]:
+    if not c.heads:
+        return []
+    named = ", ".join(f"head {h.head} of layer {h.layer} ({h.contribution_a:+.2f} → {h.contribution_b:+.2f})"
+                      for h in c.heads[:3])
+    return [f"The heads whose direct push on {quote(c.word)} changed most from a to b: {named}. In all, the heads' "
+            f"direct share of its logit changes by {c.logit.heads:+.2f} and the MLPs' by {c.logit.mlps:+.2f} "
+            f"(the logit goes from {c.logit.logit_a:.2f} to {c.logit.logit_b:.2f})."]
+
+
+def _compare_members(c) -> list[str]:
+    lines = []
+    if c.members:
+        named = " and ".join(f"{quote(m.token)} (member {m.index}, {m.effect:+.3f})" for m in c.members[:2])
+        lines.append(f"In text {c.longer}, silencing one member in every head moves the log-probability of "
+                     f"{quote(c.word)} most for {named}.")
+    p = c.prefix
+    if p is not None:
+        shorter = c.a if p.longer == "b" else c.b
+        s = next(x for x in c.shift if x.id == c.word_id)
+        p_short = s.prob_a if p.longer == "b" else s.prob_b
+        closer = abs(p.prob_word - p_short) < abs((s.prob_b if p.longer == "b" else s.prob_a) - p_short)
+        lines.append(f"Silencing the members of “{p.text}” together in every head (they stay in the text, but "
+                     f"nobody hears their answers) gives {quote(c.word)} {percent(p.prob_word)}, "
+                     f"{'closer to' if closer else 'further from'} the {percent(p_short)} of {_text(shorter)}; "
+                     f"the whole next-word distribution moves {'toward' if p.toward_shorter else 'away from'} that "
+                     f"text's (total variation {p.distance_before:.3f} → {p.distance_silenced:.3f}).")
+    return lines
+
+
+def compare_story(c) -> list[str]:
+    """The Comparison `c` as a few sentences: both conclusions, the shift, the heads, the members."""
+    return [*_shift_lines(c), *_compare_heads(c), *_compare_members(c)]
