@@ -18,8 +18,13 @@ _LAZY = {
     "Record": ("studygroup.record", "Record"),
     "Config": ("studygroup.config", "Config"),
     "softmax_example": ("studygroup.softmax_example", "softmax_example"),
+    "explain": ("studygroup.study", "explain"),
+    "compare": ("studygroup.study_compare", "compare"),
+    "head_view": ("studygroup.study_head", "head_view"),
+    "model_view": ("studygroup.study_view", "model_view"),
 }
-_MODULES = {"attention", "record", "model", "run", "rope", "silence", "weights", "tokenizer", "config", "cache"}
+_MODULES = {"attention", "record", "model", "run", "rope", "silence", "weights", "tokenizer", "config", "cache",
+            "attribution", "effects", "lesson", "study", "study_compare", "study_head", "study_view"}
 
 __all__ = ["InputError", "ModelFileError", "NotationError", "StudyGroupError", *_LAZY, *sorted(_MODULES)]
 
