@@ -252,20 +252,27 @@ def _heads(heads) -> frozenset | None:
 def _fuse(w: dict[str, torch.Tensor], c: Config) -> dict[str, torch.Tensor]:
     """Fuse Q/K/V and gate/up projections into one matrix each (one multiply instead of three).
 
-    The separate W_Q, W_K, W_V, W_gate, W_up stay available as views into the fused matrices.
+    Every matrix keeps the paper's (in, out) shape but is stored (out, in) in memory, the layout
+    BLAS and oneDNN multiply fastest (10× for bfloat16 on some CPUs). The separate W_Q, W_K, W_V,
+    W_gate, W_up stay available as views into the fused matrices.
     """
     for l in range(c.n_layers):
         p = f"layers.{l}."
-        qkv = torch.cat([w.pop(p + "W_Q"), w.pop(p + "W_K"), w.pop(p + "W_V")], dim=1)  # (d_model, (H+2H_kv)·d)
+        qkv = _out_in(torch.cat([w.pop(p + "W_Q"), w.pop(p + "W_K"), w.pop(p + "W_V")], dim=1))  # (d_model, (H+2H_kv)·d)
         w[p + "W_QKV"] = qkv
         w[p + "W_Q"], w[p + "W_K"], w[p + "W_V"] = qkv.split(
             [c.n_heads * c.d_head, c.n_kv_heads * c.d_head, c.n_kv_heads * c.d_head], dim=1)
-        gate_up = torch.cat([w.pop(p + "W_gate"), w.pop(p + "W_up")], dim=1)  # (d_model, 2·d_mlp)
+        gate_up = _out_in(torch.cat([w.pop(p + "W_gate"), w.pop(p + "W_up")], dim=1))  # (d_model, 2·d_mlp)
         w[p + "W_gate_up"] = gate_up
         w[p + "W_gate"], w[p + "W_up"] = gate_up.chunk(2, dim=1)
-    if "unembed" not in w:
-        w["unembed"] = w["embed"].T  # tied: the unembedding is the embedding, transposed (a view)
+        w[p + "W_O"], w[p + "W_down"] = _out_in(w[p + "W_O"]), _out_in(w[p + "W_down"])
+    w["unembed"] = _out_in(w["unembed"]) if "unembed" in w else w["embed"].T  # tied: a view of the embedding
     return w
+
+
+def _out_in(W: torch.Tensor) -> torch.Tensor:
+    """The same (in, out) matrix, stored (out, in) in memory."""
+    return W.T.contiguous().T
 
 
 class _Keeper:
