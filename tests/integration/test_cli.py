@@ -1,0 +1,126 @@
+"""The command line on a tiny random model: every command, --json, and one-line errors for bad input."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from studygroup.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model):
+    return str(tiny_model.path)
+
+
+def cli(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_explain_prints_members_conclusion_heads_members_and_story(capsys, tiny):
+    code, out, err = cli(capsys, "explain", "the tin", "--model", tiny, "--top", 3)
+    assert code == 0 and err == ""
+    for title in ("members (4): t | he | ␣t | in", "the group's conclusion", "which heads decided it",
+                  "which members decided it", "the story:"):
+        assert title in out
+    assert "all 8 silenced" in out
+
+
+def test_explain_json(capsys, tiny):
+    code, out, _ = cli(capsys, "explain", "the tin", "--model", tiny, "--top", 4, "--silence-heads", 2, "--json")
+    data = json.loads(out)
+    assert code == 0 and len(data["top"]) == 4 and len(data["heads"]) == 2
+    assert data["tokens"] == ["t", "he", "␣t", "in"] and data["heads_silenced"].startswith("top 2 of 8")
+    assert [m["index"] for m in data["members"]] == [0, 1, 2, 3]
+
+
+def test_compare_text_and_json(capsys, tiny):
+    code, out, _ = cli(capsys, "compare", "the tin", "an ear the tin", "--model", tiny)
+    assert code == 0 and "the shift (a → b)" in out and "b, prefix silenced" in out
+    code, out, _ = cli(capsys, "compare", "the tin", "an ear the tin", "--model", tiny, "--json")
+    data = json.loads(out)
+    assert code == 0 and {"a", "b", "shift"} <= set(data) and data["prefix"]["text"] == "an ear "
+
+
+@pytest.mark.parametrize("notation", ["paper", "columns"])
+def test_head_text_and_json(capsys, tiny, notation):
+    code, out, _ = cli(capsys, "head", "the tin", "--layer", 1, "--head", 2, "--notation", notation, "--model", tiny)
+    assert code == 0 and f"notation: {notation}" in out and "the same result" in out
+    code, out, _ = cli(capsys, "head", "the tin", "--layer", 1, "--head", 2, "--notation", notation,
+                       "--model", tiny, "--json", "--top", 2)
+    data = json.loads(out)
+    assert data["notation"] == notation and len(data["members"][0]["question"]["largest"]) == 2
+    assert data["scores"][0][3] is None if notation == "paper" else data["scores"][3][0] is None
+
+
+def test_lesson_sections_json_and_html(capsys, tiny, tmp_path):
+    code, out, _ = cli(capsys, "lesson", "--section", 5, "--model", tiny)
+    assert code == 0 and out.startswith("── 5/8  Softmax") and "1.01122e-43" in out
+    code, out, _ = cli(capsys, "lesson", "--section", 1, "--model", tiny, "--json")
+    assert code == 0 and json.loads(out)["title"] == "Two notations"
+    page = tmp_path / "lesson.html"
+    code, out, _ = cli(capsys, "lesson", "--model", tiny, "--html", page)
+    assert code == 0 and str(page) in out
+    assert page.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["explain", ""], "empty"),
+    (["explain", "   "], "only whitespace"),
+    (["compare", "the tin", " \n "], "only whitespace"),
+    (["head", "\t", "--layer", "0", "--head", "0"], "only whitespace"),
+    (["explain", "the tin " * 40], "context"),
+    (["head", "the tin", "--layer", "2", "--head", "0"], "layer 2 does not exist"),
+    (["head", "the tin", "--layer", "-1", "--head", "0"], "layer -1 does not exist"),
+    (["head", "the tin", "--layer", "0", "--head", "4"], "head 4 does not exist"),
+    (["head", "the tin", "--layer", "0", "--head", "0", "--notation", "rows"], "unknown notation"),
+    (["head", "the tin", "--layer", "x", "--head", "0"], "--layer"),
+    (["head", "the tin", "--head", "0"], "--layer"),
+    (["lesson", "--section", "9"], "section 9 does not exist"),
+    (["lesson", "--section", "0"], "section 0 does not exist"),
+    (["explain", "the tin", "--top", "0"], "--top"),
+    (["explain", "the tin", "--silence-heads", "some"], "--silence-heads"),
+    (["frobnicate"], "invalid choice"),
+    ([], "required"),
+])
+def test_bad_input_gets_one_line_and_exit_2(capsys, tiny, argv, message):
+    code, out, err = cli(capsys, *argv, *(["--model", tiny] if argv and argv[0] != "frobnicate" else []))
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("studygroup: error: ") and message in err, err
+
+
+def test_unreadable_model_paths(capsys, tmp_path):
+    not_gguf = tmp_path / "notes.txt"
+    not_gguf.write_text("hello")
+    for path in (tmp_path / "missing.gguf", not_gguf, tmp_path):
+        code, out, err = cli(capsys, "explain", "the tin", "--model", path)
+        assert code == 2 and err.count("\n") == 1 and err.startswith("studygroup: error: "), err
+
+
+def test_unwritable_html_path(capsys, tiny, tmp_path):
+    for path in (tmp_path / "no" / "such" / "folder" / "x.html", tmp_path):
+        code, out, err = cli(capsys, "lesson", "--model", tiny, "--html", path)
+        assert code == 2 and err.count("\n") == 1 and "cannot write" in err, err
+    if os.geteuid() != 0:  # root may write anywhere
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        code, _, err = cli(capsys, "lesson", "--model", tiny, "--html", locked / "x.html")
+        assert code == 2 and "permission denied" in err
+
+
+def test_a_real_process(tiny):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    ok = subprocess.run([sys.executable, "-m", "studygroup.cli", "explain", "the tin", "--model", tiny, "--json"],
+                        capture_output=True, text=True, env=env, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["tokens"] == ["t", "he", "␣t", "in"]
+    bad = subprocess.run([sys.executable, "-m", "studygroup.cli", "head", "the tin", "--layer", "7", "--head", "0",
+                          "--model", tiny], capture_output=True, text=True, env=env, timeout=120)
+    assert bad.returncode == 2 and bad.stdout == "" and "Traceback" not in bad.stderr
+    assert bad.stderr.strip() == "studygroup: error: layer 7 does not exist: the model has 2 layers (0-1)"

@@ -1,0 +1,363 @@
+"""The study layer (explain, compare, head, model view, lesson) on tiny random models written by fixtures."""
+import json
+import math
+import re
+from dataclasses import fields, is_dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+import studygroup
+from studygroup import attribution, effects, render_html, render_text, study, study_compare, study_head
+from studygroup.errors import InputError, NotationError
+from studygroup.lesson import lesson
+from studygroup.model import Forward
+from studygroup.record import Record
+from studygroup.study_view import model_view
+from conftest import write_tiny_gguf
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "json.md"
+TEXT_A, TEXT_B = "the tin", "an ear then the tin"
+
+
+@pytest.fixture(scope="module")
+def model(tiny_model):
+    return studygroup.load(tiny_model.path)
+
+
+@pytest.fixture(scope="module")
+def explained(model):
+    return study.analyse(model, TEXT_B, top=5)
+
+
+@pytest.fixture(scope="module")
+def compared(model):
+    return study_compare.compare(model, TEXT_A, TEXT_B, top=5)
+
+
+def random_ids(model, T, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, model.config.vocab_size, (T,), generator=g).tolist()
+
+
+# ---- direct contributions ---------------------------------------------------------------------
+@pytest.mark.parametrize("T,seed", [(1, 0), (9, 1), (30, 2)])
+def test_direct_contributions_add_up_to_the_logit(model, T, seed):
+    run = model.run(random_ids(model, T, seed))
+    for token in (int(run.last_logits.argmax()), 7, model.config.vocab_size - 1):
+        parts = attribution.direct_contributions(run, token)
+        assert parts.heads.shape == (model.config.n_layers, model.config.n_heads)
+        assert abs(parts.total - parts.logit) < 1e-4 * max(1.0, abs(parts.logit))
+
+
+def test_explanation_logit_parts_add_up(explained):
+    e = explained.explanation
+    p = e.logit_parts
+    assert p.logit == pytest.approx(e.predicted.logit)
+    assert p.embed + p.heads + p.mlps == pytest.approx(p.logit, abs=1e-4)
+    assert sum(map(sum, e.contributions)) == pytest.approx(p.heads, abs=1e-4)
+
+
+def test_member_shares_split_the_head_contributions(explained):
+    run, e = explained.run, explained.explanation
+    shares = attribution.member_shares(run, e.predicted.id)
+    assert float(shares.sum()) == pytest.approx(e.logit_parts.heads, abs=1e-4)
+    for h in e.heads:  # each head's listened shares add up to its own contribution
+        assert sum(x.logit_share for x in h.listened) == pytest.approx(h.logit_contribution, abs=1e-4)
+        for x in h.listened:
+            assert x.contribution == pytest.approx(x.weight * x.answer_size, rel=1e-5)
+
+
+# ---- member effects ---------------------------------------------------------------------------
+def test_batched_member_silencing_equals_one_at_a_time(model, monkeypatch):
+    ids = random_ids(model, 7, 3)
+    token = int(model.run(ids, record="none").last_logits.argmax())
+    monkeypatch.setattr(effects, "ROWS_PER_PASS", 7 * 3)  # three copies a pass: three passes
+    batched = effects.member_log_probs(model, ids, token, list(range(7)))
+    for j in range(7):
+        alone = effects.log_probs(model.run(ids, record="none", silence_members=[j]).last_logits)[token]
+        assert float(batched[j]) == pytest.approx(float(alone), abs=1e-4)
+
+
+def test_a_member_no_head_hears_has_no_effect(model):
+    ids = random_ids(model, 6, 4)
+    clean = model.run(ids, record="none").last_logits
+    # silenced in no head at all, nothing can change
+    assert torch.allclose(model.silenced_logits(ids, [2, 5], heads=[]), clean.expand(2, -1), atol=1e-5)
+    # a one-member group: silenced, the only member still hears itself (the mask rule), so nothing changes
+    e = study.explain(model, ids[:1])
+    assert e.members[0].effect == pytest.approx(0.0, abs=1e-6)
+
+
+def test_when_no_head_writes_anything_no_member_or_head_matters(tiny_model):
+    mute = studygroup.load(tiny_model.path)
+    for l in range(mute.config.n_layers):
+        mute.w[f"layers.{l}.W_O"] = torch.zeros_like(mute.w[f"layers.{l}.W_O"])
+    e = study.explain(mute, TEXT_B)
+    assert all(m.effect == pytest.approx(0.0, abs=1e-6) for m in e.members)
+    assert all(h.silence_effect == pytest.approx(0.0, abs=1e-6) for h in e.heads)
+    assert all(abs(x) < 1e-6 for row in e.contributions for x in row)
+
+
+def test_explain_members_match_one_at_a_time_runs(model, explained):
+    e = explained.explanation
+    lp = effects.log_probs(model.run(TEXT_B, record="none").last_logits)[e.predicted.id]
+    for m in e.members[::3]:
+        alone = effects.log_probs(model.run(TEXT_B, record="none", silence_members=[m.index]).last_logits)
+        assert m.effect == pytest.approx(float(alone[e.predicted.id] - lp), abs=1e-4)
+    ranked = sorted((m for m in e.members if m.rank), key=lambda m: m.rank)
+    assert [abs(m.effect) for m in ranked] == sorted((abs(m.effect) for m in ranked), reverse=True)
+
+
+# ---- head effects -----------------------------------------------------------------------------
+def test_head_silence_effects_match_one_at_a_time_runs(model, explained):
+    e = explained.explanation
+    c = model.config
+    assert e.heads_silenced == f"all {c.n_layers * c.n_heads}" and len(e.heads) == c.n_layers * c.n_heads
+    lp = effects.log_probs(model.run(TEXT_B, record="none").last_logits)[e.predicted.id]
+    for h in e.heads:
+        alone = effects.log_probs(model.run(TEXT_B, record="none", silence_heads=[(h.layer, h.head)]).last_logits)
+        assert h.silence_effect == pytest.approx(float(alone[e.predicted.id] - lp), abs=1e-4)
+        assert h.prob_silenced == pytest.approx(math.exp(float(alone[e.predicted.id])), abs=1e-5)
+    assert [abs(h.silence_effect) for h in e.heads] == sorted((abs(h.silence_effect) for h in e.heads), reverse=True)
+
+
+def test_fewer_heads_silenced_says_so(model):
+    e = study.explain(model, TEXT_B, silence_heads=3)
+    assert len(e.heads) == 3 and e.heads_silenced.startswith("top 3 of 8")
+    direct = torch.tensor(e.contributions)
+    best = int(direct.abs().argmax())
+    assert (best // 4, best % 4) in {(h.layer, h.head) for h in e.heads}  # the first candidate is the top direct one
+
+
+def test_first_order_estimate_is_the_gradient_of_the_gate(model):
+    ids = random_ids(model, 8, 5)
+    run, estimate = effects.gradient_run(model, ids, Record(steps=()))
+    token, (l, h), eps = int(run.last_logits.argmax()), (1, 2), 1e-2
+
+    def log_p(g: float) -> float:
+        gates = torch.ones(1, model.config.n_heads)
+        gates[0, h] = g
+        logits, _ = model.forward(torch.tensor(ids), Forward(gates={l: gates}))
+        return float(effects.log_probs(logits[0, -1])[token])
+
+    slope = (log_p(1 + eps) - log_p(1 - eps)) / (2 * eps)
+    assert float(estimate[l, h]) == pytest.approx(-slope, rel=0.05, abs=1e-4)
+    assert torch.allclose(run.last_logits, model.run(ids, record="none").last_logits, atol=1e-5)
+
+
+def test_candidates_alternate_between_the_two_rankings():
+    direct = torch.tensor([[5.0, 4.0, 0.0], [0.0, 0.0, 0.0]])
+    estimate = torch.tensor([[0.0, 0.0, 0.0], [0.0, -3.0, 2.0]])
+    assert study.candidates(direct, estimate, 3) == [(0, 0), (1, 1), (0, 1)]
+    assert len(study.candidates(direct, estimate, 6)) == 6
+
+
+# ---- inputs -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("text", ["", "   ", "\n\t "])
+def test_empty_and_whitespace_text_are_refused(model, text):
+    for call in (lambda: study.explain(model, text), lambda: study_compare.compare(model, "the", text),
+                 lambda: study_head.head_view(model, text, 0, 0)):
+        with pytest.raises(InputError):
+            call()
+
+
+def test_bad_arguments_are_refused(model):
+    with pytest.raises(InputError, match="context"):
+        study.explain(model, "the tin " * 40)
+    with pytest.raises(InputError, match="layer 2 does not exist"):
+        study_head.head_view(model, TEXT_A, 2, 0)
+    with pytest.raises(InputError, match="head 4 does not exist"):
+        study_head.head_view(model, TEXT_A, 0, 4)
+    with pytest.raises(NotationError, match="unknown notation"):
+        study_head.head_view(model, TEXT_A, 0, 0, notation="rows")
+    with pytest.raises(InputError, match="top"):
+        study.explain(model, TEXT_A, top=0)
+    with pytest.raises(InputError, match="silence_heads"):
+        study.explain(model, TEXT_A, silence_heads=-1)
+
+
+# ---- head view --------------------------------------------------------------------------------
+def transpose(grid):
+    return [list(col) for col in zip(*grid)]
+
+
+def test_column_notation_is_the_paper_notation_transposed(model):
+    paper = study_head.head_view(model, TEXT_B, 1, 3, "paper")
+    cols = study_head.head_view(model, TEXT_B, 1, 3, "columns")
+    assert cols.check.agree and paper.check.agree
+    for name in ("weights", "output", "q", "k", "v", "q_pre_rope", "k_pre_rope", "mask"):
+        assert torch.allclose(torch.tensor(transpose(getattr(cols, name)), dtype=torch.float64),
+                              torch.tensor(getattr(paper, name), dtype=torch.float64), atol=1e-6), name
+    assert transpose(cols.scores) == [[None if x is None else pytest.approx(x, abs=1e-6) for x in row]
+                                      for row in paper.scores]
+    T = len(paper.tokens)
+    assert all(sum(row) == pytest.approx(1.0, abs=1e-5) for row in paper.weights)
+    assert all(sum(col) == pytest.approx(1.0, abs=1e-5) for col in transpose(cols.weights))
+    assert all(paper.scores[i][j] is None for i in range(T) for j in range(i + 1, T))  # the future is masked
+
+
+def test_head_view_matches_the_run(model):
+    v = study_head.head_view(model, TEXT_A, 0, 1)
+    h = model.run(TEXT_A, record="all").head(0, 1)
+    assert torch.allclose(torch.tensor(v.weights), h.weights, atol=1e-6)
+    assert v.kv_head == 0 and v.shares_keys_with == [0, 1]
+    assert v.members[-1].question.norm == pytest.approx(float(h.q[-1].norm()), rel=1e-6)
+    assert v.members[-1].listens_most_to == int(h.weights[-1].argmax())
+
+
+# ---- compare ----------------------------------------------------------------------------------
+def test_compare_shift_and_heads(model, compared):
+    c = compared
+    assert c.longer == "b" and c.word_id == c.b.predicted.id
+    lp_a = effects.log_probs(model.run(TEXT_A, record="none").last_logits)
+    lp_b = effects.log_probs(model.run(TEXT_B, record="none").last_logits)
+    for s in c.shift:
+        assert s.prob_a == pytest.approx(math.exp(float(lp_a[s.id])), rel=1e-6)
+        assert s.prob_b == pytest.approx(math.exp(float(lp_b[s.id])), rel=1e-6)
+        assert s.change == pytest.approx(s.prob_b - s.prob_a)
+    assert {w.id for w in c.a.top} | {w.id for w in c.b.top} == {s.id for s in c.shift}
+    change = sum(h.change for h in c.heads)  # the 10 largest of 8 heads: all of them
+    assert change == pytest.approx(c.logit.heads, abs=1e-4)
+    assert c.logit.logit_b - c.logit.logit_a == pytest.approx(c.logit.embed + c.logit.heads + c.logit.mlps, abs=1e-3)
+
+
+def test_compare_silences_the_prefix(model, compared):
+    p = compared.prefix
+    assert p is not None and p.longer == "b" and p.text == "an ear then "
+    assert [compared.b.tokens[j] for j in p.members] == p.tokens and p.members == list(range(len(p.members)))
+    assert p.text.startswith(model.tokenizer.decode(compared.b.token_ids[: len(p.members)]))
+    silenced = model.run(TEXT_B, record="none", silence_members=p.members)
+    assert p.prob_word == pytest.approx(float(torch.softmax(silenced.last_logits.double(), -1)[compared.word_id]))
+    assert p.toward_shorter == (p.distance_silenced < p.distance_before)
+
+
+def test_prefix_members_are_the_tokens_wholly_inside_the_prefix(model):
+    ids = model.ids("an ear then")
+    tokens = [model.tokenizer.token_bytes(i) for i in ids]
+    n = len(b"an ear ")
+    members = study_compare.prefix_members(model, ids, n)
+    assert sum(len(tokens[j]) for j in members) <= n
+    assert len(members) == len(ids) or sum(len(t) for t in tokens[: len(members) + 1]) > n
+
+
+def test_texts_that_do_not_end_with_each_other_have_no_prefix(model):
+    c = study_compare.compare(model, "the tin", "an ear", silence_heads=2)
+    assert c.prefix is None and all(s.prob_prefix_silenced is None for s in c.shift)
+
+
+# ---- model view -------------------------------------------------------------------------------
+def test_model_view_has_every_head_full_maps_for_short_texts(model, explained):
+    run = model.run(TEXT_B)
+    v = model_view(run, explained.explanation)
+    c = model.config
+    assert v.rows == "all" and len(v.heads) == c.n_layers and all(len(r) == c.n_heads for r in v.heads)
+    assert torch.allclose(torch.tensor(v.heads[1][2].weights), run["layers.1.weights"][2], atol=1e-6)
+    assert [g.heads for g in v.kv_groups] == [[0, 1], [2, 3]]
+    ranks = {(e.layer, e.head): r + 1 for r, e in enumerate(explained.explanation.heads)}
+    assert all(hm.rank == ranks[(hm.layer, hm.head)] for row in v.heads for hm in row)
+    plain = model_view(model.run(TEXT_B, record="none"))  # recomputes what it needs
+    assert sorted(hm.rank for row in plain.heads for hm in row if hm.rank) == list(range(1, 9))
+
+
+def test_model_view_keeps_the_last_row_for_long_texts(tmp_path):
+    long_model = studygroup.load(write_tiny_gguf(tmp_path / "long.gguf", context=128).path)
+    ids = random_ids(long_model, 80, 6)
+    v = model_view(long_model.run(ids))
+    assert v.rows == "last" and len(v.heads[0][0].weights) == 1 and len(v.heads[0][0].weights[0]) == 80
+    assert sum(v.heads[1][3].weights[0]) == pytest.approx(1.0, abs=1e-5)
+
+
+# ---- story ------------------------------------------------------------------------------------
+def test_story_uses_the_real_names_and_numbers(explained, compared):
+    e = explained.explanation
+    text = " ".join(e.story)
+    assert f"“{e.predicted.token}” ({render_text.percent(e.predicted.prob)})" in text
+    top = e.heads[0]
+    assert f"head {top.head} of layer {top.layer}" in text and f"{top.silence_effect:+.3f}" in text
+    assert f"{e.logit_parts.logit:.2f}" in text
+    assert any(f"“{c.b.predicted.token}”" in s for s in compared.story for c in [compared])
+
+
+# ---- JSON -------------------------------------------------------------------------------------
+def documented_keys() -> dict[str, list[str]]:
+    """{class name: [keys]} from the tables of docs/json.md."""
+    out, name = {}, None
+    for line in DOCS.read_text(encoding="utf-8").splitlines():
+        if line.startswith("### "):
+            name = line.split()[1]
+            out[name] = []
+        elif name and (m := re.match(r"\| `(\w+)` \|", line)):
+            out[name].append(m.group(1))
+    return out
+
+
+def check_documented(obj, docs, seen):
+    if is_dataclass(obj):
+        name = type(obj).__name__
+        assert name in docs, f"{name} is not documented in docs/json.md"
+        assert [f.name for f in fields(obj)] == docs[name], name
+        seen.add(name)
+        for f in fields(obj):
+            check_documented(getattr(obj, f.name), docs, seen)
+    elif isinstance(obj, (list, tuple)):
+        for x in obj:
+            check_documented(x, docs, seen)
+
+
+def round_trip(result) -> dict:
+    text = result.to_json()
+    data = json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+    assert json.dumps(data, ensure_ascii=False) == text and data == result.to_dict()
+    return data
+
+
+def test_json_round_trips_with_exactly_the_documented_keys(model, explained, compared):
+    docs, seen = documented_keys(), set()
+    results = [explained.explanation, compared, study_head.head_view(model, TEXT_B, 0, 1, "columns"),
+               model_view(model.run(TEXT_B), explained.explanation), lesson(model)]
+    for result in results:
+        round_trip(result)
+        check_documented(result, docs, seen)
+    assert seen == set(docs), f"documented but never produced: {set(docs) - seen}"
+
+
+def test_json_has_the_keys_outside_checks_rely_on(model, explained, compared):
+    e = json.loads(explained.explanation.to_json())
+    assert {"tokens", "token_ids", "top", "heads", "members", "story"} <= set(e)
+    assert set(e["top"][0]) >= {"token", "id", "prob"} and len(e["top"]) == 5
+    assert [w["prob"] for w in e["top"]] == sorted((w["prob"] for w in e["top"]), reverse=True)
+    assert set(e["heads"][0]) >= {"layer", "head", "logit_contribution", "silence_effect"}
+    assert set(e["members"][0]) >= {"index", "token", "effect"}
+    h = json.loads(study_head.head_view(model, TEXT_A, 0, 0, "paper").to_json())
+    assert {"tokens", "notation", "scores", "weights", "q", "k", "v", "output"} <= set(h)
+    assert h["scores"][0][1] is None and h["weights"][0][1] == 0.0
+    c = json.loads(compared.to_json())
+    assert set(c["a"]) == set(e) and set(c["shift"][0]) >= {"token", "id", "prob_a", "prob_b"}
+
+
+# ---- lesson -----------------------------------------------------------------------------------
+def test_lesson_sections_and_html(model, tmp_path):
+    l = lesson(model)
+    assert [s.number for s in l.sections] == list(range(1, 9))
+    notations = " ".join(b.text for b in l.sections[0].blocks)
+    assert "do not match" in notations  # the drawn form's real error, from attention.as_drawn
+    with pytest.raises(InputError, match="section 9 does not exist"):
+        l.section(9)
+    page = render_html.lesson_html(l)
+    assert page.startswith("<!DOCTYPE html>") and "<script" not in page and "http" not in page
+    assert "Cash or credit card? I have a lot" in page
+    assert all(f'id="s{n}"' in page for n in range(1, 9))
+    text = render_text.lesson(l, 2)
+    assert text.startswith("── 2/8") and "next: studygroup lesson --section 3" in text
+
+
+def test_html_escapes_model_and_user_text():
+    from studygroup.lesson import Block, Lesson, Section
+
+    evil = "<script>alert(1)</script>&"
+    page = render_html.lesson_html(Lesson([evil, "b"], 0, 0, [Section(1, evil, [
+        Block("text", text=evil), Block("code", text=evil),
+        Block("table", caption=evil, header=[evil], rows=[[evil, 0.5, None]], shade=True)])]))
+    assert "<script>" not in page and page.count("&lt;script&gt;") == 8  # texts, nav, title, 5 blocks

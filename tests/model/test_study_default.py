@@ -1,0 +1,78 @@
+"""explain, compare, head and the lesson on the default model, against llama.cpp's reference."""
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+import studygroup
+from studygroup import effects, study, study_compare, study_head
+from studygroup.lesson import lesson
+
+
+def reference() -> list[dict]:
+    here = Path(os.environ.get("STUDYGROUP_REFERENCE", Path(__file__).resolve().parents[2].parent / "shared" / "reference"))
+    assert (here / "public.json").exists(), f"reference data not found at {here} (set STUDYGROUP_REFERENCE)"
+    return json.loads((here / "public.json").read_text())
+
+
+PROMPTS = reference()
+A, B = PROMPTS[0], PROMPTS[1]  # "I have a lot", "Cash or credit card? I have a lot"
+
+
+@pytest.fixture(scope="module")
+def model():
+    return studygroup.load()
+
+
+@pytest.fixture(scope="module")
+def comparison(model):
+    return study_compare.compare(model, A["text"], B["text"])
+
+
+def test_the_article_texts_are_what_the_reference_says(comparison):
+    assert (A["text"], B["text"]) == ("I have a lot", "Cash or credit card? I have a lot")
+    for e, ref in ((comparison.a, A), (comparison.b, B)):
+        assert e.token_ids == ref["token_ids"]
+        assert e.predicted.id == ref["top10"][0]["id"] == ref["hf_top1"]  # " of"
+        assert e.predicted.token == "␣of"
+
+
+def test_explain_numbers_hold_together(model, comparison):
+    e = comparison.b
+    assert abs(e.logit_parts.total - e.logit_parts.logit) < 1e-3
+    assert len(e.heads) == 16 and e.heads_silenced.startswith("top 16 of 270")
+    assert [m.index for m in e.members] == list(range(10)) and e.members_silenced == "all 10"
+    top = e.heads[0]  # its silence effect is the one a plain run with that head silenced gives
+    quiet = model.run(B["text"], record="none", silence_heads=[(top.layer, top.head)])
+    lp = effects.log_probs(quiet.last_logits)[e.predicted.id]
+    assert top.silence_effect == pytest.approx(float(lp) - float(torch.tensor(e.predicted.prob).log()), abs=1e-4)
+    assert sum(x.weight for x in top.listened) == pytest.approx(1.0, abs=1e-4)
+
+
+def test_compare_shift_has_the_reference_sign(comparison):
+    ref = lambda prompt, i: next(t["prob"] for t in prompt["top10"] if t["id"] == i)  # noqa: E731
+    of = next(s for s in comparison.shift if s.id == A["top10"][0]["id"])
+    assert ref(A, of.id) < ref(B, of.id)  # llama.cpp: 0.929 -> 0.953
+    assert of.prob_a < of.prob_b and of.change > 0
+    assert of.prob_a == pytest.approx(ref(A, of.id), abs=0.02) and of.prob_b == pytest.approx(ref(B, of.id), abs=0.02)
+    assert comparison.longer == "b" and comparison.word == "␣of"
+    assert comparison.prefix is not None and comparison.prefix.tokens == ["C", "ash", "␣or", "␣credit", "␣card", "?"]
+    assert any("“␣of”" in s and "raises" in s for s in comparison.story)
+
+
+def test_head_in_both_notations(model):
+    paper = study_head.head_view(model, A["text"], 0, 8, "paper")
+    cols = study_head.head_view(model, A["text"], 0, 8, "columns")
+    assert paper.check.agree and cols.check.agree
+    assert torch.allclose(torch.tensor(cols.weights).T, torch.tensor(paper.weights), atol=1e-6)
+    assert len(paper.q) == 4 and len(paper.q[0]) == 64 and len(cols.q) == 64
+
+
+def test_lesson_on_the_default_model(model):
+    l = lesson(model)
+    assert len(l.sections) == 8 and l.texts == [A["text"], B["text"]]
+    conclusion = " ".join(b.text for b in l.sections[-1].blocks)
+    assert "already predicts “␣of”" in conclusion
+    json.loads(l.to_json())
