@@ -1,0 +1,408 @@
+"""The web app's JSON API (docs/web-api.md): every endpoint, every kind of bad request, the queue.
+
+Most tests use the tiny random model (fast); the last few use the real default model.
+"""
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+import studygroup
+from studygroup import page_data, server
+from studygroup.server import Limits, create_app
+
+TEXT = "I have a lot"
+
+
+@pytest.fixture(scope="module")
+def model(tiny_model):
+    return studygroup.load(tiny_model.path)
+
+
+@pytest.fixture(scope="module")
+def client(model):
+    with TestClient(create_app(model, Limits(max_tokens=48))) as c:
+        yield c
+
+
+def post(client, path, body):
+    return client.post(path, json=body)
+
+
+def error_of(r, status):
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"].startswith("application/json")
+    body = r.json()
+    assert set(body) == {"error"} and isinstance(body["error"], str) and body["error"], body
+    assert "Traceback" not in body["error"]
+    return body["error"]
+
+
+# ---- the page and its files -----------------------------------------------------------------------
+def test_page_and_static_files_come_from_the_package(client):
+    page = client.get("/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert '<script src="/static/page.js">' in page.text
+    csp = page.headers["content-security-policy"]
+    assert "default-src 'none'" in csp and "script-src 'self'" in csp and "connect-src 'self'" in csp
+    assert page.headers["x-content-type-options"] == "nosniff"
+    for name, kind in (("page.js", "text/javascript"), ("page.css", "text/css")):
+        r = client.get(f"/static/{name}")
+        assert r.status_code == 200 and r.headers["content-type"].startswith(kind)
+
+
+def test_static_files_name_no_other_host():
+    for name in ("page.html", "page.js", "page.css"):
+        text = (page_data.__file__.rsplit("/", 1)[0] + f"/static/{name}")
+        source = open(text, encoding="utf-8").read()
+        assert not re.search(r"https?://|//[a-z0-9.-]+\.[a-z]{2,}/|@import|@font-face", source, re.I), name
+    js = open(page_data.__file__.rsplit("/", 1)[0] + "/static/page.js", encoding="utf-8").read()
+    assert "innerHTML" not in js and "insertAdjacentHTML" not in js and "document.write" not in js
+    assert "eval(" not in js and "new Function" not in js
+    assert "</script" not in js.lower() and "<!--" not in js  # it is inlined in reports and notebooks
+
+
+def test_only_known_static_files(client):
+    for path in ("/static/../server.py", "/static/server.py", "/static/%2e%2e%2fserver.py", "/static/page.html.bak"):
+        r = client.get(path)
+        assert r.status_code == 404, path
+    error_of(client.get("/static/nothing.js"), 404)
+
+
+def test_docs_pages_that_load_from_a_cdn_are_off(client):
+    assert client.get("/docs").status_code == 404
+    assert client.get("/redoc").status_code == 404
+    schema = client.get("/api/openapi.json").json()
+    assert {"/api/conclusion", "/api/explain", "/api/compare", "/api/model_view", "/api/head"} <= set(schema["paths"])
+
+
+# ---- every endpoint ---------------------------------------------------------------------------------
+def test_info(client, model):
+    d = client.get("/api/info").json()
+    c = model.config
+    assert d["model"]["n_layers"] == c.n_layers and d["model"]["n_heads"] == c.n_heads
+    assert d["group_size"] == c.n_heads // c.n_kv_heads and d["notations"] == ["paper", "columns"]
+    assert d["limits"]["max_tokens"] == 48 and d["limits"]["max_body_bytes"] == 64 * 1024
+    assert d["default_text"] == server.DEFAULT_TEXT
+
+
+def test_conclusion(client):
+    d = post(client, "/api/conclusion", {"text": TEXT, "top": 5}).json()
+    assert "".join(d["tokens"]).replace("␣", " ") == TEXT
+    probs = [w["prob"] for w in d["top"]]
+    assert len(probs) == 5 and probs == sorted(probs, reverse=True) and 0 < sum(probs) <= 1 + 1e-9
+    assert d["silenced"] is None and d["words"] == []
+
+
+def test_conclusion_with_silencing_shows_before_and_after(client):
+    base = post(client, "/api/conclusion", {"text": TEXT}).json()
+    d = post(client, "/api/conclusion", {"text": TEXT, "silence_members": [2, 2, 0], "silence_heads": [[1, 0]]}).json()
+    assert d["silenced_members"] == [0, 2] and d["silenced_heads"] == [[1, 0]]
+    assert d["top"] == base["top"]  # the old conclusion, for the ghost bars
+    before = {w["id"]: w["prob_before"] for w in d["words"]}
+    assert all(abs(before[w["id"]] - w["prob"]) < 1e-9 for w in base["top"])
+    assert any(abs(w["change"]) > 1e-6 for w in d["words"])
+    assert {w["id"] for w in d["silenced"]} <= {w["id"] for w in d["words"]}
+
+
+def test_explain(client, model):
+    d = post(client, "/api/explain", {"text": TEXT, "top": 3}).json()
+    assert len(d["top"]) == 3 and d["predicted"] == d["top"][0]
+    assert len(d["members"]) == len(d["tokens"]) and d["story"]
+    assert all(0 <= h["layer"] < model.config.n_layers and 0 <= h["head"] < model.config.n_heads for h in d["heads"])
+
+
+def test_compare(client):
+    d = post(client, "/api/compare", {"text_a": "a lot", "text_b": TEXT}).json()
+    assert d["longer"] == "b" and d["a"]["text"] == "a lot" and d["b"]["text"] == TEXT
+    assert d["shift"] and all(abs(s["change"] - (s["prob_b"] - s["prob_a"])) < 1e-9 for s in d["shift"])
+    assert d["story"]
+
+
+def test_model_view(client, model):
+    d = post(client, "/api/model_view", {"text": TEXT}).json()
+    c = model.config
+    T = len(d["tokens"])
+    assert (d["n_layers"], d["n_heads"], d["n_kv_heads"]) == (c.n_layers, c.n_heads, c.n_kv_heads)
+    assert len(d["heads"]) == c.n_layers and all(len(row) == c.n_heads for row in d["heads"])
+    assert [g["heads"] for g in d["kv_groups"]] == [[0, 1], [2, 3]]
+    w = d["heads"][1][2]["weights"]
+    assert d["rows"] == "all" and len(w) == T and all(len(r) == T for r in w)
+    assert all(abs(sum(r) - 1) < 0.01 for r in w) and all(w[i][j] == 0 for i in range(T) for j in range(i + 1, T))
+    assert any(h["rank"] == 1 for row in d["heads"] for h in row)
+
+
+def test_head_in_both_notations_is_transposed(client):
+    paper = post(client, "/api/head", {"text": TEXT, "layer": 1, "head": 3}).json()
+    cols = post(client, "/api/head", {"text": TEXT, "layer": 1, "head": 3, "notation": "columns"}).json()
+    T = len(paper["tokens"])
+    assert paper["notation"] == "paper" and cols["notation"] == "columns"
+    assert paper["kv_head"] == 1 and paper["shares_keys_with"] == [2, 3]
+    assert paper["questions"] == list(range(T)) and paper["rows"] == "all"
+    for name in ("weights", "mask", "contributions"):
+        for i in range(T):
+            for j in range(T):
+                assert cols[name][j][i] == pytest.approx(paper[name][i][j], abs=1e-5), name
+    assert paper["scores"][0][1] is None  # masked: the future
+    for i, row in enumerate(paper["contributions"]):
+        for j, c in enumerate(row):
+            assert c == pytest.approx(paper["weights"][i][j] * paper["answer_sizes"][j], rel=1e-5, abs=1e-7)
+    assert paper["check"]["agree"] is True
+
+
+def test_head_last_question_only(client):
+    paper = post(client, "/api/head", {"text": TEXT, "layer": 0, "head": 0, "rows": "last"}).json()
+    cols = post(client, "/api/head", {"text": TEXT, "layer": 0, "head": 0, "rows": "last", "notation": "columns"}).json()
+    T = len(paper["tokens"])
+    assert paper["rows"] == "last" and paper["questions"] == [T - 1]
+    assert len(paper["weights"]) == 1 and len(paper["weights"][0]) == T
+    assert len(cols["weights"]) == T and all(len(r) == 1 for r in cols["weights"])
+    assert sum(paper["weights"][0]) == pytest.approx(1, abs=1e-5)
+
+
+def test_token_text_is_returned_as_data(model):
+    """Markup in the text comes back as the same characters in JSON strings (the page shows them as text)."""
+    with TestClient(create_app(model)) as c:
+        text = "<s>{{7*7}}</script>'\""
+        d = post(c, "/api/conclusion", {"text": text}).json()
+        assert "".join(d["tokens"]) == text
+
+
+# ---- bad requests ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("path, body, status, words", [
+    ("/api/conclusion", {"text": ""}, 422, "text"),
+    ("/api/conclusion", {"text": "   \n "}, 400, "whitespace"),
+    ("/api/conclusion", {"text": "x" * 4001}, 422, "4000"),
+    ("/api/conclusion", {"text": "ab " * 30}, 400, "at most 48"),
+    ("/api/conclusion", {}, 422, "text"),
+    ("/api/conclusion", {"text": 5}, 422, "string"),
+    ("/api/conclusion", {"text": TEXT, "top": 0}, 422, "top"),
+    ("/api/conclusion", {"text": TEXT, "top": 51}, 422, "top"),
+    ("/api/conclusion", {"text": TEXT, "top": "3"}, 422, "top"),
+    ("/api/conclusion", {"text": TEXT, "top": True}, 422, "top"),
+    ("/api/conclusion", {"text": TEXT, "unknown": 1}, 422, "unknown"),
+    ("/api/conclusion", {"text": TEXT, "silence_members": [99]}, 400, "member 99 does not exist"),
+    ("/api/conclusion", {"text": TEXT, "silence_members": [-1]}, 422, "silence_members"),
+    ("/api/conclusion", {"text": TEXT, "silence_members": "1"}, 422, "silence_members"),
+    ("/api/conclusion", {"text": TEXT, "silence_heads": [[0]]}, 422, "silence_heads"),
+    ("/api/conclusion", {"text": TEXT, "silence_heads": [[0, 1, 2]]}, 422, "silence_heads"),
+    ("/api/conclusion", {"text": TEXT, "silence_heads": [[2, 0]]}, 400, "layer 2 does not exist"),
+    ("/api/conclusion", {"text": TEXT, "silence_heads": [[0, 4]]}, 400, "head 4 does not exist"),
+    ("/api/explain", {"text": TEXT, "top": -1}, 422, "top"),
+    ("/api/compare", {"text_a": TEXT}, 422, "text_b"),
+    ("/api/compare", {"text_a": "", "text_b": TEXT}, 422, "text_a"),
+    ("/api/model_view", {"text": TEXT, "top": 3}, 422, "top"),
+    ("/api/head", {"text": TEXT, "layer": 2, "head": 0}, 400, "layer 2 does not exist: the model has 2 layers (0-1)"),
+    ("/api/head", {"text": TEXT, "layer": 0, "head": 9}, 400, "head 9 does not exist"),
+    ("/api/head", {"text": TEXT, "layer": -1, "head": 0}, 422, "layer"),
+    ("/api/head", {"text": TEXT, "layer": 1.5, "head": 0}, 422, "layer"),
+    ("/api/head", {"text": TEXT, "layer": 0}, 422, "head"),
+    ("/api/head", {"text": TEXT, "layer": 0, "head": 0, "notation": "rows"}, 422, "notation"),
+    ("/api/head", {"text": TEXT, "layer": 0, "head": 0, "rows": "some"}, 422, "rows"),
+])
+def test_bad_requests_get_4xx_and_a_message(client, path, body, status, words):
+    assert words in error_of(post(client, path, body), status)
+
+
+def test_text_past_the_model_context(model):
+    with TestClient(create_app(model, Limits(max_tokens=10_000))) as c:
+        message = error_of(post(c, "/api/conclusion", {"text": "ab " * 40}), 400)
+    assert "context holds 64" in message
+
+
+@pytest.mark.parametrize("content, headers", [
+    (b"{not json", {"content-type": "application/json"}),
+    (b"[1, 2]", {"content-type": "application/json"}),
+    (b'"text"', {"content-type": "application/json"}),
+    (b"text=hello", {"content-type": "application/x-www-form-urlencoded"}),
+    (b"", {"content-type": "application/json"}),
+])
+def test_malformed_bodies(client, content, headers):
+    error_of(client.post("/api/conclusion", content=content, headers=headers), 422)
+
+
+def test_unknown_route_and_method(client):
+    error_of(client.get("/api/nothing"), 404)
+    assert error_of(client.get("/api/conclusion"), 405) == "method not allowed"
+
+
+def test_body_over_the_limit_is_refused_with_413(client):
+    big = json.dumps({"text": "a" * (70 * 1024)}).encode()
+    assert "64 KiB" in error_of(client.post("/api/conclusion", content=big, headers={"content-type": "application/json"}), 413)
+
+
+def test_streamed_body_over_the_limit_is_refused_with_413(client):
+    def chunks():  # no Content-Length: the limit is counted as the body arrives
+        yield b'{"text": "'
+        for _ in range(80):
+            yield b"a" * 1024
+        yield b'"}'
+    error_of(client.post("/api/conclusion", content=chunks(), headers={"content-type": "application/json"}), 413)
+
+
+def test_lying_content_length_is_refused(client):
+    error_of(client.post("/api/conclusion", content=b"{}", headers={"content-type": "application/json",
+                                                                     "content-length": "9999999"}), 413)
+
+
+def test_host_check_on_loopback(model):
+    with TestClient(create_app(model, hosts=server.LOOPBACK_HOSTS), base_url="http://127.0.0.1:8000") as c:
+        assert c.get("/api/info").status_code == 200
+        assert c.get("/api/info", headers={"host": "localhost:8000"}).status_code == 200
+        assert "Host" in error_of(c.get("/api/info", headers={"host": "evil.example:8000"}), 400)
+
+
+# ---- one model, one computation at a time, a bounded queue ---------------------------------------------
+@pytest.fixture
+def slow_app(model, monkeypatch):
+    """An app whose `conclusion` blocks until released, counting its calls."""
+    release, calls = threading.Event(), []
+    real = page_data.conclusion
+
+    def slow(*args, **kwargs):
+        calls.append(args[1])
+        assert release.wait(20)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(page_data, "conclusion", slow)
+    app = create_app(model, Limits(max_waiting=2, wait_timeout=10))
+    return app, release, calls
+
+
+def test_busy_server_queues_a_bounded_number_then_answers_503(slow_app):
+    app, release, calls = slow_app
+    results = {}
+    with TestClient(app) as c:
+        def ask(i):
+            results[i] = c.post("/api/conclusion", json={"text": f"text {i}"})
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(3)]  # 1 running + 2 waiting
+        for t in threads:
+            t.start()
+        deadline = time.time() + 10
+        while app.state.service.gate.pending < 3 and time.time() < deadline:
+            time.sleep(0.02)
+        assert app.state.service.gate.pending == 3
+        refused = c.post("/api/conclusion", json={"text": "one too many"})
+        assert "busy" in error_of(refused, 503) and refused.headers["retry-after"] == "5"
+        release.set()
+        for t in threads:
+            t.join(30)
+    assert sorted(r.status_code for r in results.values()) == [200, 200, 200]
+    assert app.state.service.gate.pending == 0 and len(calls) == 3
+
+
+def test_one_computation_at_a_time(model, monkeypatch):
+    running, most = [0], [0]
+    real = page_data.conclusion
+
+    def counted(*args, **kwargs):
+        running[0] += 1
+        most[0] = max(most[0], running[0])
+        time.sleep(0.05)
+        try:
+            return real(*args, **kwargs)
+        finally:
+            running[0] -= 1
+
+    monkeypatch.setattr(page_data, "conclusion", counted)
+    with TestClient(create_app(model)) as c:
+        threads = [threading.Thread(target=c.post, args=("/api/conclusion",), kwargs={"json": {"text": f"t {i}"}})
+                   for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    assert most[0] == 1
+
+
+def test_waiting_too_long_gets_503(slow_app, model):
+    app, release, _ = slow_app
+    app.state.service.gate.wait_timeout = 0.3
+    with TestClient(app) as c:
+        first = threading.Thread(target=c.post, args=("/api/conclusion",), kwargs={"json": {"text": "first"}})
+        first.start()
+        time.sleep(0.2)
+        assert "busy" in error_of(c.post("/api/conclusion", json={"text": "second"}), 503)
+        release.set()
+        first.join(30)
+
+
+def test_answers_are_cached_and_served_without_waiting(slow_app):
+    app, release, calls = slow_app
+    release.set()
+    with TestClient(app) as c:
+        a = c.post("/api/conclusion", json={"text": TEXT})
+        b = c.post("/api/conclusion", json={"text": TEXT})
+    assert a.status_code == b.status_code == 200 and a.content == b.content and len(calls) == 1
+
+
+def test_cache_is_bounded():
+    cache = server.LRU(entries=3, max_bytes=10)
+    for i in range(5):
+        cache.put(i, b"x" * 3, 3)
+    assert cache.get(0) is None and cache.get(4) == b"xxx" and cache.size <= 10
+    cache.put("big", b"x" * 10, 10)
+    assert cache.size <= 10 and cache.get(4) is None
+
+
+def test_internal_errors_are_json_500(model, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+    monkeypatch.setattr(page_data, "conclusion", broken)
+    with TestClient(create_app(model), raise_server_exceptions=False) as c:
+        assert "RuntimeError" in error_of(c.post("/api/conclusion", json={"text": TEXT}), 500)
+
+
+# ---- the serve command ------------------------------------------------------------------------------
+def test_serve_arguments_and_address_checks():
+    import argparse
+
+    from studygroup import serve
+
+    parser = argparse.ArgumentParser()
+    serve.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["serve", "--port", "0", "--host", "localhost", "--model", "m.gguf"])
+    assert (args.port, args.host, args.model, args.max_tokens, args.warm) == (0, "localhost", "m.gguf", 256, True)
+    assert args.handler is serve.main
+    assert serve.is_loopback("127.0.0.2") and serve.is_loopback("[::1]") and not serve.is_loopback("192.168.1.4")
+    sock = serve.bind("127.0.0.1", 0)
+    try:
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/", serve.url(sock))
+        with pytest.raises(studygroup.InputError, match="cannot listen"):
+            serve.bind("127.0.0.1", sock.getsockname()[1])
+    finally:
+        sock.close()
+    with pytest.raises(studygroup.InputError, match="not a port"):
+        serve.bind("127.0.0.1", 70000)
+
+
+# ---- the real default model ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def real_client():
+    with TestClient(create_app(studygroup.load())) as c:
+        yield c
+
+
+def test_default_model_concludes_of(real_client):
+    d = post(real_client, "/api/conclusion", {"text": server.DEFAULT_TEXT}).json()
+    assert d["tokens"] == ["C", "ash", "␣or", "␣credit", "␣card", "?", "␣I", "␣have", "␣a", "␣lot"]
+    assert d["top"][0]["token"] == "␣of" and d["top"][0]["prob"] > 0.5
+    s = post(real_client, "/api/conclusion", {"text": server.DEFAULT_TEXT, "silence_members": [8]}).json()
+    of = next(w for w in s["words"] if w["token"] == "␣of")
+    assert of["prob_after"] < of["prob_before"]  # without "␣a" the group is less sure of "␣of"
+
+
+def test_default_model_heads_and_grouping(real_client):
+    d = post(real_client, "/api/head", {"text": "I have a lot", "layer": 24, "head": 7, "notation": "columns"}).json()
+    assert d["kv_head"] == 2 and d["shares_keys_with"] == [6, 7, 8] and d["check"]["agree"]
+    assert all(sum(d["weights"][j][i] for j in range(len(d["tokens"]))) == pytest.approx(1, abs=1e-5)
+               for i in range(len(d["tokens"])))
+    error = error_of(post(real_client, "/api/head", {"text": "I have a lot", "layer": 30, "head": 0}), 400)
+    assert error == "layer 30 does not exist: the model has 30 layers (0-29)"
+    mv = post(real_client, "/api/model_view", {"text": "I have a lot"}).json()
+    assert (len(mv["heads"]), len(mv["heads"][0]), mv["n_kv_heads"]) == (30, 9, 3)
