@@ -440,10 +440,10 @@
       }
       const given = this.q(".sg-given");
       given.textContent = "";
-      given.appendChild(el("span", { cls: "sg-label", text: "Text: " }));
+      given.appendChild(el("span", { cls: "sg-label", text: "Text" }));
       given.appendChild(el("q", { text: this.d.text == null ? "(token ids)" : this.d.text }));
       if (this.d.comparison) {
-        given.appendChild(el("span", { cls: "sg-label", text: "  compared with: " }));
+        given.appendChild(el("span", { cls: "sg-label", text: "compared with" }));
         given.appendChild(el("q", { text: this.d.comparison.a.text }));
       }
       this.renderAll();

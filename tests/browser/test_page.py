@@ -1,0 +1,209 @@
+"""The page, the HTML report and the notebook view in a real browser (chromium, headless).
+
+What is checked: the views appear; the orientation switch transposes the grid; a member's
+question opens; silencing recomputes the conclusion and shows the old value; the keyboard works;
+text that looks like markup stays text (no dialog, no <img>); nothing is asked of another host;
+the report and two notebook views work from file:// with the network cut.
+"""
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+import pytest
+
+import studygroup
+from studygroup import page_data, report
+
+from .conftest import MARKUP_TOKENS
+
+ROOT = ".sg-root"
+DISPLAYED = "(kind) => document.querySelector('.sg-root').studygroup.displayed(kind)"
+MARKUP_TEXT = "a <img src=x onerror=alert(1)> b </script> <s> {{7*7}} \"q\" 'x'"
+
+
+def wait_idle(page, timeout=60_000):
+    """Until the story is there and nothing is being computed."""
+    page.locator(".sg-sentences p").first.wait_for(timeout=timeout)
+    page.locator(".sg-status[data-kind='']").wait_for(state="attached", timeout=timeout)
+
+
+def explain(page, text, other=""):
+    page.fill(".sg-text", text)
+    page.fill(".sg-other", other)
+    page.click(".sg-go")
+    page.locator(".sg-status[data-kind='busy']").wait_for(state="attached")
+    wait_idle(page)
+
+
+def chip_texts(page, root=ROOT):
+    return page.locator(f"{root} .sg-chip .sg-chip-main").all_inner_texts()
+
+
+def only_loopback(requests, origin):
+    others = [u for u in requests if not (u.startswith(origin) or u.startswith(("data:", "blob:")))]
+    assert not others, f"requests to another host: {others}"
+
+
+def assert_no_markup_ran(page):
+    assert page.watch.dialogs == [], page.watch.dialogs
+    assert page.locator("img").count() == 0
+    assert page.watch.errors == [], page.watch.errors
+
+
+def test_page_explain_orient_select_silence(page, server_url, screenshots):
+    page.goto(server_url)
+    wait_idle(page)
+    explain(page, "I have a lot")
+    tokens = chip_texts(page)
+    assert "".join(tokens).replace("␣", " ") == "I have a lot"
+    assert page.locator(".sg-bars .sg-barrow").count() == 10
+    assert page.locator(".sg-thumb").count() == 2 * 4 and page.locator(".sg-thumb .sg-rank").count() >= 1
+
+    # the orientation switch transposes the grid
+    before = page.evaluate(DISPLAYED, "weights")
+    assert before["orientation"] == "paper" and before["rows"] == list(range(len(tokens)))
+    page.click(".sg-orient button[data-notation='columns']")
+    page.locator(".sg-grid-weights[data-orientation='columns']").wait_for()
+    after = page.evaluate(DISPLAYED, "weights")
+    assert after["rows"] == before["cols"] and after["cols"] == before["rows"]
+    T = len(tokens)
+    for i in range(T):
+        for j in range(T):
+            assert after["matrix"][j][i] == pytest.approx(before["matrix"][i][j], abs=1e-6)
+    assert all(sum(after["matrix"][j][i] for j in range(T)) == pytest.approx(1, abs=1e-5) for i in range(T))
+
+    # click a member: its question's weights and each answer's contribution
+    last = T - 1
+    page.click(f".sg-chip[data-index='{last}'] .sg-chip-main")
+    assert page.locator(".sg-chip.sg-selected").count() == 1
+    assert page.locator(".sg-member .sg-listen-row[data-index]").count() == T  # the last question hears everyone
+    page.click(".sg-chip[data-index='2'] .sg-chip-main")
+    assert page.locator(".sg-member .sg-listen-row[data-index]").count() == 3  # member 2 hears members 0-2
+
+    # silence a member: the conclusion is recomputed, the old values stay as ghost bars
+    old = page.locator(".sg-bars .sg-value").all_inner_texts()
+    page.click(f".sg-chip[data-index='{last - 1}'] .sg-mute")
+    page.locator(".sg-bars[data-silenced='true']").wait_for()
+    assert page.locator(".sg-chip.sg-muted").count() == 1
+    assert page.locator(".sg-bars .sg-ghost").count() >= 10
+    new = page.locator(".sg-bars .sg-value").all_inner_texts()
+    assert new != old and any("pts" in v and not v.endswith("0.0 pts)") for v in new)
+    page.click(".sg-silenced .sg-link")  # clear all
+    page.locator(".sg-bars[data-silenced='false']").wait_for()
+
+    # silence a head from the head view
+    page.click(".sg-silence-head")
+    page.locator(".sg-bars[data-silenced='true']").wait_for()
+    assert page.locator(".sg-thumb.sg-muted").count() == 1
+
+    page.screenshot(path=str(screenshots / "page.png"), full_page=True)
+    only_loopback(page.watch.requests, server_url.rstrip("/"))
+    assert_no_markup_ran(page)
+
+
+def test_markup_in_tokens_shows_as_typed(page, server_url, screenshots):
+    page.goto(server_url)
+    wait_idle(page)
+    explain(page, MARKUP_TEXT, other="<b>bold</b> " + MARKUP_TEXT)
+    tokens = chip_texts(page)
+    for t in MARKUP_TOKENS:
+        assert t.replace(" ", "␣") in tokens
+    assert "".join(tokens).replace("␣", " ") == MARKUP_TEXT
+    story = page.locator(".sg-story").inner_text()
+    assert "<b>bold</b>" in story  # the other context, quoted in the comparison's story, as text
+    assert page.locator(".sg-shift .sg-barrow").count() > 0
+    # the head grid's labels are drawn on a canvas; the selected member's panel is text
+    page.click(".sg-chip[data-index='2'] .sg-chip-main")
+    assert "<img␣src=x␣onerror=alert(1)>" in page.locator(".sg-member").inner_text()
+    page.screenshot(path=str(screenshots / "page-markup.png"), full_page=True)
+    only_loopback(page.watch.requests, server_url.rstrip("/"))
+    assert_no_markup_ran(page)
+
+
+def test_keyboard(page, server_url):
+    page.goto(server_url)
+    wait_idle(page)
+    page.focus(".sg-chip[data-index='1'] .sg-chip-main")
+    page.keyboard.press("Enter")
+    assert page.locator(".sg-chip[data-index='1'].sg-selected").count() == 1
+    page.keyboard.press("Tab")  # the chip's silence control
+    page.keyboard.press("Tab")  # the next chip
+    page.keyboard.press("Enter")
+    assert page.locator(".sg-chip[data-index='2'].sg-selected").count() == 1
+    page.keyboard.press("Escape")
+    assert page.locator(".sg-selected").count() == 0
+    page.focus(".sg-thumb[data-layer='0'][data-head='0']")
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("Enter")
+    page.locator(".sg-thumb.sg-open[data-layer='1'][data-head='1']").wait_for()
+    page.locator(".sg-head-title h3", has_text="Head 1 of layer 1").wait_for()
+
+
+def _cut_network(context, tried):
+    def handle(route):
+        if not route.request.url.startswith("file:"):
+            tried.append(route.request.url)
+            return route.abort()
+        return route.continue_()
+    context.route("**/*", handle)
+
+
+@pytest.fixture(scope="module")
+def markup_studygroup(markup_model):
+    return studygroup.load(markup_model.path)
+
+
+def test_report_opens_from_disk_with_the_network_cut(browser, markup_studygroup, tmp_path, screenshots):
+    path = report.write_report(page_data.report_data(markup_studygroup, MARKUP_TEXT, text_a="a lot"), tmp_path / "r.html")
+    context = browser.new_context(viewport={"width": 1360, "height": 1000})
+    tried = []
+    _cut_network(context, tried)
+    page = context.new_page()
+    from .conftest import Watch
+    page.watch = Watch(page)
+    page.goto(path.as_uri())
+    page.locator(".sg-sentences p").first.wait_for()
+    assert "".join(chip_texts(page)).replace("␣", " ") == MARKUP_TEXT
+    assert page.locator(".sg-thumb canvas").count() == 2 * 4
+    assert page.locator(".sg-shift .sg-barrow").count() > 0
+    page.locator(".sg-grid-weights[data-orientation='paper']").wait_for()
+    before = page.evaluate(DISPLAYED, "weights")
+    page.click(".sg-orient button[data-notation='columns']")
+    page.locator(".sg-grid-weights[data-orientation='columns']").wait_for()
+    after = page.evaluate(DISPLAYED, "weights")
+    assert after["rows"] == before["cols"] and len(after["matrix"]) == len(before["matrix"][0])
+    page.click(".sg-chip[data-index='2'] .sg-mute")  # precomputed: the predicted word's ghost bar
+    assert page.locator(".sg-bars .sg-ghost").count() >= 1
+    page.screenshot(path=str(screenshots / "report.png"), full_page=True)
+    assert tried == [] and all(u.startswith("file:") for u in page.watch.requests), tried
+    assert_no_markup_ran(page)
+    context.close()
+
+
+def test_two_notebook_views_on_one_page(browser, markup_studygroup, tmp_path):
+    a = studygroup.explain(markup_studygroup, MARKUP_TEXT)
+    b = studygroup.explain(markup_studygroup, "I have a lot")
+    html = "<!doctype html><meta charset=utf-8><body>" + report.notebook_html(a) + "<hr>" + report.notebook_html(b)
+    path = tmp_path / "notebook.html"
+    path.write_text(html, encoding="utf-8")
+    context = browser.new_context()
+    tried = []
+    _cut_network(context, tried)
+    page = context.new_page()
+    from .conftest import Watch
+    page.watch = Watch(page)
+    page.goto(path.as_uri())
+    roots = page.locator(".sg-root")
+    assert roots.count() == 2
+    roots.nth(1).locator(".sg-sentences p").first.wait_for()
+    first, second = [roots.nth(i).locator(".sg-chip .sg-chip-main").all_inner_texts() for i in (0, 1)]
+    assert "".join(first).replace("␣", " ") == MARKUP_TEXT and "".join(second).replace("␣", " ") == "I have a lot"
+    ids = page.evaluate("() => Array.from(document.querySelectorAll('[id]'), (e) => e.id)")
+    assert len(ids) == len(set(ids))
+    roots.nth(1).locator(".sg-chip[data-index='1'] .sg-chip-main").click()
+    assert roots.nth(1).locator(".sg-selected").count() >= 1 and roots.nth(0).locator(".sg-selected").count() == 0
+    assert roots.nth(0).locator(".sg-thumb").count() == 2 * 4  # every head, coloured by its contribution
+    assert tried == []
+    assert_no_markup_ran(page)
+    context.close()
