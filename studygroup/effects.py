@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import torch
 
-from studygroup.model import Forward, Model
+from studygroup.model import Forward, Model, rms_norm
 from studygroup.record import Record
 from studygroup.run import Run, Settings
 
@@ -62,8 +62,33 @@ def member_log_probs(model: Model, ids: list[int], token: int, members: Sequence
     return torch.cat(out) if out else torch.empty(0, dtype=torch.float64)
 
 
-def head_log_probs(model: Model, ids: list[int], token: int, heads: Sequence[tuple[int, int]]) -> torch.Tensor:
-    """log p(token) with each head silenced alone: (len(heads),) float64 (one pass per layer)."""
+def head_log_probs(model: Model, ids: list[int], token: int, heads: Sequence[tuple[int, int]],
+                   resid_pre: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
+    """log p(token) with each head silenced alone: (len(heads),) float64.
+
+    Silencing a head of layer l changes nothing before l, so the copies that silence heads of
+    layer l resume from the clean residual stream entering l: one batched pass per layer, each
+    stopping at the last layer's residual stream; the final norm and the unembedding then run
+    once for every copy. resid_pre: {layer: (T, d_model)} from a recorded run (or None: one
+    extra pass records it). Equal to model.head_silenced_logits, with fewer passes over W_U.
+    """
     if not heads:
         return torch.empty(0, dtype=torch.float64)
-    return log_probs(model.head_silenced_logits(ids, heads))[:, token]
+    c, w = model.config, model.w
+    ids_t, last = torch.tensor(ids, device=model.device), c.n_layers - 1
+    if resid_pre is None:
+        _, steps = model.forward(ids_t, Forward(record=Record(steps=("resid_pre",))))
+        resid_pre = {l: steps[f"layers.{l}.resid_pre"][0] for l in range(c.n_layers)}
+    finals = torch.empty(len(heads), c.d_model, device=model.device, dtype=model.dtype)  # (B, d_model)
+    keep_last = Record(steps=("resid_post",), rows="last", layers=(last,))
+    with torch.inference_mode():
+        for l in sorted({l for l, _ in heads}):
+            rows = [b for b, (hl, _) in enumerate(heads) if hl == l]
+            gates = torch.ones(len(rows), c.n_heads, device=model.device)  # (B_l, H)
+            gates[torch.arange(len(rows)), [heads[b][1] for b in rows]] = 0
+            start = resid_pre[l].to(model.dtype)[None].expand(len(rows), -1, -1)  # (B_l, T, d_model)
+            _, steps = model.forward(ids_t, Forward(gates={l: gates}, start=(l, start), record=keep_last,
+                                                    stop_after=last))
+            finals[rows] = steps[f"layers.{last}.resid_post"][:, -1].to(model.dtype)  # (B_l, d_model)
+        logits = rms_norm(finals, w["final_norm"], c.rms_eps) @ w["unembed"]  # (B, vocab)
+    return log_probs(logits)[:, token]

@@ -23,7 +23,10 @@ from studygroup.jsonable import JSONable
 from studygroup.record import Record
 
 #: What explain records: the last member's row everywhere, and every member's answer (v).
-RECORD = Record(steps=("embed", "write", "mlp_out", "resid_final", "weights", "v", "q"), rows="last")
+STEPS = ("embed", "write", "mlp_out", "resid_final", "weights", "v", "q")
+#: Up to this many members explain records every row, and the residual stream entering each
+#: layer: head silencing resumes from it instead of running the text again.
+FULL_RECORD_MAX_T = 64
 #: Up to this many members a head's listening lists them all; past it, the largest contributions.
 LISTEN_ALL_MAX_T = 64
 LISTEN_TOP = 32
@@ -125,7 +128,7 @@ class Analysis:
     """An Explanation with the run behind it (for compare and model_view)."""
 
     explanation: Explanation
-    run: object  # studygroup.run.Run, recorded with RECORD
+    run: object  # studygroup.run.Run, recorded as `recording(T)` says
 
 
 def checked_ids(model, text_or_ids) -> list[int]:
@@ -157,7 +160,7 @@ def analyse(model, text, *, top: int = 10, silence_heads: int | str = 16, silenc
     _check_count("silence_heads", silence_heads)
     _check_count("silence_members", silence_members)
     ids = checked_ids(model, text)
-    run, estimate = effects.gradient_run(model, ids, RECORD)
+    run, estimate = effects.gradient_run(model, ids, recording(len(ids)))
     lp = effects.log_probs(run.last_logits)  # (vocab,)
     token = int(lp.argmax())
     parts = attribution.direct_contributions(run, token)
@@ -171,6 +174,13 @@ def analyse(model, text, *, top: int = 10, silence_heads: int | str = 16, silenc
                     model=model_info(model))
     e.story = story.explain_story(e)
     return Analysis(e, run)
+
+
+def recording(T: int) -> Record:
+    """What explain records for T members: every row while that is small, else the last row."""
+    if T <= FULL_RECORD_MAX_T:
+        return Record(steps=(*STEPS, "resid_pre"), rows="all")
+    return Record(steps=STEPS, rows="last")
 
 
 def _check_count(name: str, value, allow_all: bool = True) -> None:
@@ -223,7 +233,8 @@ def _heads(run, token: int, lp_t, direct, estimate, silence_heads) -> tuple[list
     total = c.n_layers * c.n_heads
     n = total if silence_heads == "all" else min(silence_heads, total)
     chosen = candidates(direct, estimate, n)
-    silenced = effects.head_log_probs(run.model, run.token_ids, token, chosen)  # (n,)
+    resid_pre = {l: run[f"layers.{l}.resid_pre"] for l in range(c.n_layers)} if "layers.0.resid_pre" in run else None
+    silenced = effects.head_log_probs(run.model, run.token_ids, token, chosen, resid_pre)  # (n,)
     rank = {int(i): r + 1 for r, i in enumerate(direct.flatten().abs().argsort(descending=True, stable=True))}
     u = attribution.direction_for(run, token)
     out = [_head_effect(run, l, h, u, float(direct[l, h]), float(s - lp_t), float(s.exp()),
