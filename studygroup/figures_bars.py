@@ -20,7 +20,7 @@ def conclusion_figure(top: list[dict] | None, shift: list[dict] | None = None,
     top: [{"token", "prob"}] (explain's `top`). shift: [{"token", "prob_a", "prob_b"}] (compare's
     `shift`): then two bars per word, `names` in the legend, and the signed change beside them.
 
-    >>> conclusion_figure(None, [{"token": "␣of", "prob_a": 0.5, "prob_b": 0.9}]).axes[0].patches[0].get_width()
+    >>> float(conclusion_figure(None, [{"token": "␣of", "prob_a": 0.5, "prob_b": 0.9}]).axes[0].patches[0].get_width())
     50.0
     """
     with style():

@@ -28,36 +28,46 @@ def _tick_positions(n: int) -> list[int]:
     return sorted({*range(0, n, step), n - 1})
 
 
-def _grid(values, R: int, T: int) -> np.ndarray:
-    """Nested lists (masked cells None) -> float array (R, T), NaN where masked."""
-    a = np.array([[np.nan if x is None else float(x) for x in row] for row in values], dtype=float)
-    if a.shape != (R, T):
-        raise InputError(f"a head's grid should be {R}×{T} in paper orientation, got {a.shape[0]}×{a.shape[1]}")
+def _paper(values, notation: str, T: int, what: str, dtype=float) -> np.ndarray:
+    """Nested lists in `notation` (masked cells None) -> array (R, T) in paper orientation, NaN where None."""
+    try:
+        a = np.array([[np.nan if x is None else x for x in row] for row in values], dtype=dtype)
+    except (TypeError, ValueError):
+        raise InputError(f"a head's {what} must be a rectangular grid of numbers") from None
+    a = a.T if notation == "columns" else a
+    if a.ndim != 2 or a.shape[1] != T or not 1 <= a.shape[0] <= T:
+        side = "rows" if notation == "paper" else "columns"
+        raise InputError(f"a head's {what} should have {T} answers for each question ({T} members), and "
+                         f"one question per {side[:-1]}; got a {'×'.join(map(str, np.shape(values)))} grid")
     return a
 
 
 def paper_grids(head: dict) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
     """A head dict's weights and scores in paper orientation, and its mask.
 
-    head: {"tokens": T strings, "notation": "paper" | "columns", "weights": (R, T) or (T, R) nested
-    lists, optional "scores" (same shape, masked cells None), optional "mask" (True = may see)}.
-    The R question rows are the last R members. Returns weights (R, T), scores (R, T) or None, and
-    mask (R, T) bool: from "mask", else the scores' None cells, else causal.
+    head: {"tokens": T strings, "notation": "paper" | "columns", "weights": (R, T) (paper) or
+    (T, R) (columns) nested lists, optional "scores" (same shape, masked cells None), optional
+    "mask" (True = may hear)}. The R questions are the last R members. Returns weights (R, T),
+    scores (R, T) or None, and mask (R, T) bool: from "mask", else the scores' None cells, else causal.
+
+    >>> W, S, mask = paper_grids({"tokens": ["A", "b"], "notation": "columns", "weights": [[1.0, 0.5], [0.0, 0.5]]})
+    >>> W.tolist(), S, mask.tolist()
+    ([[1.0, 0.0], [0.5, 0.5]], None, [[True, False], [True, True]])
     """
     T, notation = len(head["tokens"]), head.get("notation", "paper")
     if notation not in ("paper", "columns"):
         raise InputError(f"notation must be 'paper' or 'columns', not {notation!r}")
-    flip = (lambda a: a.T) if notation == "columns" else (lambda a: a)  # noqa: E731
-    raw = np.array(head["weights"], dtype=object)
-    R = raw.shape[0] if notation == "paper" else raw.shape[1]
-    W = _grid(flip(raw).tolist(), R, T)
-    S = _grid(flip(np.array(head["scores"], dtype=object)).tolist(), R, T) if head.get("scores") is not None else None
+    W = _paper(head["weights"], notation, T, "weights")
+    S = None if head.get("scores") is None else _paper(head["scores"], notation, T, "scores")
+    R = W.shape[0]
     if head.get("mask") is not None:
-        mask = flip(np.array(head["mask"], dtype=bool))
+        mask = _paper(head["mask"], notation, T, "mask", dtype=bool)
     elif S is not None and np.isnan(S).any():
         mask = ~np.isnan(S)
     else:
         mask = np.arange(T)[None, :] <= np.arange(T - R, T)[:, None]  # causal, rows aligned at the end
+    if (S is not None and S.shape != W.shape) or mask.shape != W.shape:
+        raise InputError(f"a head's weights, scores and mask must have the same shape; weights are {W.shape}")
     return W, S, mask
 
 

@@ -173,19 +173,23 @@ def test_long_texts_show_the_last_question_row():
 def test_bad_head_data_is_refused():
     with pytest.raises(InputError, match="notation"):
         figures.head_figure(synthetic_head(["A"]), "rows")
-    with pytest.raises(InputError, match="2×2"):
+    with pytest.raises(InputError, match="2 answers for each question"):
         figures.head_figure({"tokens": ["A", "b"], "weights": [[1.0, 0.0, 0.0], [0.5, 0.5, 0.0]]})
+    with pytest.raises(InputError, match="rectangular"):
+        figures.head_figure({"tokens": ["A", "b"], "weights": [[1.0], [0.5, 0.5]]})
+    with pytest.raises(InputError, match="same shape"):
+        figures.head_figure({"tokens": ["A", "b"], "weights": [[0.5, 0.5]], "mask": [[True, True], [True, True]]})
 
 
 def test_head_view_of_the_tiny_model(model):
     paper = study_head.head_view(model, TEXT_B, 1, 3, "paper").to_dict()
     columns = study_head.head_view(model, TEXT_B, 1, 3, "columns").to_dict()
-    P = figures.head_view_figure(paper).axes[0].images[0].get_array()
+    paper_fig = figures.head_view_figure(paper)
+    P = paper_fig.axes[0].images[0].get_array()
     C = figures.head_view_figure(columns).axes[0].images[0].get_array()
     np.testing.assert_allclose(P.filled(0), np.array(paper["weights"]), atol=1e-6)
     np.testing.assert_allclose(C.filled(0), P.filled(0).T, atol=1e-6)
-    assert [t.get_text() for t in figures.head_view_figure(paper).axes[0].get_yticklabels()] == \
-        [figures.label(t) for t in paper["tokens"]]
+    assert [t.get_text() for t in paper_fig.axes[0].get_yticklabels()] == [figures.label(t) for t in paper["tokens"]]
 
 
 # ---- bars ----------------------------------------------------------------------------------------
@@ -256,7 +260,8 @@ def test_png_and_svg_files(analysis, tmp_path):
 
 def test_user_text_appears_literally_in_svg(tmp_path):
     tokens = ["<script>", "$x$", "{{7*7}}", "a & b", "␣$", "'\""]
-    fig = figures.head_figure(synthetic_head(tokens))
+    head = synthetic_head(tokens)
+    fig = figures.head_figure({**head, "scores": None})  # the weights alone: half the drawing
     path = figures.save(fig, tmp_path / "head.svg")
     strings = svg_texts(path)
     for token in tokens:
@@ -280,6 +285,14 @@ def test_save_refuses_bad_paths(tmp_path):
     folder.mkdir()
     with pytest.raises(InputError, match="folder"):
         figures.check_path(folder)
+
+
+@pytest.mark.parametrize("module", ["figures", "figures_style", "figures_head", "figures_bars", "figures_grid"])
+def test_docstring_examples_run(module):
+    import doctest
+    import importlib
+
+    assert doctest.testmod(importlib.import_module(f"studygroup.{module}")).failed == 0
 
 
 def test_figures_leave_matplotlib_settings_alone(tmp_path):
