@@ -35,16 +35,18 @@ def conclusion_figure(top: list[dict] | None, shift: list[dict] | None = None,
 
 
 def conclusion_bars(ax, top: list[dict]) -> None:
+    """explain's `top` on `ax`: one bar per word, its probability beside it."""
     y = np.arange(len(top))
     probs = np.array([100 * w["prob"] for w in top])
     ax.barh(y, probs, color=AFTER, height=0.7)
     for yi, w in zip(y, top):
         _value(ax, 100 * w["prob"], yi, percent(w["prob"]), 11)
-    _word_axis(ax, top, probs.max(initial=1.0))
+    _word_axis(ax, top, probs.max(initial=1.0), header=False)
     ax.set_title("The group's conclusion: the next word", loc="left")
 
 
 def shift_bars(ax, shift: list[dict], names: tuple[str, str]) -> None:
+    """compare's `shift` on `ax`: before (a) and after (b) bars per word, the signed change on the right."""
     y = np.arange(len(shift))
     a = np.array([100 * w["prob_a"] for w in shift])
     b = np.array([100 * w["prob_b"] for w in shift])
@@ -56,7 +58,7 @@ def shift_bars(ax, shift: list[dict], names: tuple[str, str]) -> None:
         change = w.get("change", w["prob_b"] - w["prob_a"])
         ax.text(1.01, yi, signed_percent(change), transform=ax.get_yaxis_transform(), va="center",
                 fontsize=11, fontweight="bold")
-    _word_axis(ax, shift, max(a.max(initial=1.0), b.max(initial=1.0)))
+    _word_axis(ax, shift, max(a.max(initial=1.0), b.max(initial=1.0)), header=True)
     ax.text(1.01, -0.9, "shift", transform=ax.get_yaxis_transform(), va="center", fontsize=11, style="italic")
     ax.legend(loc="lower right", frameon=False, fontsize=10)
     ax.set_title("The conclusion before and after", loc="left")
@@ -67,9 +69,10 @@ def _value(ax, x: float, y: float, text: str, size: int) -> None:
     ax.annotate(text, (x, y), xytext=(4, 0), textcoords="offset points", va="center", fontsize=size)
 
 
-def _word_axis(ax, words: list[dict], largest: float) -> None:
+def _word_axis(ax, words: list[dict], largest: float, header: bool) -> None:
+    """Words down the side, most likely on top (room above them for a header); percent along."""
     ax.set_yticks(np.arange(len(words)), [label(w["token"]) for w in words], fontsize=12)
-    ax.set_ylim(len(words) - 0.5, -1.2)  # most likely on top; room above for the legend/header
+    ax.set_ylim(len(words) - 0.5, -1.2 if header else -0.6)
     ax.set_xlim(0, min(100.0, largest) * 1.2 + 2)
     ax.set_xlabel("probability of the next word (%)")
 

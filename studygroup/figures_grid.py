@@ -14,15 +14,21 @@ from studygroup.figures_style import (MASK_EDGE, MASK_FACE, SCORES_CMAP, WEIGHTS
 
 DECISIVE_SHOWN = 5  # heads marked with their rank in the layer × head grids
 CELL = 0.9  # a head's square in the layer × head grids (one unit per head, the rest is gap)
+GROUP_GAP = 0.35  # extra gap between the query heads of two key/value heads
 
 
 def decisive_pairs(decisive) -> list[tuple[int, int]]:
+    """(layer, head) pairs from dicts with "layer" and "head" (explain's `heads`) or from pairs.
+
+    >>> decisive_pairs([{"layer": 24, "head": 6}, (0, 2)])
+    [(24, 6), (0, 2)]
+    """
     return [(int(d["layer"]), int(d["head"])) if isinstance(d, dict) else (int(d[0]), int(d[1])) for d in decisive]
 
 
 def _x(h: int, group_size: int) -> float:
     """Left edge of head h's column: query heads sharing a key/value head sit together."""
-    return h + 0.35 * (h // group_size)
+    return h + GROUP_GAP * (h // group_size)
 
 
 def _layer_head_axes(ax, n_layers: int, n_heads: int, group_size: int) -> None:
@@ -41,10 +47,11 @@ def _layer_head_axes(ax, n_layers: int, n_heads: int, group_size: int) -> None:
         left, right = _x(g * group_size, group_size), _x((g + 1) * group_size - 1, group_size) + CELL
         ax.text((left + right) / 2, -0.35, f"kv head {g}", ha="center", va="bottom", fontsize=10)
         if g:
-            ax.axvline(left - 0.225, color="#555555", linewidth=0.8)
+            ax.axvline(left - (1 - CELL + GROUP_GAP) / 2, color="#555555", linewidth=0.8)  # mid-gap
 
 
 def _mark_decisive(ax, decisive: list[tuple[int, int]], group_size: int) -> None:
+    """Box the first DECISIVE_SHOWN heads, with their rank in the corner."""
     for rank, (l, h) in enumerate(decisive[:DECISIVE_SHOWN], start=1):
         x = _x(h, group_size)
         ax.add_patch(Rectangle((x - 0.04, l - 0.04), CELL + 0.08, CELL + 0.08, fill=False, edgecolor="black",
@@ -87,7 +94,12 @@ def model_view_figure(view: dict) -> Figure:
         full = maps.shape[2] == maps.shape[3]
         fig = new_figure(2.3 + 0.6 * (_x(H - 1, group_size) + 1), 1.6 + (0.42 if full else 0.3) * L)
         ax = fig.subplots()
-        image = thumbnails(ax, maps, _ranked(view["heads"]), group_size)
+        ranked = _ranked(view["heads"])
+        image = thumbnails(ax, maps, ranked, group_size)
+        if ranked:
+            by = view.get("ranked_by", "").split(" (")[0]
+            ax.set_xlabel(f"query head\nboxed: the {min(DECISIVE_SHOWN, len(ranked))} most decisive heads"
+                          + (f", ranked by {by}" if by else ""), fontsize=11)
         fig.colorbar(image, ax=ax, shrink=0.5, pad=0.02).set_label("weight — fixed 0–1 scale, every head")
         what = "each head's weights (rows: questions)" if full else "each head's last question (its row of weights)"
         ax.set_title(f"The model view: {what}", loc="left", fontsize=12, pad=24)

@@ -32,11 +32,13 @@ SUBSTITUTES = {"␍": "\\r"}  # readable glyphs DejaVu Sans lacks, and what to s
 
 @contextmanager
 def style():
+    """Build or save a figure inside this: STYLE applies there only (matplotlib's rcParams are restored)."""
     with matplotlib.rc_context(STYLE):
         yield
 
 
 def new_figure(width: float, height: float) -> Figure:
+    """An empty figure of width × height inches, laid out by matplotlib's constrained layout."""
     fig = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(fig)  # drawn off-screen: no display, no pyplot state
     return fig
