@@ -76,17 +76,21 @@ def signed_percent(change: float) -> str:
     return ("+" if change >= 0 else "−") + percent(abs(change)).rstrip("%") + " pts"
 
 
-def check_path(path) -> str:
-    """The kind of figure file `path` names ("png" or "svg"); InputError if it is another kind or
-    cannot be written. Call it before a long computation, so a bad path fails at once.
+def check_path(path, kind: str | None = None) -> str:
+    """The kind of figure file `path` names ("png" or "svg"); InputError if it is another kind (or
+    not `kind`, when given) or cannot be written. Call it before a long computation, so that a bad
+    path fails at once.
 
     >>> check_path("/tmp/explain.svg")
     'svg'
     """
     p = Path(path)
-    kind = p.suffix.lower().lstrip(".")
-    if kind not in ("png", "svg"):
+    ending = p.suffix.lower().lstrip(".")
+    if kind is not None and ending != kind:
+        raise InputError(f"cannot save a {kind.upper()} figure as {p.name!r}: the file name must end in .{kind}")
+    if ending not in ("png", "svg"):
         raise InputError(f"cannot save a figure as {p.name!r}: the file name must end in .png or .svg")
+    kind = ending
     folder = p.parent if str(p.parent) else Path(".")
     if p.is_dir():
         raise InputError(f"cannot write {path}: it is a folder; give a file name such as figure.{kind}")

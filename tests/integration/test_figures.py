@@ -281,6 +281,9 @@ def test_save_refuses_bad_paths(tmp_path):
         with pytest.raises(InputError, match=message) as err:
             figures.save(fig, path)
         assert "\n" not in str(err.value)
+    with pytest.raises(InputError, match=r"must end in \.png"):
+        figures.check_path(tmp_path / "f.svg", "png")  # --png f.svg
+    assert figures.check_path(tmp_path / "F.PNG", "png") == "png"
     folder = tmp_path / "x.png"
     folder.mkdir()
     with pytest.raises(InputError, match="folder"):
