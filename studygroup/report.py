@@ -100,7 +100,7 @@ def report_html(explanation_or_data, title: str | None = None) -> str:
     csp = (f"default-src 'none'; script-src {_sha256(script)} {_sha256(mount)}; style-src {_sha256(css)}; "
            "img-src data: blob:; base-uri 'none'; form-action 'none'")
     return ("<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            f'<meta http-equiv="Content-Security-Policy" content="{escape(csp)}">\n'
+            f'<meta http-equiv="Content-Security-Policy" content="{escape(csp, quote=False)}">\n'
             '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
             f"<title>{escape(title)}</title>\n<style>{css}</style>\n</head>\n<body class=\"sg-page\">\n"
             f"{blocks}\n<script>{script}</script>\n<script>{mount}</script>\n</body>\n</html>\n")
