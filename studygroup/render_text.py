@@ -57,7 +57,7 @@ def explanation(e) -> str:
     """The members, the conclusion, the decisive heads and whom they listened to, the members, the story."""
     w = e.predicted.token
     lines = [_members(e.tokens), "", "the group's conclusion (next word):", *_conclusion(e.top), ""]
-    lines += [f"which heads decided it ({e.heads_silenced} silenced, one at a time):",
+    lines += ["which heads decided it:", f"  (silenced one at a time: {e.heads_silenced})",
               table(["rank", "layer", "head", "direct contribution to logit", "silence effect (log-prob)",
                      f"p({w}) silenced", "rank by contribution"],
                     [[r + 1, h.layer, h.head, h.logit_contribution, h.silence_effect, percent(h.prob_silenced),
@@ -68,7 +68,7 @@ def explanation(e) -> str:
                   table(["member", "index", "weight", "‖v·W_O‖", "weight × ‖v·W_O‖"],
                         [[m.token, m.index, m.weight, m.answer_size, m.contribution] for m in h.listened[:LISTENED_SHOWN]],
                         indent="    "), ""]
-    lines += [f"which members decided it ({e.members_silenced} silenced, each in every head):",
+    lines += ["which members decided it:", f"  (silenced one at a time, each in every head: {e.members_silenced})",
               table(["index", "member", "effect (log-prob)", f"p({w}) silenced", "rank"],
                     [[m.index, m.token, m.effect, None if m.prob_silenced is None else percent(m.prob_silenced), m.rank]
                      for m in e.members]), "", "the story:", *[wrap(s) for s in e.story]]

@@ -57,14 +57,14 @@ def _listening(h, asker: str) -> list[str]:
     if not h.listened:
         return []
     by_weight = sorted(h.listened, key=lambda x: -x.weight)[:2]
-    heard = " and ".join(f"{quote(x.token)} ({x.weight:.2f})" for x in by_weight)
+    heard = " and ".join(f"{quote(x.token)} ({x.weight:.2g})" for x in by_weight)
     line = (f"In head {h.head} of layer {h.layer}, the last member {quote(asker)} asks its question and gives "
             f"the most weight to {heard}.")
     top = h.listened[0]  # largest weight × answer size
     line += (f" Weighing each answer by its size through the output projection (weight × ‖v·W_O‖), "
-             f"{quote(top.token)} contributes most ({top.contribution:.2f})")
+             f"{quote(top.token)} contributes most ({top.contribution:.3g})")
     if top.index != by_weight[0].index:
-        line += f", with a weight of only {top.weight:.2f}: here the attention weight alone would mislead"
+        line += f", with a weight of only {top.weight:.2g}: here the attention weight alone would mislead"
     return [line + "."]
 
 

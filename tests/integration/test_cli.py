@@ -29,7 +29,7 @@ def test_explain_prints_members_conclusion_heads_members_and_story(capsys, tiny)
     for title in ("members (4): t | he | ␣t | in", "the group's conclusion", "which heads decided it",
                   "which members decided it", "the story:"):
         assert title in out
-    assert "all 8 silenced" in out
+    assert "silenced one at a time: all 8" in out
 
 
 def test_explain_json(capsys, tiny):

@@ -383,3 +383,13 @@ def test_html_escapes_model_and_user_text():
         Block("text", text=evil), Block("code", text=evil),
         Block("table", caption=evil, header=[evil], rows=[[evil, 0.5, None]], shade=True)])]))
     assert "<script>" not in page and page.count("&lt;script&gt;") == 8  # texts, nav, title, 5 blocks
+
+
+@pytest.mark.parametrize("module", ["jsonable", "attribution", "effects", "study", "study_compare", "study_head",
+                                    "study_view", "story", "lesson"])
+def test_docstring_examples_run(module):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(f"studygroup.{module}"))
+    assert result.failed == 0
