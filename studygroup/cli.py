@@ -6,7 +6,7 @@ stderr with exit status 2.
     studygroup explain [TEXT] [--top K] [--silence-heads N|all] [--silence-members N|all]
     studygroup compare TEXT_A TEXT_B
     studygroup head [TEXT] --layer L --head H [--notation paper|columns]
-    studygroup lesson [--section N] [--html FILE]
+    studygroup lesson [--section N] [--html FILE]   (at a terminal: one section at a time)
 
 Every command takes --json (print the result as JSON instead), --top K and --model PATH.
 """
@@ -134,7 +134,18 @@ def _lesson(args) -> str:
         return f"studygroup: wrote the lesson to {args.html}"
     if args.json:
         return (l.section(args.section) if args.section else l).to_json(indent=2)
+    if args.section is None and sys.stdin.isatty() and sys.stdout.isatty():
+        return _page([render_text.lesson(l, n) for n in range(1, len(l.sections) + 1)])
     return render_text.lesson(l, args.section)
+
+
+def _page(pages: list[str]) -> str:
+    """At a terminal: one section at a time, Enter for the next, q to stop. Returns the last."""
+    for page in pages[:-1]:
+        print(page)
+        if input("── Enter: next section, q: quit ── ").strip().lower().startswith("q"):
+            return ""
+    return pages[-1]
 
 
 def _check_writable(path: str) -> None:

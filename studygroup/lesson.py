@@ -90,8 +90,10 @@ def grid(caption: str, tokens: list[str], values: torch.Tensor, mask: torch.Tens
     return table(caption, ["question \\ answer from"] + tokens, rows, shade)
 
 
-def lesson(model, top: int = 8) -> Lesson:
+def lesson(model, top: int = 8, comparison=None) -> Lesson:
     """Build the lesson on the two texts with `model`'s numbers (top: words in the conclusion's table).
+
+    comparison: compare(model, TEXT_A, TEXT_B) if already computed (it is the costly part).
 
     >>> l = lesson(studygroup.load())                          # doctest: +SKIP
     >>> [s.title for s in l.sections][:2]                      # doctest: +SKIP
@@ -100,7 +102,9 @@ def lesson(model, top: int = 8) -> Lesson:
     from studygroup import lesson_steps as steps
     from studygroup.study_compare import compare
 
-    cmp = compare(model, TEXT_A, TEXT_B, top=top)
+    cmp = comparison or compare(model, TEXT_A, TEXT_B, top=top)
+    if (cmp.a.text, cmp.b.text) != (TEXT_A, TEXT_B):
+        raise InputError(f"the lesson compares “{TEXT_A}” with “{TEXT_B}”, not “{cmp.a.text}” with “{cmp.b.text}”")
     l, h = cmp.a.heads[0].layer, cmp.a.heads[0].head
     run_a, run_b = model.run(TEXT_A, record="all"), model.run(TEXT_B, record="all")
     ctx = steps.Context(model, run_a, run_b, run_a.head(l, h), run_b.head(l, h), cmp, top)

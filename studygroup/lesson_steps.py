@@ -81,9 +81,11 @@ def members(ctx: Context) -> list[Block]:
 
 def questions(ctx: Context) -> list[Block]:
     h, a = ctx.head_a, ctx.run_a
+    where = "" if h.layer == 0 else (f" Here E_i is layer {h.layer}'s input: the residual stream after "
+                                      f"{h.layer} layers, normalised.")
     return [
         text(f"A head asks one kind of question: its W_Q. In {ctx.name}, each member asks its own version of it, "
-             f"q_i = E_i W_Q (then rotated by RoPE). Q is T × d_head = {h.q.shape[0]} × {h.q.shape[1]}."),
+             f"q_i = E_i W_Q (then rotated by RoPE). Q is T × d_head = {h.q.shape[0]} × {h.q.shape[1]}.{where}"),
         table(f"Q, {ctx.name}: each member's question", summary_header("question of"),
               [summary_row(quote(t), h.q[i]) for i, t in enumerate(a.tokens)]),
         text("What a question asks is not written anywhere in words: 64 numbers are all there is. "
@@ -126,8 +128,9 @@ def softmax(ctx: Context, example) -> list[Block]:
         text("Softmax turns each question's absolute scores into relative weights between 0 and 1 that sum to 1. "
              "The article's example, with the exact float64 weights:"),
         code(str(example)),
-        text(f"The real scores are nothing like 100 and 1,000. In {ctx.name}, the question of {quote(a.tokens[-1])} "
-             f"gets scores from {float(sa.min()):.2f} to {float(sa.max()):.2f}:"),
+        text(f"The real scores are {'nothing like' if float(sa.abs().max()) < 50 else 'as large as'} the "
+             f"article's 100 and 1,000. In {ctx.name}, the question of {quote(a.tokens[-1])} gets scores from "
+             f"{float(sa.min()):.2f} to {float(sa.max()):.2f}:"),
         table(f"the last question's row, “I have a lot”, {ctx.name}", ["member", "score", "weight"],
               _row(a.tokens, sa, wa), shade=False),
         table(f"the last question's row, “Cash or credit card? I have a lot”, {ctx.name}", ["member", "score", "weight"],

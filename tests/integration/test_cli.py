@@ -124,3 +124,12 @@ def test_a_real_process(tiny):
                           "--model", tiny], capture_output=True, text=True, env=env, timeout=120)
     assert bad.returncode == 2 and bad.stdout == "" and "Traceback" not in bad.stderr
     assert bad.stderr.strip() == "studygroup: error: layer 7 does not exist: the model has 2 layers (0-1)"
+
+
+def test_lesson_at_a_terminal_goes_one_section_at_a_time(capsys, tiny, monkeypatch):
+    answers = iter(["", "q"])
+    monkeypatch.setattr("builtins.input", lambda prompt="": next(answers))
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
+    code, out, _ = cli(capsys, "lesson", "--model", tiny)
+    assert code == 0 and "── 1/8" in out and "── 2/8" in out and "── 3/8" not in out

@@ -70,8 +70,8 @@ def test_head_in_both_notations(model):
     assert len(paper.q) == 4 and len(paper.q[0]) == 64 and len(cols.q) == 64
 
 
-def test_lesson_on_the_default_model(model):
-    l = lesson(model)
+def test_lesson_on_the_default_model(model, comparison):
+    l = lesson(model, comparison=comparison)
     assert len(l.sections) == 8 and l.texts == [A["text"], B["text"]]
     conclusion = " ".join(b.text for b in l.sections[-1].blocks)
     assert "already predicts “␣of”" in conclusion
