@@ -11,6 +11,8 @@ from collections.abc import Sequence
 import torch
 
 from studygroup import attribution, effects
+from studygroup.record import Record
+from studygroup.study_view import FULL_MAPS_MAX_T
 from studygroup.study_view import model_view as _model_view
 from studygroup.study import checked_ids, explain, model_info, top_words  # noqa: F401 (checked_ids: for the server)
 from studygroup.study_compare import compare
@@ -72,7 +74,8 @@ def model_view(model, text, explanation=None) -> dict:
     Thumbnail weights are rounded to THUMBNAIL_DECIMALS (exact values are in the head view).
     """
     ids = checked_ids(model, text)
-    record = ("weights", *attribution.NEEDED_STEPS)
+    rows = "all" if len(ids) <= FULL_MAPS_MAX_T else "last"  # long texts: the last question only
+    record = Record(steps=("weights", *attribution.NEEDED_STEPS), rows=rows)
     d = _model_view(model.run(ids, record=record), explanation).to_dict()
     for row in d["heads"]:
         for cell in row:

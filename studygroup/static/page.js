@@ -100,10 +100,15 @@
     const left = title + rowLabelW, top = title + colLabelH;
     const sumW = g.sum === "right" ? 48 : 0, sumH = g.sum === "bottom" ? 34 : 0;
     const room = g.maxWidth - left - sumW - 6;
-    const cell = Math.max(4, Math.min(34, Math.floor(Math.min(room / nC, 520 / nR))));
-    const W = left + nC * cell + sumW + 6, H = top + nR * cell + sumH + 6;
+    const fit = (n, space) => Math.max(4, Math.min(34, Math.floor(space / n)));
+    let cw = Math.min(fit(nC, room), fit(nR, 520)), ch = cw;
+    if (nR <= 2) ch = Math.max(cw, 24); // one question (a long text's last row): a readable strip
+    if (nC <= 2) cw = Math.max(ch, 24);
+    const rowTitleY = top + Math.max(nR * ch / 2, 44); // the axis titles must fit even beside a thin strip
+    const W = Math.max(left + nC * cw + sumW + 6, left + nC * cw / 2 + 72);
+    const H = Math.max(top + nR * ch + sumH + 6, rowTitleY + 46);
     const ctx = sizeCanvas(canvas, W, H);
-    canvas.__geom = { left, top, cell, nR, nC };
+    canvas.__geom = { left, top, cw, ch, nR, nC };
     ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, W, H);
     const pattern = hatch(ctx);
     ctx.textAlign = "center"; ctx.textBaseline = "middle";
@@ -111,32 +116,32 @@
       for (let c = 0; c < nC; c++) {
         const v = g.matrix[r][c];
         const masked = (g.mask && !g.mask[r][c]) || v == null;
-        const x = left + c * cell, y = top + r * cell;
+        const x = left + c * cw, y = top + r * ch;
         let col = null;
         if (masked) ctx.fillStyle = pattern;
         else { col = g.kind === "scores" ? divergingColor(v, g.scale) : weightColor(v); ctx.fillStyle = rgb(col); }
-        ctx.fillRect(x, y, cell, cell);
-        if (!masked && cell >= 30) {
+        ctx.fillRect(x, y, cw, ch);
+        if (!masked && cw >= 30 && ch >= 16) {
           ctx.fillStyle = isLight(col) ? "#111" : "#fff";
           ctx.font = "10px " + SANS;
-          ctx.fillText(g.kind === "scores" ? v.toFixed(1) : v.toFixed(2), x + cell / 2, y + cell / 2);
+          ctx.fillText(g.kind === "scores" ? v.toFixed(1) : v.toFixed(2), x + cw / 2, y + ch / 2);
         }
       }
     }
     ctx.strokeStyle = "#444"; ctx.lineWidth = 1;
-    ctx.strokeRect(left - 0.5, top - 0.5, nC * cell + 1, nR * cell + 1);
+    ctx.strokeRect(left - 0.5, top - 0.5, nC * cw + 1, nR * ch + 1);
     // member labels on both axes
     ctx.font = "12px " + MONO; ctx.fillStyle = "#222";
     ctx.textAlign = "right"; ctx.textBaseline = "middle";
     g.rows.forEach((m, r) => {
-      if (cell < 9 && r % Math.ceil(9 / cell)) return;
+      if (ch < 13 && r % Math.ceil(13 / ch)) return; // labels no closer than 13 px
       ctx.font = (m === g.hover || m === g.selected ? "bold " : "") + "12px " + MONO;
-      ctx.fillText(label(m), left - 6, top + r * cell + cell / 2);
+      ctx.fillText(label(m), left - 6, top + r * ch + ch / 2);
     });
     g.cols.forEach((m, c) => {
-      if (cell < 9 && c % Math.ceil(9 / cell)) return;
+      if (cw < 13 && c % Math.ceil(13 / cw)) return;
       ctx.save();
-      ctx.translate(left + c * cell + cell / 2, top - 6);
+      ctx.translate(left + c * cw + cw / 2, top - 6);
       ctx.rotate(-Math.PI / 2);
       ctx.textAlign = "left";
       ctx.font = (m === g.hover || m === g.selected ? "bold " : "") + "12px " + MONO;
@@ -145,8 +150,8 @@
     });
     // axis titles: which axis asks, which answers
     ctx.font = "italic 12px " + SANS; ctx.fillStyle = "#555"; ctx.textAlign = "center";
-    ctx.fillText(g.colTitle, left + (nC * cell) / 2, 10);
-    ctx.save(); ctx.translate(10, top + (nR * cell) / 2); ctx.rotate(-Math.PI / 2);
+    ctx.fillText(g.colTitle, left + (nC * cw) / 2, 10);
+    ctx.save(); ctx.translate(10, rowTitleY); ctx.rotate(-Math.PI / 2);
     ctx.fillText(g.rowTitle, 0, 0); ctx.restore();
     // the sums that equal 1, on the grid's edge
     if (g.sum) {
@@ -155,19 +160,19 @@
         : g.cols.map((_, c) => g.matrix.reduce((a, row) => a + (row[c] || 0), 0));
       if (g.sum === "right") {
         ctx.textAlign = "left";
-        ctx.fillText("\u03a3 = 1", left + nC * cell + 6, top - 8);
-        if (cell >= 11) sums.forEach((s, r) => ctx.fillText(s.toFixed(3), left + nC * cell + 6, top + r * cell + cell / 2));
-        ctx.fillRect(left + nC * cell + 2, top, 1, nR * cell);
+        ctx.fillText("\u03a3 = 1", left + nC * cw + 6, top - 8);
+        if (ch >= 11) sums.forEach((s, r) => ctx.fillText(s.toFixed(3), left + nC * cw + 6, top + r * ch + ch / 2));
+        ctx.fillRect(left + nC * cw + 2, top, 1, nR * ch);
       } else {
         ctx.textAlign = "right";
-        ctx.fillText("\u03a3 = 1", left - 6, top + nR * cell + 12);
+        ctx.fillText("\u03a3 = 1", left - 6, top + nR * ch + 12);
         ctx.textAlign = "center";
         sums.forEach((s, c) => {
-          if (cell >= 26) ctx.fillText(s.toFixed(2), left + c * cell + cell / 2, top + nR * cell + 12);
+          if (cw >= 26) ctx.fillText(s.toFixed(2), left + c * cw + cw / 2, top + nR * ch + 12);
         });
-        ctx.fillRect(left, top + nR * cell + 2, nC * cell, 1);
+        ctx.fillRect(left, top + nR * ch + 2, nC * cw, 1);
         ctx.fillStyle = "#555"; ctx.font = "italic 11px " + SANS;
-        ctx.fillText("each column sums to 1", left + (nC * cell) / 2, top + nR * cell + 27);
+        ctx.fillText("each column sums to 1", left + (nC * cw) / 2, top + nR * ch + 27);
       }
     }
     // the selected question and the hovered member
@@ -176,8 +181,8 @@
       ctx.strokeStyle = dashed ? "#d62728" : "#000"; ctx.lineWidth = 2;
       if (dashed) ctx.setLineDash([4, 3]);
       const r = g.rows.indexOf(m), c = g.cols.indexOf(m);
-      if (g.questionAxis === "rows" && r >= 0) ctx.strokeRect(left - 1, top + r * cell - 1, nC * cell + 2, cell + 2);
-      if (g.questionAxis === "cols" && c >= 0) ctx.strokeRect(left + c * cell - 1, top - 1, cell + 2, nR * cell + 2);
+      if (g.questionAxis === "rows" && r >= 0) ctx.strokeRect(left - 1, top + r * ch - 1, nC * cw + 2, ch + 2);
+      if (g.questionAxis === "cols" && c >= 0) ctx.strokeRect(left + c * cw - 1, top - 1, cw + 2, nR * ch + 2);
       ctx.restore();
     };
     if (g.selected != null) outline(g.selected, false);
@@ -564,7 +569,8 @@
       let rows = top.map((w) => ({ token: w.token, id: w.id, now: w.prob, ghost: null }));
       let note = null;
       if (this.api && c && c.silenced) {
-        rows = c.words.map((w) => ({ token: w.token, id: w.id, now: w.prob_after, ghost: w.prob_before }));
+        rows = c.words.map((w) => ({ token: w.token, id: w.id, now: w.prob_after, ghost: w.prob_before }))
+          .sort((a, b) => Math.max(b.now, b.ghost) - Math.max(a.now, a.ghost));
         note = "Bars: with the silencing. Outlines: before.";
       } else if (!this.api && e && (this.ui.members.size || this.ui.headsSilenced.size)) {
         const p = this.staticSilenced(e);
@@ -876,7 +882,7 @@
         const geo = canvas.__geom, g = this.gridSpec(kind);
         if (!geo || !g) return null;
         const rect = canvas.getBoundingClientRect();
-        const c = Math.floor((ev.clientX - rect.left - geo.left) / geo.cell), r = Math.floor((ev.clientY - rect.top - geo.top) / geo.cell);
+        const c = Math.floor((ev.clientX - rect.left - geo.left) / geo.cw), r = Math.floor((ev.clientY - rect.top - geo.top) / geo.ch);
         if (r < 0 || c < 0 || r >= geo.nR || c >= geo.nC) return null;
         return { g, r, c };
       };
