@@ -84,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--html", default=None, metavar="FILE", help="write the lesson as a self-contained HTML page")
     _common(p, 8, "how many next words the conclusion lists (default 8)")
     p.set_defaults(handler=_lesson)
+    from studygroup import serve  # light: the web app is imported only when `serve` runs
+
+    serve.add_parser(sub)
     return parser
 
 
