@@ -122,6 +122,9 @@ class Explanation(JSONable):
     model: ModelInfo
     story: list[str] = field(default_factory=list)
 
+    def _repr_html_(self):  # Jupyter shows the study group's views (offline, ids unique per view)
+        from studygroup.report import notebook_html; return notebook_html(self)  # noqa: E702
+
 
 @dataclass
 class Analysis:
