@@ -122,3 +122,8 @@ def test_view_data_accepts_explanations_comparisons_and_dicts(model, explanation
 def test_doctests():
     for module in (report, serve, page_data):
         assert doctest.testmod(module).failed == 0
+
+
+def test_explanations_render_themselves_in_notebooks(explanation):
+    a, b = explanation._repr_html_(), explanation._repr_html_()
+    assert 'class="sg-root sg-nb"' in a and parse(a).ids != parse(b).ids

@@ -406,3 +406,42 @@ def test_default_model_heads_and_grouping(real_client):
     assert error == "layer 30 does not exist: the model has 30 layers (0-29)"
     mv = post(real_client, "/api/model_view", {"text": "I have a lot"}).json()
     assert (len(mv["heads"]), len(mv["heads"][0]), mv["n_kv_heads"]) == (30, 9, 3)
+
+
+def test_serve_command_prints_its_url_and_serves(tiny_model):
+    import os
+    import subprocess
+    import sys
+
+    import httpx
+
+    cmd = [sys.executable, "-m", "studygroup.cli", "serve", "--model", str(tiny_model.path), "--port", "0", "--no-warm"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+    try:
+        line = proc.stdout.readline()
+        url = re.search(r" at (http://127\.0\.0\.1:\d+/)", line).group(1)
+        info = httpx.get(url + "api/info", timeout=30, trust_env=False).json()
+        assert info["model"]["name"] == "tiny-random-llama"
+        assert httpx.get(url + "api/info", headers={"host": "example.com"}, trust_env=False).status_code == 400
+    finally:
+        proc.terminate()
+        proc.wait(15)
+
+
+def test_serve_warns_when_not_on_loopback(monkeypatch, capsys):
+    import argparse
+
+    from studygroup import serve
+
+    def refuse(host, port):
+        raise studygroup.InputError("not binding in a test")
+
+    monkeypatch.setattr(serve, "bind", refuse)
+    args = argparse.Namespace(host="0.0.0.0", port=0, model=None, max_tokens=256, warm=False)
+    with pytest.raises(studygroup.InputError):
+        serve.main(args)
+    assert "warning: listening on 0.0.0.0" in capsys.readouterr().err
+    args.host = "127.0.0.1"
+    with pytest.raises(studygroup.InputError):
+        serve.main(args)
+    assert "warning" not in capsys.readouterr().err
