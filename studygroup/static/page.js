@@ -321,7 +321,7 @@
       head.appendChild(el("div", { cls: "sg-head-controls" }, [orient,
         el("button", { cls: "sg-silence-head", attrs: { type: "button", "aria-pressed": "false" }, text: "\u2298 Silence this head", on: { click: () => this.toggleHead(this.ui.layer, this.ui.head) } }),
         el("button", { cls: "sg-full", attrs: { type: "button", hidden: "" }, text: "Show the full grid", on: { click: () => { this.ui.rows = "all"; this.openHead(this.ui.layer, this.ui.head); } } }),
-        el("button", { attrs: { type: "button" }, text: "Save head (PNG)", on: { click: () => this.saveHead() } })]));
+        el("button", { cls: "sg-save-head", attrs: { type: "button" }, text: "Save head (PNG)", on: { click: () => this.saveHead() } })]));
       const figure = (kind, caption) => el("figure", { cls: "sg-fig sg-fig-" + kind }, [
         el("figcaption", { text: caption }),
         el("div", { cls: "sg-canvas-wrap" }, [el("canvas", { cls: "sg-grid sg-grid-" + kind, attrs: { tabindex: "-1", role: "img" } })]),
@@ -823,9 +823,12 @@
       title.appendChild(el("p", { cls: "sg-kv", text: "Key/value head " + kv + ": its keys and values are shared with query heads " + mates.join(" and ") +
         " of this layer (grouped-query attention)." + (r >= 0 ? " Decisive head, rank " + (r + 1) + (lh ? " (silencing it: " + signed(lh.silence_effect, 3) + " in log p)." : ".") : "") }));
       figs.hidden = !d;
-      if (!d) {
-        empty.textContent = this.api ? "" : "This file holds the grids of the most decisive heads only" +
-          (lh ? "; below, whom this head's last question listens to." : ". Run `studygroup serve` to open any head.");
+      for (const b of this.qa(".sg-orient, .sg-save-head")) b.hidden = !d && !this.api;
+      const grids = Object.keys(this.d.embeddedHeads || {}).length;
+      if (!d && !this.api) {
+        empty.textContent = (grids ? "This file holds the grids of the " + grids + " most decisive heads only"
+          : "An explanation alone holds no grids (write a report or run `studygroup serve` for them)") +
+          (lh ? "; below, whom this head's last question listens to." : ".");
       } else empty.textContent = "";
       this.drawHeadGrids();
       this.renderMemberPanel();
