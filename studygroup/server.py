@@ -12,34 +12,26 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections import OrderedDict
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from importlib import resources
 from typing import Annotated, Literal
 
-import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
 from studygroup import page_data
 from studygroup.errors import InputError, StudyGroupError
+from studygroup.server_guard import LRU, BodyLimit, Busy, Gate, HostCheck, SecurityHeaders, error_response
 
 DEFAULT_TEXT = "Cash or credit card? I have a lot"
 MAX_TEXT_CHARS = 4000
 MAX_TOP = 50
 MAX_SILENCED = 512
 STATIC_FILES = {"page.css": "text/css; charset=utf-8", "page.js": "text/javascript; charset=utf-8"}
-SECURITY_HEADERS = {
-    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
-                               "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-    "Cross-Origin-Resource-Policy": "same-origin",
-}
 
 
 @dataclass(frozen=True)
@@ -93,66 +85,9 @@ class HeadBody(_Body):
     rows: Literal["auto", "all", "last"] = "auto"
 
 
-# ---- the model's turn: one at a time, a bounded queue --------------------------------------------
-class Busy(Exception):
-    """Too many requests already wait for the model."""
-
-
-class Gate:
-    """Runs blocking computations one at a time in a worker thread; refuses past max_waiting."""
-
-    def __init__(self, max_waiting: int, wait_timeout: float):
-        self.max_waiting, self.wait_timeout = max_waiting, wait_timeout
-        self.pending = 0  # running + waiting (touched only on the event loop's thread)
-        self._lock: asyncio.Lock | None = None
-
-    async def run(self, fn):
-        if self.pending > self.max_waiting:  # one running and max_waiting waiting
-            raise Busy(f"the model is busy: {self.max_waiting} requests are already waiting; try again shortly")
-        self._lock = self._lock or asyncio.Lock()
-        self.pending += 1
-        try:
-            with anyio.fail_after(self.wait_timeout):
-                await self._lock.acquire()
-        except TimeoutError:
-            self.pending -= 1
-            raise Busy(f"the model stayed busy for {self.wait_timeout:.0f} s; try again shortly") from None
-        try:
-            return await anyio.to_thread.run_sync(fn)
-        finally:
-            self._lock.release()
-            self.pending -= 1
-
-
-class LRU:
-    """Finished answers (bytes) by key, bounded in entries and in bytes."""
-
-    def __init__(self, entries: int, max_bytes: int):
-        self.entries, self.max_bytes, self.size = entries, max_bytes, 0
-        self._d: OrderedDict = OrderedDict()
-
-    def get(self, key):
-        if key in self._d:
-            self._d.move_to_end(key)
-            return self._d[key][0]
-        return None
-
-    def put(self, key, value, size: int) -> None:
-        if key in self._d:
-            self.size -= self._d.pop(key)[1]
-        self._d[key] = (value, size)
-        self.size += size
-        while self._d and (len(self._d) > self.entries or self.size > self.max_bytes):
-            self.size -= self._d.popitem(last=False)[1][1]
-
-
 # ---- the app -------------------------------------------------------------------------------------
 def _dumps(data) -> bytes:
     return json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
-
-
-def _error(status: int, message: str, headers: dict | None = None) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
 def _validation_message(exc: RequestValidationError) -> str:
@@ -161,68 +96,6 @@ def _validation_message(exc: RequestValidationError) -> str:
         where = ".".join(str(x) for x in e.get("loc", ()) if x != "body")
         parts.append(f"{where}: {e.get('msg', 'invalid')}" if where else e.get("msg", "invalid"))
     return "invalid request: " + "; ".join(parts)
-
-
-class BodyLimit:
-    """Refuses request bodies over max_body bytes with 413, by Content-Length or as they stream in."""
-
-    def __init__(self, app, max_body: int):
-        self.app, self.max_body = app, max_body
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        length = dict(scope["headers"]).get(b"content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.max_body):
-            return await _error(413, self._message())(scope, receive, send)
-        seen = 0
-
-        async def limited():
-            nonlocal seen
-            message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > self.max_body:
-                raise HTTPException(413, self._message())
-            return message
-
-        await self.app(scope, limited, send)
-
-    def _message(self) -> str:
-        return f"the request body is larger than {self.max_body // 1024} KiB"
-
-
-class SecurityHeaders:
-    """Adds the Content-Security-Policy and friends to every response."""
-
-    def __init__(self, app):
-        self.app = app
-
-    async def __call__(self, scope, receive, send):
-        async def with_headers(message):
-            if message["type"] == "http.response.start":
-                message.setdefault("headers", [])
-                message["headers"] = list(message["headers"]) + [
-                    (k.lower().encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
-            await send(message)
-
-        await self.app(scope, receive, with_headers if scope["type"] == "http" else send)
-
-
-class HostCheck:
-    """Answers 400 to a Host header outside `hosts` (a page elsewhere cannot reach a loopback app
-    through DNS rebinding)."""
-
-    def __init__(self, app, hosts):
-        self.app, self.hosts = app, frozenset(hosts)
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] == "http":
-            host = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
-            name = host if host.endswith("]") else host.rsplit(":", 1)[0]
-            if name not in self.hosts:
-                return await _error(400, f"unexpected Host header {host!r}: open the address the server printed")(
-                    scope, receive, send)
-        await self.app(scope, receive, send)
 
 
 class Service:
@@ -318,25 +191,25 @@ def create_app(model, limits: Limits = Limits(), warm: bool = False, hosts=None)
 def _handlers(app: FastAPI) -> None:
     @app.exception_handler(StudyGroupError)
     async def _input(request: Request, exc: StudyGroupError):
-        return _error(400, str(exc))
+        return error_response(400, str(exc))
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError):
-        return _error(422, _validation_message(exc))
+        return error_response(422, _validation_message(exc))
 
     @app.exception_handler(HTTPException)
     async def _http(request: Request, exc: HTTPException):
         messages = {404: "not found", 405: "method not allowed"}
         detail = exc.detail if isinstance(exc.detail, str) and exc.status_code not in messages else None
-        return _error(exc.status_code, detail or messages.get(exc.status_code, "bad request"), exc.headers)
+        return error_response(exc.status_code, detail or messages.get(exc.status_code, "bad request"), exc.headers)
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, exc: Exception):  # a bug: logged by the server, one line for the client
-        return _error(500, f"internal error ({type(exc).__name__}); the server's log has the details")
+        return error_response(500, f"internal error ({type(exc).__name__}); the server's log has the details")
 
     @app.exception_handler(Busy)
     async def _busy(request: Request, exc: Busy):
-        return _error(503, str(exc), {"Retry-After": "5"})
+        return error_response(503, str(exc), {"Retry-After": "5"})
 
 
 def _routes(app: FastAPI, s: Service) -> None:

@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 import studygroup
-from studygroup import page_data, server
+from studygroup import page_data, server, server_guard
 from studygroup.server import Limits, create_app
 
 TEXT = "I have a lot"
@@ -342,7 +342,7 @@ def test_answers_are_cached_and_served_without_waiting(slow_app):
 
 
 def test_cache_is_bounded():
-    cache = server.LRU(entries=3, max_bytes=10)
+    cache = server_guard.LRU(entries=3, max_bytes=10)
     for i in range(5):
         cache.put(i, b"x" * 3, 3)
     assert cache.get(0) is None and cache.get(4) == b"xxx" and cache.size <= 10
