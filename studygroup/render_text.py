@@ -87,11 +87,20 @@ def comparison(c) -> str:
              f"heads whose direct contribution to the logit of {c.word} changed most (b - a):",
              table(["layer", "head", "in a", "in b", "change"],
                    [[h.layer, h.head, h.contribution_a, h.contribution_b, h.change] for h in c.heads]), "",
+             *_gap_table(c),
              f"members of text {c.longer} by the effect of silencing them on log p({c.word}):",
              table(["index", "member", "effect (log-prob)", "p silenced"],
                    [[m.index, m.token, m.effect, percent(m.prob_silenced)] for m in c.members[:8]]), "",
              "the story:", *[wrap(s) for s in c.story]]
     return "\n".join(lines)
+
+
+def _gap_table(c) -> list[str]:
+    if not c.heads_by_gap:
+        return []
+    return [f"heads whose direct contribution to the gap logit({c.word}) - logit({c.rival}) changed most (b - a):",
+            table(["layer", "head", "in a", "in b", "change"],
+                  [[h.layer, h.head, h.contribution_a, h.contribution_b, h.change] for h in c.heads_by_gap]), ""]
 
 
 def _grid(v, values, caption: str) -> list[str]:

@@ -131,6 +131,16 @@ def _compare_heads(c) -> list[str]:
             f"(the logit goes from {c.logit.logit_a:.2f} to {c.logit.logit_b:.2f})."]
 
 
+def _compare_gap(c) -> list[str]:
+    if c.gap is None or not c.heads_by_gap:
+        return []
+    g = c.gap
+    named = ", ".join(f"head {h.head} of layer {h.layer} ({h.change:+.2f})" for h in c.heads_by_gap[:3])
+    return [f"A probability depends on the gaps between logits. Against {quote(c.rival)}, the other top word whose "
+            f"probability changed most, the gap of {quote(c.word)} goes from {g.logit_a:+.2f} to {g.logit_b:+.2f}: "
+            f"the heads' direct shares change it by {g.heads:+.2f} (most: {named}) and the MLPs' by {g.mlps:+.2f}."]
+
+
 def _compare_members(c) -> list[str]:
     lines = []
     if c.members:
@@ -153,4 +163,4 @@ def _compare_members(c) -> list[str]:
 
 def compare_story(c) -> list[str]:
     """The Comparison `c` as a few sentences: both conclusions, the shift, the heads, the members."""
-    return [*_shift_lines(c), *_compare_heads(c), *_compare_members(c)]
+    return [*_shift_lines(c), *_compare_heads(c), *_compare_gap(c), *_compare_members(c)]

@@ -4,7 +4,9 @@ Both texts are explained (`studygroup.study`). The word followed is the longer c
 predicted word w. Then:
 
 - shift: the probabilities of the top words of either text, before (a) and after (b);
-- heads: the change of each head's direct contribution to w's logit from a to b;
+- heads: the change of each head's direct contribution to w's logit from a to b; and, since a
+  probability depends on the gaps between logits, to the gap between w and its rival (the
+  other top word whose probability changed most);
 - members: the longer text's members by the effect of silencing each on log p(w);
 - prefix: when one text ends with the other, the extra members at the front of the longer one
   are silenced together, in every head, to see whether its prediction moves back toward the
@@ -81,9 +83,13 @@ class Comparison(JSONable):
     longer: str  # "a" or "b": the text whose members are studied
     word: str  # w, readable: the longer text's predicted word
     word_id: int
+    rival: str | None  # the other top word whose probability changed most, readable
+    rival_id: int | None
     shift: list[Shift]
     logit: LogitShift
+    gap: LogitShift | None  # the same for logit(w) - logit(rival)
     heads: list[HeadShift]  # largest |change| first
+    heads_by_gap: list[HeadShift]  # direct contributions to logit(w) - logit(rival), largest |change| first
     members: list[MemberEffect]  # the longer text's silenced members, largest |effect| first
     prefix: PrefixSilencing | None
     story: list[str] = field(default_factory=list)
@@ -106,10 +112,17 @@ def compare(model, text_a, text_b, *, top: int = 10, silence_heads: int | str = 
     w = L.explanation.predicted.id
     lp_a, lp_b = effects.log_probs(A.run.last_logits), effects.log_probs(B.run.last_logits)  # (vocab,)
     prefix, lp_silenced = _prefix(model, text_a, text_b, longer, L.run, lp_a, lp_b, w)
-    parts_a, parts_b = attribution.direct_contributions(A.run, w), attribution.direct_contributions(B.run, w)
+    shift = _shift(model, A.explanation, B.explanation, lp_a, lp_b, lp_silenced)
+    rival = max((s for s in shift if s.id != w), key=lambda s: abs(s.change), default=None)
+    parts = lambda t: (attribution.direct_contributions(A.run, t), attribution.direct_contributions(B.run, t))  # noqa: E731
+    (wa, wb), gap = parts(w), None
+    if rival is not None:
+        (ra, rb) = parts(rival.id)
+        gap = (_minus(wa, ra), _minus(wb, rb))
     c = Comparison(a=A.explanation, b=B.explanation, longer=longer, word=L.explanation.predicted.token, word_id=w,
-                   shift=_shift(model, A.explanation, B.explanation, lp_a, lp_b, lp_silenced),
-                   logit=_logit_shift(parts_a, parts_b), heads=_head_shifts(parts_a.heads, parts_b.heads),
+                   rival=rival and rival.token, rival_id=rival and rival.id, shift=shift,
+                   logit=_logit_shift(wa, wb), gap=gap and _logit_shift(*gap),
+                   heads=_head_shifts(wa.heads, wb.heads), heads_by_gap=gap and _head_shifts(gap[0].heads, gap[1].heads) or [],
                    members=_ranked_members(L.explanation), prefix=prefix)
     c.story = story.compare_story(c)
     return c
@@ -134,6 +147,11 @@ def _shift(model, a: Explanation, b: Explanation, lp_a, lp_b, lp_silenced) -> li
         ps = None if lp_silenced is None else float(lp_silenced[i].exp())
         out.append(Shift(tok.readable(i), i, pa, pb, pb - pa, ps))
     return out
+
+
+def _minus(p: attribution.LogitParts, q: attribution.LogitParts) -> attribution.LogitParts:
+    """The parts of logit(w) - logit(r): exact, as both were split with the same frozen norm scale."""
+    return attribution.LogitParts(p.logit - q.logit, p.embed - q.embed, p.heads - q.heads, p.mlps - q.mlps)
 
 
 def _logit_shift(pa: attribution.LogitParts, pb: attribution.LogitParts) -> LogitShift:

@@ -243,6 +243,13 @@ def test_compare_shift_and_heads(model, compared):
     change = sum(h.change for h in c.heads)  # the 10 largest of 8 heads: all of them
     assert change == pytest.approx(c.logit.heads, abs=1e-4)
     assert c.logit.logit_b - c.logit.logit_a == pytest.approx(c.logit.embed + c.logit.heads + c.logit.mlps, abs=1e-3)
+    # the gap to the rival: the other top word whose probability changed most
+    rival = max((s for s in c.shift if s.id != c.word_id), key=lambda s: abs(s.change))
+    assert (c.rival, c.rival_id) == (rival.token, rival.id)
+    g = c.gap
+    assert g.logit_a == pytest.approx(float(model.run(TEXT_A).last_logits[[c.word_id, rival.id]] @ torch.tensor([1.0, -1.0])), abs=1e-3)
+    assert g.logit_b - g.logit_a == pytest.approx(g.embed + g.heads + g.mlps, abs=1e-3)
+    assert sum(h.change for h in c.heads_by_gap) == pytest.approx(g.heads, abs=1e-4)
 
 
 def test_compare_silences_the_prefix(model, compared):
