@@ -131,15 +131,16 @@ def info(model, limits: dict | None = None) -> dict:
             "group_size": c.group_size, "notations": list(NOTATIONS), "limits": limits or {}}
 
 
-def report_data(model, text, text_a=None, top: int = 10, heads: int = REPORT_HEADS) -> dict:
+def report_data(model, text, text_a=None, top: int = 10, heads: int = REPORT_HEADS, explained=None) -> dict:
     """Everything a self-contained report shows for one text (and optionally a comparison).
 
-    The explanation, the model view, and the `heads` most decisive heads whole in both notations.
+    The explanation (`explained`: one already computed for `text`, reused), the model view, and the
+    `heads` most decisive heads whole in both notations.
 
     >>> from studygroup.report import write_report                          # doctest: +SKIP
     >>> write_report(report_data(studygroup.load(), "I have a lot"), "r.html")  # doctest: +SKIP
     """
-    e = explanation(model, text, top)
+    e = explained if explained is not None else explanation(model, text, top)
     data = {"kind": "report", "text": text, "explanation": e.to_dict(), "model_view": model_view(model, text, e),
             "conclusion": conclusion(model, text, top), "heads": {}}
     if text_a is not None:

@@ -127,3 +127,11 @@ def test_doctests():
 def test_explanations_render_themselves_in_notebooks(explanation):
     a, b = explanation._repr_html_(), explanation._repr_html_()
     assert 'class="sg-root sg-nb"' in a and parse(a).ids != parse(b).ids
+
+
+def test_report_data_reuses_a_given_explanation(model, explanation, monkeypatch):
+    def no(*args, **kwargs):
+        raise AssertionError("explained again")
+    monkeypatch.setattr(page_data, "explanation", no)
+    data = page_data.report_data(model, MARKUP, explained=explanation, heads=1)
+    assert data["explanation"] == explanation.to_dict() and len(data["heads"]) == 1
