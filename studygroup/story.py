@@ -21,6 +21,8 @@ def quote(token: str) -> str:
 
 
 def _members_line(tokens: list[str]) -> str:
+    if len(tokens) == 1:
+        return f"The only member is {quote(tokens[0])}."
     if len(tokens) <= 20:
         return f"The {len(tokens)} members are " + ", ".join(quote(t) for t in tokens) + "."
     head, tail = ", ".join(quote(t) for t in tokens[:5]), ", ".join(quote(t) for t in tokens[-5:])
@@ -68,15 +70,19 @@ def _listening(h, asker: str) -> list[str]:
     return [line + "."]
 
 
+def _verb(effect: float) -> str:
+    return "stays at" if abs(effect) < 5e-4 else "falls to" if effect < 0 else "rises to"
+
+
 def _members(e) -> list[str]:
     ranked = sorted((m for m in e.members if m.rank is not None), key=lambda m: m.rank)
     if not ranked:
         return []
     w = e.predicted
-    parts = [f"without {quote(m.token)} (member {m.index}) it {'falls' if m.effect < 0 else 'rises'} "
-             f"to {percent(m.prob_silenced)} ({m.effect:+.3f})" for m in ranked[:2]]
-    lines = [f"Silencing one member in every head changes how sure the group is of {quote(w.token)} "
-             f"({percent(w.prob)}): " + "; ".join(parts) + "."]
+    parts = [f"without {quote(m.token)} (member {m.index}) it {_verb(m.effect)} {percent(m.prob_silenced)} "
+             f"({m.effect:+.3f})" for m in ranked[:2]]
+    lines = [f"Silencing one member at a time, in every head, moves the probability of {quote(w.token)} "
+             f"({percent(w.prob)}) most like this: " + "; ".join(parts) + "."]
     raising = [m for m in ranked[2:] if m.effect > 0][:1]  # the member the group does better without
     lines += [f"Of the others, silencing {quote(m.token)} (member {m.index}) raises it most, to "
               f"{percent(m.prob_silenced)} ({m.effect:+.3f})." for m in raising]

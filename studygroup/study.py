@@ -243,7 +243,7 @@ def _heads(run, token: int, lp_t, direct, estimate, silence_heads) -> tuple[list
     out = [_head_effect(run, l, h, u, float(direct[l, h]), float(s - lp_t), float(s.exp()),
                         float(estimate[l, h]), rank[l * c.n_heads + h]) for (l, h), s in zip(chosen, silenced)]
     out.sort(key=lambda e: -abs(e.silence_effect))
-    said = (f"all {total}" if n == total else
+    said = (f"all {total}" if n == total else "none" if n == 0 else
             f"top {n} of {total}, alternately by |direct contribution| and by |first-order estimate of the silence effect|")
     return out, said
 
@@ -272,6 +272,8 @@ def _members(run, token: int, lp_t, silence_members) -> tuple[list[MemberEffect]
     shares = attribution.member_shares(run, token)  # (T,)
     if silence_members == "all" or T <= silence_members:
         chosen, said = list(range(T)), f"all {T}"
+    elif silence_members == 0:
+        chosen, said = [], "none"
     else:
         chosen = sorted(shares.abs().argsort(descending=True, stable=True)[:silence_members].tolist())
         said = f"top {silence_members} of {T} by |direct share| (the others were not silenced)"
