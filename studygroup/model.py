@@ -156,7 +156,7 @@ class Model:
             z = attention.fused(q, k, v, mask=mask, validate=False)  # (B, H, T, d)
             q, rows_mask = q[:, :, -1:], mask if isinstance(mask, str) else mask[..., -1:, :]
         out, weights = attention.paper(q, k, v, mask=rows_mask, validate=False)  # (B, H, R, d), (B, H, R, T)
-        keep("scores", attention.scores(q, k), is_map=True)
+        keep("scores", attention.scores(q, k, validate=False), is_map=True)
         keep("weights", weights, is_map=True)
         keep("output", out)
         return out if z is None else z
