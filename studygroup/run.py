@@ -5,7 +5,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from studygroup import silence
+from studygroup import attention, silence
 from studygroup.model import Forward, Model, _heads
 from studygroup.record import KEY_STEPS, LAYER_STEPS, Record
 
@@ -119,23 +119,33 @@ class Run:
         return name in self.steps
 
     def head(self, layer: int, head: int) -> Head:
-        """One head whole. Taken from the recording, or recomputed (that layer only) if not kept."""
+        """One head whole. Taken from the recording, or recomputed (that head only) if not kept."""
         self.model.check_head(layer, head)
-        steps = self.steps if self._has_whole(layer) else self._recompute(layer)
-        c = self.model.config
-        kv = head // c.group_size
-        get = lambda s: steps[f"layers.{layer}.{s}"][kv if s in KEY_STEPS else head].float()  # noqa: E731
+        kv = head // self.model.config.group_size
+        if not self._has_whole(layer):
+            return self._recompute_head(layer, head, kv)
+        get = lambda s: self.steps[f"layers.{layer}.{s}"][kv if s in KEY_STEPS else head].float()  # noqa: E731
         return Head(layer, head, kv, *(get(s) for s in HEAD_STEPS), self.settings.mask(layer, head, self.T))
 
     def _has_whole(self, layer: int) -> bool:
         return self.record.rows == "all" and all(f"layers.{layer}.{s}" in self.steps for s in HEAD_STEPS)
 
     @torch.inference_mode()
-    def _recompute(self, layer: int) -> dict[str, torch.Tensor]:
-        record = Record(steps=HEAD_STEPS, layers=(layer,))
-        plan = self.settings.plan(self.model, self.T, record, stop_after=layer)
+    def _recompute_head(self, layer: int, head: int, kv: int) -> Head:
+        """Run up to `layer` keeping its Q, K, V; then build this head's one T×T map, no other."""
+        vectors = ("q_pre_rope", "k_pre_rope", "q", "k", "v")
+        plan = self.settings.plan(self.model, self.T, Record(steps=vectors, layers=(layer,)), stop_after=layer)
         _, steps = self.model.forward(torch.tensor(self.token_ids, device=self.model.device), plan)
-        return {k: v[0] for k, v in steps.items()}
+        get = lambda s: steps[f"layers.{layer}.{s}"][0, kv if s in KEY_STEPS else head].float()  # noqa: E731
+        q, k, v = get("q"), get("k"), get("v")  # (T, d_head) each
+        mask = self.settings.mask(layer, head, self.T).to(q.device)  # (T, T)
+        output, weights = attention.paper(q[None], k[None], v[None], mask=mask)  # (1, T, d_head), (1, T, T)
+        d = self.model.config.d_head
+        W_O_h = self.model.w[f"layers.{layer}.W_O"][head * d:(head + 1) * d].float()  # (d_head, d_model)
+        silent = (layer, head) in self.settings.silenced_heads
+        write = torch.zeros(self.T, W_O_h.shape[1]) if silent else output[0] @ W_O_h  # (T, d_model)
+        return Head(layer, head, kv, get("q_pre_rope"), get("k_pre_rope"), q, k, v,
+                    attention.scores(q[None], k[None])[0], weights[0], output[0], write, mask)
 
     # ---- interventions -----------------------------------------------------------------------
     def silence_member(self, j: int, heads=None) -> "Run":

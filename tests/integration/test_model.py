@@ -153,3 +153,12 @@ def test_batched_head_silencing_equals_one_at_a_time(ours):
     base = ours.run(ids, record="none")
     for b, (l, h) in enumerate(heads):
         assert torch.allclose(batched[b], base.silence_head(l, h).logits[-1], atol=1e-5), (l, h)
+
+
+def test_recomputed_head_follows_the_runs_interventions(ours):
+    ids = random_ids(ours, 12, 14)
+    for settings in ({"silence_members": [3]}, {"silence_heads": [(1, 2)]}):
+        kept = ours.run(ids, record="all", **settings).head(1, 2)
+        recomputed = ours.run(ids, record="none", **settings).head(1, 2)
+        for name in ("q", "k", "v", "scores", "weights", "output", "write", "mask"):
+            assert torch.allclose(getattr(kept, name).float(), getattr(recomputed, name).float(), atol=1e-6), (settings, name)
