@@ -43,7 +43,8 @@ def _decisive_head(e) -> list[str]:
     if not e.heads:
         return []
     h, w = e.heads[0], e.predicted
-    lines = [f"The most decisive head tested is head {h.head} of layer {h.layer}: silencing it "
+    where = "" if e.scope == "in every head" else " at the last position"
+    lines = [f"The most decisive head tested is head {h.head} of layer {h.layer}: silencing it{where} "
              f"{_moves(w.token, w.prob, h.prob_silenced)} (log-probability {h.silence_effect:+.3f}), and its write "
              f"adds {h.logit_contribution:+.2f} directly to that word's logit ({e.logit_parts.logit:.2f} in all)."]
     first = next((x for x in e.heads if x.rank_by_contribution == 1), None)
@@ -81,7 +82,7 @@ def _members(e) -> list[str]:
     w = e.predicted
     parts = [f"without {quote(m.token)} (member {m.index}) it {_verb(m.effect)} {percent(m.prob_silenced)} "
              f"({m.effect:+.3f})" for m in ranked[:2]]
-    lines = [f"Silencing one member at a time, in every head, moves the probability of {quote(w.token)} "
+    lines = [f"Silencing one member at a time, {e.scope}, moves the probability of {quote(w.token)} "
              f"({percent(w.prob)}) most like this: " + "; ".join(parts) + "."]
     raising = [m for m in ranked[2:] if m.effect > 0][:1]  # the member the group does better without
     lines += [f"Of the others, silencing {quote(m.token)} (member {m.index}) raises it most, to "

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from studygroup import attribution, effects
+from studygroup import attribution, effects, study_long
 from studygroup.errors import InputError
 from studygroup.jsonable import JSONable
 from studygroup.record import Record
@@ -63,7 +63,7 @@ class HeadEffect(JSONable):
     kv_head: int
     logit_contribution: float  # direct share of the predicted word's logit
     silence_effect: float | None  # exact change in log p(t) with the head silenced; None if not computed
-    silence_estimate: float  # first-order estimate of silence_effect (from one gradient)
+    silence_estimate: float | None  # first-order estimate of silence_effect (one gradient); None for long texts
     prob_silenced: float | None  # p(t) with the head silenced
     rank_by_contribution: int  # 1 = largest |logit_contribution| of all heads
     question_norm: float  # ‖q_{T-1}‖ of this head
@@ -121,6 +121,7 @@ class Explanation(JSONable):
     silence_estimates: list[list[float]]  # (n_layers, n_heads) first-order silence effect of every head
     model: ModelInfo
     story: list[str] = field(default_factory=list)
+    scope: str = "in every head"  # where a silenced member is removed (long texts: the last questions only)
 
     def _repr_html_(self):  # Jupyter shows the study group's views (offline, ids unique per view)
         from studygroup.report import notebook_html; return notebook_html(self)  # noqa: E702
@@ -163,6 +164,9 @@ def analyse(model, text, *, top: int = 10, silence_heads: int | str = 16, silenc
     _check_count("silence_heads", silence_heads)
     _check_count("silence_members", silence_members)
     ids = checked_ids(model, text)
+    if len(ids) > study_long.LONG_T:
+        return study_long.analyse_long(model, ids, text, top=top, silence_heads=silence_heads,
+                                       silence_members=silence_members)
     run, estimate = effects.gradient_run(model, ids, recording(len(ids)))
     lp = effects.log_probs(run.last_logits)  # (vocab,)
     token = int(lp.argmax())
