@@ -108,7 +108,7 @@ def _grid(v, values, caption: str) -> list[str]:
     if T > GRID_MAX_T:
         last = [row[-1] for row in values] if v.notation == "columns" else values[-1]
         return [f"{caption}, the last question only ({T} members; --json has the whole grid):",
-                table(["answer from", "value"], [[t, x] for t, x in zip(v.tokens, last)])]
+                table(["index", "answer from", "value"], [[j, t, x] for j, (t, x) in enumerate(zip(v.tokens, last))])]
     first = "answer \\ question" if v.notation == "columns" else "question \\ answer"
     return [f"{caption}:", table([first, *v.tokens], [[t, *row] for t, row in zip(v.tokens, values)])]
 
@@ -126,7 +126,10 @@ def head_view(v) -> str:
              f"notation: {v.notation}: {v.orientation}", "",
              "each member: its question q, the nature of its answer k (before and after RoPE), its answer v,",
              "and the weighted sum of what it heard (norm, then the largest entries of the 64):"]
-    for m in v.members:
+    shown = v.members if len(v.members) <= 2 * GRID_MAX_T else v.members[-GRID_MAX_T:]
+    if len(shown) < len(v.members):
+        lines.append(f"  (the last {len(shown)} of {len(v.members)} members; --json has every member)")
+    for m in shown:
         lines += [f"  {m.index:>3} {m.token}  (listens most to {v.tokens[m.listens_most_to]})",
                   f"      q  {_vec(m.question)}", f"      k  {_vec(m.key)}    before RoPE {_vec(m.key_pre_rope)}",
                   f"      v  {_vec(m.answer)}", f"      Σ  {_vec(m.weighted_sum)}"]
