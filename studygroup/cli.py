@@ -49,6 +49,14 @@ def _common(p: argparse.ArgumentParser, top: int, top_help: str) -> None:
     p.add_argument("--model", default=None, metavar="PATH", help="a llama GGUF file (default: SmolLM2-135M-Instruct)")
     p.add_argument("--top", type=_whole(1), default=top, metavar="K", help=top_help)
     p.add_argument("--json", action="store_true", help="print the result as JSON (see docs/json.md)")
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda, where available")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                   help="float32 (exact, default) or bfloat16 (fast mode, where the CPU multiplies it natively)")
+
+
+def _figures(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--png", default=None, metavar="FILE", help="also save the figure as PNG (slides)")
+    p.add_argument("--svg", default=None, metavar="FILE", help="also save the figure as SVG (papers; text stays text)")
 
 
 def _silencing(p: argparse.ArgumentParser) -> None:
@@ -65,12 +73,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("text", nargs="?", default=DEFAULT_TEXT)
     _common(p, 10, "how many next words to list (default 10)")
     _silencing(p)
+    _figures(p)
+    p.add_argument("--html", default=None, metavar="FILE", help="also write a self-contained HTML report")
     p.set_defaults(handler=_explain)
     p = sub.add_parser("compare", help="what a longer context does to the conclusion, and who accounts for it")
     p.add_argument("text_a")
     p.add_argument("text_b")
     _common(p, 10, "how many next words of each text to list (default 10)")
     _silencing(p)
+    _figures(p)
     p.set_defaults(handler=_compare)
     p = sub.add_parser("head", help="one head as a full study group")
     p.add_argument("text", nargs="?", default=DEFAULT_TEXT)
@@ -78,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--head", type=int, required=True)
     p.add_argument("--notation", default="paper", help="paper (rows are members) or columns (3Blue1Brown)")
     _common(p, 4, "how many of each vector's largest entries to show (default 4)")
+    _figures(p)
     p.set_defaults(handler=_head)
     p = sub.add_parser("lesson", help="the article's walkthrough with the real model's numbers")
     p.add_argument("--section", type=int, default=None, metavar="N", help="show section N only")
@@ -93,15 +105,44 @@ def build_parser() -> argparse.ArgumentParser:
 def _load(args):
     from studygroup.model import load
 
-    return load(args.model)
+    return load(args.model, device=args.device, dtype=args.dtype)
+
+
+def _check_figures(args) -> None:
+    """Refuse unwritable --png/--svg/--html paths before the work starts."""
+    if getattr(args, "png", None) or getattr(args, "svg", None):
+        from studygroup import figures
+
+        for path, kind in ((args.png, "png"), (args.svg, "svg")):
+            if path:
+                figures.check_path(path, kind)
+    if getattr(args, "html", None):
+        _check_writable(args.html)
+
+
+def _save_figures(args, make_figure) -> None:
+    if args.png or args.svg:
+        from studygroup import figures
+
+        fig = make_figure(figures)
+        for path in (args.png, args.svg):
+            if path:
+                figures.save(fig, path)
 
 
 def _explain(args) -> str:
     from studygroup import render_text
     from studygroup.study import explain
 
-    e = explain(_load(args), args.text, top=args.top, silence_heads=args.silence_heads,
+    _check_figures(args)
+    model = _load(args)
+    e = explain(model, args.text, top=args.top, silence_heads=args.silence_heads,
                 silence_members=args.silence_members)
+    _save_figures(args, lambda figures: figures.explain_figure(e.to_dict()))
+    if args.html is not None:
+        from studygroup import page_data, report
+
+        report.write_report(page_data.report_data(model, args.text, top=args.top, explained=e), args.html)
     return e.to_json(indent=2) if args.json else render_text.explanation(e)
 
 
@@ -109,8 +150,10 @@ def _compare(args) -> str:
     from studygroup import render_text
     from studygroup.study_compare import compare
 
+    _check_figures(args)
     c = compare(_load(args), args.text_a, args.text_b, top=args.top, silence_heads=args.silence_heads,
                 silence_members=args.silence_members)
+    _save_figures(args, lambda figures: figures.compare_figure(c.to_dict()))
     return c.to_json(indent=2) if args.json else render_text.comparison(c)
 
 
@@ -119,7 +162,9 @@ def _head(args) -> str:
     from studygroup.study_head import check_notation, head_view
 
     check_notation(args.notation)
+    _check_figures(args)
     v = head_view(_load(args), args.text, args.layer, args.head, args.notation, largest=args.top)
+    _save_figures(args, lambda figures: figures.head_view_figure(v.to_dict()))
     return v.to_json(indent=2) if args.json else render_text.head_view(v)
 
 
