@@ -40,8 +40,8 @@ def gradient_run(model: Model, ids: list[int], record: Record) -> tuple[Run, tor
     torch.Size([30, 9])
     """
     c = model.config
-    gates = {l: torch.ones(1, c.n_heads, device=model.device, requires_grad=True) for l in range(c.n_layers)}
-    with torch.enable_grad():
+    with torch.inference_mode(False), torch.enable_grad():  # even when the caller is in inference mode
+        gates = {l: torch.ones(1, c.n_heads, device=model.device, requires_grad=True) for l in range(c.n_layers)}
         logits, steps = model.forward(torch.tensor(ids, device=model.device), Forward(gates=gates, record=record))
         last = log_probs(logits[0, -1])  # (vocab,)
         last[int(last.argmax())].backward()

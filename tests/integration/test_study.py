@@ -400,3 +400,9 @@ def test_docstring_examples_run(module):
 
     result = doctest.testmod(importlib.import_module(f"studygroup.{module}"))
     assert result.failed == 0
+
+
+def test_explain_works_inside_inference_mode(model, explained):
+    with torch.inference_mode():
+        e = study.explain(model, TEXT_B, top=5)
+    assert e.silence_estimates == pytest.approx(explained.explanation.silence_estimates, abs=1e-5)
