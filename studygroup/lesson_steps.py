@@ -123,7 +123,8 @@ def softmax(ctx: Context, example) -> list[Block]:
     sa, wa, sb, wb = ha.scores[-1], ha.weights[-1], hb.scores[-1], hb.weights[-1]  # (T,) each
     shift = b.T - a.T  # member j of a is member j + shift of b, counting from the end
     top = int(wa.argmax())
-    prefix_weight = float(wb[:shift].sum())
+    prefix = ctx.comparison.prefix.members if ctx.comparison.prefix else list(range(shift))
+    prefix_weight = float(wb[prefix].sum())
     return [
         text("Softmax turns each question's absolute scores into relative weights between 0 and 1 that sum to 1. "
              "The article's example, with the exact float64 weights:"),
