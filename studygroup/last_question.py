@@ -37,7 +37,7 @@ def _past(model: Model, run) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
 
 
 @torch.inference_mode()
-def _last_row_logits(model: Model, run, masks=None, gates=None, chunk: int = 32) -> torch.Tensor:
+def _last_row_logits(model: Model, run, masks=None, gates=None, chunk: int = 8) -> torch.Tensor:
     """Recompute the last row with per-copy masks (B, T) and/or gates {layer: (B, H)}. -> (B, vocab)"""
     past, T = _past(model, run), run.T
     B = masks.shape[0] if masks is not None else next(iter(gates.values())).shape[0]

@@ -266,6 +266,8 @@ def _fuse(w: dict[str, torch.Tensor], c: Config) -> dict[str, torch.Tensor]:
         w[p + "W_gate_up"] = gate_up
         w[p + "W_gate"], w[p + "W_up"] = gate_up.chunk(2, dim=1)
         w[p + "W_O"], w[p + "W_down"] = _out_in(w[p + "W_O"]), _out_in(w[p + "W_down"])
+    for name in ("embed", "final_norm", *(f"layers.{l}.{n}" for l in range(c.n_layers) for n in ("attn_norm", "mlp_norm"))):
+        w[name] = w[name].clone()  # own memory: the weights file's mapping can then be released
     w["unembed"] = _out_in(w["unembed"]) if "unembed" in w else w["embed"].T  # tied: a view of the embedding
     return w
 
@@ -294,7 +296,10 @@ class _Keeper:
 
         if self.record.rows == "last" and step not in KEY_STEPS and t.shape[-2] > 1:
             t = t[..., -1:, :]
-        self.steps[self.name(step)] = t.detach().to(self.record.map_dtype if is_map else torch.float32)
+        t = t.detach().to(self.record.map_dtype if is_map else torch.float32)
+        if t.untyped_storage().nbytes() > t.numel() * t.element_size():
+            t = t.clone()  # a view would keep its whole base tensor alive (all T rows, or fused Q/K/V)
+        self.steps[self.name(step)] = t
 
 
 def load(path: str | Path | None = None, device: str = "cpu", dtype: str | torch.dtype = torch.float32,
@@ -316,7 +321,23 @@ def load(path: str | Path | None = None, device: str = "cpu", dtype: str | torch
         raise InputError("bfloat16 is not native on this CPU (no AVX512-BF16 or AMX): it would run slower "
                          "than float32; use --dtype float32")
     config, weights = load_weights(path, cache=cache)
+    _return_freed_memory()
     return Model(config, weights, load_tokenizer(path, cache=cache), path, device, dtype)
+
+
+def _return_freed_memory() -> None:
+    """Have glibc hand large freed blocks (over 1 MiB) back to the system at once.
+
+    Its default raises that threshold as a program frees big blocks, then keeps them: a long
+    text's activations would stay in the process after the pass (measured: 1.8 GiB held instead
+    of 1.0 GiB after an explanation of 4,096 members). Elsewhere than glibc this does nothing.
+    """
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):
+        pass
 
 
 def native_bfloat16() -> bool:
