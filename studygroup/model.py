@@ -208,28 +208,6 @@ class Model:
         logits, _ = self.forward(torch.tensor(ids, device=self.device), plan)
         return logits[:, -1].float()
 
-    @torch.inference_mode()
-    def head_silenced_logits(self, text_or_ids, heads: Sequence[tuple[int, int]]) -> torch.Tensor:
-        """Last-position logits with each head silenced alone: one batched pass per layer.
-
-        Silencing a head of layer l changes nothing before l, so each batch resumes from the
-        residual stream entering l. Returns (len(heads), vocab) float32, in the order of `heads`.
-        """
-        ids = self.ids(text_or_ids)
-        heads = [(int(l), int(h)) for l, h in heads]
-        for l, h in heads:
-            self.check_head(l, h)
-        ids_t = torch.tensor(ids, device=self.device)
-        _, steps = self.forward(ids_t, Forward(record=Record(steps=("resid_pre",))))
-        out = torch.empty(len(heads), self.config.vocab_size)
-        for l in sorted({l for l, _ in heads}):
-            rows = [b for b, (hl, _) in enumerate(heads) if hl == l]
-            gates = torch.ones(len(rows), self.config.n_heads, device=self.device)  # (B, H)
-            gates[torch.arange(len(rows)), [heads[b][1] for b in rows]] = 0
-            plan = Forward(gates={l: gates}, start=(l, steps[f"layers.{l}.resid_pre"].to(self.dtype)))
-            out[rows] = self.forward(ids_t, plan)[0][:, -1].float().cpu()
-        return out
-
     # ---- checks ------------------------------------------------------------------------------
     def check_head(self, layer: int, head: int) -> None:
         """InputError unless (layer, head) exists."""

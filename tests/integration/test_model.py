@@ -147,12 +147,15 @@ def test_bad_inputs_get_clear_errors(ours):
 
 
 def test_batched_head_silencing_equals_one_at_a_time(ours):
-    ids = random_ids(ours, 7, 13)
+    from studygroup import effects
+
+    ids, token = random_ids(ours, 7, 13), 11
     heads = [(l, h) for l in range(ours.config.n_layers) for h in range(ours.config.n_heads)][::-1]
-    batched = ours.head_silenced_logits(ids, heads)
+    batched = effects.head_log_probs(ours, ids, token, heads)  # one batched pass per layer
     base = ours.run(ids, record="none")
     for b, (l, h) in enumerate(heads):
-        assert torch.allclose(batched[b], base.silence_head(l, h).logits[-1], atol=1e-5), (l, h)
+        alone = effects.log_probs(base.silence_head(l, h).logits[-1])[token]
+        assert torch.allclose(batched[b], alone, atol=1e-5), (l, h)
 
 
 def test_recomputed_head_follows_the_runs_interventions(ours):

@@ -123,13 +123,6 @@ def test_head_silence_effects_match_one_at_a_time_runs(model, explained):
     assert [abs(h.silence_effect) for h in e.heads] == sorted((abs(h.silence_effect) for h in e.heads), reverse=True)
 
 
-def test_head_silencing_from_scratch_equals_the_model_s_own(model):
-    ids, heads = random_ids(model, 9, 7), [(1, 0), (0, 3), (1, 2), (0, 0)]
-    token = 11
-    expected = effects.log_probs(model.head_silenced_logits(ids, heads))[:, token]
-    assert torch.allclose(effects.head_log_probs(model, ids, token, heads), expected, atol=1e-5)
-
-
 def test_long_texts_record_the_last_row_and_still_explain(tmp_path):
     long_model = studygroup.load(write_tiny_gguf(tmp_path / "long.gguf", context=128, seed=3).path)
     ids = random_ids(long_model, 80, 8)
