@@ -13,7 +13,13 @@ def test_load_test_smoke(tiny_model, tmp_path, capsys):
     load_test = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(load_test)
     out = tmp_path / "load.json"
-    code = load_test.main(["--model", str(tiny_model.path), "--clients", "12", "--duration", "4", "--json", str(out)])
+    argv = ["--model", str(tiny_model.path), "--clients", "12", "--duration", "4", "--json", str(out)]
+    # in a thread of its own: its asyncio.run() needs a thread with no event loop running (the
+    # browser tests' Playwright keeps one in the main thread for the whole session)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        code = pool.submit(load_test.main, argv).result()
     import json
 
     s = json.loads(out.read_text())
