@@ -182,6 +182,8 @@ def measure_prefill(args, model: Path, chosen, work: Path, results: dict) -> dic
 def record_loads(slots: list[Slot], results: dict) -> None:
     for slot in slots:
         ready = slot.worker.wait_ready()
+        progress(f"{slot.label}: " + (f"failed to load: {slot.error}" if slot.error else
+                                      f"loaded in {ready['modes'][slot.mode]['load_s']:.2f} s"))
         results["load"].append({"program": slot.program, "mode": slot.mode, "label": slot.label, "error": slot.error,
                                 "import_s": ready.get("import_s"), "load_s": ready.get("modes", {}).get(slot.mode, {}).get("load_s"),
                                 "maxrss_mib": ready.get("maxrss_mib"), "cache": "warm" if results["load"] else "cold"})
@@ -194,6 +196,11 @@ def tokenize(ours: Slot) -> tuple[dict[str, list[int]], dict]:
     ids = {name: ours.worker.ask("tokenize", mode=ours.mode, text=text)["ids"]
            for name, text in (("paragraph", PARAGRAPH), ("sentence", SENTENCE))}
     return ids, ours.worker.ask("sizes", mode=ours.mode)["sizes"]
+
+
+def progress(message: str) -> None:
+    """One line on stderr, so a long run shows where it is (stdout holds the tables)."""
+    print(f"[bench {datetime.datetime.now():%H:%M:%S}] {message}", file=sys.stderr, flush=True)
 
 
 def repeat_to(ids: list[int], T: int) -> list[int]:
@@ -221,6 +228,8 @@ def prefill_at(args, T: int, ids: list[int], slots: list[Slot], sizes: dict) -> 
                 active.remove(slot)
                 continue
             row["top1"] = answer["top1"]
+            progress(f"T={T} {slot.label}: {'warm-up' if r < args.warmup else f'run {r - args.warmup + 1}'} "
+                     f"{answer['seconds']:.3f} s, peak {answer['maxrss_mib']:,.0f} MiB")
             if r >= args.warmup:
                 row["seconds"].append(answer["seconds"])
             elif T == max(args.lengths) and answer["seconds"] > SLOW_S:
@@ -274,6 +283,7 @@ def measure_startup(args, model: Path, ids: dict, with_llama: bool, work: Path, 
                       "phases": [], "top1": None, "error": None, "output": None}
                for name, program, label, _, cache in programs}
     for r in range(args.warmup + args.startup_reps):
+        progress(f"start-up, {'warm-up' if r < args.warmup else f'run {r - args.warmup + 1}'}")
         turn = [(entries[name], argv, program, cache) for name, program, _, argv, cache in programs
                 if entries[name]["error"] is None]
         if args.quick:  # all at once: quick runs check that every start works, not how fast
