@@ -147,9 +147,14 @@ def start_workers(args, model: Path, chosen, cache: Path, logs: Path) -> list[Sl
         groups.setdefault((program,) if args.quick else (program, mode), []).append((mode, label))
     slots = {}
     for key, members in groups.items():
-        w = Worker(key[0], [mode for mode, _ in members], model, max(args.lengths), cache, logs)
+        modes = [mode for mode, _ in members]
+        w = Worker(key[0], modes, model, max(args.lengths), cache, logs)
         if not args.quick:  # one at a time, so that load times are not shared-CPU times
-            w.wait_ready()
+            if w.wait_ready().get("error"):  # once more: a failed import can be a passing state of the machine
+                progress(f"{key}: {w.error}; starting it again")
+                w.close()
+                w = Worker(key[0], modes, model, max(args.lengths), cache, logs)
+                w.wait_ready()
         slots.update({(key[0], mode): Slot(w, mode, label) for mode, label in members})
     return [slots[(program, mode)] for program, mode, _, _ in chosen]  # the peers' turn order
 

@@ -103,11 +103,11 @@ def member_shares(run, token: int) -> torch.Tensor:
     `direct_contributions`, split by member. Needs "weights" (last row) and "v". -> (T,)
     """
     c, u = run.model.config, direction_for(run, token)
-    total = torch.zeros(run.T)
+    total = torch.zeros(run.T, device=run.model.device)
     for l in range(c.n_layers):
         W_O = run.model.w[f"layers.{l}.W_O"].float().view(c.n_heads, c.d_head, -1)  # (H, d_head, d_model)
         read = W_O @ u  # (H, d_head): what one unit of each answer dimension adds to the logit
         v = run[f"layers.{l}.v"].repeat_interleave(c.group_size, dim=0)  # (H, T, d_head)
         per_answer = (v @ read[:, :, None])[..., 0]  # (H, T)
         total += (run[f"layers.{l}.weights"][:, -1].float() * per_answer).sum(0)  # (T,)
-    return total
+    return total.cpu()

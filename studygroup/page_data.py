@@ -111,8 +111,8 @@ def answer_sizes(model, layer: int, head: int, v: torch.Tensor) -> torch.Tensor:
     """‖v_j · W_O[h]‖ for every member j: v (T, d_head) -> (T,). (Adapter over attribution.)"""
     c = model.config
     W_O_h = model.w[f"layers.{layer}.W_O"][head * c.d_head:(head + 1) * c.d_head].float()  # (d_head, d_model)
-    sizes, _ = attribution.answers_through_head(v.float(), W_O_h)
-    return sizes
+    sizes, _ = attribution.answers_through_head(v.float().to(W_O_h.device), W_O_h)
+    return sizes.cpu()
 
 
 def _t(m: list[list[float]]) -> list[list[float]]:

@@ -143,7 +143,7 @@ class Run:
         d = self.model.config.d_head
         W_O_h = self.model.w[f"layers.{layer}.W_O"][head * d:(head + 1) * d].float()  # (d_head, d_model)
         silent = (layer, head) in self.settings.silenced_heads
-        write = torch.zeros(self.T, W_O_h.shape[1]) if silent else output[0] @ W_O_h  # (T, d_model)
+        write = torch.zeros(self.T, W_O_h.shape[1], device=q.device) if silent else output[0] @ W_O_h  # (T, d_model)
         return Head(layer, head, kv, get("q_pre_rope"), get("k_pre_rope"), q, k, v,
                     attention.scores(q[None], k[None])[0], weights[0], output[0], write, mask)
 

@@ -1,0 +1,121 @@
+"""The same code on a CUDA device: every result equals the CPU's (runs only where CUDA is present).
+
+Without a GPU these tests are reported as skipped, never as passed; they were run on a lent
+NVIDIA H200 (see the README's GPU section).
+"""
+import pytest
+import torch
+
+import studygroup
+from studygroup import page_data, record, study, study_compare, study_head, study_long
+from studygroup.errors import InputError
+from studygroup.lesson import lesson
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
+
+
+@pytest.fixture(scope="module")
+def cpu(tiny_model):
+    return studygroup.load(tiny_model.path)
+
+
+@pytest.fixture(scope="module")
+def gpu(tiny_model):
+    return studygroup.load(tiny_model.path, device="cuda")
+
+
+def ids_of(model, T, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(3, model.config.vocab_size, (T,), generator=g).tolist()
+
+
+def test_weights_and_results_live_on_the_gpu(gpu):
+    run = gpu.run(ids_of(gpu, 9, 0), record="all")
+    assert gpu.device.type == "cuda" and run.logits.device.type == "cuda"
+    assert run["layers.0.weights"].device.type == "cuda"
+
+
+@pytest.mark.parametrize("T,seed", [(1, 0), (17, 1), (60, 2)])
+def test_logits_and_every_recorded_step_equal_the_cpu(cpu, gpu, T, seed):
+    ids = ids_of(cpu, T, seed)
+    a, b = cpu.run(ids, record="all", logits="all"), gpu.run(ids, record="all", logits="all")
+    assert (a.logits - b.logits.cpu()).abs().max() < 1e-4
+    for name in record.names(cpu.config.n_layers):
+        assert (a[name] - b[name].cpu()).abs().max() < 1e-4, name
+    h_a, h_b = a.head(1, 3), b.head(1, 3)
+    for step in ("q", "k", "v", "scores", "weights", "output"):
+        assert (getattr(h_a, step) - getattr(h_b, step).cpu()).abs().max() < 1e-4, step
+
+
+def test_interventions_equal_the_cpu(cpu, gpu):
+    ids = ids_of(cpu, 24, 3)
+    a, b = cpu.run(ids), gpu.run(ids)
+    pairs = [(a.silence_member(5), b.silence_member(5)), (a.silence_head(1, 2), b.silence_head(1, 2)),
+             (a.silence_member(7, heads=[(0, 1)]), b.silence_member(7, heads=[(0, 1)]))]
+    for x, y in pairs:
+        assert (x.last_logits - y.last_logits.cpu()).abs().max() < 1e-4
+    assert (cpu.silenced_logits(ids, members=[1, 4, 9]) - gpu.silenced_logits(ids, members=[1, 4, 9]).cpu()).abs().max() < 1e-4
+
+
+def test_head_recomputed_on_demand_on_the_gpu(cpu, gpu):
+    ids = ids_of(cpu, 30, 4)
+    full = cpu.run(ids, record="all").head(0, 2)
+    lazy = gpu.run(ids, record="none").head(0, 2)
+    assert lazy.weights.device.type == "cuda" and (full.weights - lazy.weights.cpu()).abs().max() < 1e-5
+
+
+def test_explain_compare_and_head_view_agree_with_the_cpu(cpu, gpu):
+    text_a, text_b = "the tin", "an ear then the tin"
+    ea, eb = study.explain(cpu, text_b, top=5), study.explain(gpu, text_b, top=5)
+    assert ea.predicted.id == eb.predicted.id and ea.predicted.prob == pytest.approx(eb.predicted.prob, abs=1e-4)
+    assert [(h.layer, h.head) for h in ea.heads] == [(h.layer, h.head) for h in eb.heads]
+    assert [m.effect for m in ea.members] == pytest.approx([m.effect for m in eb.members], abs=1e-4)
+    ca, cb = study_compare.compare(cpu, text_a, text_b, top=5), study_compare.compare(gpu, text_a, text_b, top=5)
+    assert ca.word_id == cb.word_id and [s.prob_b for s in ca.shift] == pytest.approx([s.prob_b for s in cb.shift], abs=1e-4)
+    assert [h.change for h in ca.heads] == pytest.approx([h.change for h in cb.heads], abs=1e-4)
+    va, vb = study_head.head_view(cpu, text_b, 1, 3), study_head.head_view(gpu, text_b, 1, 3)
+    assert (torch.tensor(va.weights) - torch.tensor(vb.weights)).abs().max() < 1e-5
+    assert va.check.agree and vb.check.agree
+
+
+def numbers(x):
+    """Every number in a nested JSON-like value, in order (None for a null)."""
+    if isinstance(x, dict):
+        return [n for key in sorted(x) for n in numbers(x[key])]
+    if isinstance(x, (list, tuple)):
+        return [n for item in x for n in numbers(item)]
+    return [None if x is None else float(x)] if isinstance(x, (int, float, type(None))) and not isinstance(x, bool) else []
+
+
+def test_page_data_report_and_lesson_agree_with_the_cpu(cpu, gpu):
+    for build in (lambda m: page_data.head(m, "an ear then the tin", 1, 2),
+                  lambda m: page_data.report_data(m, "an ear then the tin", "the tin", heads=3),
+                  lambda m: lesson(m).to_dict()):
+        a, b = numbers(build(cpu)), numbers(build(gpu))
+        assert len(a) == len(b) and len(a) > 10
+        assert [x is None for x in a] == [y is None for y in b]
+        assert max(abs(x - y) / max(1.0, abs(x)) for x, y in zip(a, b) if x is not None) < 1e-3
+
+
+def test_long_path_on_the_gpu(cpu, gpu, monkeypatch):
+    monkeypatch.setattr(study_long, "LONG_T", 8)
+    ids = ids_of(cpu, 20, 5)
+    ea = study.explain(cpu, ids, top=5, silence_heads=4, silence_members=6)
+    eb = study.explain(gpu, ids, top=5, silence_heads=4, silence_members=6)
+    assert eb.scope == study_long.SCOPE and ea.predicted.id == eb.predicted.id
+    assert [m.effect for m in ea.members] == pytest.approx([m.effect for m in eb.members], abs=1e-4)
+
+
+def test_bfloat16_on_the_gpu_keeps_the_top_word(cpu, tiny_model):
+    fast = studygroup.load(tiny_model.path, device="cuda", dtype="bfloat16")
+    ids = ids_of(cpu, 40, 6)
+    exact = torch.log_softmax(cpu.run(ids, logits="all").logits.double(), -1)  # (T, vocab)
+    approx = torch.log_softmax(fast.run(ids, logits="all").logits.double().cpu(), -1)
+    kl = (exact.exp() * (exact - approx)).sum(-1)  # (T,)
+    assert fast.dtype == torch.bfloat16 and kl.mean() < 1e-2 and kl.max() < 5e-2  # random weights: flat, close calls
+    assert (exact.argmax(-1) == approx.argmax(-1)).float().mean() > 0.9
+
+
+def test_unknown_device_is_refused(tiny_model):
+    with pytest.raises(InputError, match="unknown device"):
+        studygroup.load(tiny_model.path, device="tpu")
