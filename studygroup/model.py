@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from studygroup import attention, rope
+from studygroup import attention, heap, rope
 from studygroup.config import Config
 from studygroup.errors import InputError
 from studygroup.record import NOTHING, Record, resolve
@@ -87,6 +87,7 @@ class Model:
         return ids
 
     # ---- the story ---------------------------------------------------------------------------
+    @heap.then_return_freed_memory
     def forward(self, ids: torch.Tensor, plan: Forward) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Embedding, then per layer attention and MLP with residuals; final norm; unembedding.
 
@@ -299,23 +300,8 @@ def load(path: str | Path | None = None, device: str = "cpu", dtype: str | torch
         raise InputError("bfloat16 is not native on this CPU (no AVX512-BF16 or AMX): it would run slower "
                          "than float32; use --dtype float32")
     config, weights = load_weights(path, cache=cache)
-    _return_freed_memory()
+    heap.use_own_mappings_for_large_blocks()
     return Model(config, weights, load_tokenizer(path, cache=cache), path, device, dtype)
-
-
-def _return_freed_memory() -> None:
-    """Have glibc hand large freed blocks (over 1 MiB) back to the system at once.
-
-    Its default raises that threshold as a program frees big blocks, then keeps them: a long
-    text's activations would stay in the process after the pass (measured: 1.8 GiB held instead
-    of 1.0 GiB after an explanation of 4,096 members). Elsewhere than glibc this does nothing.
-    """
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD
-    except (OSError, AttributeError):
-        pass
 
 
 def native_bfloat16() -> bool:

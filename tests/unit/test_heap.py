@@ -1,0 +1,59 @@
+"""heap: glibc is told once how to map large blocks, and trimmed after every pass, even a failed one."""
+import pytest
+
+from studygroup import heap
+
+
+class FakeLibc:
+    def __init__(self):
+        self.calls = []
+
+    def mallopt(self, param, value):
+        self.calls.append(("mallopt", param, value))
+        return 1
+
+    def malloc_trim(self, pad):
+        self.calls.append(("malloc_trim", pad))
+        return 1
+
+
+@pytest.fixture
+def libc(monkeypatch):
+    fake = FakeLibc()
+    monkeypatch.setattr(heap, "_LIBC", fake)
+    return fake
+
+
+def test_large_blocks_get_their_own_mappings(libc):
+    heap.use_own_mappings_for_large_blocks()
+    assert libc.calls == [("mallopt", heap.M_MMAP_THRESHOLD, heap.MMAP_THRESHOLD)]
+
+
+def test_every_pass_is_trimmed_after_it_returns_or_raises(libc):
+    @heap.then_return_freed_memory
+    def forward(x, fail=False):
+        assert libc.calls == []  # not before the pass
+        if fail:
+            raise ValueError("boom")
+        return x * 2
+
+    assert forward(21) == 42 and libc.calls == [("malloc_trim", 0)]
+    libc.calls.clear()
+    with pytest.raises(ValueError, match="boom"):
+        forward(1, fail=True)
+    assert libc.calls == [("malloc_trim", 0)]
+
+
+def test_without_glibc_nothing_is_called(monkeypatch):
+    monkeypatch.setattr(heap, "_LIBC", None)
+    heap.use_own_mappings_for_large_blocks()
+    heap.return_freed_memory()  # no error
+
+
+def test_the_model_pass_is_trimmed(libc, tiny_model):
+    import studygroup
+
+    model = studygroup.load(tiny_model.path)
+    libc.calls.clear()
+    model.run("the tin", record="none")
+    assert ("malloc_trim", 0) in libc.calls
