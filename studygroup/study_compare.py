@@ -191,8 +191,11 @@ def _prefix(model, text_a, text_b, longer: str, run, lp_a, lp_b, w: int):
 
 
 def prefix_members(model, ids: list[int], n_bytes: int) -> list[int]:
-    """Members whose bytes lie wholly within the first n_bytes of the text (a leading BOS excluded)."""
+    """Members whose bytes lie wholly within the first n_bytes of the text (a leading BOS and a
+    SentencePiece space prefix excluded)."""
     tok, end, out = model.tokenizer, 0, []
+    if getattr(tok, "add_space_prefix", False):
+        n_bytes += 1  # the space SentencePiece puts in front of the text
     skip_bos = bool(getattr(tok, "add_bos", False)) and ids and ids[0] == tok.bos_id
     for j, i in enumerate(ids):
         if skip_bos and j == 0:

@@ -1,5 +1,8 @@
 """Text <-> token ids, built from the GGUF file's own vocabulary, the way llama.cpp tokenizes.
 
+Two kinds of vocabulary (`tokenizer.ggml.model`): "llama", SentencePiece pieces with scores
+(Llama 2, TinyLlama, Mistral; see tokenizer_spm), and "gpt2", byte-level BPE (SmolLM2, Llama 3):
+
 Byte-level BPE ("gpt2" tokenizer model in GGUF terms): the text's UTF-8 bytes are first split into
 pieces by the regexes of the file's pre-tokenizer (`tokenizer.ggml.pre`), each byte is spelled as
 one printable character (GPT-2's byte alphabet: a space is 'Ġ', a newline 'Ċ'), and the merges are
@@ -24,10 +27,15 @@ from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
 from studygroup import cache as disk_cache
 from studygroup.errors import InputError, ModelFileError
 from studygroup.gguf_file import read_gguf
+from studygroup.tokenizer_spm import SPACE, SentencePiece, byte_token_value, escape
 from studygroup.weights import resolve_model_path
 
-FORMAT = "studygroup-tokenizer-1"  # what a cached tokenizer JSON holds; change it when that changes
+FORMAT = "studygroup-tokenizer-2"  # what a cached tokenizer JSON holds; change it when that changes
 TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED, TOKEN_BYTE = 1, 2, 3, 4, 5, 6
+PLAIN_TEXT_TYPES = (TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNKNOWN)  # stored as the text they stand for
+MODELS = ("gpt2", "llama")  # tokenizer.ggml.model values studygroup reads
+# llama.cpp's defaults for a SentencePiece vocabulary that does not name them.
+SPM_DEFAULTS = {"bos_id": 1, "eos_id": 2, "add_bos": True, "add_space_prefix": True}
 
 # llama.cpp's pre-tokenizer regexes (llama-vocab.cpp), applied in order; each keeps both its
 # matches and the text between them as pieces (tokenizers' "isolated" Split).
@@ -62,7 +70,7 @@ VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
 
 
 class Tokenizer:
-    """Byte-level BPE tokenizer of one GGUF file; ids equal llama.cpp's.
+    """The tokenizer of one GGUF file (byte-level BPE or SentencePiece); ids equal llama.cpp's.
 
     >>> tok = load_tokenizer()  # doctest: +SKIP
     >>> tok.encode("I have a lot")  # doctest: +SKIP
@@ -72,21 +80,28 @@ class Tokenizer:
     """
 
     def __init__(self, tokens: list[str], merges: list[str], token_types: list[int], pre: str,
-                 bos_id: int | None, eos_id: int | None, add_bos: bool | None = None):
-        if pre not in PRE_TOKENIZERS:
+                 bos_id: int | None, eos_id: int | None, add_bos: bool | None = None, *,
+                 model: str = "gpt2", scores: list[float] | None = None, add_space_prefix: bool | None = None):
+        _check_model(model)
+        if model == "gpt2" and pre not in PRE_TOKENIZERS:
             raise ModelFileError(f"tokenizer.ggml.pre = {pre!r} is not a pre-tokenizer studygroup knows; "
                                  f"known: {', '.join(sorted(PRE_TOKENIZERS))}")
         if len(token_types) != len(tokens):
             raise ModelFileError(f"{len(tokens)} tokens but {len(token_types)} token types")
-        self.tokens, self.merges, self.token_types, self.pre = tokens, merges, token_types, pre
-        self.bos_id, self.eos_id = bos_id, eos_id
-        self.add_bos = PRE_TOKENIZERS[pre].add_bos if add_bos is None else bool(add_bos)
+        self.model, self.tokens, self.merges, self.token_types, self.pre = model, tokens, merges, token_types, pre
+        self.scores, self.bos_id, self.eos_id = scores, bos_id, eos_id
+        default_bos = SPM_DEFAULTS["add_bos"] if model == "llama" else PRE_TOKENIZERS[pre].add_bos
+        self.add_bos = default_bos if add_bos is None else bool(add_bos)
+        self.add_space_prefix = model == "llama" and (add_space_prefix is None or bool(add_space_prefix))
         if self.add_bos and bos_id is None:
             raise ModelFileError("the tokenizer should add a BOS token but the file names none")
         for name, id in (("bos", bos_id), ("eos", eos_id)):
             if id is not None and not 0 <= id < len(tokens):
                 raise ModelFileError(f"tokenizer.ggml.{name}_token_id = {id} is outside the {len(tokens)} tokens")
-        self._hf = _build_hf(tokens, merges, token_types, PRE_TOKENIZERS[pre])
+        if model == "llama":
+            self._spm = SentencePiece(tokens, scores if scores is not None else [])
+        else:
+            self._hf = _build_hf(tokens, merges, token_types, PRE_TOKENIZERS[pre])
 
     @classmethod
     def from_gguf(cls, path: str | Path) -> Tokenizer:
@@ -112,19 +127,33 @@ class Tokenizer:
         [97, 256]
         """
         model = _value(fields, "tokenizer.ggml.model")
-        if model != "gpt2":
-            raise ModelFileError(f"the tokenizer is of type {model!r}; studygroup reads byte-level BPE "
-                                 "tokenizers ('gpt2'), as in SmolLM2 and Llama 3")
+        if model == "llama":
+            return cls._sentencepiece_from_fields(fields)
+        _check_model(model)
         tokens = list(_value(fields, "tokenizer.ggml.tokens") or [])
         merges = list(_value(fields, "tokenizer.ggml.merges") or [])
         if not tokens or not merges:
             raise ModelFileError("the file lacks tokenizer.ggml.tokens or tokenizer.ggml.merges")
-        types = _value(fields, "tokenizer.ggml.token_type")
-        return cls(tokens, merges, [int(t) for t in types] if types is not None else [TOKEN_NORMAL] * len(tokens),
+        return cls(tokens, merges, _types(fields, len(tokens)),
                    pre=_value(fields, "tokenizer.ggml.pre") or "default",
                    bos_id=_value(fields, "tokenizer.ggml.bos_token_id"),
                    eos_id=_value(fields, "tokenizer.ggml.eos_token_id"),
                    add_bos=_value(fields, "tokenizer.ggml.add_bos_token"))
+
+    @classmethod
+    def _sentencepiece_from_fields(cls, fields: Mapping[str, Any]) -> Tokenizer:
+        """A "llama" (SentencePiece) vocabulary: tokens with scores, llama.cpp's defaults where unnamed."""
+        tokens = list(_value(fields, "tokenizer.ggml.tokens") or [])
+        scores = _value(fields, "tokenizer.ggml.scores")
+        if not tokens or scores is None:
+            raise ModelFileError("the file lacks tokenizer.ggml.tokens or tokenizer.ggml.scores")
+        named = lambda key, default: default if _value(fields, key) is None else _value(fields, key)  # noqa: E731
+        return cls(tokens, [], _types(fields, len(tokens)), pre="", model="llama",
+                   scores=[float(x) for x in scores],
+                   bos_id=named("tokenizer.ggml.bos_token_id", SPM_DEFAULTS["bos_id"]),
+                   eos_id=named("tokenizer.ggml.eos_token_id", SPM_DEFAULTS["eos_id"]),
+                   add_bos=named("tokenizer.ggml.add_bos_token", SPM_DEFAULTS["add_bos"]),
+                   add_space_prefix=named("tokenizer.ggml.add_space_prefix", SPM_DEFAULTS["add_space_prefix"]))
 
     def to_json(self) -> dict[str, Any]:
         """Everything needed to rebuild this tokenizer, as a JSON-able dict (used by the cache).
@@ -132,8 +161,9 @@ class Tokenizer:
         >>> Tokenizer.from_json(load_tokenizer().to_json()).vocab_size  # doctest: +SKIP
         49152
         """
-        return {"format": FORMAT, "tokens": self.tokens, "merges": self.merges, "token_types": self.token_types,
-                "pre": self.pre, "bos_id": self.bos_id, "eos_id": self.eos_id, "add_bos": self.add_bos}
+        return {"format": FORMAT, "model": self.model, "tokens": self.tokens, "merges": self.merges,
+                "scores": self.scores, "token_types": self.token_types, "pre": self.pre, "bos_id": self.bos_id,
+                "eos_id": self.eos_id, "add_bos": self.add_bos, "add_space_prefix": self.add_space_prefix}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Tokenizer:
@@ -141,12 +171,12 @@ class Tokenizer:
 
         >>> Tokenizer.from_json({"format": "other"})
         Traceback (most recent call last):
-        ValueError: not a studygroup-tokenizer-1 tokenizer
+        ValueError: not a studygroup-tokenizer-2 tokenizer
         """
         if data.get("format") != FORMAT:
             raise ValueError(f"not a {FORMAT} tokenizer")
-        return cls(data["tokens"], data["merges"], data["token_types"], data["pre"],
-                   data["bos_id"], data["eos_id"], data["add_bos"])
+        return cls(data["tokens"], data["merges"], data["token_types"], data["pre"], data["bos_id"], data["eos_id"],
+                   data["add_bos"], model=data["model"], scores=data["scores"], add_space_prefix=data["add_space_prefix"])
 
     @property
     def vocab_size(self) -> int:
@@ -163,9 +193,39 @@ class Tokenizer:
         """
         if not isinstance(text, str):
             raise InputError(f"encode takes text (str), not {type(text).__name__}")
-        self._check_writable(text)
-        ids = self._hf.encode(text, add_special_tokens=False).ids
+        if self.model == "llama":
+            ids = self._encode_sentencepiece(text)
+        else:
+            self._check_writable(text)
+            ids = self._hf.encode(text, add_special_tokens=False).ids
         return [self.bos_id, *ids] if self.add_bos else ids
+
+    def _encode_sentencepiece(self, text: str) -> list[int]:
+        """As llama.cpp: user-defined tokens found first; every text fragment after the start or after
+        such a token gets the space prefix (when the file asks for one)."""
+        ids, after_token = [], True
+        for fragment, token_id in self._fragments(text):
+            if token_id is not None:
+                ids.append(token_id)
+            else:
+                ids += self._spm.encode(escape(fragment, self.add_space_prefix and after_token))
+            after_token = token_id is not None
+        return ids
+
+    def _fragments(self, text: str) -> list[tuple[str, int | None]]:
+        """Text cut at user-defined tokens (longest first): [(fragment, None) or (token text, id)]."""
+        if self._user_pattern is None:
+            return [(text, None)] if text else []
+        parts = self._user_pattern.split(text)  # odd positions: the tokens found
+        return [(p, self._spm.ids[p] if k % 2 else None) for k, p in enumerate(parts) if p]
+
+    @cached_property
+    def _user_pattern(self):
+        import re
+
+        user = sorted({t for t, k in zip(self.tokens, self.token_types) if k == TOKEN_USER_DEFINED and t},
+                      key=lambda t: (-len(t), t))
+        return re.compile("(" + "|".join(map(re.escape, user)) + ")") if user else None
 
     def decode(self, ids: Iterable[int]) -> str:
         """Token ids -> text; bytes that do not form whole UTF-8 characters become '�'.
@@ -174,7 +234,22 @@ class Tokenizer:
         >>> tok.decode(tok.encode("Café 🙂"))  # doctest: +SKIP
         'Café 🙂'
         """
-        return b"".join(self.token_bytes(i) for i in ids).decode("utf-8", errors="replace")
+        ids = list(ids)
+        if self.add_bos and ids and ids[0] == self.bos_id:
+            ids = ids[1:]  # the BOS that encode puts first
+        pieces = [self.token_bytes(i) for i in ids]
+        if self.add_space_prefix:
+            pieces = self._without_space_prefixes(ids, pieces)
+        return b"".join(pieces).decode("utf-8", errors="replace")
+
+    def _without_space_prefixes(self, ids: list[int], pieces: list[bytes]) -> list[bytes]:
+        """Drop the space that encode put in front of the text and after each user-defined token."""
+        out, after_token = [], True
+        for i, piece in zip(ids, pieces):
+            user = self.token_types[i] == TOKEN_USER_DEFINED
+            out.append(piece[1:] if after_token and not user and piece.startswith(b" ") else piece)
+            after_token = user
+        return out
 
     def token_bytes(self, id: int) -> bytes:
         """The raw bytes one token stands for (control and user-defined tokens: their text).
@@ -223,7 +298,8 @@ class Tokenizer:
     @cached_property
     def _bytes(self) -> list[bytes]:
         """Raw bytes of every token, computed once on first use."""
-        return [token_text_to_bytes(t, k) for t, k in zip(self.tokens, self.token_types)]
+        to_bytes = sentencepiece_token_bytes if self.model == "llama" else token_text_to_bytes
+        return [to_bytes(t, k) for t, k in zip(self.tokens, self.token_types)]
 
 
 def load_tokenizer(path: str | Path | None = None, cache: bool = True) -> Tokenizer:
@@ -272,9 +348,23 @@ def token_text_to_bytes(text: str, token_type: int) -> bytes:
     >>> token_text_to_bytes("Ġhave", TOKEN_NORMAL), token_text_to_bytes("<|im_end|>", TOKEN_CONTROL)
     (b' have', b'<|im_end|>')
     """
-    if token_type in (TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNKNOWN):
+    if token_type in PLAIN_TEXT_TYPES:
         return text.encode("utf-8")
     return b"".join(bytes([_CHAR_TO_BYTE[c]]) if c in _CHAR_TO_BYTE else c.encode("utf-8") for c in text)
+
+
+def sentencepiece_token_bytes(text: str, token_type: int) -> bytes:
+    """A SentencePiece vocabulary entry -> the bytes it stands for: '▁' is a space, '<0x0A>' (a
+    byte token) the byte 0x0A; control and user-defined tokens are their plain text.
+
+    >>> sentencepiece_token_bytes("▁have", TOKEN_NORMAL), sentencepiece_token_bytes("<0x0A>", TOKEN_BYTE)
+    (b' have', b'\\n')
+    """
+    if token_type == TOKEN_BYTE and (value := byte_token_value(text)) is not None:
+        return bytes([value])
+    if token_type in PLAIN_TEXT_TYPES:
+        return text.encode("utf-8")
+    return text.replace(SPACE, " ").encode("utf-8")
 
 
 def _readable(raw: bytes) -> str:
@@ -329,6 +419,17 @@ def _split_merge(merge: str) -> tuple[str, str]:
     if cut < 0:
         raise ModelFileError(f"tokenizer merge {merge!r} is not two tokens separated by a space")
     return merge[:cut], merge[cut + 1:]
+
+
+def _check_model(model: Any) -> None:
+    if model not in MODELS:
+        raise ModelFileError(f"the tokenizer is of type {model!r}; studygroup reads byte-level BPE ('gpt2': "
+                             "SmolLM2, Llama 3) and SentencePiece ('llama': Llama 2, TinyLlama, Mistral)")
+
+
+def _types(fields: Mapping[str, Any], n: int) -> list[int]:
+    types = _value(fields, "tokenizer.ggml.token_type")
+    return [int(t) for t in types] if types is not None else [TOKEN_NORMAL] * n
 
 
 def _value(fields: Mapping[str, Any], key: str) -> Any:

@@ -7,6 +7,7 @@ Nothing here imports studygroup: the fixture is an independent account of the fi
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,14 @@ BOS_ID, EOS_ID = 1, 2
 # A handful of merges over GPT-2's byte alphabet ('Ġ' is the space byte).
 MERGES = [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("i", "n"), ("Ġ", "a"), ("e", "r"), ("o", "n"),
           ("Ġ", "s"), ("r", "e"), ("Ġa", "n"), ("in", "g"), ("Ġ", "Ġ"), ("1", "2")]
-UNREACHABLE = ["Ġhi"]  # a token no merge builds: only Llama 3's ignore_merges takes it whole
+UNREACHABLE = ["Ġhi"]
+# A SentencePiece vocabulary is learned (BPE, as SentencePiece trains it) from this text.
+SPM_CORPUS = (
+    "The members of a study group ask questions and give answers. I have a lot of questions, "
+    "and the group has a lot of answers: the answer that fits the question best gets the most weight. "
+    "Cash or credit card? I have a lot. Café au lait costs 3 euros 50; the bill was 12.50 in total. "
+    "    Indented text, tabs\tand newlines\nare written as they are typed.")
+SPM_MERGES = 80  # a token no merge builds: only Llama 3's ignore_merges takes it whole
 # HF name (with {l} for the layer) -> GGUF name, as llama.cpp's converter maps a Llama.
 HF_TO_GGUF = {
     "model.embed_tokens.weight": "token_embd.weight",
@@ -70,6 +78,49 @@ def tiny_vocab(user_tokens=()) -> tuple[list[str], list[int], list[str]]:
     tokens = [*SPECIAL_TOKENS, *normal, *user_tokens]
     types = [3] * len(SPECIAL_TOKENS) + [1] * len(normal) + [4] * len(user_tokens)
     return tokens, types, [" ".join(pair) for pair in MERGES]
+
+
+def spm_vocab(user_tokens=()) -> tuple[list[str], list[int], list[float]]:
+    """(tokens, token types, scores) laid out as llama.cpp's converter writes a SentencePiece model:
+    <unk> <s> </s>, the 256 byte tokens <0x00>..<0xFF>, the learned pieces (score -rank), then the
+    single characters (lower scores still), then user-defined tokens."""
+    words = {}
+    for w in SPM_CORPUS.replace(" ", " \u2581").split(" "):
+        if w:
+            words[tuple(w)] = words.get(tuple(w), 0) + 1
+    pieces = []
+    for _ in range(SPM_MERGES):
+        pairs = {}
+        for w, n in words.items():
+            for a, b in zip(w, w[1:]):
+                pairs[(a, b)] = pairs.get((a, b), 0) + n
+        if not pairs:
+            break
+        best = max(pairs, key=lambda ab: (pairs[ab], ab))
+        pieces.append("".join(best))
+        words = {_merge_pair(w, best): n for w, n in words.items()}
+    chars = sorted({c for c in SPM_CORPUS.replace(" ", "\u2581")} - {"\n", "\t"})
+    tokens = ["<unk>", "<s>", "</s>", *(f"<0x{b:02X}>" for b in range(256)), *pieces, *chars, *user_tokens]
+    types = [2, 3, 3] + [6] * 256 + [1] * (len(pieces) + len(chars)) + [4] * len(user_tokens)
+    scores = [0.0] * 259 + [-float(i) for i in range(len(pieces) + len(chars))] + [0.0] * len(user_tokens)
+    return tokens, types, scores
+
+
+def vocabulary_digest(tokens: list[str]) -> str:
+    """A short digest of a vocabulary: reference ids kept in tests/data name the vocabulary they fit."""
+    return hashlib.sha256("\n".join(tokens).encode()).hexdigest()[:16]
+
+
+def _merge_pair(word: tuple, pair: tuple) -> tuple:
+    out, i = [], 0
+    while i < len(word):
+        if word[i:i + 2] == pair:
+            out.append(pair[0] + pair[1])
+            i += 2
+        else:
+            out.append(word[i])
+            i += 1
+    return tuple(out)
 
 
 def llama_cpp_permute(w: np.ndarray, n_heads: int) -> np.ndarray:
@@ -123,15 +174,20 @@ def write_tiny_gguf(path, *, arch: str = "llama", tensor_type: Q = Q.F32, untied
                     pre: str = "smollm", add_bos: bool = False, n_layers: int = 2, n_heads: int = 4,
                     n_kv_heads: int = 2, d_head: int = 8, d_mlp: int = 64, context: int = 64,
                     rope_base: float = 10000.0, rms_eps: float = 1e-5, type_overrides=None, drop=(),
-                    metadata=None, user_tokens=()) -> TinyModel:
+                    metadata=None, user_tokens=(), tokenizer: str = "gpt2") -> TinyModel:
     """Write a tiny random Llama to `path` as llama.cpp's converter would, and return it.
 
     Matrices (embedding included) are stored as `tensor_type`; 1-D norms stay F32, as llama.cpp
     keeps them. `type_overrides` maps GGUF tensor names to other types; `drop` leaves GGUF tensors
     out; `metadata` overrides metadata keys ({key: value}, a value of None removes the key).
+    `tokenizer`: "gpt2" (byte-level BPE, as SmolLM2) or "llama" (SentencePiece, as Llama 2).
     """
     path, rng = Path(path), np.random.default_rng(seed)
-    tokens, types, merges = tiny_vocab(user_tokens)
+    if tokenizer == "llama":
+        tokens, types, scores = spm_vocab(user_tokens)
+        merges = []
+    else:
+        tokens, types, merges = tiny_vocab(user_tokens)
     hf_config = dict(vocab_size=len(tokens), hidden_size=n_heads * d_head, intermediate_size=d_mlp,
                      num_hidden_layers=n_layers, num_attention_heads=n_heads, num_key_value_heads=n_kv_heads,
                      head_dim=d_head, max_position_embeddings=context, rope_theta=rope_base,
@@ -139,7 +195,12 @@ def write_tiny_gguf(path, *, arch: str = "llama", tensor_type: Q = Q.F32, untied
                      eos_token_id=EOS_ID, hidden_act="silu", attention_bias=False, mlp_bias=False)
     floats = random_hf_weights(hf_config, untied, rng)
     writer = gguf.GGUFWriter(str(path), arch)
-    keys = {**tiny_metadata(arch, hf_config, pre, add_bos, tokens, types, merges), **(metadata or {})}
+    keys = tiny_metadata(arch, hf_config, pre, add_bos, tokens, types, merges)
+    if tokenizer == "llama":  # what llama.cpp's converter writes for a SentencePiece vocabulary
+        keys = {k: v for k, v in keys.items() if k not in ("tokenizer.ggml.merges", "tokenizer.ggml.pre")}
+        keys |= {"tokenizer.ggml.model": "llama", "tokenizer.ggml.scores": scores,
+                 "tokenizer.ggml.unknown_token_id": 0, "tokenizer.ggml.add_bos_token": True}
+    keys |= metadata or {}
     for key, value in keys.items():
         if value is not None and key != "general.architecture":  # the writer adds the architecture itself
             _add_value(writer, key, value)
@@ -191,7 +252,8 @@ def _add_value(writer, key: str, value) -> None:
     """Write one metadata value with the type llama.cpp's converter uses for it."""
     V = gguf.GGUFValueType
     if isinstance(value, list):
-        sub = V.STRING if value and isinstance(value[0], str) else V.INT32
+        first = value[0] if value else None
+        sub = V.STRING if isinstance(first, str) else V.FLOAT32 if isinstance(first, float) else V.INT32
         writer.add_key_value(key, value, V.ARRAY, sub_type=sub)
     else:
         vtype = {bool: V.BOOL, int: V.UINT32, float: V.FLOAT32, str: V.STRING}[type(value)]

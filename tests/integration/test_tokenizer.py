@@ -131,12 +131,6 @@ def test_missing_pre_tokenizer_is_llama_cpp_default(tmp_path):
     assert Tokenizer.from_gguf(model.path).pre == "default"
 
 
-def test_sentencepiece_tokenizer_is_refused(tmp_path):
-    model = write_tiny_gguf(tmp_path / "spm.gguf", metadata={"tokenizer.ggml.model": "llama"})
-    with pytest.raises(ModelFileError, match="tokenizer is of type 'llama'"):
-        Tokenizer.from_gguf(model.path)
-
-
 def test_tokenizer_of_a_broken_file(tmp_path):
     path = tmp_path / "x.gguf"
     path.write_text("hello")
