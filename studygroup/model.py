@@ -237,23 +237,26 @@ def _fuse(w: dict[str, torch.Tensor], c: Config) -> dict[str, torch.Tensor]:
     """
     for l in range(c.n_layers):
         p = f"layers.{l}."
-        qkv = _out_in(torch.cat([w.pop(p + "W_Q"), w.pop(p + "W_K"), w.pop(p + "W_V")], dim=1))  # (d_model, (H+2H_kv)·d)
+        qkv = _joined_out_in([w.pop(p + "W_Q"), w.pop(p + "W_K"), w.pop(p + "W_V")])  # (d_model, (H+2H_kv)·d)
         w[p + "W_QKV"] = qkv
         w[p + "W_Q"], w[p + "W_K"], w[p + "W_V"] = qkv.split(
             [c.n_heads * c.d_head, c.n_kv_heads * c.d_head, c.n_kv_heads * c.d_head], dim=1)
-        gate_up = _out_in(torch.cat([w.pop(p + "W_gate"), w.pop(p + "W_up")], dim=1))  # (d_model, 2·d_mlp)
+        gate_up = _joined_out_in([w.pop(p + "W_gate"), w.pop(p + "W_up")])  # (d_model, 2·d_mlp)
         w[p + "W_gate_up"] = gate_up
         w[p + "W_gate"], w[p + "W_up"] = gate_up.chunk(2, dim=1)
         w[p + "W_O"], w[p + "W_down"] = _out_in(w[p + "W_O"]), _out_in(w[p + "W_down"])
-    for name in ("embed", "final_norm", *(f"layers.{l}.{n}" for l in range(c.n_layers) for n in ("attn_norm", "mlp_norm"))):
-        w[name] = w[name].clone()  # own memory: the weights file's mapping can then be released
     w["unembed"] = _out_in(w["unembed"]) if "unembed" in w else w["embed"].T  # tied: a view of the embedding
     return w
 
 
 def _out_in(W: torch.Tensor) -> torch.Tensor:
-    """The same (in, out) matrix, stored (out, in) in memory."""
+    """The same (in, out) matrix, stored (out, in) in memory (no copy when it already is)."""
     return W.T.contiguous().T
+
+
+def _joined_out_in(matrices: list[torch.Tensor]) -> torch.Tensor:
+    """(in, out_k) matrices side by side, (in, Σ out_k), stored (out, in): one copy."""
+    return torch.cat([W.T for W in matrices], dim=0).T
 
 
 class _Keeper:
@@ -293,7 +296,7 @@ def load(path: str | Path | None = None, device: str = "cpu", dtype: str | torch
     (30, 9, 3)
     """
     from studygroup.tokenizer import load_tokenizer
-    from studygroup.weights import load_weights
+    from studygroup.weights_cache import load_weights
 
     device, dtype = _device(device), _dtype(dtype)
     if dtype == torch.bfloat16 and device.type == "cpu" and require_native and not native_bfloat16():

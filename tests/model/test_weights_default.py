@@ -14,7 +14,8 @@ from studygroup import gguf_layout
 from studygroup.config import Config
 from studygroup.gguf_file import read_gguf
 from studygroup.tokenizer import load_tokenizer
-from studygroup.weights import default_model_path, load_weights
+from studygroup.model_path import default_model_path
+from studygroup.weights_cache import load_weights
 
 EXPECTED = dict(n_layers=30, n_heads=9, n_kv_heads=3, d_model=576, d_head=64, d_mlp=1536,
                 context_length=8192, rope_base=100000.0, vocab_size=49152)

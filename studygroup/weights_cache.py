@@ -1,0 +1,78 @@
+"""A model's weights through the disk cache: mapped from it when the file is unchanged (a
+fraction of a second, no gguf import), else read and dequantized by `weights.read_weights` and
+stored for next time."""
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+
+from studygroup import cache as disk_cache
+from studygroup import gguf_layout
+from studygroup.config import Config
+from studygroup.model_path import resolve_model_path
+
+
+def load_weights(path: str | Path | None = None, cache: bool = True) -> tuple[Config, dict[str, torch.Tensor]]:
+    """`read_weights` through the disk cache (see studygroup.cache); path None = the default model.
+
+    >>> config, w = load_weights()  # doctest: +SKIP
+    >>> config.n_layers, w["embed"].shape  # doctest: +SKIP
+    (30, torch.Size([49152, 576]))
+    """
+    path = resolve_model_path(path)
+    if not cache:
+        from studygroup.weights import read_weights
+
+        return read_weights(path)
+    entry = disk_cache.entry_path(disk_cache.file_key(path), "weights")
+    hit = _from_cache(entry)
+    if hit is not None:
+        return hit
+    from studygroup.weights import read_weights
+
+    config, weights = read_weights(path)
+    disk_cache.write_tensors(entry, {n: _out_in(n, t) for n, t in weights.items()},
+                             {"config": json.dumps(config.to_dict()), "layout": CACHE_LAYOUT})
+    return config, weights
+
+
+#: How cache entries store matrices: (out, in) rows, the layout the model multiplies with, so that
+#: a load maps them without a copy (was: (in, out), and every load copied 0.5 GB, ~0.5 s).
+CACHE_LAYOUT = "matrices-out-in"
+
+
+def _out_in(name: str, t: torch.Tensor) -> torch.Tensor:
+    """A paper-layout (in, out) matrix stored as (out, in) rows; the embedding and vectors as they are."""
+    return t.T.contiguous() if t.dim() == 2 and name != "embed" else t
+
+
+def _paper(name: str, t: torch.Tensor) -> torch.Tensor:
+    """Inverse of _out_in, as a view: (in, out) shape over (out, in) memory."""
+    return t.T if t.dim() == 2 and name != "embed" else t
+
+
+def _from_cache(entry: Path) -> tuple[Config, dict[str, torch.Tensor]] | None:
+    """Config and weights of a cache entry, or None if absent or inconsistent (then it is discarded)."""
+    found = disk_cache.read_tensors(entry)
+    if found is None:
+        return None
+    stored, metadata = found
+    weights = {n: _paper(n, t) for n, t in stored.items()}
+    try:
+        config = Config.from_dict(json.loads(metadata["config"])) if metadata.get("layout") == CACHE_LAYOUT else None
+    except (KeyError, ValueError, TypeError):
+        config = None
+    if config is None or not _fits(config, weights):
+        disk_cache.discard(entry)
+        return None
+    return config, weights
+
+
+def _fits(config: Config, weights: Mapping[str, torch.Tensor]) -> bool:
+    """Whether `weights` are exactly the float32 tensors, of the right shapes, that `config` needs."""
+    names = set(gguf_layout.name_map(config.n_layers, tied="unembed" not in weights).values())
+    return set(weights) == names and all(
+        t.dtype == torch.float32 and tuple(t.shape) == gguf_layout.paper_shape(n, config) for n, t in weights.items())
