@@ -25,7 +25,9 @@ GLOBAL_NAMES = {
     "embed": "token_embd.weight",
     "final_norm": "output_norm.weight",
     "unembed": "output.weight",  # absent when the embedding is tied (the model then uses embed.T)
+    "rope_freqs": "rope_freqs.weight",  # Llama 3.1/3.2 only: RoPE frequency divisors, (d_head/2,)
 }
+OPTIONAL = {"unembed", "rope_freqs"}  # name_map includes them only when the file has them
 LAYER_NAMES = {
     "attn_norm": "attn_norm.weight",
     "W_Q": "attn_q.weight",
@@ -43,13 +45,14 @@ TRANSPOSED = frozenset({"unembed", "W_Q", "W_K", "W_V", "W_O", "W_gate", "W_up",
 ROPE_PERMUTED = {"W_Q": "n_heads", "W_K": "n_kv_heads"}
 
 
-def name_map(n_layers: int, *, tied: bool) -> dict[str, str]:
+def name_map(n_layers: int, *, tied: bool, rope_freqs: bool = False) -> dict[str, str]:
     """GGUF tensor name -> our name, for every tensor a Llama file of `n_layers` holds.
 
     >>> name_map(1, tied=True)["blk.0.attn_q.weight"]
     'layers.0.W_Q'
     """
-    names = {gguf: ours for ours, gguf in GLOBAL_NAMES.items() if not (tied and ours == "unembed")}
+    present = {"unembed": not tied, "rope_freqs": rope_freqs}
+    names = {gguf: ours for ours, gguf in GLOBAL_NAMES.items() if present.get(ours, True)}
     for l in range(n_layers):
         names.update({f"blk.{l}.{gguf}": f"layers.{l}.{ours}" for ours, gguf in LAYER_NAMES.items()})
     return names
@@ -67,6 +70,7 @@ def paper_shape(name: str, c: Config) -> tuple[int, ...]:
     shapes = {
         "embed": (c.vocab_size, c.d_model), "unembed": (c.d_model, c.vocab_size),
         "final_norm": (c.d_model,), "attn_norm": (c.d_model,), "mlp_norm": (c.d_model,),
+        "rope_freqs": (c.d_head // 2,),
         "W_Q": (c.d_model, q), "W_K": (c.d_model, kv), "W_V": (c.d_model, kv), "W_O": (q, c.d_model),
         "W_gate": (c.d_model, c.d_mlp), "W_up": (c.d_model, c.d_mlp), "W_down": (c.d_mlp, c.d_model),
     }

@@ -63,7 +63,9 @@ class Model:
                  path: Path | None = None, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32):
         self.config, self.tokenizer, self.path = config, tokenizer, path
         self.device, self.dtype = torch.device(device), dtype
-        self.w = _fuse({k: t.to(device=self.device, dtype=dtype) for k, t in weights.items()}, config)
+        exact = {"rope_freqs"}  # RoPE's frequency divisors stay float32 in the bfloat16 mode
+        self.w = _fuse({k: t.to(device=self.device, dtype=torch.float32 if k in exact else dtype)
+                        for k, t in weights.items()}, config)
         self._rope_cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     # ---- input -------------------------------------------------------------------------------
@@ -170,7 +172,8 @@ class Model:
     def _angles(self, T: int, offset: int = 0):
         if (T, offset) not in self._rope_cache:
             with torch.inference_mode(False):  # plain tensors, so that a pass with autograd may reuse them
-                cos, sin = rope.angles(T, self.config.d_head, self.config.rope_base, device=self.device, offset=offset)
+                cos, sin = rope.angles(T, self.config.d_head, self.config.rope_base, device=self.device, offset=offset,
+                                       freq_divisors=self.w.get("rope_freqs"))
             self._rope_cache = {(T, offset): (cos, sin)}  # one entry: long texts would pile up otherwise
         return self._rope_cache[(T, offset)]
 

@@ -14,10 +14,13 @@ from __future__ import annotations
 import torch
 
 
-def angles(T: int, d_head: int, base: float, device=None, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def angles(T: int, d_head: int, base: float, device=None, offset: int = 0,
+           freq_divisors: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of the rotation angle for each position and dimension.
 
-    θ_{p,k} = p · base^(-2k/d_head), repeated over both halves.
+    θ_{p,k} = p · base^(-2k/d_head) / divisor_k, repeated over both halves. The divisors (d_head/2,)
+    are Llama 3.1's frequency scaling as llama.cpp stores it (rope_freqs.weight): slow pairs turn
+    up to `factor` times slower, for a longer context; none (all 1) elsewhere.
 
     Returns cos, sin: (T, d_head), float32.
 
@@ -26,6 +29,8 @@ def angles(T: int, d_head: int, base: float, device=None, offset: int = 0) -> tu
     ((4, 8), 1.0)
     """
     inv_freq = base ** (-torch.arange(0, d_head, 2, dtype=torch.float64, device=device) / d_head)  # (d_head/2,)
+    if freq_divisors is not None:
+        inv_freq = inv_freq / freq_divisors.to(device=inv_freq.device, dtype=torch.float64)
     positions = torch.arange(offset, offset + T, dtype=torch.float64, device=device)  # (T,)
     theta = torch.outer(positions, inv_freq)  # (T, d_head/2)
     theta = torch.cat([theta, theta], dim=-1)  # (T, d_head)

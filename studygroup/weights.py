@@ -45,7 +45,8 @@ def read_weights(path: str | Path) -> tuple[Config, dict[str, torch.Tensor]]:
     with _about(file.path):
         _check_architecture(file.fields)
         config = config_from_gguf(file.fields)
-        names = gguf_layout.name_map(config.n_layers, tied="output.weight" not in file.tensors)
+        names = gguf_layout.name_map(config.n_layers, tied="output.weight" not in file.tensors,
+                                     rope_freqs="rope_freqs.weight" in file.tensors)
         _check_tensor_names(set(file.tensors), names)
         weights = {ours: _load_tensor(file, file.tensors[name], ours, config) for name, ours in names.items()}
     return config, weights
@@ -67,9 +68,6 @@ def _check_tensor_names(found: set[str], expected: Mapping[str, str]) -> None:
     if missing:
         raise ModelFileError(f"the file lacks {len(missing)} tensor(s) a Llama model needs, "
                              f"e.g. {', '.join(missing[:3])}; it is incomplete or not a Llama model")
-    if "rope_freqs.weight" in found:
-        raise ModelFileError("the model uses Llama 3.1-style RoPE frequency scaling (rope_freqs.weight), "
-                             "which studygroup does not implement; use a model without it")
     extra = sorted(found - set(expected))
     if extra:
         raise ModelFileError(f"the file holds {len(extra)} tensor(s) a plain Llama model does not have, "

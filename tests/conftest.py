@@ -174,13 +174,15 @@ def write_tiny_gguf(path, *, arch: str = "llama", tensor_type: Q = Q.F32, untied
                     pre: str = "smollm", add_bos: bool = False, n_layers: int = 2, n_heads: int = 4,
                     n_kv_heads: int = 2, d_head: int = 8, d_mlp: int = 64, context: int = 64,
                     rope_base: float = 10000.0, rms_eps: float = 1e-5, type_overrides=None, drop=(),
-                    metadata=None, user_tokens=(), tokenizer: str = "gpt2") -> TinyModel:
+                    metadata=None, user_tokens=(), tokenizer: str = "gpt2", llama3_rope: dict | None = None) -> TinyModel:
     """Write a tiny random Llama to `path` as llama.cpp's converter would, and return it.
 
     Matrices (embedding included) are stored as `tensor_type`; 1-D norms stay F32, as llama.cpp
     keeps them. `type_overrides` maps GGUF tensor names to other types; `drop` leaves GGUF tensors
     out; `metadata` overrides metadata keys ({key: value}, a value of None removes the key).
     `tokenizer`: "gpt2" (byte-level BPE, as SmolLM2) or "llama" (SentencePiece, as Llama 2).
+    `llama3_rope`: Llama 3.1's RoPE scaling ({factor, low_freq_factor, high_freq_factor,
+    original_max_position_embeddings}), written as llama.cpp's converter does (rope_freqs.weight).
     """
     path, rng = Path(path), np.random.default_rng(seed)
     if tokenizer == "llama":
@@ -193,6 +195,8 @@ def write_tiny_gguf(path, *, arch: str = "llama", tensor_type: Q = Q.F32, untied
                      head_dim=d_head, max_position_embeddings=context, rope_theta=rope_base,
                      rms_norm_eps=rms_eps, tie_word_embeddings=not untied, bos_token_id=BOS_ID,
                      eos_token_id=EOS_ID, hidden_act="silu", attention_bias=False, mlp_bias=False)
+    if llama3_rope:
+        hf_config["rope_parameters"] = {"rope_type": "llama3", "rope_theta": rope_base, **llama3_rope}
     floats = random_hf_weights(hf_config, untied, rng)
     writer = gguf.GGUFWriter(str(path), arch)
     keys = tiny_metadata(arch, hf_config, pre, add_bos, tokens, types, merges)
@@ -215,6 +219,8 @@ def write_tiny_gguf(path, *, arch: str = "llama", tensor_type: Q = Q.F32, untied
             stored = llama_cpp_permute(stored, heads)
         if gguf_name not in drop:
             writer.add_tensor(gguf_name, stored, raw_dtype=None if qtype in (Q.F32, Q.F16) else qtype)
+    if llama3_rope:
+        writer.add_tensor("rope_freqs.weight", llama3_rope_divisors(d_head, rope_base, **llama3_rope))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -246,6 +252,20 @@ def tiny_metadata(arch, hf, pre, add_bos, tokens, types, merges) -> dict:
         "tokenizer.ggml.eos_token_id": EOS_ID,
         "tokenizer.ggml.add_bos_token": add_bos,
     }
+
+
+def llama3_rope_divisors(d_head, base, factor, low_freq_factor, high_freq_factor,
+                         original_max_position_embeddings) -> np.ndarray:
+    """What llama.cpp's converter stores as rope_freqs.weight for Llama 3.1's RoPE scaling: per pair,
+    the divisor of its frequency (1 for fast pairs, `factor` for slow ones, a blend between)."""
+    inv_freq = base ** (-np.arange(0, d_head, 2, dtype=np.float64) / d_head)
+    wavelen = 2 * np.pi / inv_freq
+    low_wavelen = original_max_position_embeddings / low_freq_factor
+    high_wavelen = original_max_position_embeddings / high_freq_factor
+    smooth = (original_max_position_embeddings / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    blended = 1 / ((1 - smooth) / factor + smooth)
+    divisors = np.where(wavelen < high_wavelen, 1.0, np.where(wavelen > low_wavelen, factor, blended))
+    return divisors.astype(np.float32)
 
 
 def _add_value(writer, key: str, value) -> None:
