@@ -123,6 +123,62 @@ def paper(
     return output, weights
 
 
+def by_rows(
+    Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, mask: Mask = None, block: int = 256, *,
+    weights_dtype: torch.dtype | None = None, with_scores: bool = False, validate: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """paper(), a block of query rows at a time, written straight into the tensors it returns.
+
+    Q, K, V, mask as in paper() -> output (…, H, T_q, d_v), weights (…, H, T_q, T_k) in
+    `weights_dtype` (default Q's), and the scores before the mask when `with_scores` (else None).
+    No T_q×T_k temporary exists besides those results: one block's scores at a time. With a
+    causal mask and no scores asked for, a block reads only the keys its rows can see (about
+    half the work); the weights it cannot see stay 0.
+
+    >>> _ = torch.manual_seed(0)
+    >>> Q, K, V = torch.randn(3, 5, 4), torch.randn(1, 5, 4), torch.randn(1, 5, 2)
+    >>> out, w, _ = by_rows(Q, K, V, "causal", block=2)
+    >>> o, w_ = paper(Q, K, V, "causal")
+    >>> torch.allclose(out, o, atol=1e-6), torch.allclose(w, w_, atol=1e-6)
+    (True, True)
+    """
+    if validate:
+        check_attention({"Q": Q, "K": K, "V": V}, "paper", mask)
+        if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+            raise NotationError(f"block must be a positive int (query rows per block); got {block!r}")
+    T_q, T_k, causal = Q.shape[-2], K.shape[-2], _is_causal(mask)
+    n_rep = Q.shape[-3] // K.shape[-3]
+    K, V = repeat_kv(K, n_rep), repeat_kv(V, n_rep)  # (…, H, T_k, d_k), (…, H, T_k, d_v)
+    lead = torch.broadcast_shapes(Q.shape[:-2], K.shape[:-2])  # (…, H)
+    output = Q.new_empty((*lead, T_q, V.shape[-1]))
+    weights = Q.new_zeros((*lead, T_q, T_k), dtype=weights_dtype or Q.dtype)
+    all_scores = Q.new_empty((*lead, T_q, T_k)) if with_scores else None
+    for i0 in range(0, T_q, block):
+        i1 = min(i0 + block, T_q)
+        seen = i1 + T_k - T_q if causal and not with_scores else T_k  # keys rows i0..i1-1 may see
+        S = scores(Q[..., i0:i1, :], K[..., :seen, :], validate=False)  # (…, H, b, seen)
+        if all_scores is not None:
+            all_scores[..., i0:i1, :] = S
+        visible = _rows_mask(mask, T_q, T_k, i0, i1, seen, Q.device)
+        if visible is not None:
+            S = S.masked_fill(~visible, float("-inf"))
+        W = torch.softmax(S, dim=-1)  # (…, H, b, seen) softmax per row
+        output[..., i0:i1, :] = W @ V[..., :seen, :]  # (…, H, b, d_v)
+        weights[..., i0:i1, :seen] = W
+    return output, weights, all_scores
+
+
+def _rows_mask(mask: Mask, T_q: int, T_k: int, i0: int, i1: int, seen: int, device) -> torch.Tensor | None:
+    """Rows i0..i1-1 and keys 0..seen-1 of the mask, (…, i1 - i0, seen); causal ones built here."""
+    if mask is None:
+        return None
+    if _is_causal(mask):
+        i = torch.arange(i0, i1, device=device)[:, None] + (T_k - T_q)  # (b, 1) query positions among the keys
+        return torch.arange(seen, device=device)[None, :] <= i  # (b, seen)
+    rows = mask if mask.dim() < 2 or mask.shape[-2] == 1 else mask[..., i0:i1, :]
+    return rows if rows.dim() == 0 or rows.shape[-1] == 1 else rows[..., :seen]
+
+
 def columns(
     Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, mask: Mask = None, *, validate: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -154,15 +154,20 @@ class Model:
         wants_map = keep.wants("scores") or keep.wants("weights") or keep.wants("output")
         if not wants_map:
             return attention.fused(q, k, v, mask=mask, validate=False)  # (B, H, T, d)
-        z, rows_mask = None, mask
         if keep.record.rows == "last":  # the full output fast; the weights for the last question only
             z = attention.fused(q, k, v, mask=mask, validate=False)  # (B, H, T, d)
             q, rows_mask = q[:, :, -1:], mask if isinstance(mask, str) else mask[..., -1:, :]
-        out, weights = attention.paper(q, k, v, mask=rows_mask, validate=False)  # (B, H, R, d), (B, H, R, T)
-        keep("scores", attention.scores(q, k, validate=False), is_map=True)
+            out, weights = attention.paper(q, k, v, mask=rows_mask, validate=False)  # (B, H, 1, d), (B, H, 1, T)
+            S = attention.scores(q, k, validate=False) if keep.wants("scores") else None  # (B, H, 1, T)
+        else:  # every map: block by block into the stored dtype, no other T×T temporaries
+            out, weights, S = attention.by_rows(q, k, v, mask, weights_dtype=keep.record.map_dtype,
+                                                with_scores=keep.wants("scores"), validate=False)
+            z = out  # (B, H, T, d)
+        if S is not None:
+            keep("scores", S, is_map=True)
         keep("weights", weights, is_map=True)
         keep("output", out)
-        return out if z is None else z
+        return z
 
     def _mlp(self, l: int, x: torch.Tensor) -> torch.Tensor:
         """SwiGLU: (silu(x·W_gate) ⊙ x·W_up)·W_down. (B, T, d_model) -> (B, T, d_model)"""

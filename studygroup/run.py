@@ -125,7 +125,8 @@ class Run:
         if not self._has_whole(layer):
             return self._recompute_head(layer, head, kv)
         get = lambda s: self.steps[f"layers.{layer}.{s}"][kv if s in KEY_STEPS else head].float()  # noqa: E731
-        return Head(layer, head, kv, *(get(s) for s in HEAD_STEPS), self.settings.mask(layer, head, self.T))
+        mask = self.settings.mask(layer, head, self.T).to(self.model.device)  # (T, T)
+        return Head(layer, head, kv, *(get(s) for s in HEAD_STEPS), mask)
 
     def _has_whole(self, layer: int) -> bool:
         return self.record.rows == "all" and all(f"layers.{layer}.{s}" in self.steps for s in HEAD_STEPS)

@@ -26,7 +26,7 @@ VOCABULARIES = {"plain": {}, "user_tokens": {"user_tokens": ["<tool>", "ab", "<t
                 "no_space_prefix": {"metadata": {"tokenizer.ggml.add_space_prefix": False}}}
 # Text drawn from the fixture's own pieces, spaces, and characters it lacks (byte fallback).
 TEXT = st.text(st.sampled_from(list("the answer questions group lot I have Cash é12.50?\n\t") + ["🙂", "日", "ÿ", "\x00"]),
-               max_size=40)
+               min_size=1, max_size=40)  # empty text: transformers versions differ on its BOS; llama.cpp's is kept above
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from torch.overrides import TorchFunctionMode
 
 from studygroup import attention
-from studygroup.attention import as_drawn, causal_mask, columns, fused, paper, repeat_kv, scores, tiled
+from studygroup.attention import as_drawn, by_rows, causal_mask, columns, fused, paper, repeat_kv, scores, tiled
 from studygroup.errors import NotationError
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -222,11 +222,16 @@ class LargestTensor(TorchFunctionMode):
 
     largest = 0
 
+    def __init__(self):
+        super().__init__()
+        self.sizes = []
+
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         for t in out if isinstance(out, (tuple, list)) else (out,):
             if isinstance(t, torch.Tensor):
                 self.largest = max(self.largest, t.numel())
+                self.sizes.append(t.numel())
         return out
 
 
@@ -236,6 +241,41 @@ def test_tiled_never_holds_a_t_by_t_matrix():
     with LargestTensor() as seen:
         tiled(Q, K, V, "causal", tile=tile)
     assert 0 < seen.largest <= H * T * tile < H * T * T
+
+
+@SOME
+@given(p=problems(torch.float32), block=st.integers(1, 13), with_scores=st.booleans())
+def test_by_rows_equals_paper_for_any_shape(p, block, with_scores):
+    out, weights, S = by_rows(p.Q, p.K, p.V, p.mask, block=block, with_scores=with_scores)
+    expected_out, expected_weights = paper(p.Q, p.K, p.V, p.mask)
+    close(out, expected_out, 1e-5)
+    close(weights, expected_weights, 1e-5)
+    if with_scores:
+        close(S, scores(p.Q, p.K), 1e-5)
+    else:
+        assert S is None
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mask_kind", ["causal", "random"])
+def test_by_rows_writes_the_stored_dtype_and_holds_one_block(device, mask_kind):
+    H, T, block = 4, 300, 32
+    Q, K, V = qkv((2,), H, 2, T, T, 8, 8, seed=11, dtype=torch.float32, device=device)
+    mask = "causal" if mask_kind == "causal" else random_mask((2, 1, T, T), 12, device)
+    with LargestTensor() as seen:
+        out, weights, _ = by_rows(Q, K, V, mask, block=block, weights_dtype=torch.float16)
+    expected_out, expected_weights = paper(Q, K, V, mask)
+    assert weights.dtype == torch.float16
+    close(out, expected_out, 1e-5)
+    close(weights.float(), expected_weights, 1e-3)  # float16 keeps 11 bits
+    maps = 2 * H * T * T  # the weights themselves (both batches); every other tensor far smaller
+    assert seen.largest == maps and seen.sizes.count(maps) == 1 and sorted(seen.sizes)[-2] <= maps // 4
+
+
+def test_by_rows_refuses_a_bad_block():
+    Q, K, V = qkv((), 2, 1, 4, 4, 8, 8)
+    with pytest.raises(NotationError, match="block must be a positive int"):
+        by_rows(Q, K, V, "causal", block=0)
 
 
 @SOME
