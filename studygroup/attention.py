@@ -151,32 +151,39 @@ def by_rows(
     K, V = repeat_kv(K, n_rep), repeat_kv(V, n_rep)  # (…, H, T_k, d_k), (…, H, T_k, d_v)
     lead = torch.broadcast_shapes(Q.shape[:-2], K.shape[:-2])  # (…, H)
     output = Q.new_empty((*lead, T_q, V.shape[-1]))
-    weights = Q.new_zeros((*lead, T_q, T_k), dtype=weights_dtype or Q.dtype)
+    weights = Q.new_empty((*lead, T_q, T_k), dtype=weights_dtype or Q.dtype)
     all_scores = Q.new_empty((*lead, T_q, T_k)) if with_scores else None
+    Q = Q / math.sqrt(Q.shape[-1])  # (…, H, T_q, d_k): scaling the questions costs less than the scores
     for i0 in range(0, T_q, block):
         i1 = min(i0 + block, T_q)
         seen = i1 + T_k - T_q if causal and not with_scores else T_k  # keys rows i0..i1-1 may see
-        S = scores(Q[..., i0:i1, :], K[..., :seen, :], validate=False)  # (…, H, b, seen)
+        # Q Kᵀ / √d_k for this block
+        S = Q[..., i0:i1, :] @ K[..., :seen, :].mT  # (…, H, b, seen)
         if all_scores is not None:
             all_scores[..., i0:i1, :] = S
-        visible = _rows_mask(mask, T_q, T_k, i0, i1, seen, Q.device)
-        if visible is not None:
-            S = S.masked_fill(~visible, float("-inf"))
+        _mask_rows_(S, mask, T_q, T_k, i0, i1)
         W = torch.softmax(S, dim=-1)  # (…, H, b, seen) softmax per row
         output[..., i0:i1, :] = W @ V[..., :seen, :]  # (…, H, b, d_v)
         weights[..., i0:i1, :seen] = W
+        weights[..., i0:i1, seen:] = 0  # keys these rows cannot see
     return output, weights, all_scores
 
 
-def _rows_mask(mask: Mask, T_q: int, T_k: int, i0: int, i1: int, seen: int, device) -> torch.Tensor | None:
-    """Rows i0..i1-1 and keys 0..seen-1 of the mask, (…, i1 - i0, seen); causal ones built here."""
+def _mask_rows_(S: torch.Tensor, mask: Mask, T_q: int, T_k: int, i0: int, i1: int) -> None:
+    """Set to -inf, in place, the scores S (…, b, seen) of rows i0..i1-1 that the mask hides.
+    A causal mask hides only keys after each row's own position: the last b columns at most."""
     if mask is None:
-        return None
+        return
+    seen = S.shape[-1]
     if _is_causal(mask):
-        i = torch.arange(i0, i1, device=device)[:, None] + (T_k - T_q)  # (b, 1) query positions among the keys
-        return torch.arange(seen, device=device)[None, :] <= i  # (b, seen)
+        first = max(0, i0 + T_k - T_q)  # the first key position any hidden cell can have
+        i = torch.arange(i0, i1, device=S.device)[:, None] + (T_k - T_q)  # (b, 1) rows as key positions
+        j = torch.arange(first, seen, device=S.device)[None, :]  # (1, seen - first)
+        S[..., first:].masked_fill_(j > i, float("-inf"))
+        return
     rows = mask if mask.dim() < 2 or mask.shape[-2] == 1 else mask[..., i0:i1, :]
-    return rows if rows.dim() == 0 or rows.shape[-1] == 1 else rows[..., :seen]
+    visible = rows if rows.dim() == 0 or rows.shape[-1] == 1 else rows[..., :seen]
+    S.masked_fill_(~visible, float("-inf"))
 
 
 def columns(
