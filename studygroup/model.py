@@ -263,8 +263,25 @@ def _out_in(W: torch.Tensor) -> torch.Tensor:
 
 
 def _joined_out_in(matrices: list[torch.Tensor]) -> torch.Tensor:
-    """(in, out_k) matrices side by side, (in, Σ out_k), stored (out, in): one copy."""
-    return torch.cat([W.T for W in matrices], dim=0).T
+    """(in, out_k) matrices side by side, (in, Σ out_k), stored (out, in): one copy, or none when
+    their (out, in) rows already lie one after the other in memory (as the weights cache keeps them)."""
+    rows = [W.T for W in matrices]  # (out_k, in) each
+    if _adjacent(rows):
+        whole = (sum(r.shape[0] for r in rows), rows[0].shape[1])  # (Σ out_k, in)
+        return torch.as_strided(rows[0], whole, (whole[1], 1), rows[0].storage_offset()).T
+    return torch.cat(rows, dim=0).T
+
+
+def _adjacent(rows: list[torch.Tensor]) -> bool:
+    """Whether contiguous tensors follow one another in one storage, with the same row width."""
+    first = rows[0]
+    offset = first.storage_offset()
+    for r in rows:
+        if (not r.is_contiguous() or r.shape[1:] != first.shape[1:] or r.storage_offset() != offset
+                or r.untyped_storage().data_ptr() != first.untyped_storage().data_ptr()):
+            return False
+        offset += r.numel()
+    return True
 
 
 class _Keeper:

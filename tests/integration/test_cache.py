@@ -192,3 +192,19 @@ def test_warm_load_is_fast(cache_dir, model):
     start = time.perf_counter()
     load_weights(model.path), load_tokenizer(model.path)
     assert time.perf_counter() - start < 0.5
+
+
+def test_a_cached_load_fuses_the_projections_without_a_copy(model):
+    from studygroup.model import Model
+
+    load_weights(model.path)  # fills the cache
+    config, cached = load_weights(model.path)
+    fresh = Model(config, read_weights(model.path)[1], tokenizer=None)
+    mapped = Model(config, dict(cached), tokenizer=None)
+    for l in range(config.n_layers):
+        qkv, gate_up = mapped.w[f"layers.{l}.W_QKV"], mapped.w[f"layers.{l}.W_gate_up"]
+        assert qkv.data_ptr() == cached[f"layers.{l}.W_Q"].data_ptr()  # the cache's own rows, joined in place
+        assert gate_up.data_ptr() == cached[f"layers.{l}.W_gate"].data_ptr()
+        assert torch.equal(qkv, fresh.w[f"layers.{l}.W_QKV"]) and torch.equal(gate_up, fresh.w[f"layers.{l}.W_gate_up"])
+    ids = list(range(3, 30))
+    assert torch.allclose(mapped.run(ids).logits, fresh.run(ids).logits, atol=1e-5)  # BLAS may round in another order
