@@ -70,7 +70,7 @@ def head_log_probs(model: Model, ids: list[int], token: int, heads: Sequence[tup
     layer l resume from the clean residual stream entering l: one batched pass per layer, each
     stopping at the last layer's residual stream; the final norm and the unembedding then run
     once for every copy. resid_pre: {layer: (T, d_model)} from a recorded run (or None: one
-    extra pass records it). The final norm and W_U run once for every copy.
+    extra pass records it).
     """
     if not heads:
         return torch.empty(0, dtype=torch.float64)

@@ -27,7 +27,6 @@ GLOBAL_NAMES = {
     "unembed": "output.weight",  # absent when the embedding is tied (the model then uses embed.T)
     "rope_freqs": "rope_freqs.weight",  # Llama 3.1/3.2 only: RoPE frequency divisors, (d_head/2,)
 }
-OPTIONAL = {"unembed", "rope_freqs"}  # name_map includes them only when the file has them
 LAYER_NAMES = {
     "attn_norm": "attn_norm.weight",
     "W_Q": "attn_q.weight",
@@ -41,6 +40,8 @@ LAYER_NAMES = {
 }
 # Stored (out, in) like torch.nn.Linear.weight; ours are (in, out).
 TRANSPOSED = frozenset({"unembed", "W_Q", "W_K", "W_V", "W_O", "W_gate", "W_up", "W_down"})
+# Projections the model multiplies as one matrix (studygroup.model), and the cache stores joined.
+FUSED = {"W_QKV": ("W_Q", "W_K", "W_V"), "W_gate_up": ("W_gate", "W_up")}
 # Rows permuted by llama.cpp's converter for interleaved RoPE, and the Config field giving their head count.
 ROPE_PERMUTED = {"W_Q": "n_heads", "W_K": "n_kv_heads"}
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from studygroup import attention, heap, rope
+from studygroup import attention, gguf_layout, heap, rope
 from studygroup.config import Config
 from studygroup.errors import InputError
 from studygroup.record import NOTHING, Record, resolve
@@ -245,13 +245,10 @@ def _fuse(w: dict[str, torch.Tensor], c: Config) -> dict[str, torch.Tensor]:
     """
     for l in range(c.n_layers):
         p = f"layers.{l}."
-        qkv = _joined_out_in([w.pop(p + "W_Q"), w.pop(p + "W_K"), w.pop(p + "W_V")])  # (d_model, (H+2H_kv)·d)
-        w[p + "W_QKV"] = qkv
-        w[p + "W_Q"], w[p + "W_K"], w[p + "W_V"] = qkv.split(
-            [c.n_heads * c.d_head, c.n_kv_heads * c.d_head, c.n_kv_heads * c.d_head], dim=1)
-        gate_up = _joined_out_in([w.pop(p + "W_gate"), w.pop(p + "W_up")])  # (d_model, 2·d_mlp)
-        w[p + "W_gate_up"] = gate_up
-        w[p + "W_gate"], w[p + "W_up"] = gate_up.chunk(2, dim=1)
+        for fused, parts in gguf_layout.FUSED.items():  # W_QKV (d_model, (H+2H_kv)·d), W_gate_up (d_model, 2·d_mlp)
+            matrices = [w.pop(p + part) for part in parts]
+            w[p + fused] = _joined_out_in(matrices)
+            w.update(zip((p + part for part in parts), w[p + fused].split([m.shape[1] for m in matrices], dim=1)))
         w[p + "W_O"], w[p + "W_down"] = _out_in(w[p + "W_O"]), _out_in(w[p + "W_down"])
     w["unembed"] = _out_in(w["unembed"]) if "unembed" in w else w["embed"].T  # tied: a view of the embedding
     return w

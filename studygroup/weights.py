@@ -1,13 +1,12 @@
 """Read a Llama-family GGUF file: check it and dequantize its tensors.
 
 `read_weights` parses and dequantizes (seconds); `weights_cache.load_weights` answers from the
-cache when the file is unchanged (a fraction of a second) and calls it otherwise. Names and layouts are translated by `gguf_layout`;
-everything that can be wrong with a file is raised here as one ModelFileError naming the file.
+cache when the file is unchanged (a fraction of a second) and calls it otherwise. Names and
+layouts are translated by `gguf_layout`; everything that can be wrong with a file is raised here as one ModelFileError naming the file.
 """
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any

@@ -44,15 +44,14 @@ def load_weights(path: str | Path | None = None, cache: bool = True) -> tuple[Co
 #: them without a copy (was: (in, out), and every load copied 0.5 GB, ~0.5 s; then separate
 #: matrices, and the model's fusing copy kept 0.28 GB of the file's pages resident besides).
 CACHE_LAYOUT = "matrices-out-in-joined"
-JOINED = {"W_QKV": ("W_Q", "W_K", "W_V"), "W_gate_up": ("W_gate", "W_up")}
 
 
 def _for_cache(weights: Mapping[str, torch.Tensor], n_layers: int) -> dict[str, torch.Tensor]:
     """Our weights as a cache entry holds them: matrices (out, in), the joined ones joined."""
-    parts = {f"layers.{l}.{p}" for l in range(n_layers) for group in JOINED.values() for p in group}
-    stored = {n: _out_in(n, t) for n, t in weights.items() if n not in parts}
+    parts = {f"layers.{l}.{p}" for l in range(n_layers) for group in gguf_layout.FUSED.values() for p in group}
+    stored = {n: _as_rows(n, t) for n, t in weights.items() if n not in parts}
     for l in range(n_layers):
-        for joined, group in JOINED.items():
+        for joined, group in gguf_layout.FUSED.items():
             stored[f"layers.{l}.{joined}"] = torch.cat([weights[f"layers.{l}.{p}"].T for p in group]).contiguous()
     return stored
 
@@ -62,22 +61,22 @@ def _from_stored(stored: Mapping[str, torch.Tensor], config: Config) -> dict[str
     weights = {}
     for n, t in stored.items():
         prefix, _, kind = n.rpartition(".")
-        if kind in JOINED:
-            names = [f"{prefix}.{p}" for p in JOINED[kind]]
+        if kind in gguf_layout.FUSED:
+            names = [f"{prefix}.{p}" for p in gguf_layout.FUSED[kind]]
             widths = [gguf_layout.paper_shape(m, config)[1] for m in names]
             weights |= dict(zip(names, t.T.split(widths, dim=1)))
         else:
-            weights[n] = _paper(n, t)
+            weights[n] = _as_paper(n, t)
     return weights
 
 
-def _out_in(name: str, t: torch.Tensor) -> torch.Tensor:
+def _as_rows(name: str, t: torch.Tensor) -> torch.Tensor:
     """A paper-layout (in, out) matrix stored as (out, in) rows; the embedding and vectors as they are."""
     return t.T.contiguous() if t.dim() == 2 and name != "embed" else t
 
 
-def _paper(name: str, t: torch.Tensor) -> torch.Tensor:
-    """Inverse of _out_in, as a view: (in, out) shape over (out, in) memory."""
+def _as_paper(name: str, t: torch.Tensor) -> torch.Tensor:
+    """Inverse of _as_rows, as a view: (in, out) shape over (out, in) memory."""
     return t.T if t.dim() == 2 and name != "embed" else t
 
 
