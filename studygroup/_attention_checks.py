@@ -23,6 +23,23 @@ def _layout(notation: str) -> str:
     return ", ".join(f"{name} (…, {', '.join(axes)})" for name, axes in LAYOUTS[notation].items())
 
 
+def broadcast_shapes(*shapes) -> tuple[int, ...]:
+    """The shape that `shapes` broadcast to; ValueError if they do not (torch.broadcast_shapes
+    does the same, but its first call imports torch's symbolic-shape machinery: ~0.9 s).
+
+    >>> broadcast_shapes((2, 1, 3), (4, 1)), broadcast_shapes((), (5,))
+    ((2, 4, 3), (5,))
+    """
+    n = max((len(s) for s in shapes), default=0)
+    out = []
+    for sizes in zip(*((1,) * (n - len(s)) + tuple(s) for s in shapes)):
+        other = {d for d in sizes if d != 1}
+        if len(other) > 1:
+            raise ValueError(f"shapes {', '.join(str(tuple(s)) for s in shapes)} do not broadcast")
+        out.append(other.pop() if other else 1)
+    return tuple(out)
+
+
 def _shape(X: torch.Tensor) -> str:
     return str(tuple(X.shape))
 
@@ -83,8 +100,8 @@ def check_values(tensors: dict[str, torch.Tensor]) -> torch.Size:
         if not torch.isfinite(X).all():
             raise NotationError(f"{name} {_shape(X)} contains NaN or inf; attention needs finite inputs")
     try:
-        return torch.broadcast_shapes(*(X.shape[:-3] for X in tensors.values()))
-    except RuntimeError:
+        return broadcast_shapes(*(X.shape[:-3] for X in tensors.values()))
+    except ValueError:
         batches = ", ".join(f"{name} {tuple(X.shape[:-3])}" for name, X in tensors.items())
         raise NotationError(f"the batch axes (before the last three) do not broadcast: {batches}") from None
 
@@ -112,8 +129,8 @@ def check_mask(mask: object, weights_shape: tuple[int, ...], notation: str, devi
     if mask.device != device:
         raise NotationError(f"mask is on {mask.device} but the inputs are on {device}; move it with mask.to({str(device)!r})")
     try:
-        fits = torch.broadcast_shapes(mask.shape, weights_shape) == weights_shape
-    except RuntimeError:
+        fits = broadcast_shapes(mask.shape, weights_shape) == tuple(weights_shape)
+    except ValueError:
         fits = False
     if not fits:
         raise NotationError(

@@ -24,7 +24,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from studygroup._attention_checks import check_attention
+from studygroup._attention_checks import broadcast_shapes, check_attention
 from studygroup.errors import NotationError
 
 __all__ = ["as_drawn", "causal_mask", "columns", "fused", "paper", "repeat_kv", "scores", "tiled"]
@@ -149,7 +149,7 @@ def by_rows(
     T_q, T_k, causal = Q.shape[-2], K.shape[-2], _is_causal(mask)
     n_rep = Q.shape[-3] // K.shape[-3]
     K, V = repeat_kv(K, n_rep), repeat_kv(V, n_rep)  # (…, H, T_k, d_k), (…, H, T_k, d_v)
-    lead = torch.broadcast_shapes(Q.shape[:-2], K.shape[:-2])  # (…, H)
+    lead = broadcast_shapes(Q.shape[:-2], K.shape[:-2])  # (…, H)
     output = Q.new_empty((*lead, T_q, V.shape[-1]))
     weights = Q.new_empty((*lead, T_q, T_k), dtype=weights_dtype or Q.dtype)
     all_scores = Q.new_empty((*lead, T_q, T_k)) if with_scores else None

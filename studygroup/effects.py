@@ -66,29 +66,48 @@ def head_log_probs(model: Model, ids: list[int], token: int, heads: Sequence[tup
                    resid_pre: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
     """log p(token) with each head silenced alone: (len(heads),) float64.
 
-    Silencing a head of layer l changes nothing before l, so the copies that silence heads of
-    layer l resume from the clean residual stream entering l: one batched pass per layer, each
-    stopping at the last layer's residual stream; the final norm and the unembedding then run
-    once for every copy. resid_pre: {layer: (T, d_model)} from a recorded run (or None: one
+    Silencing a head of layer l changes nothing before l, so its copy of the text joins a batched
+    pass at layer l, entering it with the clean residual stream: each layer's weights are read once
+    for every copy that needs them (a short text's pass is bound by reading the weights, not by
+    arithmetic), and no copy computes a layer it does not change. Copies are split into passes of
+    at most ROWS_PER_PASS rows. resid_pre: {layer: (T, d_model)} from a recorded run (or None: one
     extra pass records it).
     """
     if not heads:
         return torch.empty(0, dtype=torch.float64)
     c, w = model.config, model.w
-    ids_t, last = torch.tensor(ids, device=model.device), c.n_layers - 1
+    ids_t = torch.tensor(ids, device=model.device)
     if resid_pre is None:
         _, steps = model.forward(ids_t, Forward(record=Record(steps=("resid_pre",))))
         resid_pre = {l: steps[f"layers.{l}.resid_pre"][0] for l in range(c.n_layers)}
+    order = sorted(range(len(heads)), key=lambda b: heads[b])  # by layer: copies join in this order
+    per_pass = max(1, ROWS_PER_PASS // len(ids))
     finals = torch.empty(len(heads), c.d_model, device=model.device, dtype=model.dtype)  # (B, d_model)
-    keep_last = Record(steps=("resid_post",), rows="last", layers=(last,))
     with torch.inference_mode():
-        for l in sorted({l for l, _ in heads}):
-            rows = [b for b, (hl, _) in enumerate(heads) if hl == l]
-            gates = torch.ones(len(rows), c.n_heads, device=model.device)  # (B_l, H)
-            gates[torch.arange(len(rows)), [heads[b][1] for b in rows]] = 0
-            start = resid_pre[l].to(model.dtype)[None].expand(len(rows), -1, -1)  # (B_l, T, d_model)
-            _, steps = model.forward(ids_t, Forward(gates={l: gates}, start=(l, start), record=keep_last,
-                                                    stop_after=last))
-            finals[rows] = steps[f"layers.{last}.resid_post"][:, -1].to(model.dtype)  # (B_l, d_model)
+        for i in range(0, len(order), per_pass):
+            group = order[i:i + per_pass]
+            finals[group] = _heads_silenced_final(model, ids_t, [heads[b] for b in group], resid_pre)
         logits = rms_norm(finals, w["final_norm"], c.rms_eps) @ w["unembed"]  # (B, vocab)
     return log_probs(logits)[:, token]
+
+
+def _heads_silenced_final(model: Model, ids_t: torch.Tensor, heads: list[tuple[int, int]],
+                          resid_pre: dict[int, torch.Tensor]) -> torch.Tensor:
+    """One pass, one copy per head (sorted by layer), each joining at its head's layer with that
+    head silenced there. Returns the last layer's residual stream at the last position: (B, d_model)."""
+    c, last = model.config, model.config.n_layers - 1
+    layers = [l for l, _ in heads]
+    joining = {l: resid_pre[l].to(model.dtype)[None].expand(layers.count(l), -1, -1)  # (B_l, T, d_model)
+               for l in sorted(set(layers))}
+    first = layers[0]
+    gates = {}
+    for l in joining:
+        joined = sum(1 for m in layers if m <= l)
+        g = torch.ones(joined, c.n_heads, device=model.device)  # (B by layer l, H)
+        rows = [b for b, m in enumerate(layers) if m == l]
+        g[rows, [heads[b][1] for b in rows]] = 0
+        gates[l] = g
+    plan = Forward(gates=gates, start=(first, joining.pop(first)), joining=joining,
+                   record=Record(steps=("resid_post",), rows="last", layers=(last,)), stop_after=last)
+    _, steps = model.forward(ids_t, plan)
+    return steps[f"layers.{last}.resid_post"][:, -1].to(model.dtype)  # (B, d_model)

@@ -36,6 +36,9 @@ class Forward:
     stop_after: int | None = None  # last layer to run (to recompute one layer on demand)
     all_logits: bool = False
     start: tuple[int, torch.Tensor] | None = None  # (layer, resid_pre (B, T, d_model)): resume there
+    joining: dict[int, torch.Tensor] = field(default_factory=dict)
+    # {layer: (B_l, T, d_model)}: copies that join the batch at that layer (after `start`'s), entering
+    # it with this residual stream; masks and gates of a layer cover every copy joined by then.
     past: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
     # {layer: (k, v)}, each (1, H_kv, P, d) after RoPE: the keys and values of P earlier members,
     # reused unchanged; `ids` are then only the members after them (a suffix at positions P…).
@@ -43,10 +46,10 @@ class Forward:
 
     @property
     def batch(self) -> int:
-        sizes = [t.shape[0] for t in (*self.masks.values(), *self.gates.values())]
+        """How many copies of the text the pass starts with."""
         if self.start is not None:
-            sizes.append(self.start[1].shape[0])
-        return max(sizes, default=1)
+            return self.start[1].shape[0]
+        return max((t.shape[0] for t in (*self.masks.values(), *self.gates.values())), default=1)
 
 
 class Model:
@@ -103,6 +106,8 @@ class Model:
         cos, sin = self._angles(len(ids), P)
         for l in range(first, c.n_layers if plan.stop_after is None else plan.stop_after + 1):
             keep.layer = l
+            if l in plan.joining:
+                x = torch.cat([x, plan.joining[l].to(x.dtype)])  # (B + B_l, T, d_model)
             keep("resid_pre", x)
             E = rms_norm(x, w[f"layers.{l}.attn_norm"], c.rms_eps)  # (B, T, d_model)
             keep("E", E)

@@ -146,12 +146,15 @@ def test_bad_inputs_get_clear_errors(ours):
         run.silence_member(3)
 
 
-def test_batched_head_silencing_equals_one_at_a_time(ours):
+@pytest.mark.parametrize("copies_per_pass", [None, 3, 1])
+def test_batched_head_silencing_equals_one_at_a_time(ours, monkeypatch, copies_per_pass):
     from studygroup import effects
 
     ids, token = random_ids(ours, 7, 13), 11
+    if copies_per_pass is not None:  # passes split: copies joining at several layers, or one copy each
+        monkeypatch.setattr(effects, "ROWS_PER_PASS", copies_per_pass * len(ids))
     heads = [(l, h) for l in range(ours.config.n_layers) for h in range(ours.config.n_heads)][::-1]
-    batched = effects.head_log_probs(ours, ids, token, heads)  # one batched pass per layer
+    batched = effects.head_log_probs(ours, ids, token, heads)  # copies join the pass at their layer
     base = ours.run(ids, record="none")
     for b, (l, h) in enumerate(heads):
         alone = effects.log_probs(base.silence_head(l, h).logits[-1])[token]

@@ -422,3 +422,17 @@ def test_every_public_function_has_a_docstring_with_a_passing_example():
 def test_module_stays_readable():
     with open(attention.__file__) as f:
         assert len(f.readlines()) <= 400
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.sampled_from([1, 2, 3]), max_size=4), min_size=1, max_size=3))
+def test_broadcast_shapes_agrees_with_torch(shapes):
+    from studygroup._attention_checks import broadcast_shapes
+
+    try:
+        expected = tuple(torch.broadcast_shapes(*shapes))
+    except RuntimeError:
+        with pytest.raises(ValueError, match="do not broadcast"):
+            broadcast_shapes(*shapes)
+        return
+    assert broadcast_shapes(*shapes) == expected
