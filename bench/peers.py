@@ -18,7 +18,7 @@ from pathlib import Path
 THREADS = os.cpu_count() or 1  # every peer gets the same number of threads
 
 #: studygroup's modes: what `record=` each one passes (see studygroup.record).
-OURS_MODES = ("none", "default", "last_row", "all", "maps16", "bf16")
+OURS_MODES = ("none", "default", "last_row", "all", "maps16", "maps_on_demand", "bf16")
 #: transformers' modes: attention implementation, and whether it returns every attention map.
 TRANSFORMERS_MODES = {"sdpa": ("sdpa", False), "eager": ("eager", False), "eager_attn": ("eager", True)}
 LLAMA_MODES = ("prefill",)
@@ -40,6 +40,7 @@ def ours_record(mode: str):
         "last_row": Record(steps=("weights",), rows="last"),  # the last row of every head
         "all": "all",  # every step, every row: the full T×T scores and weights of every head
         "maps16": Record(steps=("weights",), map_dtype=torch.float16),  # every head's full map only
+        "maps_on_demand": Record(steps=("weights",), maps="on_demand"),  # the same, float32, each read once
     }[mode]
 
 
@@ -55,7 +56,20 @@ class Ours:
 
     def prefill(self, ids: list[int]) -> int:
         run = self.model.run(ids, record=self.record, logits="last")
+        if run.record.maps == "on_demand":
+            self.read_every_map(run)
         return int(run.logits[-1].argmax())
+
+    def read_every_map(self, run) -> float:
+        """Maps computed on demand are computed when read: read each one (a layer's maps at a
+        time, then dropped), so the time counts every map and the peak one layer's."""
+        from studygroup.record import MAP_STEPS, names
+
+        total = 0.0
+        for name in names(self.model.config.n_layers):
+            if name.rpartition(".")[2] in MAP_STEPS and name in run:
+                total += float(run[name][:, -1].float().sum())  # (H, T, T) computed whole; one row read
+        return total
 
     def tokenize(self, text: str) -> list[int]:
         return self.model.tokenize(text)

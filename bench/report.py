@@ -15,11 +15,13 @@ PREFILL_RATIOS = [
     ("ours last row / ours none", ("ours", "last_row"), ("ours", "none"), "time", 1.15, "all"),
     ("ours all / transformers eager+attentions", ("ours", "all"), ("transformers", "eager_attn"), "time", 0.5, 2048),
     ("ours maps16 / transformers eager+attentions", ("ours", "maps16"), ("transformers", "eager_attn"), "time", 0.5, 2048),
+    ("ours maps on demand / transformers eager+attentions", ("ours", "maps_on_demand"), ("transformers", "eager_attn"), "time", 0.5, 2048),
     ("ours bf16 / ours none", ("ours", "bf16"), ("ours", "none"), "time", None, None),
     ("peak: ours none / transformers sdpa", ("ours", "none"), ("transformers", "sdpa"), "memory", None, None),
     ("peak: ours none / llama.cpp", ("ours", "none"), ("llama.cpp", "prefill"), "memory", None, None),
     ("peak: ours all / transformers eager+attentions", ("ours", "all"), ("transformers", "eager_attn"), "memory", 0.5, 2048),
     ("peak: ours maps16 / transformers eager+attentions", ("ours", "maps16"), ("transformers", "eager_attn"), "memory", 0.5, 2048),
+    ("peak: ours maps on demand / transformers eager+attentions", ("ours", "maps_on_demand"), ("transformers", "eager_attn"), "memory", 0.5, 2048),
 ]
 #: (name, numerator start entry, denominator start entry or None for an absolute figure in seconds, target)
 STARTUP_RATIOS = [

@@ -57,6 +57,7 @@ PEERS = [
     ("ours", "bf16", 'studygroup, bfloat16, record="none"', "speed"),
     ("ours", "all", 'studygroup, record="all"', "maps"),
     ("ours", "maps16", "studygroup, every full map only (float16)", "maps"),
+    ("ours", "maps_on_demand", "studygroup, every full map on demand (float32)", "maps"),
     ("transformers", "eager_attn", "transformers, eager + output_attentions", "maps"),
 ]
 GROUPS = ("speed", "maps")
@@ -263,10 +264,10 @@ def estimate_gib(program: str, mode: str, T: int, n_layers: int, n_heads: int) -
     5.1
     """
     layer = n_heads * T * T * 4 / 2**30  # one layer's float32 (n_heads, T, T) maps, GiB
-    kept = {("ours", "all"): 2 * n_layers, ("ours", "maps16"): n_layers / 2,
+    kept = {("ours", "all"): 2 * n_layers, ("ours", "maps16"): n_layers / 2, ("ours", "maps_on_demand"): 0,
             ("transformers", "eager_attn"): n_layers, ("transformers", "eager"): 0}
-    if (program, mode) == ("ours", "default") and T <= 256:  # the default keeps everything up to 256 tokens
-        return (2 * n_layers + 4) * layer
+    if (program, mode) in (("ours", "default"), ("ours", "all")):  # every map kept up to 256 tokens, none past
+        return (2 * n_layers + 4) * layer if T <= 256 else 4 * layer
     return (kept[(program, mode)] + 4) * layer if (program, mode) in kept else 0.0
 
 

@@ -124,13 +124,14 @@ def paper(
 
 
 def by_rows(
-    Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, mask: Mask = None, block: int = 256, *,
+    Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor | None, mask: Mask = None, block: int = 128, *,
     weights_dtype: torch.dtype | None = None, with_scores: bool = False, validate: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
     """paper(), a block of query rows at a time, written straight into the tensors it returns.
 
-    Q, K, V, mask as in paper() -> output (…, H, T_q, d_v), weights (…, H, T_q, T_k) in
-    `weights_dtype` (default Q's), and the scores before the mask when `with_scores` (else None).
+    Q, K, V, mask as in paper() -> output (…, H, T_q, d_v) (None when V is None: the weights
+    alone), weights (…, H, T_q, T_k) in `weights_dtype` (default Q's), and the scores before the
+    mask when `with_scores` (else None).
     No T_q×T_k temporary exists besides those results: one block's scores at a time. With a
     causal mask and no scores asked for, a block reads only the keys its rows can see (about
     half the work); the weights it cannot see stay 0.
@@ -143,27 +144,34 @@ def by_rows(
     (True, True)
     """
     if validate:
-        check_attention({"Q": Q, "K": K, "V": V}, "paper", mask)
+        check_attention({"Q": Q, "K": K, "V": K if V is None else V}, "paper", mask)
         if isinstance(block, bool) or not isinstance(block, int) or block < 1:
             raise NotationError(f"block must be a positive int (query rows per block); got {block!r}")
     T_q, T_k, causal = Q.shape[-2], K.shape[-2], _is_causal(mask)
     n_rep = Q.shape[-3] // K.shape[-3]
-    K, V = repeat_kv(K, n_rep), repeat_kv(V, n_rep)  # (…, H, T_k, d_k), (…, H, T_k, d_v)
+    K = repeat_kv(K, n_rep)  # (…, H, T_k, d_k)
+    V = None if V is None else repeat_kv(V, n_rep)  # (…, H, T_k, d_v)
     lead = broadcast_shapes(Q.shape[:-2], K.shape[:-2])  # (…, H)
-    output = Q.new_empty((*lead, T_q, V.shape[-1]))
+    output = None if V is None else Q.new_empty((*lead, T_q, V.shape[-1]))
     weights = Q.new_empty((*lead, T_q, T_k), dtype=weights_dtype or Q.dtype)
     all_scores = Q.new_empty((*lead, T_q, T_k)) if with_scores else None
     Q = Q / math.sqrt(Q.shape[-1])  # (…, H, T_q, d_k): scaling the questions costs less than the scores
+    # One block's scores live in one buffer, reused in place (fresh blocks cost page faults);
+    # not under autograd, which cannot differentiate through out=.
+    grad = torch.is_grad_enabled() and any(X is not None and X.requires_grad for X in (Q, K, V))
+    scratch = None if grad else Q.new_empty(math.prod(lead) * min(block, T_q) * T_k)
     for i0 in range(0, T_q, block):
         i1 = min(i0 + block, T_q)
         seen = i1 + T_k - T_q if causal and not with_scores else T_k  # keys rows i0..i1-1 may see
         # Q Kᵀ / √d_k for this block
-        S = Q[..., i0:i1, :] @ K[..., :seen, :].mT  # (…, H, b, seen)
+        S = None if grad else scratch[:math.prod(lead) * (i1 - i0) * seen].view(*lead, i1 - i0, seen)
+        S = torch.matmul(Q[..., i0:i1, :], K[..., :seen, :].mT, out=S)  # (…, H, b, seen)
         if all_scores is not None:
             all_scores[..., i0:i1, :] = S
         _mask_rows_(S, mask, T_q, T_k, i0, i1)
-        W = torch.softmax(S, dim=-1)  # (…, H, b, seen) softmax per row
-        output[..., i0:i1, :] = W @ V[..., :seen, :]  # (…, H, b, d_v)
+        W = torch.softmax(S, dim=-1, out=None if grad else S)  # (…, H, b, seen) softmax per row
+        if output is not None:
+            output[..., i0:i1, :] = W @ V[..., :seen, :]  # (…, H, b, d_v)
         weights[..., i0:i1, :seen] = W
         weights[..., i0:i1, seen:] = 0  # keys these rows cannot see
     return output, weights, all_scores

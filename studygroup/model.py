@@ -156,9 +156,10 @@ class Model:
 
     def _attend(self, q, k, v, mask, keep) -> torch.Tensor:
         """softmax(Q Kᵀ/√d) V through the foundation's functions; weights only when recorded."""
-        wants_map = keep.wants("scores") or keep.wants("weights") or keep.wants("output")
-        if not wants_map:
-            return attention.fused(q, k, v, mask=mask, validate=False)  # (B, H, T, d)
+        if not (keep.wants("scores") or keep.wants("weights")):
+            z = attention.fused(q, k, v, mask=mask, validate=False)  # (B, H, T, d)
+            keep("output", z)
+            return z
         if keep.record.rows == "last":  # the full output fast; the weights for the last question only
             z = attention.fused(q, k, v, mask=mask, validate=False)  # (B, H, T, d)
             q, rows_mask = q[:, :, -1:], mask if isinstance(mask, str) else mask[..., -1:, :]
@@ -296,7 +297,7 @@ class _Keeper:
         return step if self.layer is None else f"layers.{self.layer}.{step}"
 
     def wants(self, step: str) -> bool:
-        return not self.record.empty and self.record.wants(self.name(step))
+        return not self.record.empty and self.record.keeps(self.name(step))
 
     def __call__(self, step: str, t: torch.Tensor, is_map: bool = False) -> None:
         if not self.wants(step):

@@ -69,6 +69,10 @@ class Record:
     rows: "all" query rows, or "last" (the last member's question only).
     map_dtype: dtype to store the T×T maps in (float16 halves their memory; weights then carry
       an absolute error below 2.5e-4).
+    maps: "kept" (the pass computes the maps and the run holds them) or "on_demand" (the pass
+      keeps each such layer's q and k instead, about 1/50 of its maps' memory at T=2048, and the
+      run computes a layer's maps, or one head's, each time they are read: `run[name]` and
+      `run.head` give the same numbers either way).
 
     >>> Record(steps=("weights",), rows="last").wants("layers.2.weights")
     True
@@ -78,11 +82,14 @@ class Record:
     rows: str = "all"
     map_dtype: torch.dtype = torch.float32
     layers: tuple[int, ...] | None = None
+    maps: str = "kept"
     _cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self):
         if self.rows not in ("all", "last"):
             raise ValueError(f"rows must be 'all' or 'last', not {self.rows!r}")
+        if self.maps not in ("kept", "on_demand"):
+            raise ValueError(f"maps must be 'kept' or 'on_demand', not {self.maps!r}")
 
     def wants(self, name: str) -> bool:
         """Whether the full name (``layers.3.weights`` or ``embed``) is kept."""
@@ -97,9 +104,22 @@ class Record:
         step = parts[-1]
         return any(fnmatch.fnmatchcase(name, p) or p == step for p in self.steps)
 
-    def wants_layer(self, layer: int) -> bool:
-        """Whether anything of this layer is kept (the forward pass takes the fast path if not)."""
-        return any(self.wants(f"layers.{layer}.{step}") for step in LAYER_STEPS)
+    def keeps(self, name: str) -> bool:
+        """Whether the pass itself keeps `name`: what is wanted, except that with maps on demand
+        it keeps no map and keeps the layer's q and k (after RoPE) for any map wanted.
+
+        >>> r = Record(steps=("weights",), maps="on_demand")
+        >>> r.keeps("layers.2.weights"), r.keeps("layers.2.q"), r.keeps("layers.2.v")
+        (False, True, False)
+        """
+        prefix, _, step = name.rpartition(".")
+        if self.maps == "kept" or not prefix:
+            return self.wants(name)
+        if step in MAP_STEPS:
+            return False
+        if step in ("q", "k"):
+            return self.wants(name) or any(self.wants(f"{prefix}.{m}") for m in MAP_STEPS)
+        return self.wants(name)
 
     @property
     def empty(self) -> bool:
@@ -125,13 +145,14 @@ def resolve(record, T: int) -> Record:
     """Turn the caller's `record=` argument into a Record.
 
     Accepts "default", "all", "none"/None, a Record, or an iterable of step names/patterns.
+    "all" past FULL_RECORD_MAX_T tokens computes the maps on demand (see Record.maps).
     """
     if record is None or record == "none":
         return NOTHING
     if record == "default":
         return default_for(T)
     if record == "all":
-        return EVERYTHING
+        return EVERYTHING if T <= FULL_RECORD_MAX_T else Record(maps="on_demand")
     if isinstance(record, Record):
         return record
     if isinstance(record, str):

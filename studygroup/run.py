@@ -7,7 +7,7 @@ import torch
 
 from studygroup import attention, silence
 from studygroup.model import Forward, Model, _heads
-from studygroup.record import KEY_STEPS, LAYER_STEPS, Record
+from studygroup.record import KEY_STEPS, LAYER_STEPS, MAP_STEPS, Record
 
 #: The steps one head needs to be shown whole.
 HEAD_STEPS = ("q_pre_rope", "k_pre_rope", "q", "k", "v", "scores", "weights", "output", "write")
@@ -110,13 +110,48 @@ class Run:
         return self.logits[-1]
 
     def __getitem__(self, name: str) -> torch.Tensor:
-        if name not in self.steps:
-            raise KeyError(f"{name!r} was not recorded in this run; record it with record=[...] "
-                           f"(steps: {', '.join(LAYER_STEPS)})")
-        return self.steps[name]
+        if name in self.steps:
+            return self.steps[name]
+        if self._on_demand(name):
+            layer, step = name.split(".")[1:]
+            return self.map(int(layer), step)
+        raise KeyError(f"{name!r} was not recorded in this run; record it with record=[...] "
+                       f"(steps: {', '.join(LAYER_STEPS)})")
 
     def __contains__(self, name: str) -> bool:
-        return name in self.steps
+        return name in self.steps or self._on_demand(name)
+
+    def _on_demand(self, name: str) -> bool:
+        """Whether `name` is a map this run computes when read (Record.maps == "on_demand")."""
+        parts = name.split(".")
+        return (self.record.maps == "on_demand" and len(parts) == 3 and parts[2] in MAP_STEPS
+                and self.record.wants(name) and f"layers.{parts[1]}.q" in self.steps
+                and f"layers.{parts[1]}.k" in self.steps)
+
+    @torch.inference_mode()
+    def map(self, layer: int, step: str = "weights", heads=None) -> torch.Tensor:
+        """A layer's maps computed now from its kept q and k, as the pass would have kept them
+        (in the record's map_dtype): (len(heads), R, T). heads: query heads (None: all).
+
+        For runs whose record keeps maps on demand; the result is not kept (read it once and
+        hold it, or read it again: the same numbers)."""
+        c = self.model.config
+        heads = list(range(c.n_heads)) if heads is None else list(heads)
+        q = self.steps[f"layers.{layer}.q"][heads]  # (h, R, d)
+        k = self.steps[f"layers.{layer}.k"][[h // c.group_size for h in heads]]  # (h, T, d)
+        if step == "scores":
+            return attention.scores(q, k, validate=False).to(self.record.map_dtype)  # (h, R, T)
+        _, weights, _ = attention.by_rows(q, k, None, self._rows_mask(layer, heads, q.shape[-2]),
+                                          weights_dtype=self.record.map_dtype, validate=False)
+        return weights  # (h, R, T)
+
+    def _rows_mask(self, layer: int, heads: list[int], R: int):
+        """What the last R questions of these heads could see: "causal", or (h, R, T) bool."""
+        s = self.settings
+        if not s.silenced_members or not any(s.member_heads is None or (layer, h) in s.member_heads for h in heads):
+            return "causal"
+        masks = [s.mask(layer, h, self.T)[self.T - R:] for h in heads]  # (R, T) each
+        return torch.stack(masks).to(self.model.device)  # (h, R, T)
 
     def head(self, layer: int, head: int) -> Head:
         """One head whole. Taken from the recording, or recomputed (that head only) if not kept."""
@@ -124,12 +159,17 @@ class Run:
         kv = head // self.model.config.group_size
         if not self._has_whole(layer):
             return self._recompute_head(layer, head, kv)
-        get = lambda s: self.steps[f"layers.{layer}.{s}"][kv if s in KEY_STEPS else head].float()  # noqa: E731
+
+        def get(s: str) -> torch.Tensor:
+            if f"layers.{layer}.{s}" not in self.steps:  # a map on demand: this head's only
+                return self.map(layer, s, heads=[head])[0].float()
+            return self.steps[f"layers.{layer}.{s}"][kv if s in KEY_STEPS else head].float()
+
         mask = self.settings.mask(layer, head, self.T).to(self.model.device)  # (T, T)
         return Head(layer, head, kv, *(get(s) for s in HEAD_STEPS), mask)
 
     def _has_whole(self, layer: int) -> bool:
-        return self.record.rows == "all" and all(f"layers.{layer}.{s}" in self.steps for s in HEAD_STEPS)
+        return self.record.rows == "all" and all(f"layers.{layer}.{s}" in self for s in HEAD_STEPS)
 
     @torch.inference_mode()
     def _recompute_head(self, layer: int, head: int, kv: int) -> Head:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-OURS_MODES = ("none", "default", "last_row", "all", "maps16")
+OURS_MODES = ("none", "default", "last_row", "all", "maps16", "maps_on_demand")
 TRANSFORMERS_MODES = ("sdpa", "eager", "eager_attn")
 
 

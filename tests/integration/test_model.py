@@ -169,3 +169,55 @@ def test_recomputed_head_follows_the_runs_interventions(ours):
         for name in ("q", "k", "v", "scores", "weights", "output", "write", "mask"):
             a, b = getattr(kept, name).float(), getattr(recomputed, name).float()
             assert torch.allclose(a, b, atol=1e-5), (settings, name, (a - b).abs().max())
+
+
+@pytest.mark.parametrize("settings", [{}, {"silence_members": [2, 5]},
+                                      {"silence_members": [4], "member_heads": [(1, 2)]}, {"silence_heads": [(0, 1)]}])
+@pytest.mark.parametrize("rows", ["all", "last"])
+def test_maps_on_demand_equal_the_kept_maps(ours, settings, rows):
+    from studygroup.record import Record
+
+    ids, T, c = random_ids(ours, 11, 15), 11, ours.config
+    kept = ours.run(ids, record=Record(rows=rows), **settings)
+    lazy = ours.run(ids, record=Record(rows=rows, maps="on_demand"), **settings)
+    R = T if rows == "all" else 1
+    for l in range(c.n_layers):
+        for step in ("scores", "weights"):
+            name = f"layers.{l}.{step}"
+            assert name in lazy and name not in lazy.steps  # computed when read, never kept
+            assert lazy[name].shape == kept[name].shape == (c.n_heads, R, T)
+            assert torch.allclose(lazy[name], kept[name], rtol=1e-4, atol=1e-5), (settings, name)  # kernels differ before
+            two = lazy.map(l, step, heads=[3, 0])  # some heads only, in the order asked
+            assert torch.equal(two, lazy[name][[3, 0]])
+    assert not any(t.shape[-2:] == (T, T) for t in lazy.steps.values())  # no T×T tensor held
+    if rows == "all":
+        for l, h in ((0, 1), (1, 2), (1, 3)):
+            a, b = kept.head(l, h), lazy.head(l, h)
+            for name in ("q", "k", "v", "scores", "weights", "output", "write", "mask"):
+                assert torch.allclose(getattr(a, name).float(), getattr(b, name).float(), rtol=1e-4, atol=1e-5), (l, h, name)
+
+
+def test_maps_on_demand_keep_only_q_and_k_for_the_maps(ours):
+    from studygroup.record import Record
+
+    run = ours.run(random_ids(ours, 9, 16), record=Record(steps=("layers.1.weights",), maps="on_demand"))
+    assert sorted(run.steps) == ["layers.1.k", "layers.1.q"]
+    assert "layers.1.weights" in run and "layers.0.weights" not in run and "layers.1.scores" not in run
+    with pytest.raises(KeyError, match="was not recorded"):
+        run["layers.1.scores"]
+    with pytest.raises(ValueError, match="maps must be"):
+        Record(maps="later")
+
+
+def test_record_all_computes_long_texts_maps_on_demand(ours, monkeypatch):
+    from studygroup import record
+
+    assert record.resolve("all", record.FULL_RECORD_MAX_T).maps == "kept"
+    assert record.resolve("all", record.FULL_RECORD_MAX_T + 1).maps == "on_demand"
+    monkeypatch.setattr(record, "FULL_RECORD_MAX_T", 8)  # the tiny model's context is short
+    T = 12
+    run = ours.run(random_ids(ours, T, 17), record="all")
+    w = run["layers.1.weights"]  # (H, T, T)
+    assert w.shape == (ours.config.n_heads, T, T) and torch.allclose(w.sum(-1), torch.ones(ours.config.n_heads, T))
+    assert torch.equal(w, w.tril())  # causal
+    assert torch.allclose(run.head(1, 2).weights, w[2], atol=1e-6)
