@@ -6,13 +6,7 @@
 
 Names are imported on first use, so that `import studygroup` (and the CLI's start) stays fast.
 """
-import os
 from importlib import import_module
-
-# torch's CPU allocator puts blocks of 2 MB and more on transparent huge pages when this is set
-# before its first allocation (so: before torch is imported): a fresh T×T map then takes 512×
-# fewer page faults (every map of a layer at T=2048: ~85 -> ~65 ms here). A value the user set wins.
-os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 from studygroup.errors import InputError, ModelFileError, NotationError, StudyGroupError
 
