@@ -4,9 +4,10 @@ Two glibc settings, measured with the default model on this 2-core machine:
 - blocks over MMAP_THRESHOLD are their own mappings, handed back as soon as they are freed; smaller
   ones are reused from the heap. 1 MiB made a 512-token prefill ~17% slower (each activation a
   fresh mapping, paid in page faults) than 8 MiB; glibc's own rising threshold (up to 32 MiB) made
-  a 4,096-token pass peak at 1.7 GiB instead of 1.3 GiB. A fixed 32 MiB (glibc's largest) keeps
+  a 4,096-token pass peak at 1.7 GiB instead of 1.3 GiB. A fixed 32 MiB (glibc's largest) kept
   every activation up to T≈2,700 in the heap: page faults per 2,048-token pass 360k -> 86k, the
-  pass 6.1-6.3 s -> 5.6 s; at 8,192 tokens 44-46 s -> 41 s for a peak of 1,270 MiB instead of 1,150.
+  pass 6.1-6.3 s -> 5.6 s, but the 8,191-token explain, whose kept keys and values sit between
+  freed activations, peaked at 2,748 MiB instead of ~1,600 (its target is 2 GB): not used.
 - malloc_trim after every pass returns the heap's free pages: without it a 4,096-token pass left
   1.5 GiB held instead of 0.8 GiB.
 Elsewhere than glibc this module does nothing.
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import functools
 
-MMAP_THRESHOLD = 32 << 20
+MMAP_THRESHOLD = 8 << 20
 M_MMAP_THRESHOLD = -3  # mallopt's parameter number in glibc
 
 
