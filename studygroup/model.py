@@ -147,7 +147,7 @@ class Model:
             g = plan.gates[l]  # (B, H) for every row, or (B, H, T) per row
             z = z * (g[:, :, None, None] if g.dim() == 2 else g[..., None]).to(z.dtype)  # silenced: writes nothing
         W_O = w[f"layers.{l}.W_O"]  # (H·d, d_model)
-        if keep.wants("write"):
+        if keep.keeps("write"):
             rows = z[:, :, -1:] if keep.record.rows == "last" else z
             keep("write", torch.einsum("bhtd,hdm->bhtm", rows, W_O.view(H, d, -1)))  # (B, H, R, d_model)
         attn_out = z.transpose(1, 2).reshape(B, T, H * d) @ W_O  # (B, T, d_model)
@@ -156,7 +156,7 @@ class Model:
 
     def _attend(self, q, k, v, mask, keep) -> torch.Tensor:
         """softmax(Q Kᵀ/√d) V through the foundation's functions; weights only when recorded."""
-        if not (keep.wants("scores") or keep.wants("weights")):
+        if not (keep.keeps("scores") or keep.keeps("weights")):
             z = attention.fused(q, k, v, mask=mask, validate=False)  # (B, H, T, d)
             keep("output", z)
             return z
@@ -164,10 +164,10 @@ class Model:
             z = attention.fused(q, k, v, mask=mask, validate=False)  # (B, H, T, d)
             q, rows_mask = q[:, :, -1:], mask if isinstance(mask, str) else mask[..., -1:, :]
             out, weights = attention.paper(q, k, v, mask=rows_mask, validate=False)  # (B, H, 1, d), (B, H, 1, T)
-            S = attention.scores(q, k, validate=False) if keep.wants("scores") else None  # (B, H, 1, T)
+            S = attention.scores(q, k, validate=False) if keep.keeps("scores") else None  # (B, H, 1, T)
         else:  # every map: block by block into the stored dtype, no other T×T temporaries
             out, weights, S = attention.by_rows(q, k, v, mask, weights_dtype=keep.record.map_dtype,
-                                                with_scores=keep.wants("scores"), validate=False)
+                                                with_scores=keep.keeps("scores"), validate=False)
             z = out  # (B, H, T, d)
         if S is not None:
             keep("scores", S, is_map=True)
@@ -296,11 +296,12 @@ class _Keeper:
     def name(self, step: str) -> str:
         return step if self.layer is None else f"layers.{self.layer}.{step}"
 
-    def wants(self, step: str) -> bool:
+    def keeps(self, step: str) -> bool:
+        """Whether the pass keeps this step of the current layer (see Record.keeps)."""
         return not self.record.empty and self.record.keeps(self.name(step))
 
     def __call__(self, step: str, t: torch.Tensor, is_map: bool = False) -> None:
-        if not self.wants(step):
+        if not self.keeps(step):
             return
         from studygroup.record import KEY_STEPS
 

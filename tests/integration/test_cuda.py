@@ -119,3 +119,24 @@ def test_bfloat16_on_the_gpu_keeps_the_top_word(cpu, tiny_model):
 def test_unknown_device_is_refused(tiny_model):
     with pytest.raises(InputError, match="unknown device"):
         studygroup.load(tiny_model.path, device="tpu")
+
+
+def test_maps_on_demand_and_joined_head_silencing_equal_the_cpu(cpu, gpu):
+    from studygroup import effects
+
+    ids = ids_of(cpu, 33, 9)
+    rec = record.Record(maps="on_demand")
+    for settings in ({}, {"silence_members": [4, 20]}, {"silence_members": [6], "member_heads": [(1, 0)]}):
+        a, b = cpu.run(ids, record=rec, **settings), gpu.run(ids, record=rec, **settings)
+        kept = gpu.run(ids, record="all", **settings)
+        for l in range(cpu.config.n_layers):
+            for step in ("scores", "weights"):
+                name = f"layers.{l}.{step}"
+                assert b[name].device.type == "cuda" and name not in b.steps
+                assert (a[name] - b[name].cpu()).abs().max() < 1e-4, (settings, name)
+                assert (kept[name] - b[name]).abs().max() < 1e-4, (settings, name)
+        assert (a.head(1, 2).weights - b.head(1, 2).weights.cpu()).abs().max() < 1e-4
+    heads = [(1, 3), (0, 1), (1, 0), (0, 2)]
+    x = effects.head_log_probs(cpu, ids, 7, heads)
+    y = effects.head_log_probs(gpu, ids, 7, heads)
+    assert (x - y.cpu()).abs().max() < 1e-4
