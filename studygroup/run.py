@@ -133,10 +133,17 @@ class Run:
         """A layer's maps computed now from its kept q and k, as the pass would have kept them
         (in the record's map_dtype): (len(heads), R, T). heads: query heads (None: all).
 
-        For runs whose record keeps maps on demand; the result is not kept (read it once and
-        hold it, or read it again: the same numbers)."""
+        For runs that kept this layer's q and k (Record(maps="on_demand") does for the maps it
+        wants); the result is not kept (read it once and hold it, or read it again: the same numbers)."""
         c = self.model.config
-        heads = list(range(c.n_heads)) if heads is None else list(heads)
+        heads = list(range(c.n_heads)) if heads is None else [int(h) for h in heads]
+        for h in heads:
+            self.model.check_head(layer, h)
+        if step not in MAP_STEPS:
+            raise ValueError(f"step must be one of {', '.join(sorted(MAP_STEPS))}, not {step!r}")
+        if f"layers.{layer}.q" not in self.steps or f"layers.{layer}.k" not in self.steps:
+            raise KeyError(f"layer {layer}'s maps need its q and k, which this run did not keep; "
+                           f"record with Record(maps='on_demand') or record=[...] including q and k")
         q = self.steps[f"layers.{layer}.q"][heads]  # (h, R, d)
         k = self.steps[f"layers.{layer}.k"][[h // c.group_size for h in heads]]  # (h, T, d)
         if step == "scores":

@@ -207,6 +207,12 @@ def test_maps_on_demand_keep_only_q_and_k_for_the_maps(ours):
         run["layers.1.scores"]
     with pytest.raises(ValueError, match="maps must be"):
         Record(maps="later")
+    with pytest.raises(KeyError, match="need its q and k"):
+        run.map(0)
+    with pytest.raises(InputError, match="head 9 does not exist"):
+        run.map(1, heads=[9])
+    with pytest.raises(ValueError, match="step must be one of"):
+        run.map(1, "output")
 
 
 def test_record_all_computes_long_texts_maps_on_demand(ours, monkeypatch):
