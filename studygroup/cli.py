@@ -235,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("studygroup: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader stopped reading (`studygroup explain ... | head`): nothing to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so no later flush fails too
     return 0
 
 
@@ -245,7 +247,7 @@ def run() -> None:
     try:
         sys.stdout.flush()
         sys.stderr.flush()
-    except BrokenPipeError:  # the reader went away (`studygroup explain | head`): nothing to say
+    except BrokenPipeError:  # the reader went away after the last write: nothing to say
         pass
     os._exit(code)
 

@@ -164,3 +164,20 @@ def test_compare_and_head_write_figures(capsys, tiny, tmp_path):
 def test_bad_output_options_get_one_line_before_any_work(capsys, tiny, argv, message):
     code, out, err = cli(capsys, *argv, "--model", tiny)
     assert code == 2 and out == "" and message.lower() in err.lower() and err.count("\n") == 1
+
+
+def test_a_reader_that_stops_reading_ends_the_command_quietly(tiny, monkeypatch, capsys):
+    import io
+
+    class ClosedPipe(io.StringIO):  # what `studygroup explain ... | head -1` gives once head exits
+        def write(self, s):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def fileno(self):
+            return os.open(os.devnull, os.O_WRONLY)
+
+    from studygroup import cli as cli_module
+
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    assert cli_module.main(["explain", "the tin", "--model", str(tiny)]) == 0
+    assert "Traceback" not in capsys.readouterr().err
