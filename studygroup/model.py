@@ -178,14 +178,15 @@ class Model:
     def _mlp(self, l: int, x: torch.Tensor, buffers: "_Buffers") -> torch.Tensor:
         """SwiGLU: (silu(x·W_gate) ⊙ x·W_up)·W_down. (B, T, d_model) -> (B, T, d_model)
 
-        Without autograd, its two wide intermediates live in buffers every layer reuses."""
+        Without autograd (which cannot differentiate through out= or in place), its two wide
+        intermediates live in buffers every layer reuses."""
         W_gate_up, W_down = self.w[f"layers.{l}.W_gate_up"], self.w[f"layers.{l}.W_down"]
-        if torch.is_grad_enabled():
-            gate, up = (x @ W_gate_up).chunk(2, dim=-1)  # (B, T, d_mlp) each
-            return (torch.nn.functional.silu(gate) * up) @ W_down
-        gate_up = torch.matmul(x, W_gate_up, out=buffers.get("gate_up", (*x.shape[:-1], W_gate_up.shape[1]), x))
+        grad = torch.is_grad_enabled()
+        shape = (*x.shape[:-1], W_gate_up.shape[1])  # (B, T, 2·d_mlp)
+        gate_up = torch.matmul(x, W_gate_up, out=None if grad else buffers.get("gate_up", shape, x))
         gate, up = gate_up.chunk(2, dim=-1)  # (B, T, d_mlp) each
-        h = torch.mul(torch.nn.functional.silu(gate, inplace=True), up, out=buffers.get("h", gate.shape, x))
+        h = torch.mul(torch.nn.functional.silu(gate, inplace=not grad), up,
+                      out=None if grad else buffers.get("h", gate.shape, x))  # (B, T, d_mlp)
         return h @ W_down
 
     def _angles(self, T: int, offset: int = 0):

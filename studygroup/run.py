@@ -40,10 +40,13 @@ class Settings:
                                     device=model.device)  # (1, H)
         return Forward(masks, gates, record, stop_after, all_logits)
 
+    def hides_members(self, layer: int, head: int) -> bool:
+        """Whether this head's questions miss the silenced members' keys in this run."""
+        return bool(self.silenced_members) and (self.member_heads is None or (layer, head) in self.member_heads)
+
     def mask(self, layer: int, head: int, T: int) -> torch.Tensor:
         """(T, T) bool: which keys each question of this head could see in this run."""
-        silenced = self.silenced_members and (self.member_heads is None or (layer, head) in self.member_heads)
-        return silence.member_mask(T, self.silenced_members if silenced else ())
+        return silence.member_mask(T, self.silenced_members if self.hides_members(layer, head) else ())
 
 
 @dataclass(frozen=True)
@@ -125,8 +128,10 @@ class Run:
         """Whether `name` is a map this run computes when read (Record.maps == "on_demand")."""
         parts = name.split(".")
         return (self.record.maps == "on_demand" and len(parts) == 3 and parts[2] in MAP_STEPS
-                and self.record.wants(name) and f"layers.{parts[1]}.q" in self.steps
-                and f"layers.{parts[1]}.k" in self.steps)
+                and self.record.wants(name) and self._has_q_and_k(parts[1]))
+
+    def _has_q_and_k(self, layer) -> bool:
+        return f"layers.{layer}.q" in self.steps and f"layers.{layer}.k" in self.steps
 
     @torch.inference_mode()
     def map(self, layer: int, step: str = "weights", heads=None) -> torch.Tensor:
@@ -141,7 +146,7 @@ class Run:
             self.model.check_head(layer, h)
         if step not in MAP_STEPS:
             raise ValueError(f"step must be one of {', '.join(sorted(MAP_STEPS))}, not {step!r}")
-        if f"layers.{layer}.q" not in self.steps or f"layers.{layer}.k" not in self.steps:
+        if not self._has_q_and_k(layer):
             raise KeyError(f"layer {layer}'s maps need its q and k, which this run did not keep; "
                            f"record with Record(maps='on_demand') or record=[...] including q and k")
         q = self.steps[f"layers.{layer}.q"][heads]  # (h, R, d)
@@ -154,10 +159,9 @@ class Run:
 
     def _rows_mask(self, layer: int, heads: list[int], R: int):
         """What the last R questions of these heads could see: "causal", or (h, R, T) bool."""
-        s = self.settings
-        if not s.silenced_members or not any(s.member_heads is None or (layer, h) in s.member_heads for h in heads):
+        if not any(self.settings.hides_members(layer, h) for h in heads):
             return "causal"
-        masks = [s.mask(layer, h, self.T)[self.T - R:] for h in heads]  # (R, T) each
+        masks = [self.settings.mask(layer, h, self.T)[self.T - R:] for h in heads]  # (R, T) each
         return torch.stack(masks).to(self.model.device)  # (h, R, T)
 
     def head(self, layer: int, head: int) -> Head:
