@@ -22,6 +22,9 @@ from studygroup.run import Run, Settings
 
 #: Rows (copies × tokens) one batched member-silencing pass may hold, to bound its memory.
 ROWS_PER_PASS = 4096
+#: What reading every weight once costs a pass, in rows of arithmetic (measured here: a 10-row
+#: pass takes as long as ~40 more rows in a larger one).
+PASS_ROWS = 40
 
 
 def log_probs(logits: torch.Tensor) -> torch.Tensor:
@@ -50,16 +53,59 @@ def gradient_run(model: Model, ids: list[int], record: Record) -> tuple[Run, tor
     return run, estimate
 
 
-def member_log_probs(model: Model, ids: list[int], token: int, members: Sequence[int]) -> torch.Tensor:
+def member_log_probs(model: Model, ids: list[int], token: int, members: Sequence[int],
+                     kv: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None) -> torch.Tensor:
     """log p(token) with each member silenced alone in every head: (len(members),) float64.
 
-    Batched: model.silenced_logits takes many copies in one pass; the copies are split into
-    passes of at most ROWS_PER_PASS rows so that long texts do not exhaust memory.
+    Batched: model.silenced_logits takes many copies in one pass. kv: {layer: (k, v)}, each
+    (H_kv, T, d), from a run of the text without interventions (see `keys_and_values`): silencing
+    member j changes no row before j, so a pass then starts at its first member and reuses the
+    earlier rows. The members, sorted, are split into the passes `passes` chooses.
     """
-    per_pass = max(1, ROWS_PER_PASS // len(ids))
-    out = [log_probs(model.silenced_logits(ids, list(members[i:i + per_pass])))[:, token]
-           for i in range(0, len(members), per_pass)]
-    return torch.cat(out) if out else torch.empty(0, dtype=torch.float64)
+    out = torch.empty(len(members), dtype=torch.float64)
+    order = sorted(range(len(members)), key=lambda b: members[b])
+    starts = [members[b] for b in order] if kv is not None else [0] * len(members)
+    for group in passes(starts, len(ids)):
+        chosen = [order[b] for b in group]
+        out[chosen] = log_probs(model.silenced_logits(ids, [members[b] for b in chosen], kv=kv))[:, token].cpu()
+    return out
+
+
+def passes(starts: Sequence[int], T: int, pass_rows: int = PASS_ROWS) -> list[range]:
+    """Split copies that start at sorted rows `starts` into consecutive groups, one pass each.
+
+    A pass computes every copy from its group's first start to T: it costs B·(T - start) rows,
+    plus `pass_rows` for reading every weight once; at most ROWS_PER_PASS rows (or one copy).
+    Returns the groups (ranges of indices into `starts`) of least total cost, by dynamic programming.
+
+    >>> passes([0, 1, 2, 3], 4, pass_rows=40)   # a short text: one pass
+    [range(0, 4)]
+    >>> passes([0, 0, 90, 95], 100, pass_rows=10)   # late members need not compute the early rows
+    [range(0, 2), range(2, 4)]
+    """
+    n = len(starts)
+    best, cut = [0.0] + [float("inf")] * n, [0] * (n + 1)  # best[i]: least cost of copies 0..i-1
+    for i in range(1, n + 1):
+        for a in range(i - 1, -1, -1):  # the last pass holds copies a..i-1
+            rows = (i - a) * (T - starts[a])
+            if rows > ROWS_PER_PASS and a < i - 1:
+                break
+            if best[a] + rows + pass_rows < best[i]:
+                best[i], cut[i] = best[a] + rows + pass_rows, a
+    groups, i = [], n
+    while i > 0:
+        groups.append(range(cut[i], i))
+        i = cut[i]
+    return groups[::-1]
+
+
+def keys_and_values(run: Run) -> dict[int, tuple[torch.Tensor, torch.Tensor]] | None:
+    """{layer: (k, v)}, each (H_kv, T, d), from a run without interventions that recorded them
+    (else None)."""
+    n = run.model.config.n_layers
+    if run.settings != Settings() or not all(f"layers.{l}.{s}" in run for l in range(n) for s in ("k", "v")):
+        return None
+    return {l: (run[f"layers.{l}.k"], run[f"layers.{l}.v"]) for l in range(n)}
 
 
 def head_log_probs(model: Model, ids: list[int], token: int, heads: Sequence[tuple[int, int]],

@@ -217,19 +217,27 @@ class Model:
         return Run.compute(self, ids, settings, resolve(record, len(ids)), logits, on_layer)
 
     @torch.inference_mode()
-    def silenced_logits(self, text_or_ids, members: Sequence[int], heads=None) -> torch.Tensor:
+    def silenced_logits(self, text_or_ids, members: Sequence[int], heads=None, kv=None) -> torch.Tensor:
         """Last-position logits with each member silenced alone, in ONE batched pass.
 
         Returns (len(members), vocab) float32: row b silences members[b] in `heads` (None: all).
+        kv: {layer: (k, v)}, each (H_kv, T, d) after RoPE, from a run of the same text without
+          interventions. The members before the first silenced one never see it (the mask is
+          causal): their keys and values are then reused, and only the later rows recomputed.
         """
         from studygroup import silence
 
         ids = self.ids(text_or_ids)
         for j in members:
             self.check_member(j, len(ids))
-        masks = silence.each_member_masks(len(ids), members, device=self.device)  # (B, T, T)
-        plan = Forward(masks=silence.per_layer(masks, _heads(heads), self.config.n_layers, self.config.n_heads))
-        logits, _ = self.forward(torch.tensor(ids, device=self.device), plan)
+        P = min(members) if kv is not None and len(members) else 0  # rows 0..P-1 are reused
+        if P and sorted(kv) != list(range(self.config.n_layers)):
+            raise ValueError("kv must hold the keys and values of every layer")
+        masks = silence.each_member_masks(len(ids), members, device=self.device)[:, P:]  # (B, T - P, T)
+        past = {l: (k[None, :, :P].to(self.dtype), v[None, :, :P].to(self.dtype)) for l, (k, v) in kv.items()} if P else {}
+        plan = Forward(masks=silence.per_layer(masks, _heads(heads), self.config.n_layers, self.config.n_heads),
+                       past=past)
+        logits, _ = self.forward(torch.tensor(ids[P:], device=self.device), plan)
         return logits[:, -1].float()
 
     # ---- checks ------------------------------------------------------------------------------

@@ -58,17 +58,17 @@ def each_member_masks(T: int, members: Iterable[int], device=None) -> torch.Tens
 
 
 def per_layer(mask: torch.Tensor, heads: Heads | None, n_layers: int, n_heads: int) -> dict[int, torch.Tensor]:
-    """Apply a (…, T, T) silencing mask to the chosen heads of each layer, causal elsewhere.
+    """Apply a (…, T_q, T) silencing mask to the chosen heads of each layer, causal elsewhere.
 
+    The T_q query rows are the last ones (T_q < T when earlier rows are reused, not recomputed).
     heads: set of (layer, head) pairs, or None for every head of every layer.
-    Returns {layer: (…, 1 or n_heads, T, T)}; layers not in it need only the causal mask.
+    Returns {layer: (…, 1 or n_heads, T_q, T)}; layers not in it need only the causal mask.
     """
     if heads is None:
-        return {l: mask.unsqueeze(-3) for l in range(n_layers)}  # (…, 1, T, T)
-    T = mask.shape[-1]
-    causal = causal_mask(T, T, device=mask.device)
+        return {l: mask.unsqueeze(-3) for l in range(n_layers)}  # (…, 1, T_q, T)
+    causal = causal_mask(mask.shape[-2], mask.shape[-1], device=mask.device)  # (T_q, T), aligned at the end
     out = {}
     for l in sorted({l for l, _ in heads}):
         chosen = torch.tensor([(l, h) in heads for h in range(n_heads)], device=mask.device)  # (n_heads,)
-        out[l] = torch.where(chosen[:, None, None], mask.unsqueeze(-3), causal)  # (…, n_heads, T, T)
+        out[l] = torch.where(chosen[:, None, None], mask.unsqueeze(-3), causal)  # (…, n_heads, T_q, T)
     return out

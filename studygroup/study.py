@@ -23,6 +23,7 @@ from studygroup.jsonable import JSONable
 from studygroup.record import Record
 
 #: What explain records: the last member's row everywhere, and every member's answer (v).
+#: (Every member's keys, k, are recorded too: silencing a member reuses the rows before it.)
 STEPS = ("embed", "write", "mlp_out", "resid_final", "weights", "v", "q")
 #: Up to this many members explain records every row, and the residual stream entering each
 #: layer: head silencing resumes from it instead of running the text again.
@@ -186,8 +187,8 @@ def analyse(model, text, *, top: int = 10, silence_heads: int | str = 16, silenc
 def recording(T: int) -> Record:
     """What explain records for T members: every row while that is small, else the last row."""
     if T <= FULL_RECORD_MAX_T:
-        return Record(steps=(*STEPS, "resid_pre"), rows="all")
-    return Record(steps=STEPS, rows="last")
+        return Record(steps=(*STEPS, "k", "resid_pre"), rows="all")
+    return Record(steps=(*STEPS, "k"), rows="last")
 
 
 def _check_count(name: str, value, allow_all: bool = True) -> None:
@@ -281,7 +282,7 @@ def _members(run, token: int, lp_t, silence_members) -> tuple[list[MemberEffect]
     else:
         chosen = sorted(shares.abs().argsort(descending=True, stable=True)[:silence_members].tolist())
         said = f"top {silence_members} of {T} by |direct share| (the others were not silenced)"
-    lps = effects.member_log_probs(run.model, run.token_ids, token, chosen)  # (len(chosen),)
+    lps = effects.member_log_probs(run.model, run.token_ids, token, chosen, effects.keys_and_values(run))  # (len(chosen),)
     effect = {j: float(s - lp_t) for j, s in zip(chosen, lps)}
     prob = {j: float(s.exp()) for j, s in zip(chosen, lps)}
     ranks = {j: r + 1 for r, j in enumerate(sorted(effect, key=lambda j: -abs(effect[j])))}

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 import studygroup
 from studygroup import attribution, effects, render_html, render_text, study, study_compare, study_head
@@ -78,6 +80,69 @@ def test_batched_member_silencing_equals_one_at_a_time(model, monkeypatch):
     for j in range(7):
         alone = effects.log_probs(model.run(ids, record="none", silence_members=[j]).last_logits)[token]
         assert float(batched[j]) == pytest.approx(float(alone), abs=1e-4)
+
+
+@pytest.mark.parametrize("pass_rows,rows_per_pass", [(0, 4096), (1000, 4096), (0, 12)])
+def test_member_silencing_reusing_the_earlier_rows_equals_recomputing_them(model, monkeypatch, pass_rows,
+                                                                           rows_per_pass):
+    ids = random_ids(model, 9, 5)
+    run = model.run(ids, record=["k", "v"])
+    kv = effects.keys_and_values(run)
+    token = int(run.last_logits.argmax())
+    monkeypatch.setattr(effects, "PASS_ROWS", pass_rows)  # 0: a pass per start; 1000: one pass
+    monkeypatch.setattr(effects, "ROWS_PER_PASS", rows_per_pass)
+    members = [7, 0, 3, 8, 3, 5]  # unsorted, one repeated: the answer keeps the asked order
+    reused = effects.member_log_probs(model, ids, token, members, kv)
+    for b, j in enumerate(members):
+        alone = effects.log_probs(model.run(ids, record="none", silence_members=[j]).last_logits)[token]
+        assert float(reused[b]) == pytest.approx(float(alone), abs=1e-5), j
+
+
+def test_reused_rows_follow_the_heads_a_member_is_silenced_in(model):
+    ids = random_ids(model, 8, 6)
+    kv = effects.keys_and_values(model.run(ids, record=["k", "v"]))
+    heads = [(1, 0), (0, 3)]
+    assert torch.allclose(model.silenced_logits(ids, [4, 6], heads=heads, kv=kv),
+                          model.silenced_logits(ids, [4, 6], heads=heads), atol=1e-5)
+
+
+def test_keys_and_values_come_only_from_a_clean_run_that_kept_them(model):
+    ids = random_ids(model, 6, 7)
+    assert effects.keys_and_values(model.run(ids, record=["k"])) is None  # no v
+    assert effects.keys_and_values(model.run(ids, record=["k", "v"], silence_members=[2])) is None
+    kv = effects.keys_and_values(model.run(ids, record=["k", "v"]))
+    with pytest.raises(ValueError, match="every layer"):
+        model.silenced_logits(ids, [3], kv={0: kv[0]})
+
+
+def _cost(groups, starts, T, pass_rows):
+    return sum(len(g) * (T - starts[g[0]]) + pass_rows for g in groups)
+
+
+def _compositions(n):
+    """Every split of 0..n-1 into consecutive groups."""
+    if n == 0:
+        yield []
+        return
+    for first in range(1, n + 1):
+        for rest in _compositions(n - first):
+            yield [range(0, first)] + [range(g.start + first, g.stop + first) for g in rest]
+
+
+@given(st.lists(st.integers(0, 30), min_size=1, max_size=7), st.integers(0, 40), st.integers(1, 120))
+def test_passes_are_the_cheapest_split_within_the_row_bound(starts, pass_rows, rows_per_pass):
+    starts, T = sorted(starts), 31
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(effects, "ROWS_PER_PASS", rows_per_pass)
+        groups = effects.passes(starts, T, pass_rows=pass_rows)
+    assert [i for g in groups for i in g] == list(range(len(starts)))  # every copy once, in order
+
+    def allowed(g):
+        return len(g) == 1 or len(g) * (T - starts[g[0]]) <= rows_per_pass
+
+    assert all(allowed(g) for g in groups)
+    best = min(_cost(c, starts, T, pass_rows) for c in _compositions(len(starts)) if all(allowed(g) for g in c))
+    assert _cost(groups, starts, T, pass_rows) == best
 
 
 def test_a_member_no_head_hears_has_no_effect(model):
