@@ -111,8 +111,11 @@ class Model:
             keep("resid_pre", x)
             E = rms_norm(x, w[f"layers.{l}.attn_norm"], c.rms_eps)  # (B, T, d_model)
             keep("E", E)
-            attn_out = self._attention(l, E, cos, sin, plan, keep)  # (B, T, d_model)
-            x = x + attn_out
+            # In the last layer only the last question predicts: unless more is asked for, the
+            # other rows give their keys and values and nothing else.
+            last_only = l == c.n_layers - 1 and not plan.all_logits and keep.last_row_suffices()
+            attn_out = self._attention(l, E, cos, sin, plan, keep, last_only)  # (B, T or 1, d_model)
+            x = x[:, -attn_out.shape[1]:] + attn_out
             keep("resid_mid", x)
             mlp_out = self._mlp(l, rms_norm(x, w[f"layers.{l}.mlp_norm"], c.rms_eps), buffers)  # (B, T, d_model)
             keep("mlp_out", mlp_out)
@@ -129,28 +132,37 @@ class Model:
         keep("final", final)
         return final @ w["unembed"], keep.steps  # (B, T or 1, vocab)
 
-    def _attention(self, l: int, E, cos, sin, plan: Forward, keep) -> torch.Tensor:
-        """Q, K, V; RoPE; grouped-query attention; each head's write through W_O. (B,T,d_model) -> same"""
+    def _attention(self, l: int, E, cos, sin, plan: Forward, keep, last_only: bool = False) -> torch.Tensor:
+        """Q, K, V; RoPE; grouped-query attention; each head's write through W_O.
+
+        E (B, T, d_model) -> (B, R, d_model): R = T questions, or R = 1 with `last_only` (the last
+        member's question alone; every member still gives its key and value)."""
         c, w = self.config, self.w
         B, T, _ = E.shape
         H, H_kv, d = c.n_heads, c.n_kv_heads, c.d_head
-        qkv = E @ w[f"layers.{l}.W_QKV"]  # (B, T, (H + 2·H_kv)·d)
-        q, k, v = (t.view(B, T, -1, d).transpose(1, 2) for t in qkv.split([H * d, H_kv * d, H_kv * d], -1))
-        keep("q_pre_rope", q), keep("k_pre_rope", k), keep("v", v)  # (B, H|H_kv, T, d)
-        q, k = rope.apply(q, cos, sin), rope.apply(k, cos, sin)
+        W_QKV, R = w[f"layers.{l}.W_QKV"], 1 if last_only else T  # (d_model, (H + 2·H_kv)·d)
+        if last_only:
+            q, kv = E[:, -1:] @ W_QKV[:, :H * d], E @ W_QKV[:, H * d:]  # (B, 1, H·d), (B, T, 2·H_kv·d)
+            k, v = kv.split(H_kv * d, -1)
+        else:
+            q, k, v = (E @ W_QKV).split([H * d, H_kv * d, H_kv * d], -1)  # (B, T, H·d | H_kv·d)
+        q, k, v = (t.view(B, t.shape[1], -1, d).transpose(1, 2) for t in (q, k, v))
+        keep("q_pre_rope", q), keep("k_pre_rope", k), keep("v", v)  # (B, H, R, d), (B, H_kv, T, d)
+        q, k = rope.apply(q, cos[T - R:], sin[T - R:]), rope.apply(k, cos, sin)
         keep("q", q), keep("k", k)
         if l in plan.past:  # earlier members' keys and values, unchanged: (1, H_kv, P, d) each
             k, v = (torch.cat([p.expand(B, -1, -1, -1), t], dim=2) for p, t in zip(plan.past[l], (k, v)))
-        mask = plan.masks.get(l, "causal")  # (B, 1|H, T, T) or "causal"
-        z = self._attend(q, k, v, mask, keep)  # (B, H, T, d)
+        mask = plan.masks.get(l, "causal")  # (B, 1|H, T, P + T) or "causal"
+        mask = mask if isinstance(mask, str) else mask[..., T - R:, :]  # (B, 1|H, R, P + T)
+        z = self._attend(q, k, v, mask, keep)  # (B, H, R, d)
         if l in plan.gates:
             g = plan.gates[l]  # (B, H) for every row, or (B, H, T) per row
-            z = z * (g[:, :, None, None] if g.dim() == 2 else g[..., None]).to(z.dtype)  # silenced: writes nothing
+            z = z * (g[:, :, None, None] if g.dim() == 2 else g[..., T - R:, None]).to(z.dtype)  # silenced: writes nothing
         W_O = w[f"layers.{l}.W_O"]  # (H·d, d_model)
         if keep.keeps("write"):
             rows = z[:, :, -1:] if keep.record.rows == "last" else z
             keep("write", torch.einsum("bhtd,hdm->bhtm", rows, W_O.view(H, d, -1)))  # (B, H, R, d_model)
-        attn_out = z.transpose(1, 2).reshape(B, T, H * d) @ W_O  # (B, T, d_model)
+        attn_out = z.transpose(1, 2).reshape(B, R, H * d) @ W_O  # (B, R, d_model)
         keep("attn_out", attn_out)
         return attn_out
 
@@ -331,6 +343,15 @@ class _Keeper:
     def keeps(self, step: str) -> bool:
         """Whether the pass keeps this step of the current layer (see Record.keeps)."""
         return not self.record.empty and self.record.keeps(self.name(step))
+
+    def last_row_suffices(self) -> bool:
+        """Whether nothing kept from the current layer on needs a question but the last one."""
+        from studygroup.record import KEY_STEPS, LAYER_STEPS
+
+        if self.record.empty or self.record.rows == "last":
+            return True
+        later = [self.name(s) for s in LAYER_STEPS if s not in KEY_STEPS] + ["resid_final", "final"]
+        return not any(self.record.keeps(n) for n in later)
 
     def __call__(self, step: str, t: torch.Tensor, is_map: bool = False) -> None:
         if not self.keeps(step):

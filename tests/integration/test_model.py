@@ -122,6 +122,35 @@ def test_silencing_a_head_zeroes_its_write_and_changes_the_logits(ours):
     assert torch.allclose(quiet["layers.0.write"][0], base["layers.0.write"][0])
 
 
+def test_the_last_layer_asks_only_the_last_question_unless_more_is_kept(ours, monkeypatch):
+    from studygroup.model import Model
+    from studygroup.record import KEY_STEPS, LAYER_STEPS, Record
+
+    rows, attend = {}, Model._attention
+
+    def spy(self, l, E, *args):
+        out = attend(self, l, E, *args)
+        rows[l] = out.shape[1]  # questions answered in layer l
+        return out
+
+    monkeypatch.setattr(Model, "_attention", spy)
+    ids, L = random_ids(ours, 10, 21), ours.config.n_layers - 1
+    full = ours.run(ids, record="all")
+    assert rows == {l: 10 for l in range(L + 1)}
+    for record in ("none", Record(steps=("*",), rows="last")):
+        rows.clear()
+        run = ours.run(ids, record=record)
+        assert rows == {**{l: 10 for l in range(L)}, L: 1}  # the last layer: the last question only
+        assert torch.allclose(run.logits[-1], full.logits[-1], atol=1e-5)
+    for step in LAYER_STEPS:  # what the last layer keeps is the same, keys and values for every member
+        a, b = run[f"layers.{L}.{step}"], full[f"layers.{L}.{step}"]
+        assert torch.allclose(a, b if step in KEY_STEPS else b[..., -1:, :], atol=1e-5), step
+    rows.clear()
+    every = ours.run(ids, record="none", logits="all").logits  # (T, vocab)
+    assert every.shape[0] == 10 and torch.allclose(every[-1], full.logits[-1], atol=1e-5)
+    assert rows[L] == 10  # every position's logits need every question
+
+
 def test_batched_member_silencing_equals_one_at_a_time(ours):
     ids = random_ids(ours, 9, 12)
     batched = ours.silenced_logits(ids, range(9))
