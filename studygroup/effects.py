@@ -32,7 +32,7 @@ def log_probs(logits: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(logits.double(), dim=-1)
 
 
-def gradient_run(model: Model, ids: list[int], record: Record) -> tuple[Run, torch.Tensor]:
+def gradient_run(model: Model, ids: list[int], record: Record, on_layer=None) -> tuple[Run, torch.Tensor]:
     """One pass that records `record`, and the first-order silencing estimate of every head.
 
     Returns the Run (no interventions) and estimate (n_layers, n_heads): -∂ log p(t)/∂g_{l,h},
@@ -41,11 +41,14 @@ def gradient_run(model: Model, ids: list[int], record: Record) -> tuple[Run, tor
     >>> run, estimate = gradient_run(model, model.ids("I have a lot"), Record())  # doctest: +SKIP
     >>> estimate.shape                                                           # doctest: +SKIP
     torch.Size([30, 9])
+
+    on_layer: called after each layer of the forward pass (a progress bar's advance).
     """
     c = model.config
     with torch.inference_mode(False), torch.enable_grad():  # even when the caller is in inference mode
         gates = {l: torch.ones(1, c.n_heads, device=model.device, requires_grad=True) for l in range(c.n_layers)}
-        logits, steps = model.forward(torch.tensor(ids, device=model.device), Forward(gates=gates, record=record))
+        plan = Forward(gates=gates, record=record, on_layer=on_layer)
+        logits, steps = model.forward(torch.tensor(ids, device=model.device), plan)
         last = log_probs(logits[0, -1])  # (vocab,)
         last[int(last.argmax())].backward()
     estimate = -torch.stack([gates[l].grad[0] for l in range(c.n_layers)]).float().cpu()  # (L, H)
@@ -54,21 +57,33 @@ def gradient_run(model: Model, ids: list[int], record: Record) -> tuple[Run, tor
 
 
 def member_log_probs(model: Model, ids: list[int], token: int, members: Sequence[int],
-                     kv: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None) -> torch.Tensor:
+                     kv: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None, bar=None) -> torch.Tensor:
     """log p(token) with each member silenced alone in every head: (len(members),) float64.
 
     Batched: model.silenced_logits takes many copies in one pass. kv: {layer: (k, v)}, each
     (H_kv, T, d), from a run of the text without interventions (see `keys_and_values`): silencing
     member j changes no row before j, so a pass then starts at its first member and reuses the
     earlier rows. The members, sorted, are split into the passes `passes` chooses.
+    bar: a Progress advanced after each layer of each pass (its total set here).
     """
     out = torch.empty(len(members), dtype=torch.float64)
     order = sorted(range(len(members)), key=lambda b: members[b])
     starts = [members[b] for b in order] if kv is not None else [0] * len(members)
-    for group in passes(starts, len(ids)):
+    groups = passes(starts, len(ids))
+    on_layer = _layers_of(bar, len(groups) * model.config.n_layers)
+    for group in groups:
         chosen = [order[b] for b in group]
-        out[chosen] = log_probs(model.silenced_logits(ids, [members[b] for b in chosen], kv=kv))[:, token].cpu()
+        logits = model.silenced_logits(ids, [members[b] for b in chosen], kv=kv, on_layer=on_layer)  # (B, vocab)
+        out[chosen] = log_probs(logits)[:, token].cpu()
     return out
+
+
+def _layers_of(bar, total: int):
+    """The advance of `bar` (None: no bar), after setting its total to `total` layers."""
+    if bar is None:
+        return None
+    bar.total = total
+    return bar.advance
 
 
 def passes(starts: Sequence[int], T: int, pass_rows: int = PASS_ROWS) -> list[range]:
@@ -109,7 +124,7 @@ def keys_and_values(run: Run) -> dict[int, tuple[torch.Tensor, torch.Tensor]] | 
 
 
 def head_log_probs(model: Model, ids: list[int], token: int, heads: Sequence[tuple[int, int]],
-                   resid_pre: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
+                   resid_pre: dict[int, torch.Tensor] | None = None, bar=None) -> torch.Tensor:
     """log p(token) with each head silenced alone: (len(heads),) float64.
 
     Silencing a head of layer l changes nothing before l, so its copy of the text joins a batched
@@ -117,28 +132,30 @@ def head_log_probs(model: Model, ids: list[int], token: int, heads: Sequence[tup
     for every copy that needs them (a short text's pass is bound by reading the weights, not by
     arithmetic), and no copy computes a layer it does not change. Copies are split into passes of
     at most ROWS_PER_PASS rows. resid_pre: {layer: (T, d_model)} from a recorded run (or None: one
-    extra pass records it).
+    extra pass records it). bar: a Progress advanced after each layer of each pass.
     """
     if not heads:
         return torch.empty(0, dtype=torch.float64)
     c, w = model.config, model.w
     ids_t = torch.tensor(ids, device=model.device)
-    if resid_pre is None:
-        _, steps = model.forward(ids_t, Forward(record=Record(steps=("resid_pre",))))
-        resid_pre = {l: steps[f"layers.{l}.resid_pre"][0] for l in range(c.n_layers)}
     order = sorted(range(len(heads)), key=lambda b: heads[b])  # by layer: copies join in this order
     per_pass = max(1, ROWS_PER_PASS // len(ids))
+    groups = [order[i:i + per_pass] for i in range(0, len(order), per_pass)]
+    layers = sum(c.n_layers - heads[g[0]][0] for g in groups) + (c.n_layers if resid_pre is None else 0)
+    on_layer = _layers_of(bar, layers)
+    if resid_pre is None:
+        _, steps = model.forward(ids_t, Forward(record=Record(steps=("resid_pre",)), on_layer=on_layer))
+        resid_pre = {l: steps[f"layers.{l}.resid_pre"][0] for l in range(c.n_layers)}
     finals = torch.empty(len(heads), c.d_model, device=model.device, dtype=model.dtype)  # (B, d_model)
     with torch.inference_mode():
-        for i in range(0, len(order), per_pass):
-            group = order[i:i + per_pass]
-            finals[group] = _heads_silenced_final(model, ids_t, [heads[b] for b in group], resid_pre)
+        for group in groups:
+            finals[group] = _heads_silenced_final(model, ids_t, [heads[b] for b in group], resid_pre, on_layer)
         logits = rms_norm(finals, w["final_norm"], c.rms_eps) @ w["unembed"]  # (B, vocab)
     return log_probs(logits)[:, token]
 
 
 def _heads_silenced_final(model: Model, ids_t: torch.Tensor, heads: list[tuple[int, int]],
-                          resid_pre: dict[int, torch.Tensor]) -> torch.Tensor:
+                          resid_pre: dict[int, torch.Tensor], on_layer=None) -> torch.Tensor:
     """One pass, one copy per head (sorted by layer), each joining at its head's layer with that
     head silenced there. Returns the last layer's residual stream at the last position: (B, d_model)."""
     c, last = model.config, model.config.n_layers - 1
@@ -154,6 +171,7 @@ def _heads_silenced_final(model: Model, ids_t: torch.Tensor, heads: list[tuple[i
         g[rows, [heads[b][1] for b in rows]] = 0
         gates[l] = g
     plan = Forward(gates=gates, start=(first, joining.pop(first)), joining=joining,
-                   record=Record(steps=("resid_post",), rows="last", layers=(last,)), stop_after=last)
+                   record=Record(steps=("resid_post",), rows="last", layers=(last,)), stop_after=last,
+                   on_layer=on_layer)
     _, steps = model.forward(ids_t, plan)
     return steps[f"layers.{last}.resid_post"][:, -1].to(model.dtype)  # (B, d_model)

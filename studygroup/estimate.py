@@ -78,3 +78,20 @@ def forward(c: Config, T: int, keep_kv: bool = False) -> Estimate:
     """
     memory = weight_bytes(c) + activation_bytes(c, T) + (kv_bytes(c, T) if keep_kv else 0)
     return Estimate(int(memory * 1.2) + 200 * 2**20, flops(c, T) / machine_flops_per_second())
+
+
+def explain(c: Config, T: int, heads: int, members: int, rows_per_pass: int) -> Estimate:
+    """explain's exact path on T members: a pass with a gradient (about three passes' work), then
+    `heads` copies of the text joining at their head's layer (half the layers on average) and
+    `members` copies each computed from its member on (half the rows on average), in passes of at
+    most `rows_per_pass` rows.
+
+    >>> from studygroup.config import Config
+    >>> c = Config(30, 9, 3, 576, 64, 1536, 8192, 1e5, 1e-5, 49152)
+    >>> explain(c, 500, 16, 24, 4096).bytes < 2 * 2**30
+    True
+    """
+    rows = 3 * T + (heads + members) * T / 2
+    largest = min(rows_per_pass, max(T, (heads + members) * T))  # rows of the largest batched pass
+    memory = weight_bytes(c) + activation_bytes(c, largest) + kv_bytes(c, T)
+    return Estimate(int(memory * 1.2) + 200 * 2**20, flops(c, T, int(rows)) / machine_flops_per_second())

@@ -229,13 +229,14 @@ class Model:
         return Run.compute(self, ids, settings, resolve(record, len(ids)), logits, on_layer)
 
     @torch.inference_mode()
-    def silenced_logits(self, text_or_ids, members: Sequence[int], heads=None, kv=None) -> torch.Tensor:
+    def silenced_logits(self, text_or_ids, members: Sequence[int], heads=None, kv=None, on_layer=None) -> torch.Tensor:
         """Last-position logits with each member silenced alone, in ONE batched pass.
 
         Returns (len(members), vocab) float32: row b silences members[b] in `heads` (None: all).
         kv: {layer: (k, v)}, each (H_kv, T, d) after RoPE, from a run of the same text without
           interventions. The members before the first silenced one never see it (the mask is
           causal): their keys and values are then reused, and only the later rows recomputed.
+        on_layer: called after each layer (a progress bar's advance).
         """
         from studygroup import silence
 
@@ -248,7 +249,7 @@ class Model:
         masks = silence.each_member_masks(len(ids), members, device=self.device)[:, P:]  # (B, T - P, T)
         past = {l: (k[None, :, :P].to(self.dtype), v[None, :, :P].to(self.dtype)) for l, (k, v) in kv.items()} if P else {}
         plan = Forward(masks=silence.per_layer(masks, _heads(heads), self.config.n_layers, self.config.n_heads),
-                       past=past)
+                       past=past, on_layer=on_layer)
         logits, _ = self.forward(torch.tensor(ids[P:], device=self.device), plan)
         return logits[:, -1].float()
 

@@ -8,10 +8,10 @@ import time
 class Progress:
     """`with Progress(30, "layers") as p: ... p.advance()` draws `layers [#####.....] 15/30 2.1 s`."""
 
-    def __init__(self, total: int, label: str, stream=None, force: bool = False):
+    def __init__(self, total: int, label: str, stream=None, force: bool = False, show: bool = True):
         self.total, self.label, self.done = total, label, 0
         self.stream = stream or sys.stderr
-        self.enabled = force or getattr(self.stream, "isatty", lambda: False)()
+        self.enabled = show and (force or getattr(self.stream, "isatty", lambda: False)())
         self.start = time.perf_counter()
 
     def advance(self, n: int = 1) -> None:

@@ -13,13 +13,16 @@ first-order estimate of the silence effect (one backward pass). The result says 
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
 import torch
 
 from studygroup import attribution, effects, study_long
+from studygroup.estimate import explain as explain_needs
 from studygroup.errors import InputError
 from studygroup.jsonable import JSONable
+from studygroup.progress import Progress
 from studygroup.record import Record
 
 #: What explain records: the last member's row everywhere, and every member's answer (v).
@@ -168,13 +171,17 @@ def analyse(model, text, *, top: int = 10, silence_heads: int | str = 16, silenc
     if len(ids) > study_long.LONG_T:
         return study_long.analyse_long(model, ids, text, top=top, silence_heads=silence_heads,
                                        silence_members=silence_members)
-    run, estimate = effects.gradient_run(model, ids, recording(len(ids)))
+    long = len(ids) > FULL_RECORD_MAX_T  # long enough to say what it will need, and show progress
+    if long:
+        announce(model, len(ids), silence_heads, silence_members)
+    with Progress(model.config.n_layers, "forward pass with a gradient", show=long) as bar:
+        run, estimate = effects.gradient_run(model, ids, recording(len(ids)), on_layer=bar.advance)
     lp = effects.log_probs(run.last_logits)  # (vocab,)
     token = int(lp.argmax())
     parts = attribution.direct_contributions(run, token)
     words = top_words(run, lp, top)
-    heads, heads_said = _heads(run, token, lp[token], parts.heads, estimate, silence_heads)
-    members, members_said = _members(run, token, lp[token], silence_members)
+    heads, heads_said = _heads(run, token, lp[token], parts.heads, estimate, silence_heads, long)
+    members, members_said = _members(run, token, lp[token], silence_members, long)
     e = Explanation(text=text if isinstance(text, str) else None, tokens=run.tokens, token_ids=list(ids),
                     predicted=words[0], top=words, heads=heads, heads_silenced=heads_said, members=members,
                     members_silenced=members_said, logit_parts=_logit_sum(parts),
@@ -182,6 +189,20 @@ def analyse(model, text, *, top: int = 10, silence_heads: int | str = 16, silenc
                     model=model_info(model))
     e.story = story.explain_story(e)
     return Analysis(e, run)
+
+
+def announce(model, T: int, silence_heads, silence_members, stream=None) -> None:
+    """Print, before the work starts, what explaining T members will need."""
+    c = model.config
+    heads = _count(silence_heads, c.n_layers * c.n_heads)
+    members = T if silence_members == "all" or T <= silence_members else silence_members
+    need = explain_needs(c, T, heads, members, effects.ROWS_PER_PASS)
+    print(f"explaining {T} members: {need} (a pass with a gradient, then {heads} heads and {members} members "
+          f"silenced exactly, in batched passes)", file=stream or sys.stderr)
+
+
+def _count(n: int | str, total: int) -> int:
+    return total if n == "all" else min(n, total)
 
 
 def recording(T: int) -> Record:
@@ -236,13 +257,14 @@ def candidates(direct: torch.Tensor, estimate: torch.Tensor, n: int) -> list[tup
     return [(i // H, i % H) for i in chosen]
 
 
-def _heads(run, token: int, lp_t, direct, estimate, silence_heads) -> tuple[list[HeadEffect], str]:
+def _heads(run, token: int, lp_t, direct, estimate, silence_heads, show: bool = False) -> tuple[list[HeadEffect], str]:
     c = run.model.config
     total = c.n_layers * c.n_heads
-    n = total if silence_heads == "all" else min(silence_heads, total)
+    n = _count(silence_heads, total)
     chosen = candidates(direct, estimate, n)
     resid_pre = {l: run[f"layers.{l}.resid_pre"] for l in range(c.n_layers)} if "layers.0.resid_pre" in run else None
-    silenced = effects.head_log_probs(run.model, run.token_ids, token, chosen, resid_pre)  # (n,)
+    with Progress(1, f"silencing {n} heads, layer by layer", show=show and n > 0) as bar:
+        silenced = effects.head_log_probs(run.model, run.token_ids, token, chosen, resid_pre, bar)  # (n,)
     rank = {int(i): r + 1 for r, i in enumerate(direct.flatten().abs().argsort(descending=True, stable=True))}
     u = attribution.direction_for(run, token)
     out = [_head_effect(run, l, h, u, float(direct[l, h]), float(s - lp_t), float(s.exp()),
@@ -272,7 +294,7 @@ def _head_effect(run, l: int, h: int, u, direct: float, effect: float, prob: flo
                       listened=listened)
 
 
-def _members(run, token: int, lp_t, silence_members) -> tuple[list[MemberEffect], str]:
+def _members(run, token: int, lp_t, silence_members, show: bool = False) -> tuple[list[MemberEffect], str]:
     T = run.T
     shares = attribution.member_shares(run, token)  # (T,)
     if silence_members == "all" or T <= silence_members:
@@ -282,7 +304,8 @@ def _members(run, token: int, lp_t, silence_members) -> tuple[list[MemberEffect]
     else:
         chosen = sorted(shares.abs().argsort(descending=True, stable=True)[:silence_members].tolist())
         said = f"top {silence_members} of {T} by |direct share| (the others were not silenced)"
-    lps = effects.member_log_probs(run.model, run.token_ids, token, chosen, effects.keys_and_values(run))  # (len(chosen),)
+    with Progress(1, f"silencing {len(chosen)} members, layer by layer", show=show and bool(chosen)) as bar:
+        lps = effects.member_log_probs(run.model, run.token_ids, token, chosen, effects.keys_and_values(run), bar)
     effect = {j: float(s - lp_t) for j, s in zip(chosen, lps)}
     prob = {j: float(s.exp()) for j, s in zip(chosen, lps)}
     ranks = {j: r + 1 for r, j in enumerate(sorted(effect, key=lambda j: -abs(effect[j])))}

@@ -145,6 +145,37 @@ def test_passes_are_the_cheapest_split_within_the_row_bound(starts, pass_rows, r
     assert _cost(groups, starts, T, pass_rows) == best
 
 
+def test_a_longer_text_says_what_it_will_need_and_shows_its_progress(model, monkeypatch, capsys):
+    import io
+
+    from studygroup.progress import Progress
+
+    ids = random_ids(model, 12, 8)
+    short = study.explain(model, ids, silence_heads=3, silence_members=5)
+    assert capsys.readouterr().err == ""  # short texts: nothing on stderr
+    monkeypatch.setattr(study, "FULL_RECORD_MAX_T", 8)  # past it: the last row recorded, and the announcement
+    bars = []
+
+    def shown(*args, **kwargs):  # every bar drawn into a buffer, as on a terminal
+        bar = Progress(*args, **{**kwargs, "stream": io.StringIO(), "force": kwargs.get("show", True)})
+        bars.append(bar)
+        return bar
+
+    monkeypatch.setattr(study, "Progress", shown)
+    e = study.explain(model, ids, silence_heads=3, silence_members=5)
+    err = capsys.readouterr().err
+    assert re.match(r"explaining 12 members: about \d+\.\d GiB and [\d.]+ (s|min) \(a pass with a gradient, "
+                    r"then 3 heads and 5 members silenced exactly", err), err
+    assert [b.label for b in bars] == ["forward pass with a gradient", "silencing 3 heads, layer by layer",
+                                       "silencing 5 members, layer by layer"]
+    assert all(b.enabled and b.done == b.total > 0 for b in bars)  # every bar reaches its end
+    assert bars[0].total == model.config.n_layers
+    for a, b in zip(short.members, e.members):  # the same effects, whatever was recorded
+        assert (a.effect is None) == (b.effect is None)
+        assert a.effect is None or a.effect == pytest.approx(b.effect, abs=1e-5)
+    assert [(h.layer, h.head) for h in short.heads] == [(h.layer, h.head) for h in e.heads]
+
+
 def test_a_member_no_head_hears_has_no_effect(model):
     ids = random_ids(model, 6, 4)
     clean = model.run(ids, record="none").last_logits
