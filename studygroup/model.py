@@ -346,20 +346,18 @@ class _Keeper:
         return not self.record.empty and self.record.keeps(self.name(step))
 
     def last_row_suffices(self) -> bool:
-        """Whether nothing kept from the current layer on needs a question but the last one."""
+        """Whether nothing kept from the current layer's questions on needs a row but the last."""
         from studygroup.record import KEY_STEPS, LAYER_STEPS
 
-        if self.record.empty or self.record.rows == "last":
-            return True
-        later = [self.name(s) for s in LAYER_STEPS if s not in KEY_STEPS] + ["resid_final", "final"]
-        return not any(self.record.keeps(n) for n in later)
+        r = self.record
+        every_row = set(LAYER_STEPS) | {"resid_final", "final"} if r.rows == "all" else r.full_rows
+        later = every_row - KEY_STEPS - {"resid_pre", "E"}  # the steps before the questions see every row anyway
+        return r.empty or not any(r.keeps(self.name(s) if s in LAYER_STEPS else s) for s in later)
 
     def __call__(self, step: str, t: torch.Tensor, is_map: bool = False) -> None:
         if not self.keeps(step):
             return
-        from studygroup.record import KEY_STEPS
-
-        if self.record.rows == "last" and step not in KEY_STEPS and t.shape[-2] > 1:
+        if self.record.rows == "last" and step not in self.record.full_rows and t.shape[-2] > 1:
             t = t[..., -1:, :]
         t = t.detach().to(self.record.map_dtype if is_map else torch.float32)
         if t.untyped_storage().nbytes() > t.numel() * t.element_size():

@@ -73,6 +73,7 @@ class Record:
       keeps each such layer's q and k instead, about 1/50 of its maps' memory at T=2048, and the
       run computes a layer's maps, or one head's, each time they are read: `run[name]` and
       `run.head` give the same numbers either way).
+    full_rows: steps kept for every member even when rows="last" (keys and values always).
 
     >>> Record(steps=("weights",), rows="last").wants("layers.2.weights")
     True
@@ -83,6 +84,7 @@ class Record:
     map_dtype: torch.dtype = torch.float32
     layers: tuple[int, ...] | None = None
     maps: str = "kept"
+    full_rows: frozenset = KEY_STEPS
     _cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self):

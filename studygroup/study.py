@@ -23,13 +23,14 @@ from studygroup.estimate import explain as explain_needs
 from studygroup.errors import InputError
 from studygroup.jsonable import JSONable
 from studygroup.progress import Progress
-from studygroup.record import Record
+from studygroup.record import KEY_STEPS, Record
 
 #: What explain records: the last member's row everywhere, and every member's answer (v).
 #: (Every member's keys, k, are recorded too: silencing a member reuses the rows before it.)
 STEPS = ("embed", "write", "mlp_out", "resid_final", "weights", "v", "q")
-#: Up to this many members explain records every row, and the residual stream entering each
-#: layer: head silencing resumes from it instead of running the text again.
+#: Up to this many members explain records every row; past it, the last row (not T×T maps).
+#: Either way the residual stream entering each layer is kept for every member: head
+#: silencing resumes from it instead of running the text again.
 FULL_RECORD_MAX_T = 64
 #: Up to this many members a head's listening lists them all; past it, the largest contributions.
 LISTEN_ALL_MAX_T = 64
@@ -209,7 +210,7 @@ def recording(T: int) -> Record:
     """What explain records for T members: every row while that is small, else the last row."""
     if T <= FULL_RECORD_MAX_T:
         return Record(steps=(*STEPS, "k", "resid_pre"), rows="all")
-    return Record(steps=(*STEPS, "k"), rows="last")
+    return Record(steps=(*STEPS, "k", "resid_pre"), rows="last", full_rows=KEY_STEPS | {"resid_pre"})
 
 
 def _check_count(name: str, value, allow_all: bool = True) -> None:

@@ -151,6 +151,22 @@ def test_the_last_layer_asks_only_the_last_question_unless_more_is_kept(ours, mo
     assert rows[L] == 10  # every position's logits need every question
 
 
+def test_full_rows_keeps_chosen_steps_for_every_member_while_the_rest_is_the_last_row(ours):
+    from studygroup.record import KEY_STEPS, Record
+
+    ids, L = random_ids(ours, 10, 22), ours.config.n_layers - 1
+    full = ours.run(ids, record="all")
+    for extra in ("resid_pre", "mlp_out"):  # before the last layer's questions, and after them
+        run = ours.run(ids, record=Record(steps=("resid_pre", "mlp_out", "weights", "v"), rows="last",
+                                          full_rows=KEY_STEPS | {extra}))
+        for l in range(L + 1):
+            for step in ("resid_pre", "mlp_out", "weights", "v"):
+                got, want = run[f"layers.{l}.{step}"], full[f"layers.{l}.{step}"]
+                every = step in ("v", extra)
+                assert got.shape[-2] == (10 if every else 1), (extra, l, step)
+                assert torch.allclose(got, want if every else want[..., -1:, :], atol=1e-5), (extra, l, step)
+
+
 def test_batched_member_silencing_equals_one_at_a_time(ours):
     ids = random_ids(ours, 9, 12)
     batched = ours.silenced_logits(ids, range(9))
