@@ -12,6 +12,11 @@ with `os.replace`, which is atomic. Readers only open final names, so a half-wri
 served; an entry that fails to read (corrupt, truncated) is deleted and rebuilt by the caller.
 Weights are memory-mapped, so a warm start reads pages only as they are used; this is safe because
 an entry is never changed in place, only replaced (the old mapping keeps the old file alive).
+
+Size: a changed model file leaves its old entries behind (~0.5 GB of weights for the default
+model). After each write the cache is pruned to `$STUDYGROUP_CACHE_MAX_GB` (default 4) by
+removing whole keys, least recently used first (a hit refreshes its entry's mtime); the key just
+written is always kept. Removing an entry another process has mapped is safe: its mapping stays.
 """
 from __future__ import annotations
 
@@ -32,6 +37,8 @@ from safetensors import SafetensorError
 from safetensors.torch import safe_open, save_file
 
 ENV_VAR = "STUDYGROUP_CACHE_DIR"
+MAX_GB_ENV_VAR = "STUDYGROUP_CACHE_MAX_GB"
+DEFAULT_MAX_GB = 4.0
 FORMAT_VERSION = 1  # bump when what an entry holds changes: old entries then miss instead of misleading
 HEADER_BYTES = 1 << 20  # the first 1 MiB of a GGUF holds its metadata; hashing it catches rewrites
 STALE_TEMP_SECONDS = 3600  # temporary files older than this are leftovers of a crash
@@ -81,10 +88,12 @@ def read_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]] |
         return None
     try:
         with safe_open(path, framework="pt") as f:  # memory-maps the file
-            return {name: f.get_tensor(name) for name in f.keys()}, dict(f.metadata() or {})
+            found = {name: f.get_tensor(name) for name in f.keys()}, dict(f.metadata() or {})
     except (SafetensorError, OSError, ValueError, RuntimeError):
         discard(path)
         return None
+    _used(path)
+    return found
 
 
 def write_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
@@ -106,10 +115,12 @@ def read_json(path: Path) -> Any | None:
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        found = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         discard(path)
         return None
+    _used(path)
+    return found
 
 
 def write_json(path: Path, value: Any) -> None:
@@ -156,6 +167,60 @@ def _write_atomically(path: Path, write: Callable[[Path], None]) -> None:
         warnings.warn(f"studygroup could not write {path} ({e}); it will rebuild it next time", stacklevel=3)
     finally:
         tmp.unlink(missing_ok=True)
+    prune(keep=_key_of(path))
+
+
+def _used(path: Path) -> None:
+    """Mark an entry as just used (its mtime), for pruning; a read-only cache only loses that."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
+def _key_of(path: Path) -> str:
+    """The key of an entry's file: <key>.<kind>.<suffix> -> <key>."""
+    return path.name.split(".", 1)[0]
+
+
+def max_bytes() -> int:
+    """The cache's size bound, from $STUDYGROUP_CACHE_MAX_GB (default 4)."""
+    raw = os.environ.get(MAX_GB_ENV_VAR, "")
+    try:
+        gb = float(raw) if raw else DEFAULT_MAX_GB
+    except ValueError:
+        warnings.warn(f"{MAX_GB_ENV_VAR}={raw!r} is not a number of GB; using {DEFAULT_MAX_GB}", stacklevel=2)
+        gb = DEFAULT_MAX_GB
+    return int(max(gb, 0.0) * 2**30)
+
+
+def prune(keep: str, limit: int | None = None) -> list[str]:
+    """Remove whole keys, least recently used first, until the cache holds at most `limit` bytes
+    (default `max_bytes()`); never the key `keep`. Returns the keys removed.
+
+    >>> prune(keep="model-0123456789abcdef")  # doctest: +SKIP
+    []
+    """
+    limit = max_bytes() if limit is None else limit
+    keys: dict[str, list[tuple[Path, os.stat_result]]] = {}
+    try:
+        for p in cache_dir().iterdir():
+            if not p.name.startswith(".") and p.name.endswith((".safetensors", ".json")):
+                keys.setdefault(_key_of(p), []).append((p, p.stat()))
+    except OSError:
+        return []
+    total = sum(st.st_size for files in keys.values() for _, st in files)
+    removed = []
+    for key in sorted(keys, key=lambda k: max(st.st_mtime for _, st in keys[k])):  # least recently used first
+        if total <= limit:
+            break
+        if key == keep:
+            continue
+        for p, st in keys[key]:
+            discard(p)
+            total -= st.st_size
+        removed.append(key)
+    return removed
 
 
 def _remove_stale_temps(folder: Path) -> None:

@@ -208,3 +208,46 @@ def test_a_cached_load_fuses_the_projections_without_a_copy(model):
         assert torch.equal(qkv, fresh.w[f"layers.{l}.W_QKV"]) and torch.equal(gate_up, fresh.w[f"layers.{l}.W_gate_up"])
     ids = list(range(3, 30))
     assert torch.allclose(mapped.run(ids).logits, fresh.run(ids).logits, atol=1e-5)  # BLAS may round in another order
+
+
+# ---- size bound ------------------------------------------------------------------------------
+def _entry(cache_dir, key, kind, nbytes, age_s):
+    """A fake entry of `nbytes`, last used `age_s` seconds ago."""
+    path = cache.entry_path(key, kind)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"x" * nbytes)
+    then = time.time() - age_s
+    os.utime(path, (then, then))
+    return path
+
+
+def test_pruning_removes_whole_keys_least_recently_used_first(cache_dir):
+    old = [_entry(cache_dir, "old-1", "weights", 600, 400), _entry(cache_dir, "old-1", "tokenizer", 100, 250)]
+    mid = [_entry(cache_dir, "mid-2", "weights", 600, 500), _entry(cache_dir, "mid-2", "tokenizer", 100, 200)]
+    new = _entry(cache_dir, "new-3", "weights", 600, 100)
+    assert cache.prune(keep="new-3", limit=1400) == ["old-1"]  # a key was last used when its newest file was
+    assert not any(p.exists() for p in old) and all(p.exists() for p in mid) and new.exists()
+    mid = mid[0]
+    assert cache.prune(keep="mid-2", limit=100) == ["new-3"]  # the key just written stays, even alone too big
+    assert mid.exists() and cache.prune(keep="mid-2", limit=0) == []
+
+
+def test_a_hit_counts_as_a_use_and_a_write_prunes_to_the_bound(cache_dir, model, monkeypatch):
+    stale = _entry(cache_dir, "stale-0", "weights", 10_000, 3600)
+    load_weights(model.path)  # miss: writes this model's entry, within the default bound
+    assert stale.exists() and entry(model).exists()
+    then = time.time() - 7200
+    os.utime(entry(model), (then, then))
+    load_weights(model.path)  # a hit refreshes the entry's time
+    assert entry(model).stat().st_mtime > time.time() - 60
+    monkeypatch.setenv(cache.MAX_GB_ENV_VAR, str(entry(model).stat().st_size / 2**30))
+    load_tokenizer(model.path)  # a write: over the bound, the stale key goes, this model's stay
+    assert not stale.exists() and entry(model).exists() and entry(model, "tokenizer").exists()
+
+
+def test_a_bad_size_bound_warns_and_falls_back(monkeypatch):
+    monkeypatch.setenv(cache.MAX_GB_ENV_VAR, "lots")
+    with pytest.warns(UserWarning, match="not a number"):
+        assert cache.max_bytes() == int(cache.DEFAULT_MAX_GB * 2**30)
+    monkeypatch.setenv(cache.MAX_GB_ENV_VAR, "0.5")
+    assert cache.max_bytes() == 2**29
