@@ -178,9 +178,18 @@ def _used(path: Path) -> None:
         pass
 
 
-def _key_of(path: Path) -> str:
-    """The key of an entry's file: <key>.<kind>.<suffix> -> <key>."""
-    return path.name.split(".", 1)[0]
+#: The file name of an entry: <stem>-<16 hex digits>.<kind>.<suffix> (see file_key, entry_path).
+ENTRY_NAME = re.compile(r"(?P<key>[A-Za-z0-9._-]*-[0-9a-f]{16})\.(weights\.safetensors|[a-z]+\.json)")
+
+
+def _key_of(path: Path) -> str | None:
+    """The key of an entry's file (<key>.<kind>.<suffix> -> <key>); None for any other file.
+
+    >>> _key_of(Path("m.Q4_1-0123456789abcdef.weights.safetensors")), _key_of(Path("notes.json"))
+    ('m.Q4_1-0123456789abcdef', None)
+    """
+    m = ENTRY_NAME.fullmatch(path.name)
+    return m["key"] if m else None
 
 
 def max_bytes() -> int:
@@ -205,7 +214,7 @@ def prune(keep: str, limit: int | None = None) -> list[str]:
     keys: dict[str, list[tuple[Path, os.stat_result]]] = {}
     try:
         for p in cache_dir().iterdir():
-            if not p.name.startswith(".") and p.name.endswith((".safetensors", ".json")):
+            if _key_of(p) is not None:  # only our entries: the folder may hold other files
                 keys.setdefault(_key_of(p), []).append((p, p.stat()))
     except OSError:
         return []

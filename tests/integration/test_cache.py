@@ -222,18 +222,22 @@ def _entry(cache_dir, key, kind, nbytes, age_s):
 
 
 def test_pruning_removes_whole_keys_least_recently_used_first(cache_dir):
-    old = [_entry(cache_dir, "old-1", "weights", 600, 400), _entry(cache_dir, "old-1", "tokenizer", 100, 250)]
-    mid = [_entry(cache_dir, "mid-2", "weights", 600, 500), _entry(cache_dir, "mid-2", "tokenizer", 100, 200)]
-    new = _entry(cache_dir, "new-3", "weights", 600, 100)
-    assert cache.prune(keep="new-3", limit=1400) == ["old-1"]  # a key was last used when its newest file was
+    old = [_entry(cache_dir, "old.q4-0000000000000001", "weights", 600, 400), _entry(cache_dir, "old.q4-0000000000000001", "tokenizer", 100, 250)]
+    mid = [_entry(cache_dir, "mid.q4-0000000000000002", "weights", 600, 500), _entry(cache_dir, "mid.q4-0000000000000002", "tokenizer", 100, 200)]
+    new = _entry(cache_dir, "new.q4-0000000000000003", "weights", 600, 100)
+    assert cache.prune(keep="new.q4-0000000000000003", limit=1400) == ["old.q4-0000000000000001"]  # a key was last used when its newest file was
     assert not any(p.exists() for p in old) and all(p.exists() for p in mid) and new.exists()
     mid = mid[0]
-    assert cache.prune(keep="mid-2", limit=100) == ["new-3"]  # the key just written stays, even alone too big
-    assert mid.exists() and cache.prune(keep="mid-2", limit=0) == []
+    assert cache.prune(keep="mid.q4-0000000000000002", limit=100) == ["new.q4-0000000000000003"]  # the key just written stays, even alone too big
+    assert mid.exists() and cache.prune(keep="mid.q4-0000000000000002", limit=0) == []
+    other = [cache_dir / "notes.json", cache_dir / "model.safetensors", cache_dir / ".x.weights.safetensors.tmp"]
+    for p in other:  # files that are not entries are never touched
+        p.write_bytes(b"y" * 1000)
+    assert cache.prune(keep="mid.q4-0000000000000002", limit=0) == [] and all(p.exists() for p in other)
 
 
 def test_a_hit_counts_as_a_use_and_a_write_prunes_to_the_bound(cache_dir, model, monkeypatch):
-    stale = _entry(cache_dir, "stale-0", "weights", 10_000, 3600)
+    stale = _entry(cache_dir, "m.q4-00000000000000ff", "weights", 10_000, 3600)
     load_weights(model.path)  # miss: writes this model's entry, within the default bound
     assert stale.exists() and entry(model).exists()
     then = time.time() - 7200

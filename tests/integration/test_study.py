@@ -482,7 +482,7 @@ def test_html_escapes_model_and_user_text():
 
 
 @pytest.mark.parametrize("module", ["jsonable", "attribution", "effects", "study", "study_compare", "study_head",
-                                    "study_view", "story", "lesson"])
+                                    "study_view", "story", "lesson", "estimate"])
 def test_docstring_examples_run(module):
     import doctest
     import importlib
