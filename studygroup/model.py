@@ -117,7 +117,7 @@ class Model:
             attn_out = self._attention(l, E, cos, sin, plan, keep, last_only)  # (B, T or 1, d_model)
             x = x[:, -attn_out.shape[1]:] + attn_out
             keep("resid_mid", x)
-            mlp_out = self._mlp(l, rms_norm(x, w[f"layers.{l}.mlp_norm"], c.rms_eps), buffers)  # (B, T, d_model)
+            mlp_out = self._mlp(l, rms_norm(x, w[f"layers.{l}.mlp_norm"], c.rms_eps), buffers)  # (B, T or 1, d_model)
             keep("mlp_out", mlp_out)
             x = x + mlp_out
             keep("resid_post", x)
@@ -244,8 +244,9 @@ class Model:
         for j in members:
             self.check_member(j, len(ids))
         P = min(members) if kv is not None and len(members) else 0  # rows 0..P-1 are reused
-        if P and sorted(kv) != list(range(self.config.n_layers)):
-            raise ValueError("kv must hold the keys and values of every layer")
+        if P and (sorted(kv) != list(range(self.config.n_layers))
+                  or any(t.shape[-2] != len(ids) for pair in kv.values() for t in pair)):
+            raise ValueError(f"kv must hold the keys and values of every layer for these {len(ids)} members")
         masks = silence.each_member_masks(len(ids), members, device=self.device)[:, P:]  # (B, T - P, T)
         past = {l: (k[None, :, :P].to(self.dtype), v[None, :, :P].to(self.dtype)) for l, (k, v) in kv.items()} if P else {}
         plan = Forward(masks=silence.per_layer(masks, _heads(heads), self.config.n_layers, self.config.n_heads),

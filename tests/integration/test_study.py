@@ -113,6 +113,8 @@ def test_keys_and_values_come_only_from_a_clean_run_that_kept_them(model):
     kv = effects.keys_and_values(model.run(ids, record=["k", "v"]))
     with pytest.raises(ValueError, match="every layer"):
         model.silenced_logits(ids, [3], kv={0: kv[0]})
+    with pytest.raises(ValueError, match="for these 5 members"):  # another text's
+        model.silenced_logits(ids[:5], [3], kv=kv)
 
 
 def _cost(groups, starts, T, pass_rows):
