@@ -5,13 +5,28 @@ import sys
 import time
 
 
+_shown = True  # off in a process whose console is a log (the web server's)
+
+
+def hide() -> None:
+    """From now on, no announcements and no bars in this process (`studygroup serve` calls it)."""
+    global _shown
+    _shown = False
+
+
+def say(message: str, stream=None) -> None:
+    """One line on stderr about long work ahead (what it will need), unless hidden."""
+    if _shown:
+        print(message, file=stream or sys.stderr)
+
+
 class Progress:
     """`with Progress(30, "layers") as p: ... p.advance()` draws `layers [#####.....] 15/30 2.1 s`."""
 
     def __init__(self, total: int, label: str, stream=None, force: bool = False, show: bool = True):
         self.total, self.label, self.done = total, label, 0
         self.stream = stream or sys.stderr
-        self.enabled = show and (force or getattr(self.stream, "isatty", lambda: False)())
+        self.enabled = show and _shown and (force or getattr(self.stream, "isatty", lambda: False)())
         self.start = time.perf_counter()
 
     def advance(self, n: int = 1) -> None:

@@ -90,7 +90,10 @@ def main(args) -> str:
     if not is_loopback(args.host):
         print(f"studygroup: warning: listening on {args.host}, not only on this machine: anyone who can reach "
               f"this address can use the app (there is no login)", file=sys.stderr, flush=True)
+    from studygroup import progress
+
     sock = bind(args.host, args.port)
+    progress.hide()  # the console is the server's log: no per-request announcements or bars
     model = load(args.model)
     hosts = LOOPBACK_HOSTS if is_loopback(args.host) else None
     app = create_app(model, Limits(max_tokens=args.max_tokens), warm=args.warm, hosts=hosts)

@@ -13,7 +13,6 @@ first-order estimate of the silence effect (one backward pass). The result says 
 """
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 
 import torch
@@ -22,7 +21,7 @@ from studygroup import attribution, effects, study_long
 from studygroup.estimate import explain as explain_needs
 from studygroup.errors import InputError
 from studygroup.jsonable import JSONable
-from studygroup.progress import Progress
+from studygroup.progress import Progress, say
 from studygroup.record import KEY_STEPS, Record
 
 #: What explain records: the last member's row everywhere, and every member's answer (v).
@@ -198,8 +197,8 @@ def announce(model, T: int, silence_heads, silence_members, stream=None) -> None
     heads = _count(silence_heads, c.n_layers * c.n_heads)
     members = T if silence_members == "all" or T <= silence_members else silence_members
     need = explain_needs(c, T, heads, members, effects.ROWS_PER_PASS)
-    print(f"explaining {T} members: {need} (a pass with a gradient, then {heads} heads and {members} members "
-          f"silenced exactly, in batched passes)", file=stream or sys.stderr)
+    say(f"explaining {T} members: {need} (a pass with a gradient, then {heads} heads and {members} members "
+        f"silenced exactly, in batched passes)", stream)
 
 
 def _count(n: int | str, total: int) -> int:

@@ -8,12 +8,10 @@ that row is recomputed. The result says so in `heads_silenced` and `members_sile
 """
 from __future__ import annotations
 
-import sys
-
 import torch
 
 from studygroup import attribution, effects, estimate, last_question
-from studygroup.progress import Progress
+from studygroup.progress import Progress, say
 from studygroup.record import Record
 
 #: Past this many members, explain takes the long-text path.
@@ -24,8 +22,7 @@ SCOPE = "for the last member's questions only"
 def announce(model, T: int, stream=None) -> None:
     """Print what the run will need before a large run starts."""
     need = estimate.forward(model.config, T, keep_kv=True)
-    print(f"explaining {T} members: {need} (one pass, then one row per silenced member or head)",
-          file=stream or sys.stderr)
+    say(f"explaining {T} members: {need} (one pass, then one row per silenced member or head)", stream)
 
 
 def base_run(model, ids: list[int], steps: tuple[str, ...]):

@@ -176,6 +176,12 @@ def test_a_longer_text_says_what_it_will_need_and_shows_its_progress(model, monk
         assert (a.effect is None) == (b.effect is None)
         assert a.effect is None or a.effect == pytest.approx(b.effect, abs=1e-5)
     assert [(h.layer, h.head) for h in short.heads] == [(h.layer, h.head) for h in e.heads]
+    from studygroup import progress
+
+    monkeypatch.setattr(progress, "_shown", False)  # as `studygroup serve` sets it: its console is a log
+    bars.clear()
+    study.explain(model, ids, silence_heads=3, silence_members=5)
+    assert capsys.readouterr().err == "" and bars and not any(b.enabled for b in bars)
 
 
 def test_a_member_no_head_hears_has_no_effect(model):
