@@ -14,6 +14,7 @@ plain text: control tokens are not matched in text. User-defined tokens are, as 
 """
 from __future__ import annotations
 
+import json
 import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from studygroup.errors import InputError, ModelFileError
 from studygroup.model_path import resolve_model_path
 from studygroup.tokenizer_spm import SPACE, SentencePiece, byte_token_value, escape
 
-FORMAT = "studygroup-tokenizer-3"  # what a cached tokenizer JSON holds; change it when that changes
+FORMAT = "studygroup-tokenizer-4"  # what a cached tokenizer JSON holds; change it when that changes
 TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED, TOKEN_BYTE = 1, 2, 3, 4, 5, 6
 PLAIN_TEXT_TYPES = (TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNKNOWN)  # stored as the text they stand for
 MODELS = ("gpt2", "llama")  # tokenizer.ggml.model values studygroup reads
@@ -168,7 +169,7 @@ class Tokenizer:
         return {"format": FORMAT, "model": self.model, "tokens": self.tokens, "merges": self.merges,
                 "scores": self.scores, "token_types": self.token_types, "pre": self.pre, "bos_id": self.bos_id,
                 "eos_id": self.eos_id, "add_bos": self.add_bos, "add_space_prefix": self.add_space_prefix,
-                "built": self._hf.to_str() if self.model == "gpt2" else None}
+                "built": _merges_as_strings(self._hf.to_str()) if self.model == "gpt2" else None}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Tokenizer:
@@ -176,7 +177,7 @@ class Tokenizer:
 
         >>> Tokenizer.from_json({"format": "other"})
         Traceback (most recent call last):
-        ValueError: not a studygroup-tokenizer-3 tokenizer
+        ValueError: not a studygroup-tokenizer-4 tokenizer
         """
         if data.get("format") != FORMAT:
             raise ValueError(f"not a {FORMAT} tokenizer")
@@ -420,6 +421,21 @@ def _build_hf(tokens: list[str], merges: list[str], token_types: list[int], pre:
     if user:  # llama.cpp finds user-defined tokens in text even when control tokens are not parsed
         hf.add_tokens([AddedToken(t, normalized=False, special=False) for t in user])
     return hf
+
+
+def _merges_as_strings(built: str) -> str:
+    """A tokenizers JSON with its BPE merges written "a b" instead of ["a", "b"], which tokenizers
+    reads back faster (0.19 -> 0.14 s for the default model's 48,900 merges); as it is when a
+    merged token holds a space (the string form could not say where one ends).
+
+    >>> _merges_as_strings('{"model": {"merges": [["Ġ", "t"]]}}')
+    '{"model": {"merges": ["Ġ t"]}}'
+    """
+    data = json.loads(built)
+    merges = data["model"].get("merges") or []
+    if all(isinstance(m, list) and " " not in m[0] + m[1] for m in merges):
+        data["model"]["merges"] = [f"{a} {b}" for a, b in merges]
+    return json.dumps(data, ensure_ascii=False)
 
 
 def _split_merge(merge: str) -> tuple[str, str]:
