@@ -84,7 +84,7 @@ class Record:
     map_dtype: torch.dtype = torch.float32
     layers: tuple[int, ...] | None = None
     maps: str = "kept"
-    full_rows: frozenset = KEY_STEPS
+    full_rows: frozenset[str] = KEY_STEPS
     _cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self):

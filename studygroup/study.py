@@ -194,19 +194,20 @@ def analyse(model, text, *, top: int = 10, silence_heads: int | str = 16, silenc
 def announce(model, T: int, silence_heads, silence_members, stream=None) -> None:
     """Print, before the work starts, what explaining T members will need."""
     c = model.config
-    heads = _count(silence_heads, c.n_layers * c.n_heads)
-    members = T if silence_members == "all" or T <= silence_members else silence_members
+    heads, members = _count(silence_heads, c.n_layers * c.n_heads), _count(silence_members, T)
     need = explain_needs(c, T, heads, members, effects.ROWS_PER_PASS)
     say(f"explaining {T} members: {need} (a pass with a gradient, then {heads} heads and {members} members "
         f"silenced exactly, in batched passes)", stream)
 
 
 def _count(n: int | str, total: int) -> int:
+    """How many of `total` a silence_heads / silence_members setting silences."""
     return total if n == "all" else min(n, total)
 
 
 def recording(T: int) -> Record:
-    """What explain records for T members: every row while that is small, else the last row."""
+    """What explain records for T members: every row while that is small, else the last row;
+    every member's keys, values and residual stream entering each layer either way."""
     if T <= FULL_RECORD_MAX_T:
         return Record(steps=(*STEPS, "k", "resid_pre"), rows="all")
     return Record(steps=(*STEPS, "k", "resid_pre"), rows="last", full_rows=KEY_STEPS | {"resid_pre"})
