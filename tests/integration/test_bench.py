@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -75,3 +76,14 @@ def test_ratios_are_formed_but_never_judged_in_quick_mode(quick):
             "peak: ours all / transformers eager+attentions", "explain warm, seconds"} <= names
     assert all(r["meets"] is None for r in results["ratios"])
     assert "### Prefill time" in printed and "### Ratios" in printed and "### Targets" not in printed
+
+
+def test_record_all_is_not_run_past_its_bound(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    import run
+
+    sizes = {"n_layers": 30, "n_heads": 9}
+    slot = run.Slot(worker=SimpleNamespace(program="ours"), mode="all", label="studygroup, record=\"all\"")
+    assert "record=\"all\" measured up to T=2048" in run.why_skip(slot, run.ALL_MAX_T + 1, sizes)
+    monkeypatch.setattr(run, "mem_available_gib", lambda: 1000.0)  # plenty: only the bound can skip it
+    assert run.why_skip(slot, run.ALL_MAX_T, sizes) is None
