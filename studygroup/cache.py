@@ -214,8 +214,8 @@ def prune(keep: str, limit: int | None = None) -> list[str]:
     keys: dict[str, list[tuple[Path, os.stat_result]]] = {}
     try:
         for p in cache_dir().iterdir():
-            if _key_of(p) is not None:  # only our entries: the folder may hold other files
-                keys.setdefault(_key_of(p), []).append((p, p.stat()))
+            if (key := _key_of(p)) is not None:  # only our entries: the folder may hold other files
+                keys.setdefault(key, []).append((p, p.stat()))
     except OSError:
         return []
     total = sum(st.st_size for files in keys.values() for _, st in files)

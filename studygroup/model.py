@@ -351,7 +351,7 @@ class _Keeper:
         from studygroup.record import KEY_STEPS, LAYER_STEPS
 
         r = self.record
-        every_row = set(LAYER_STEPS) | {"resid_final", "final"} if r.rows == "all" else r.full_rows
+        every_row = (set(LAYER_STEPS) | {"resid_final", "final"}) if r.rows == "all" else r.full_rows
         later = every_row - KEY_STEPS - {"resid_pre", "E"}  # the steps before the questions see every row anyway
         return r.empty or not any(r.keeps(self.name(s) if s in LAYER_STEPS else s) for s in later)
 
