@@ -220,11 +220,10 @@ def _write(path: str, content: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # Idle OpenMP threads sleep instead of spinning: with any other load on the machine, torch's
-    # spinning threads made `explain` 4-5× slower (measured 22 s against 5 s on 2 busy cores).
-    # Set before torch is imported; a value the user set wins.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    from studygroup import threads
     from studygroup.errors import StudyGroupError
+
+    threads.set_wait_policy()  # before torch is imported (see studygroup.threads)
 
     try:
         args = build_parser().parse_args(argv)
