@@ -25,6 +25,11 @@ ROWS_PER_PASS = 4096
 #: What reading every weight once costs a pass, in rows of arithmetic (measured here: a 10-row
 #: pass takes as long as ~40 more rows in a larger one).
 PASS_ROWS = 40
+#: Query-key pairs of masked attention that cost as much as one row of the rest of a pass (the
+#: multiplies by the weights; measured here: 2,000-3,000 at 55-2,000 rows).
+KEYS_PER_ROW = 2000
+#: Query-key pairs one pass's mask may hold (bool, per head where only some heads are silenced).
+MASK_CELLS = 4 * 2**20
 
 
 def log_probs(logits: torch.Tensor) -> torch.Tensor:
@@ -62,18 +67,19 @@ def member_log_probs(model: Model, ids: list[int], token: int, members: Sequence
 
     Batched: model.silenced_logits takes many copies in one pass. kv: {layer: (k, v)}, each
     (H_kv, T, d), from a run of the text without interventions (see `keys_and_values`): silencing
-    member j changes no row before j, so a pass then starts at its first member and reuses the
-    earlier rows. The members, sorted, are split into the passes `passes` chooses.
+    member j changes no row before j, so a copy then starts at its member and reuses the earlier
+    rows. The members, sorted, are split into the passes `passes` chooses.
     bar: a Progress advanced after each layer of each pass (its total set here).
     """
     out = torch.empty(len(members), dtype=torch.float64)
     order = sorted(range(len(members)), key=lambda b: members[b])
     starts = [members[b] for b in order] if kv is not None else [0] * len(members)
-    groups = passes(starts, len(ids))
+    groups = passes(starts, len(ids), packable=kv is not None)
     on_layer = _layers_of(bar, len(groups) * model.config.n_layers)
-    for group in groups:
+    for group, packed in groups:
         chosen = [order[b] for b in group]
-        logits = model.silenced_logits(ids, [members[b] for b in chosen], kv=kv, on_layer=on_layer)  # (B, vocab)
+        logits = model.silenced_logits(ids, [members[b] for b in chosen], kv=kv, on_layer=on_layer,
+                                       packed=packed)  # (B, vocab)
         out[chosen] = log_probs(logits)[:, token].cpu()
     return out
 
@@ -86,31 +92,56 @@ def _layers_of(bar, total: int):
     return bar.advance
 
 
-def passes(starts: Sequence[int], T: int, pass_rows: int = PASS_ROWS) -> list[range]:
+def pass_cost(starts: Sequence[int], T: int, packed: bool, pass_rows: int = PASS_ROWS) -> float | None:
+    """What one pass over copies starting at sorted rows `starts` costs, in rows of arithmetic
+    (None: it passes the bounds). Side by side, every copy computes from the first start to T;
+    packed, each from its own start, but every row then meets the other copies' keys (masked):
+    attention costs ~KEYS_PER_ROW query-key pairs a row. Plus `pass_rows` for reading the weights.
+
+    >>> pass_cost([0, 8], 10, packed=False, pass_rows=0), pass_cost([0, 8], 10, packed=True, pass_rows=0)
+    (20.1, 12.12)
+    """
+    if packed:
+        rows = sum(T - s for s in starts)
+        keys = starts[-1] + rows  # the reused keys, then every packed row
+        cells = rows * keys
+    else:
+        rows = len(starts) * (T - starts[0])
+        cells = rows * T
+    if len(starts) > 1 and (rows > ROWS_PER_PASS or cells > MASK_CELLS):
+        return None
+    return rows + cells / KEYS_PER_ROW + pass_rows
+
+
+def passes(starts: Sequence[int], T: int, pass_rows: int = PASS_ROWS, packable: bool = True) -> list[tuple[range, bool]]:
     """Split copies that start at sorted rows `starts` into consecutive groups, one pass each.
 
-    A pass computes every copy from its group's first start to T: it costs B·(T - start) rows,
-    plus `pass_rows` for reading every weight once; at most ROWS_PER_PASS rows (or one copy).
-    Returns the groups (ranges of indices into `starts`) of least total cost, by dynamic programming.
+    Returns (group, packed) pairs, the groups ranges of indices into `starts`, of least total
+    `pass_cost` (a copy alone always side by side), by dynamic programming. packable: whether a
+    pass may pack its copies (they must reuse the clean run's rows).
 
-    >>> passes([0, 1, 2, 3], 4, pass_rows=40)   # a short text: one pass
-    [range(0, 4)]
+    >>> passes([0, 1, 2, 3], 4, pass_rows=40)   # a short text: one pass, packed
+    [(range(0, 4), True)]
     >>> passes([0, 0, 90, 95], 100, pass_rows=10)   # late members need not compute the early rows
-    [range(0, 2), range(2, 4)]
+    [(range(0, 2), False), (range(2, 4), True)]
     """
     n = len(starts)
-    best, cut = [0.0] + [float("inf")] * n, [0] * (n + 1)  # best[i]: least cost of copies 0..i-1
+    best, cut = [0.0] + [float("inf")] * n, [(0, False)] * (n + 1)  # best[i]: least cost of copies 0..i-1
     for i in range(1, n + 1):
         for a in range(i - 1, -1, -1):  # the last pass holds copies a..i-1
-            rows = (i - a) * (T - starts[a])
-            if rows > ROWS_PER_PASS and a < i - 1:
+            modes = (False, True) if packable and i - a > 1 else (False,)
+            costs = [(pass_cost(starts[a:i], T, packed, pass_rows), packed) for packed in modes]
+            costs = [(cost, packed) for cost, packed in costs if cost is not None]
+            if not costs:  # too many rows: no longer group fits either
                 break
-            if best[a] + rows + pass_rows < best[i]:
-                best[i], cut[i] = best[a] + rows + pass_rows, a
+            cost, packed = min(costs)
+            if best[a] + cost < best[i]:
+                best[i], cut[i] = best[a] + cost, (a, packed)
     groups, i = [], n
     while i > 0:
-        groups.append(range(cut[i], i))
-        i = cut[i]
+        a, packed = cut[i]
+        groups.append((range(a, i), packed))
+        i = a
     return groups[::-1]
 
 

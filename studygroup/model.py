@@ -42,6 +42,9 @@ class Forward:
     past: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
     # {layer: (k, v)}, each (1, H_kv, P, d) after RoPE: the keys and values of P earlier members,
     # reused unchanged; `ids` are then only the members after them (a suffix at positions P…).
+    positions: torch.Tensor | None = None  # (T,) each row's position, where the rows are not P, P+1, …
+    # (copies of a text packed one after another: the masks, given for every layer, keep them apart)
+    asked: torch.Tensor | None = None  # (R,) the rows whose next word is predicted (None: the last)
     on_layer: object = None  # called after each layer (a progress bar's advance)
 
     @property
@@ -103,7 +106,9 @@ class Model:
         x = x.expand(plan.batch, -1, -1)  # (B, T, d_model)
         keep("embed", x)
         P = next(iter(plan.past.values()))[0].shape[-2] if plan.past else 0
-        cos, sin = self._angles(len(ids), P)
+        cos, sin = self._angles(len(ids), P) if plan.positions is None else self._angles_at(plan.positions)
+        asked = slice(-1, None) if plan.asked is None else plan.asked  # the rows that predict
+        shortcut = False
         for l in range(first, c.n_layers if plan.stop_after is None else plan.stop_after + 1):
             keep.layer = l
             if l in plan.joining:
@@ -111,11 +116,11 @@ class Model:
             keep("resid_pre", x)
             E = rms_norm(x, w[f"layers.{l}.attn_norm"], c.rms_eps)  # (B, T, d_model)
             keep("E", E)
-            # In the last layer only the last question predicts: unless more is asked for, the
-            # other rows give their keys and values and nothing else.
-            last_only = l == c.n_layers - 1 and not plan.all_logits and keep.last_row_suffices()
-            attn_out = self._attention(l, E, cos, sin, plan, keep, last_only)  # (B, T or 1, d_model)
-            x = x[:, -attn_out.shape[1]:] + attn_out
+            # In the last layer only the asked questions predict: unless more is kept, the other
+            # rows give their keys and values and nothing else.
+            shortcut = l == c.n_layers - 1 and not plan.all_logits and keep.last_row_suffices()
+            attn_out = self._attention(l, E, cos, sin, plan, keep, asked if shortcut else None)  # (B, T or R, d_model)
+            x = (x[:, asked] if shortcut else x) + attn_out
             keep("resid_mid", x)
             mlp_out = self._mlp(l, rms_norm(x, w[f"layers.{l}.mlp_norm"], c.rms_eps), buffers)  # (B, T or 1, d_model)
             keep("mlp_out", mlp_out)
@@ -127,42 +132,45 @@ class Model:
         if plan.stop_after is not None:
             return torch.empty(0), keep.steps
         keep("resid_final", x)
-        x = x if plan.all_logits else x[:, -1:]  # (B, T or 1, d_model): only the last row predicts
+        x = x if plan.all_logits or shortcut else x[:, asked]  # (B, T or R, d_model): only asked rows predict
         final = rms_norm(x, w["final_norm"], c.rms_eps)
         keep("final", final)
-        return final @ w["unembed"], keep.steps  # (B, T or 1, vocab)
+        return final @ w["unembed"], keep.steps  # (B, T or R, vocab)
 
-    def _attention(self, l: int, E, cos, sin, plan: Forward, keep, last_only: bool = False) -> torch.Tensor:
+    def _attention(self, l: int, E, cos, sin, plan: Forward, keep, rows=None) -> torch.Tensor:
         """Q, K, V; RoPE; grouped-query attention; each head's write through W_O.
 
-        E (B, T, d_model) -> (B, R, d_model): R = T questions, or R = 1 with `last_only` (the last
-        member's question alone; every member still gives its key and value)."""
+        E (B, T, d_model) -> (B, R, d_model): R = T questions, or only those of `rows` (an index:
+        the last member's question alone, say); every member still gives its key and value."""
         c, w = self.config, self.w
         B, T, _ = E.shape
         H, H_kv, d = c.n_heads, c.n_kv_heads, c.d_head
-        W_QKV, R = w[f"layers.{l}.W_QKV"], 1 if last_only else T  # (d_model, (H + 2·H_kv)·d)
-        if last_only:
-            q, kv = E[:, -1:] @ W_QKV[:, :H * d], E @ W_QKV[:, H * d:]  # (B, 1, H·d), (B, T, 2·H_kv·d)
+        W_QKV = w[f"layers.{l}.W_QKV"]  # (d_model, (H + 2·H_kv)·d)
+        if rows is not None:
+            q, kv = E[:, rows] @ W_QKV[:, :H * d], E @ W_QKV[:, H * d:]  # (B, R, H·d), (B, T, 2·H_kv·d)
             k, v = kv.split(H_kv * d, -1)
         else:
             q, k, v = (E @ W_QKV).split([H * d, H_kv * d, H_kv * d], -1)  # (B, T, H·d | H_kv·d)
         q, k, v = (t.view(B, t.shape[1], -1, d).transpose(1, 2) for t in (q, k, v))
         keep("q_pre_rope", q), keep("k_pre_rope", k), keep("v", v)  # (B, H, R, d), (B, H_kv, T, d)
-        q, k = rope.apply(q, cos[T - R:], sin[T - R:]), rope.apply(k, cos, sin)
+        asking = slice(None) if rows is None else rows
+        q, k = rope.apply(q, cos[asking], sin[asking]), rope.apply(k, cos, sin)
         keep("q", q), keep("k", k)
         if l in plan.past:  # earlier members' keys and values, unchanged: (1, H_kv, P, d) each
             k, v = (torch.cat([p.expand(B, -1, -1, -1), t], dim=2) for p, t in zip(plan.past[l], (k, v)))
         mask = plan.masks.get(l, "causal")  # (B, 1|H, T, P + T) or "causal"
-        mask = mask if isinstance(mask, str) else mask[..., T - R:, :]  # (B, 1|H, R, P + T)
+        if isinstance(mask, str) and isinstance(asking, torch.Tensor):  # "causal" would align the rows at the end
+            mask = attention.causal_mask(T, k.shape[-2], device=E.device)  # (T, P + T)
+        mask = mask if isinstance(mask, str) else mask[..., asking, :]  # (B, 1|H, R, P + T)
         z = self._attend(q, k, v, mask, keep)  # (B, H, R, d)
         if l in plan.gates:
             g = plan.gates[l]  # (B, H) for every row, or (B, H, T) per row
-            z = z * (g[:, :, None, None] if g.dim() == 2 else g[..., T - R:, None]).to(z.dtype)  # silenced: writes nothing
+            z = z * (g[:, :, None, None] if g.dim() == 2 else g[..., asking, None]).to(z.dtype)  # silenced: writes nothing
         W_O = w[f"layers.{l}.W_O"]  # (H·d, d_model)
         if keep.keeps("write"):
             rows = z[:, :, -1:] if keep.record.rows == "last" else z
             keep("write", torch.einsum("bhtd,hdm->bhtm", rows, W_O.view(H, d, -1)))  # (B, H, R, d_model)
-        attn_out = z.transpose(1, 2).reshape(B, R, H * d) @ W_O  # (B, R, d_model)
+        attn_out = z.transpose(1, 2).reshape(B, q.shape[2], H * d) @ W_O  # (B, R, d_model)
         keep("attn_out", attn_out)
         return attn_out
 
@@ -201,6 +209,11 @@ class Model:
                       out=None if grad else buffers.get("h", gate.shape, x))  # (B, T, d_mlp)
         return h @ W_down
 
+    def _angles_at(self, positions: torch.Tensor):
+        """cos, sin (T, d_head) at each row's position: positions (T,) long."""
+        cos, sin = self._angles(int(positions.max()) + 1)
+        return cos[positions], sin[positions]
+
     def _angles(self, T: int, offset: int = 0):
         if (T, offset) not in self._rope_cache:
             with torch.inference_mode(False):  # plain tensors, so that a pass with autograd may reuse them
@@ -229,30 +242,54 @@ class Model:
         return Run.compute(self, ids, settings, resolve(record, len(ids)), logits, on_layer)
 
     @torch.inference_mode()
-    def silenced_logits(self, text_or_ids, members: Sequence[int], heads=None, kv=None, on_layer=None) -> torch.Tensor:
+    def silenced_logits(self, text_or_ids, members: Sequence[int], heads=None, kv=None, on_layer=None,
+                        packed: bool = False) -> torch.Tensor:
         """Last-position logits with each member silenced alone, in ONE batched pass.
 
         Returns (len(members), vocab) float32: row b silences members[b] in `heads` (None: all).
         kv: {layer: (k, v)}, each (H_kv, T, d) after RoPE, from a run of the same text without
           interventions. The members before the first silenced one never see it (the mask is
           causal): their keys and values are then reused, and only the later rows recomputed.
+        packed: each copy computes only the rows from its own member on, the copies one after
+          another in one sequence (`silence.packed_member_masks`; needs kv), instead of side by side
+          from the first member on.
         on_layer: called after each layer (a progress bar's advance).
         """
-        from studygroup import silence
-
         ids = self.ids(text_or_ids)
         for j in members:
             self.check_member(j, len(ids))
-        P = min(members) if kv is not None and len(members) else 0  # rows 0..P-1 are reused
+        if packed and kv is None:
+            raise ValueError("packed copies reuse the clean run's keys and values: give kv")
+        P = (max(members) if packed else min(members)) if kv is not None and len(members) else 0  # rows reused
         if P and (sorted(kv) != list(range(self.config.n_layers))
                   or any(t.shape[-2] != len(ids) for pair in kv.values() for t in pair)):
             raise ValueError(f"kv must hold the keys and values of every layer for these {len(ids)} members")
-        masks = silence.each_member_masks(len(ids), members, device=self.device)[:, P:]  # (B, T - P, T)
         past = {l: (k[None, :, :P].to(self.dtype), v[None, :, :P].to(self.dtype)) for l, (k, v) in kv.items()} if P else {}
-        plan = Forward(masks=silence.per_layer(masks, _heads(heads), self.config.n_layers, self.config.n_heads),
-                       past=past, on_layer=on_layer)
-        logits, _ = self.forward(torch.tensor(ids[P:], device=self.device), plan)
-        return logits[:, -1].float()
+        ids_t, plan = (self._packed(ids, members, heads) if packed else self._side_by_side(ids, members, heads, P))
+        plan.past, plan.on_layer = past, on_layer
+        logits, _ = self.forward(ids_t, plan)  # (B, 1, vocab) side by side, (1, B, vocab) packed
+        return (logits[0] if packed else logits[:, -1]).float()
+
+    def _side_by_side(self, ids: list[int], members: Sequence[int], heads, P: int) -> tuple[torch.Tensor, Forward]:
+        """A batch of copies of rows P.. of the text, copy b with members[b] silenced."""
+        from studygroup import silence
+
+        c = self.config
+        masks = silence.each_member_masks(len(ids), members, device=self.device)[:, P:]  # (B, T - P, T)
+        plan = Forward(masks=silence.per_layer(masks, _heads(heads), c.n_layers, c.n_heads))
+        return torch.tensor(ids[P:], device=self.device), plan
+
+    def _packed(self, ids: list[int], members: Sequence[int], heads) -> tuple[torch.Tensor, Forward]:
+        """One sequence of the copies' own rows, members[b]..T-1 each, copy b with members[b] silenced."""
+        from studygroup import silence
+
+        c, T = self.config, len(ids)
+        silenced, base = silence.packed_member_masks(T, members, device=self.device)  # (N, P + N) each
+        masks = silence.per_layer(silenced[None], _heads(heads), c.n_layers, c.n_heads, base=base[None])
+        positions = torch.cat([torch.arange(j, T, device=self.device) for j in members])  # (N,)
+        ends = torch.tensor([T - j for j in members], device=self.device).cumsum(0) - 1  # (B,) each copy's last row
+        ids_t = torch.tensor(ids, device=self.device)[positions]  # (N,)
+        return ids_t, Forward(masks=masks, positions=positions, asked=ends)
 
     # ---- checks ------------------------------------------------------------------------------
     def check_head(self, layer: int, head: int) -> None:

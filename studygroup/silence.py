@@ -9,7 +9,7 @@ Silencing a head zeroes its write to the residual stream (in the forward pass).
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import torch
 
@@ -57,18 +57,53 @@ def each_member_masks(T: int, members: Iterable[int], device=None) -> torch.Tens
     return _remove_keys(silenced)
 
 
-def per_layer(mask: torch.Tensor, heads: Heads | None, n_layers: int, n_heads: int) -> dict[int, torch.Tensor]:
-    """Apply a (…, T_q, T) silencing mask to the chosen heads of each layer, causal elsewhere.
+def packed_member_masks(T: int, members: Sequence[int], device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Masks for one copy of the text per member, packed one after another in a single sequence.
 
-    The T_q query rows are the last ones (T_q < T when earlier rows are reused, not recomputed).
-    heads: set of (layer, head) pairs, or None for every head of every layer.
-    Returns {layer: (…, 1 or n_heads, T_q, T)}; layers not in it need only the causal mask.
+    Copy b holds the rows members[b] .. T-1 (the rows before its member are the clean run's, never
+    recomputed). The keys are the P = max(members) first members' keys, reused from a clean run,
+    then the N = Σ (T - members[b]) packed rows. A row hears the reused keys before its copy's
+    first row and its own copy's rows up to itself; never another copy's.
+    Returns (silenced, base), each (N, P + N) bool: base as described, silenced without the
+    copy's member (which still hears itself where nothing else is left).
+
+    >>> silenced, base = packed_member_masks(3, [2, 1])
+    >>> silenced.int().tolist()   # keys: members 0, 1 (reused), then rows 2 | 1, 2
+    [[1, 1, 0, 0, 0], [1, 0, 0, 0, 0], [1, 0, 0, 0, 1]]
+    >>> base.int().tolist()
+    [[1, 1, 1, 0, 0], [1, 0, 0, 1, 0], [1, 0, 0, 1, 1]]
+    """
+    P, N = max(members), sum(T - j for j in members)
+    silenced = torch.zeros(N, P + N, dtype=torch.bool, device=device)
+    base = torch.zeros_like(silenced)
+    causal, o = causal_mask(T, T, device=device), 0  # (T, T); o: the copy's first packed row
+    for j in members:
+        n = T - j
+        for packed, full in ((silenced, member_mask(T, [j], device=device)), (base, causal)):
+            packed[o:o + n, :j] = full[j:, :j]  # the reused keys
+            packed[o:o + n, P + o:P + o + n] = full[j:, j:]  # the copy's own rows
+        o += n
+    return silenced, base
+
+
+def per_layer(mask: torch.Tensor, heads: Heads | None, n_layers: int, n_heads: int,
+              base: torch.Tensor | None = None) -> dict[int, torch.Tensor]:
+    """Apply a (…, T_q, T) silencing mask to the chosen heads of each layer, `base` elsewhere.
+
+    base: (…, T_q, T), or None for the causal mask (its T_q query rows the last ones: T_q < T
+    when earlier rows are reused, not recomputed). heads: set of (layer, head) pairs, or None for
+    every head of every layer. Returns {layer: (…, 1 or n_heads, T_q, T)}; with base None, layers
+    not in it need only the causal mask.
     """
     if heads is None:
         return {l: mask.unsqueeze(-3) for l in range(n_layers)}  # (…, 1, T_q, T)
-    causal = causal_mask(mask.shape[-2], mask.shape[-1], device=mask.device)  # (T_q, T), aligned at the end
+    if base is None:
+        base = causal_mask(mask.shape[-2], mask.shape[-1], device=mask.device)  # (T_q, T), aligned at the end
+        layers = sorted({l for l, _ in heads})
+    else:
+        layers = range(n_layers)
     out = {}
-    for l in sorted({l for l, _ in heads}):
+    for l in layers:
         chosen = torch.tensor([(l, h) in heads for h in range(n_heads)], device=mask.device)  # (n_heads,)
-        out[l] = torch.where(chosen[:, None, None], mask.unsqueeze(-3), causal)  # (…, n_heads, T_q, T)
+        out[l] = torch.where(chosen[:, None, None], mask.unsqueeze(-3), base.unsqueeze(-3))  # (…, n_heads, T_q, T)
     return out

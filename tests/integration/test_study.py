@@ -117,10 +117,6 @@ def test_keys_and_values_come_only_from_a_clean_run_that_kept_them(model):
         model.silenced_logits(ids[:5], [3], kv=kv)
 
 
-def _cost(groups, starts, T, pass_rows):
-    return sum(len(g) * (T - starts[g[0]]) + pass_rows for g in groups)
-
-
 def _compositions(n):
     """Every split of 0..n-1 into consecutive groups."""
     if n == 0:
@@ -131,20 +127,66 @@ def _compositions(n):
             yield [range(0, first)] + [range(g.start + first, g.stop + first) for g in rest]
 
 
-@given(st.lists(st.integers(0, 30), min_size=1, max_size=7), st.integers(0, 40), st.integers(1, 120))
-def test_passes_are_the_cheapest_split_within_the_row_bound(starts, pass_rows, rows_per_pass):
+@given(st.lists(st.integers(0, 30), min_size=1, max_size=7), st.integers(0, 40), st.integers(1, 120),
+       st.booleans())
+def test_passes_are_the_cheapest_split_within_the_row_bound(starts, pass_rows, rows_per_pass, packable):
     starts, T = sorted(starts), 31
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(effects, "ROWS_PER_PASS", rows_per_pass)
-        groups = effects.passes(starts, T, pass_rows=pass_rows)
-    assert [i for g in groups for i in g] == list(range(len(starts)))  # every copy once, in order
+        groups = effects.passes(starts, T, pass_rows=pass_rows, packable=packable)
 
-    def allowed(g):
-        return len(g) == 1 or len(g) * (T - starts[g[0]]) <= rows_per_pass
+        def cost(g, packed):
+            return effects.pass_cost(starts[g.start:g.stop], T, packed, pass_rows)
 
-    assert all(allowed(g) for g in groups)
-    best = min(_cost(c, starts, T, pass_rows) for c in _compositions(len(starts)) if all(allowed(g) for g in c))
-    assert _cost(groups, starts, T, pass_rows) == best
+        def cheapest(g):  # None: no way to run this group in one pass
+            costs = [c for c in (cost(g, False), cost(g, True) if packable and len(g) > 1 else None) if c is not None]
+            return min(costs, default=None)
+
+        best = min(sum(cheapest(g) for g in c) for c in _compositions(len(starts))
+                   if all(cheapest(g) is not None for g in c))
+        chosen = [cost(g, packed) for g, packed in groups]
+    assert [i for g, _ in groups for i in g] == list(range(len(starts)))  # every copy once, in order
+    assert all(c is not None for c in chosen)  # within the bounds
+    assert all(not packed or (packable and len(g) > 1) for g, packed in groups)
+    assert sum(chosen) == pytest.approx(best)
+    if packable:  # packed rows are each copy's own: never more than side by side
+        assert sum(len(g) for g, packed in groups if packed) <= len(starts)
+
+
+def test_pass_costs_count_the_rows_each_layout_computes():
+    # side by side, both copies compute rows 2..9; packed, one computes 2..9 and the other 7..9
+    assert effects.pass_cost([2, 7], 10, packed=False, pass_rows=0) == 16 + 16 * 10 / effects.KEYS_PER_ROW
+    assert effects.pass_cost([2, 7], 10, packed=True, pass_rows=0) == 11 + 11 * (7 + 11) / effects.KEYS_PER_ROW
+    assert effects.pass_cost([0, 0], 10, packed=False, pass_rows=5) == 20 + 200 / effects.KEYS_PER_ROW + 5
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(effects, "ROWS_PER_PASS", 15)
+        assert effects.pass_cost([2, 7], 10, packed=False) is None  # 16 rows: too many
+        assert effects.pass_cost([2, 7], 10, packed=True) is not None  # 11 rows
+        assert effects.pass_cost([2], 100, packed=False) is not None  # one copy always runs
+
+
+@pytest.mark.parametrize("heads", [None, [(1, 0), (0, 3)]])
+def test_packed_copies_equal_copies_side_by_side(model, heads):
+    ids = random_ids(model, 9, 11)
+    kv = effects.keys_and_values(model.run(ids, record=["k", "v"]))
+    members = [5, 0, 8, 3, 3]  # unsorted, one repeated, the first and the last member among them
+    packed = model.silenced_logits(ids, members, heads=heads, kv=kv, packed=True)
+    assert packed.shape == (5, model.config.vocab_size)
+    assert torch.allclose(packed, model.silenced_logits(ids, members, heads=heads, kv=kv), atol=1e-5)
+    assert torch.allclose(packed, model.silenced_logits(ids, members, heads=heads), atol=1e-5)
+    with pytest.raises(ValueError, match="give kv"):
+        model.silenced_logits(ids, members, packed=True)
+
+
+def test_a_pass_predicts_from_any_rows_it_is_asked(model):
+    from studygroup.model import Forward
+
+    ids = random_ids(model, 8, 12)
+    every = model.run(ids, record="none", logits="all").logits  # (T, vocab)
+    asked = torch.tensor([1, 4, 7])
+    logits, _ = model.forward(torch.tensor(ids), Forward(asked=asked))  # the last layer asks three questions
+    assert logits.shape == (1, 3, model.config.vocab_size)
+    assert torch.allclose(logits[0], every[asked], atol=1e-4)
 
 
 def test_a_longer_text_says_what_it_will_need_and_shows_its_progress(model, monkeypatch, capsys):
