@@ -12,7 +12,7 @@ from conftest import write_tiny_gguf
 from safetensors.torch import save_file
 
 from studygroup import cache, gguf_file, weights
-from studygroup.tokenizer import load_tokenizer
+from studygroup.tokenizer import Tokenizer, load_tokenizer
 from studygroup.weights import read_weights
 from studygroup.weights_cache import load_weights
 
@@ -66,6 +66,8 @@ def test_second_load_reads_no_gguf(cache_dir, model, parses):
     assert len(parses) == 2  # no parse on a hit
     assert same(cold[0], warm[0]) and same(cold[0], read_weights(model.path))
     assert warm[1].encode("the 12 sing") == cold[1].encode("the 12 sing")
+    assert warm[1].merges == cold[1].merges == Tokenizer.from_gguf(model.path).merges  # kept once, in the built one
+    assert warm[1].tokens == cold[1].tokens and warm[1].token_types == cold[1].token_types
     assert not list(cache_dir.glob(".*.tmp"))  # no temporary file left behind
 
 
