@@ -32,6 +32,9 @@ def child_env(program: str, cache_dir: Path | None = None) -> dict[str, str]:
     """Environment of a child: offline, our cache dir, and llama-cpp-python's folder for llama.cpp only."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            "PYTHONUNBUFFERED": "1"}
+    # As on a user's machine, Python caches compiled modules: with PYTHONDONTWRITEBYTECODE (set in
+    # some sandboxes) every start compiles studygroup's modules again (~0.08 s).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     if cache_dir is not None:
         env["STUDYGROUP_CACHE_DIR"] = str(cache_dir)
     if program == "llama.cpp" and LLAMA_DIR.is_dir():
