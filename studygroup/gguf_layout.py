@@ -117,7 +117,10 @@ def unpermute_rope_rows(w: torch.Tensor, n_heads: int) -> torch.Tensor:
 
 
 def to_paper_layout(name: str, stored: torch.Tensor, c: Config) -> torch.Tensor:
-    """One tensor as the file stores it (numpy shape) -> ours: float32, contiguous, paper layout.
+    """One tensor as the file stores it (numpy shape) -> ours: float32, in the paper's layout.
+
+    A matrix the paper multiplies as (in, out) is the transpose of the file's (out, in) rows, kept
+    as they lie in memory (the layout BLAS multiplies fastest, and the cache stores): no copy.
 
     >>> from studygroup.config import Config
     >>> c = Config(1, 1, 1, 4, 4, 8, 8, 1e4, 1e-5, 10)
@@ -128,7 +131,7 @@ def to_paper_layout(name: str, stored: torch.Tensor, c: Config) -> torch.Tensor:
     assert tuple(stored.shape) == file_shape(name, c), f"{name}: {tuple(stored.shape)} != {file_shape(name, c)}"
     if kind in ROPE_PERMUTED:
         stored = unpermute_rope_rows(stored, getattr(c, ROPE_PERMUTED[kind]))
-    out = stored.T if kind in TRANSPOSED else stored
-    out = out.to(torch.float32).contiguous()
+    stored = stored.to(torch.float32).contiguous()
+    out = stored.T if kind in TRANSPOSED else stored  # (in, out) over (out, in) rows
     assert tuple(out.shape) == paper_shape(name, c)
     return out

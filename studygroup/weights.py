@@ -31,7 +31,8 @@ SUPPORTED_TYPES = frozenset({Q.F32, Q.F16, Q.BF16, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_
 def read_weights(path: str | Path) -> tuple[Config, dict[str, torch.Tensor]]:
     """Parse and dequantize a Llama GGUF file (no cache) into our names and the paper's layout.
 
-    Returns the Config and float32 contiguous tensors: embed (vocab, d_model), final_norm
+    Returns the Config and float32 tensors (a matrix (in, out) is stored as (out, in) rows in
+    memory, its transpose contiguous): embed (vocab, d_model), final_norm
     (d_model,), unembed (d_model, vocab) only when the file is untied, and per layer l
     `layers.{l}.` attn_norm, W_Q (d_model, n_heads*d_head), W_K and W_V (d_model, n_kv_heads*d_head),
     W_O (n_heads*d_head, d_model), mlp_norm, W_gate and W_up (d_model, d_mlp), W_down (d_mlp, d_model).

@@ -67,7 +67,8 @@ def test_names_shapes_and_dtypes(tiny):
                      f"layers.{l}.W_V": (32, 16), f"layers.{l}.W_O": (32, 32), f"layers.{l}.mlp_norm": (32,),
                      f"layers.{l}.W_gate": (32, 64), f"layers.{l}.W_up": (32, 64), f"layers.{l}.W_down": (64, 32)}
     assert {k: tuple(t.shape) for k, t in w.items()} == expected  # tied: no unembed
-    assert all(t.dtype == torch.float32 and t.is_contiguous() for t in w.values())
+    assert all(t.dtype == torch.float32 and (t.is_contiguous() or (t.dim() == 2 and t.T.is_contiguous()))
+               for t in w.values())
 
 
 def test_weights_equal_the_hf_weights_in_paper_layout(tiny_model, tiny):
@@ -217,11 +218,15 @@ def cut_points(path) -> dict[str, int]:
     reader = gguf.GGUFReader(path)
     tokens = reader.fields["tokenizer.ggml.tokens"]
     first, last = reader.tensors[0], reader.tensors[-1]
-    return {"header": 10, "metadata": tokens.offset + 40, "tensor info": first.field.offset + 5,
+    at = lambda part: part.ctypes.data - reader.data.ctypes.data  # noqa: E731 (a part's byte offset in the file)
+    third = tokens.data[2]  # the index of the third token's bytes among the field's parts; its length before it
+    return {"header": 10, "metadata": tokens.offset + 40, "a token's length": at(tokens.parts[third - 1]) + 3,
+            "a token's bytes": at(tokens.parts[third]), "tensor info": first.field.offset + 5,
             "data": first.data_offset + 7, "last byte": last.data_offset + int(last.n_bytes) - 1}
 
 
-@pytest.mark.parametrize("part", ["header", "metadata", "tensor info", "data", "last byte"])
+@pytest.mark.parametrize("part", ["header", "metadata", "a token's length", "a token's bytes", "tensor info", "data",
+                                  "last byte"])
 def test_truncated_file(tiny_model, tmp_path, part):
     data = tiny_model.path.read_bytes()
     path = tmp_path / "cut.gguf"
@@ -229,6 +234,8 @@ def test_truncated_file(tiny_model, tmp_path, part):
     with pytest.raises(ModelFileError, match="truncated") as error:
         read_weights(path)
     assert str(path) in str(error.value) and "\n" not in str(error.value)
+    if part.startswith("a token"):  # inside the vocabulary: the message names it
+        assert "in the middle of tokenizer.ggml.tokens" in str(error.value)
 
 
 def test_architecture_other_than_llama(tmp_path):
