@@ -29,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +43,7 @@ PARAGRAPH = (
     "answers and reach a conclusion, the next word. Real numbers from a real model, offline, on a "
     "laptop CPU, checked against Hugging Face transformers and llama.cpp. "
 )
+SETTLE_S = 2.0  # seconds the machine rests after a cold start's cache is removed
 SENTENCE = "Cash or credit card? I have a lot"  # the article's sentence, as `studygroup explain` shows it
 
 #: (program, mode, label, group), in the order the peers take their turns. The groups run one
@@ -327,8 +329,10 @@ def run_start(entry: dict, argv: list[str], program: str, cache: str | None, wor
     try:
         t = timed_run(argv, child_env(program, cache_dir))
     finally:
-        if cache == "cold":
-            shutil.rmtree(cache_dir, ignore_errors=True)
+        if cache == "cold":  # then let its 0.5 GB of writes and their removal settle, untimed: a start
+            shutil.rmtree(cache_dir, ignore_errors=True)  # right after them ran ~0.5 s slower here
+            os.sync()
+            time.sleep(SETTLE_S)
     if t.status != 0:
         entry["error"] = f"exit status {t.status}: " + " | ".join(t.stderr.strip().splitlines()[-3:])
         return

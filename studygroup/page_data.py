@@ -68,15 +68,20 @@ def comparison(model, text_a, text_b, top: int = 10):
     return compare(model, text_a, text_b, top=top)
 
 
-def model_view(model, text, explanation=None) -> dict:
+def model_view(model, text, explanation=None, silence_members: Sequence[int] = (),
+               silence_heads: Sequence[tuple[int, int]] = ()) -> dict:
     """Every head's weights on `text`, layer × head, grouped by key/value head, decisive heads ranked.
 
     Thumbnail weights are rounded to THUMBNAIL_DECIMALS (exact values are in the head view).
+    silence_members, silence_heads: the weights of a run with these silenced (in every head).
     """
     ids = checked_ids(model, text)
     rows = "all" if len(ids) <= FULL_MAPS_MAX_T else "last"  # long texts: the last question only
     record = Record(steps=("weights", *attribution.NEEDED_STEPS), rows=rows)
-    d = _model_view(model.run(ids, record=record), explanation).to_dict()
+    run = model.run(ids, record=record, silence_members=list(silence_members), silence_heads=list(silence_heads))
+    d = _model_view(run, explanation).to_dict()
+    d["silenced_members"] = sorted({int(j) for j in silence_members})
+    d["silenced_heads"] = [list(p) for p in sorted({(int(l), int(h)) for l, h in silence_heads})]
     for row in d["heads"]:
         for cell in row:
             cell["weights"] = [[round(x, THUMBNAIL_DECIMALS) for x in r] for r in cell["weights"]]
@@ -84,14 +89,16 @@ def model_view(model, text, explanation=None) -> dict:
     return d
 
 
-def head(model, text, layer: int, head: int, notation: str = "paper", rows: str = "auto") -> dict:
+def head(model, text, layer: int, head: int, notation: str = "paper", rows: str = "auto",
+         silence_members: Sequence[int] = (), silence_heads: Sequence[tuple[int, int]] = ()) -> dict:
     """One head whole (study_head.head_view) with what each answer contributes to each question.
 
     contributions[i][j] (paper; transposed in "columns") = w_ij · ‖v_j · W_O[h]‖, the size of
     member j's answer in question i's weighted sum as the head writes it. rows: "all" every
     question, "last" the last member's question only, "auto" all up to FULL_GRID_MAX_T members.
+    silence_members, silence_heads: the head in a run with these silenced.
     """
-    view = head_view(model, text, layer, head, notation)
+    view = head_view(model, text, layer, head, notation, silence_members=silence_members, silence_heads=silence_heads)
     d = view.to_dict()
     sizes = answer_sizes(model, layer, head, torch.tensor(view.v if notation == "paper" else _t(view.v)))
     weights = torch.tensor(view.weights, dtype=torch.float32)  # (T, T) in the asked orientation

@@ -62,9 +62,13 @@ class TextBody(_Body):
     top: Top = 10
 
 
+Members = Annotated[list[Index], Field(max_length=MAX_SILENCED)]
+Heads = Annotated[list[Pair], Field(max_length=MAX_SILENCED)]
+
+
 class ConclusionBody(TextBody):
-    silence_members: Annotated[list[Index], Field(max_length=MAX_SILENCED)] = []
-    silence_heads: Annotated[list[Pair], Field(max_length=MAX_SILENCED)] = []
+    silence_members: Members = []
+    silence_heads: Heads = []
 
 
 class CompareBody(_Body):
@@ -75,6 +79,8 @@ class CompareBody(_Body):
 
 class ModelViewBody(_Body):
     text: Text
+    silence_members: Members = []
+    silence_heads: Heads = []
 
 
 class HeadBody(_Body):
@@ -83,6 +89,8 @@ class HeadBody(_Body):
     head: Index
     notation: Literal["paper", "columns"] = "paper"
     rows: Literal["auto", "all", "last"] = "auto"
+    silence_members: Members = []
+    silence_heads: Heads = []
 
 
 # ---- the app -------------------------------------------------------------------------------------
@@ -118,6 +126,14 @@ class Service:
             raise InputError(f"the text is {T} tokens long: {why}")
         return T
 
+    def silenced(self, b, T: int) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]]:
+        """A body's silenced members and heads, checked against a text of T tokens, sorted, once each."""
+        for j in b.silence_members:
+            self.model.check_member(j, T)
+        for l, h in b.silence_heads:
+            self.model.check_head(l, h)
+        return tuple(sorted(set(b.silence_members))), tuple(sorted({(l, h) for l, h in b.silence_heads}))
+
     async def answer(self, key: tuple, compute) -> Response:
         """The cached answer for key, or compute() -> JSON-able, in the model's turn, then cached."""
         body = self.answers.get(key)
@@ -145,7 +161,7 @@ class Service:
         e = self.explanation(DEFAULT_TEXT, 10)
         for key, fn in ((("explain", DEFAULT_TEXT, 10), lambda: e.to_dict()),
                         (("conclusion", DEFAULT_TEXT, 10, (), ()), lambda: page_data.conclusion(self.model, DEFAULT_TEXT, 10)),
-                        (("model_view", DEFAULT_TEXT, True), lambda: page_data.model_view(self.model, DEFAULT_TEXT, e))):
+                        (("model_view", DEFAULT_TEXT, True, (), ()), lambda: page_data.model_view(self.model, DEFAULT_TEXT, e))):
             if self.answers.get(key) is None:
                 body = _dumps(fn())
                 self.answers.put(key, body, len(body))
@@ -233,13 +249,7 @@ def _routes(app: FastAPI, s: Service) -> None:
 
     @app.post("/api/conclusion")
     async def conclusion(b: ConclusionBody):
-        T = s.check_text(b.text)
-        for j in b.silence_members:
-            model.check_member(j, T)
-        for l, h in b.silence_heads:
-            model.check_head(l, h)
-        members = tuple(sorted(set(b.silence_members)))
-        heads = tuple(sorted({(l, h) for l, h in b.silence_heads}))
+        members, heads = s.silenced(b, s.check_text(b.text))
         return await s.answer(("conclusion", b.text, b.top, members, heads),
                               lambda: page_data.conclusion(model, b.text, b.top, members, heads))
 
@@ -262,13 +272,14 @@ def _routes(app: FastAPI, s: Service) -> None:
 
     @app.post("/api/model_view")
     async def model_view(b: ModelViewBody):
-        s.check_text(b.text)
+        members, heads = s.silenced(b, s.check_text(b.text))
         e = s.explanations.get((b.text, None))  # its decisive heads rank the view's heads
-        return await s.answer(("model_view", b.text, e is not None), lambda: page_data.model_view(model, b.text, e))
+        return await s.answer(("model_view", b.text, e is not None, members, heads),
+                              lambda: page_data.model_view(model, b.text, e, members, heads))
 
     @app.post("/api/head")
     async def head(b: HeadBody):
-        s.check_text(b.text)
+        members, heads = s.silenced(b, s.check_text(b.text))
         model.check_head(b.layer, b.head)
-        return await s.answer(("head", b.text, b.layer, b.head, b.notation, b.rows),
-                              lambda: page_data.head(model, b.text, b.layer, b.head, b.notation, b.rows))
+        return await s.answer(("head", b.text, b.layer, b.head, b.notation, b.rows, members, heads),
+                              lambda: page_data.head(model, b.text, b.layer, b.head, b.notation, b.rows, members, heads))

@@ -8,7 +8,8 @@ member i's question, and each column of the weights sums to 1. The column view i
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import torch
 
@@ -92,6 +93,8 @@ class HeadView(JSONable):
     output: list[list[float]]  # the weighted sums
     members: list[MemberRow]
     check: NotationCheck
+    silenced_members: list[int] = field(default_factory=list)  # whose answers nobody heard in this run
+    silenced_heads: list[list[int]] = field(default_factory=list)  # [layer, head] pairs that wrote nothing
 
 
 def check_notation(notation: str) -> None:
@@ -120,10 +123,13 @@ def masked_grid(values: torch.Tensor, mask: torch.Tensor) -> list[list[float | N
     return [[x if m else None for x, m in zip(row, mrow)] for row, mrow in zip(values.tolist(), mask.tolist())]
 
 
-def head_view(model, text, layer: int, head: int, notation: str = "paper", largest: int = LARGEST) -> HeadView:
+def head_view(model, text, layer: int, head: int, notation: str = "paper", largest: int = LARGEST,
+              silence_members: Sequence[int] = (), silence_heads: Sequence[tuple[int, int]] = ()) -> HeadView:
     """One head as a study group, in paper or column notation.
 
     largest: how many of each vector's largest entries the member summaries keep.
+    silence_members, silence_heads: the head as it is in a run with these silenced (in every
+    head); a silenced member's answer is masked, as the future is.
 
     >>> v = head_view(studygroup.load(), "I have a lot", layer=0, head=8, notation="columns")  # doctest: +SKIP
     >>> v.check.agree, len(v.weights), v.orientation.split(",")[0]                          # doctest: +SKIP
@@ -132,7 +138,7 @@ def head_view(model, text, layer: int, head: int, notation: str = "paper", large
     check_notation(notation)
     model.check_head(layer, head)
     ids = checked_ids(model, text)
-    run = model.run(ids, record="none")
+    run = model.run(ids, record="none", silence_members=list(silence_members), silence_heads=list(silence_heads))
     h = run.head(layer, head)  # recomputed up to this layer
     cols_out, cols_weights, check = _columns(h)
     t = (lambda m: m.mT) if notation == "columns" else (lambda m: m)  # noqa: E731
@@ -145,7 +151,8 @@ def head_view(model, text, layer: int, head: int, notation: str = "paper", large
         kv_head=h.kv_head, shares_keys_with=group, notation=notation, orientation=ORIENTATION[notation],
         scores=masked_grid(t(h.scores), t(h.mask)), weights=weights.tolist(), mask=t(h.mask).tolist(), q=t(h.q).tolist(),
         k=t(h.k).tolist(), v=t(h.v).tolist(), q_pre_rope=t(h.q_pre_rope).tolist(), k_pre_rope=t(h.k_pre_rope).tolist(),
-        output=output.tolist(), members=_members(h, run.tokens, largest), check=check)
+        output=output.tolist(), members=_members(h, run.tokens, largest), check=check,
+        silenced_members=sorted(set(run.settings.silenced_members)), silenced_heads=[list(p) for p in sorted(run.settings.silenced_heads)])
 
 
 def _columns(h) -> tuple[torch.Tensor, torch.Tensor, NotationCheck]:

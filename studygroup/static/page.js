@@ -211,6 +211,19 @@
     ctx.textAlign = "left"; ctx.fillText("masked", x0 + w + 8, y + h + 3);
   }
 
+  /** Whether a view (model view or head) was computed with something silenced. */
+  const isSilenced = (d) => Boolean(d && ((d.silenced_members || []).length || (d.silenced_heads || []).length));
+
+  /** " These weights are those of a run with … silenced." for a view computed with silencing, else "". */
+  function silencedNote(d) {
+    const m = d.silenced_members || [], h = d.silenced_heads || [];
+    if (!m.length && !h.length) return "";
+    const parts = [];
+    if (m.length) parts.push((m.length === 1 ? "member " : "members ") + m.join(", ") + " (nobody hears " + (m.length === 1 ? "its answer: masked" : "their answers: masked") + ")");
+    if (h.length) parts.push(h.map(([a, b]) => "layer " + a + " head " + b).join(", ") + " (writing nothing)");
+    return " These are the weights of a run with " + parts.join(" and ") + " silenced.";
+  }
+
   /** A thumbnail of one head's weights (paper: rows are questions; transposed for the video). */
   function drawThumb(canvas, weights, size, transpose) {
     const R = weights.length, C = weights[0].length;
@@ -419,18 +432,29 @@
       } catch (e) { if (live()) this.say(e.message, "error"); }
     }
 
+    /** What is silenced now, as the API takes it (empty lists when nothing is). */
+    silencing() {
+      return { silence_members: [...this.ui.members].sort((a, b) => a - b),
+        silence_heads: [...this.ui.headsSilenced].map((k) => k.split(".").map(Number)).sort((a, b) => a[0] - b[0] || a[1] - b[1]) };
+    }
+
     async resilence() {
       if (!this.api) { this.renderConclusion(); return; }
       const gen = this.gen;
-      const body = { text: this.d.text, top: 10, silence_members: [...this.ui.members],
-        silence_heads: [...this.ui.headsSilenced].map((k) => k.split(".").map(Number)) };
+      const silencing = this.silencing();
       try {
         this.say("Recomputing the conclusion with the silenced members and heads\u2026", "busy");
-        const c = await this.post("/conclusion", body);
+        const c = await this.post("/conclusion", { text: this.d.text, top: 10, ...silencing });
         if (gen !== this.gen) return;
         this.d.conclusion = c;
         this.renderConclusion();
+        this.say("Redrawing every head as it listens with them silenced\u2026", "busy");
+        const mv = await this.post("/model_view", { text: this.d.text, ...silencing });
+        if (gen !== this.gen || JSON.stringify(silencing) !== JSON.stringify(this.silencing())) return;
+        this.d.modelView = mv;
+        this.renderModelView();
         this.say("");
+        if (this.ui.layer != null) await this.openHead(this.ui.layer, this.ui.head, false);
       } catch (e) { if (gen === this.gen) this.say(e.message, "error"); }
     }
 
@@ -676,6 +700,7 @@
       const grid = clear(this.q(".sg-mv-grid"));
       const legend = clear(this.q(".sg-mv-legend"));
       const mv = this.d.modelView, e = this.d.explanation;
+      grid.dataset.silenced = String(isSilenced(mv));
       const shape = mv || (e && e.model);
       if (!shape) return;
       const L = shape.n_layers, H = shape.n_heads, G = shape.n_kv_heads, size = H > 12 ? 18 : 26;
@@ -726,6 +751,7 @@
         legend.appendChild(el("p", { cls: "sg-hint", text: "Weights on one absolute 0\u20131 scale in every head (viridis); grey: masked (the future). " +
           (transpose ? "Video orientation: columns are questions." : "Paper orientation: rows are questions.") +
           (mv.rows === "last" ? " Long text: each thumbnail shows the last member's question only." : "") +
+          silencedNote(mv) +
           " Numbered: the decisive heads, ranked by " + (e ? "the exact effect of silencing them." : mv.ranked_by + ".") }));
       } else {
         legend.appendChild(el("p", { cls: "sg-hint", text: "Each head's direct contribution to the logit of " + e.predicted.token +
@@ -759,12 +785,12 @@
       this.ui.layer = l; this.ui.head = h;
       this.paintThumbs(); this.paintHeadControls();
       if (!this.api) { this.renderHead(); return; }
-      const key = [l, h, this.ui.notation, this.ui.rows].join(".");
+      const key = this.headKey(l, h);
       if (!this.heads.has(key)) {
         const gen = this.gen;
         try {
           this.say("Opening head " + h + " of layer " + l + "\u2026", "busy");
-          const d = await this.post("/head", { text: this.d.text, layer: l, head: h, notation: this.ui.notation, rows: this.ui.rows });
+          const d = await this.post("/head", { text: this.d.text, layer: l, head: h, notation: this.ui.notation, rows: this.ui.rows, ...this.silencing() });
           if (gen !== this.gen) return;
           if (this.heads.size > 40) this.heads.delete(this.heads.keys().next().value);
           this.heads.set(key, d);
@@ -774,9 +800,14 @@
       if (this.ui.layer === l && this.ui.head === h) this.renderHead();
     }
 
+    /** The key of a head as asked now: its place, the orientation, the rows and what is silenced. */
+    headKey(l, h) {
+      return [l, h, this.ui.notation, this.ui.rows].join(".") + ":" + JSON.stringify(this.silencing());
+    }
+
     currentHead() {
       if (this.ui.layer == null) return null;
-      if (this.api) return this.heads.get([this.ui.layer, this.ui.head, this.ui.notation, this.ui.rows].join(".")) || null;
+      if (this.api) return this.heads.get(this.headKey(this.ui.layer, this.ui.head)) || null;
       const both = this.d.embeddedHeads && this.d.embeddedHeads[this.ui.layer + "." + this.ui.head];
       return both ? both[this.ui.notation] : null;
     }
@@ -810,7 +841,7 @@
       const d = this.currentHead();
       const l = this.ui.layer, h = this.ui.head;
       this.paintHeadControls();
-      this.q(".sg-check").textContent = d ? d.check.statement : "";
+      this.q(".sg-check").textContent = d ? d.check.statement + silencedNote(d) : "";
       this.q(".sg-full").hidden = !(d && d.rows === "last");
       if (l == null) { figs.hidden = true; empty.textContent = ""; this.renderMemberPanel(); return; }
       const mvShape = this.d.modelView || (this.d.explanation && this.d.explanation.model);
@@ -865,6 +896,7 @@
         const g = this.gridSpec(kind);
         if (!g) continue;
         drawGrid(canvas, g);
+        canvas.dataset.silenced = String(isSilenced(this.currentHead()));
         canvas.dataset.orientation = g.questionAxis === "rows" ? "paper" : "columns";
         canvas.dataset.rows = String(g.rows.length);
         canvas.dataset.cols = String(g.cols.length);

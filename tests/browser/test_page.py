@@ -88,8 +88,18 @@ def test_page_explain_orient_select_silence(page, server_url, screenshots):
     assert page.locator(".sg-bars .sg-ghost").count() >= 10
     new = page.locator(".sg-bars .sg-value").all_inner_texts()
     assert new != old and any("pts" in v and not v.endswith("0.0 pts)") for v in new)
+    # ... and every head is drawn again as it listens in that run: nobody else hears the member
+    page.locator(".sg-mv-grid[data-silenced='true']").wait_for()
+    page.locator(".sg-grid-weights[data-silenced='true']").wait_for()
+    silenced = page.evaluate(DISPLAYED, "weights")
+    assert silenced["orientation"] == "columns"  # (the switch above): column i is question i
+    assert all(silenced["matrix"][last - 1][i] == 0 for i in range(T) if i != last - 1)
+    assert "silenced" in page.locator(".sg-check").inner_text() and "silenced" in page.locator(".sg-mv-legend").inner_text()
     page.click(".sg-silenced .sg-link")  # clear all
     page.locator(".sg-bars[data-silenced='false']").wait_for()
+    page.locator(".sg-mv-grid[data-silenced='false']").wait_for()
+    page.locator(".sg-grid-weights[data-silenced='false']").wait_for()
+    assert page.evaluate(DISPLAYED, "weights")["matrix"] == after["matrix"]
 
     # silence a head from the head view
     page.click(".sg-silence-head")

@@ -10,6 +10,7 @@ import threading
 import time
 
 import pytest
+import torch
 from fastapi.testclient import TestClient
 
 import studygroup
@@ -137,6 +138,36 @@ def test_model_view(client, model):
     assert any(h["rank"] == 1 for row in d["heads"] for h in row)
 
 
+def test_model_view_with_silencing_shows_the_silenced_run(client, model):
+    clean = post(client, "/api/model_view", {"text": TEXT}).json()
+    assert clean["silenced_members"] == [] and clean["silenced_heads"] == []
+    d = post(client, "/api/model_view", {"text": TEXT, "silence_members": [1, 1], "silence_heads": [[0, 2]]}).json()
+    assert d["silenced_members"] == [1] and d["silenced_heads"] == [[0, 2]]
+    T = len(d["tokens"])
+    for row in d["heads"]:
+        for h in row:  # nobody hears member 1 but member 1 itself, and only while it has nothing else
+            w = h["weights"]
+            assert all(w[i][1] == 0 for i in range(T) if i != 1) and all(abs(sum(r) - 1) < 0.01 for r in w)
+    # the run's own numbers: the same as the library gives for that run
+    run = model.run(TEXT, record=["weights"], silence_members=[1], silence_heads=[(0, 2)])
+    w = run["layers.1.weights"][3].tolist()
+    assert d["heads"][1][3]["weights"] == [[round(x, 3) for x in r] for r in w]
+    assert d["heads"][1][3]["weights"] != clean["heads"][1][3]["weights"]
+
+
+def test_head_with_silencing_masks_the_silenced_member(client, model):
+    d = post(client, "/api/head", {"text": TEXT, "layer": 1, "head": 0, "silence_members": [2]}).json()
+    T = len(d["tokens"])
+    assert d["silenced_members"] == [2] and d["silenced_heads"] == []
+    assert all(not d["mask"][i][2] and d["weights"][i][2] == 0 and d["scores"][i][2] is None for i in range(T) if i != 2)
+    head = model.run(TEXT, record="none", silence_members=[2]).head(1, 0)
+    assert torch.allclose(torch.tensor(d["weights"]), head.weights, atol=1e-6)
+    cols = post(client, "/api/head", {"text": TEXT, "layer": 1, "head": 0, "silence_members": [2], "notation": "columns"}).json()
+    assert T > 3 and cols["check"]["agree"] and cols["weights"][2][T - 1] == 0  # columns: transposed
+    clean = post(client, "/api/head", {"text": TEXT, "layer": 1, "head": 0}).json()
+    assert clean["silenced_members"] == [] and clean["weights"] != d["weights"]
+
+
 def test_head_in_both_notations_is_transposed(client):
     paper = post(client, "/api/head", {"text": TEXT, "layer": 1, "head": 3}).json()
     cols = post(client, "/api/head", {"text": TEXT, "layer": 1, "head": 3, "notation": "columns"}).json()
@@ -197,6 +228,10 @@ def test_token_text_is_returned_as_data(model):
     ("/api/compare", {"text_a": TEXT}, 422, "text_b"),
     ("/api/compare", {"text_a": "", "text_b": TEXT}, 422, "text_a"),
     ("/api/model_view", {"text": TEXT, "top": 3}, 422, "top"),
+    ("/api/model_view", {"text": TEXT, "silence_members": [99]}, 400, "member 99 does not exist"),
+    ("/api/model_view", {"text": TEXT, "silence_heads": [[0, 4]]}, 400, "head 4 does not exist"),
+    ("/api/head", {"text": TEXT, "layer": 0, "head": 0, "silence_members": [-1]}, 422, "silence_members"),
+    ("/api/head", {"text": TEXT, "layer": 0, "head": 0, "silence_heads": [[5, 0]]}, 400, "layer 5 does not exist"),
     ("/api/head", {"text": TEXT, "layer": 2, "head": 0}, 400, "layer 2 does not exist: the model has 2 layers (0-1)"),
     ("/api/head", {"text": TEXT, "layer": 0, "head": 9}, 400, "head 9 does not exist"),
     ("/api/head", {"text": TEXT, "layer": -1, "head": 0}, 422, "layer"),
