@@ -47,11 +47,15 @@ def gradient_run(model: Model, ids: list[int], record: Record, on_layer=None) ->
     >>> estimate.shape                                                           # doctest: +SKIP
     torch.Size([30, 9])
 
-    on_layer: called after each layer of the forward pass (a progress bar's advance).
+    on_layer: called after each layer of the forward pass, then as the backward pass reaches each
+    layer's gate (2·n_layers calls: a progress bar's advance).
     """
     c = model.config
     with torch.inference_mode(False), torch.enable_grad():  # even when the caller is in inference mode
         gates = {l: torch.ones(1, c.n_heads, device=model.device, requires_grad=True) for l in range(c.n_layers)}
+        if on_layer is not None:
+            for g in gates.values():
+                g.register_hook(lambda grad: _called(on_layer))
         plan = Forward(gates=gates, record=record, on_layer=on_layer)
         logits, steps = model.forward(torch.tensor(ids, device=model.device), plan)
         last = log_probs(logits[0, -1])  # (vocab,)
@@ -59,6 +63,11 @@ def gradient_run(model: Model, ids: list[int], record: Record, on_layer=None) ->
     estimate = -torch.stack([gates[l].grad[0] for l in range(c.n_layers)]).float().cpu()  # (L, H)
     run = Run(model, ids, Settings(), record, logits[0].detach().float(), {k: v[0] for k, v in steps.items()})
     return run, estimate
+
+
+def _called(f) -> None:
+    """Call f(); None, so that as a gradient hook it leaves the gradient as it is."""
+    f()
 
 
 def member_log_probs(model: Model, ids: list[int], token: int, members: Sequence[int],

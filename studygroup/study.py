@@ -174,7 +174,7 @@ def analyse(model, text, *, top: int = 10, silence_heads: int | str = 16, silenc
     long = len(ids) > FULL_RECORD_MAX_T  # long enough to say what it will need, and show progress
     if long:
         announce(model, len(ids), silence_heads, silence_members)
-    with Progress(model.config.n_layers, "forward pass with a gradient", show=long) as bar:
+    with Progress(2 * model.config.n_layers, "a pass with a gradient, forward then backward", show=long) as bar:
         run, estimate = effects.gradient_run(model, ids, recording(len(ids)), on_layer=bar.advance)
     lp = effects.log_probs(run.last_logits)  # (vocab,)
     token = int(lp.argmax())

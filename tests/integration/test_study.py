@@ -210,10 +210,10 @@ def test_a_longer_text_says_what_it_will_need_and_shows_its_progress(model, monk
     err = capsys.readouterr().err
     assert re.match(r"explaining 12 members: about \d+\.\d GiB and [\d.]+ (s|min) \(a pass with a gradient, "
                     r"then 3 heads and 5 members silenced exactly", err), err
-    assert [b.label for b in bars] == ["forward pass with a gradient", "silencing 3 heads, layer by layer",
+    assert [b.label for b in bars] == ["a pass with a gradient, forward then backward", "silencing 3 heads, layer by layer",
                                        "silencing 5 members, layer by layer"]
     assert all(b.enabled and b.done == b.total > 0 for b in bars)  # every bar reaches its end
-    assert bars[0].total == model.config.n_layers
+    assert bars[0].total == 2 * model.config.n_layers  # the backward pass advances it too
     for a, b in zip(short.members, e.members):  # the same effects, whatever was recorded
         assert (a.effect is None) == (b.effect is None)
         assert a.effect is None or a.effect == pytest.approx(b.effect, abs=1e-5)
