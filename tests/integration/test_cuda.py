@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import studygroup
-from studygroup import page_data, record, study, study_compare, study_head, study_long
+from studygroup import effects, page_data, record, study, study_compare, study_head, study_long
 from studygroup.errors import InputError
 from studygroup.lesson import lesson
 
@@ -55,6 +55,12 @@ def test_interventions_equal_the_cpu(cpu, gpu):
     for x, y in pairs:
         assert (x.last_logits - y.last_logits.cpu()).abs().max() < 1e-4
     assert (cpu.silenced_logits(ids, members=[1, 4, 9]) - gpu.silenced_logits(ids, members=[1, 4, 9]).cpu()).abs().max() < 1e-4
+    kv_a = effects.keys_and_values(cpu.run(ids, record=["k", "v"]))
+    kv_b = effects.keys_and_values(gpu.run(ids, record=["k", "v"]))
+    packed = gpu.silenced_logits(ids, [9, 1, 4], heads=[(0, 1), (1, 3)], kv=kv_b, packed=True)
+    assert packed.device.type == "cuda"
+    assert (cpu.silenced_logits(ids, [9, 1, 4], heads=[(0, 1), (1, 3)], kv=kv_a, packed=True) - packed.cpu()).abs().max() < 1e-4
+    assert (cpu.silenced_logits(ids, [9, 1, 4], heads=[(0, 1), (1, 3)]) - packed.cpu()).abs().max() < 1e-4
 
 
 def test_head_recomputed_on_demand_on_the_gpu(cpu, gpu):
