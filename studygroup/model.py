@@ -122,7 +122,7 @@ class Model:
             attn_out = self._attention(l, E, cos, sin, plan, keep, asked if shortcut else None)  # (B, T or R, d_model)
             x = (x[:, asked] if shortcut else x) + attn_out
             keep("resid_mid", x)
-            mlp_out = self._mlp(l, rms_norm(x, w[f"layers.{l}.mlp_norm"], c.rms_eps), buffers)  # (B, T or 1, d_model)
+            mlp_out = self._mlp(l, rms_norm(x, w[f"layers.{l}.mlp_norm"], c.rms_eps), buffers)  # (B, T or R, d_model)
             keep("mlp_out", mlp_out)
             x = x + mlp_out
             keep("resid_post", x)
@@ -168,8 +168,8 @@ class Model:
             z = z * (g[:, :, None, None] if g.dim() == 2 else g[..., asking, None]).to(z.dtype)  # silenced: writes nothing
         W_O = w[f"layers.{l}.W_O"]  # (H·d, d_model)
         if keep.keeps("write"):
-            rows = z[:, :, -1:] if keep.record.rows == "last" else z
-            keep("write", torch.einsum("bhtd,hdm->bhtm", rows, W_O.view(H, d, -1)))  # (B, H, R, d_model)
+            kept = z[:, :, -1:] if keep.record.rows == "last" else z
+            keep("write", torch.einsum("bhtd,hdm->bhtm", kept, W_O.view(H, d, -1)))  # (B, H, R, d_model)
         attn_out = z.transpose(1, 2).reshape(B, q.shape[2], H * d) @ W_O  # (B, R, d_model)
         keep("attn_out", attn_out)
         return attn_out

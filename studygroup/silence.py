@@ -97,13 +97,10 @@ def per_layer(mask: torch.Tensor, heads: Heads | None, n_layers: int, n_heads: i
     """
     if heads is None:
         return {l: mask.unsqueeze(-3) for l in range(n_layers)}  # (…, 1, T_q, T)
+    out = {} if base is None else {l: base.unsqueeze(-3) for l in range(n_layers)}  # (…, 1, T_q, T), one tensor
     if base is None:
         base = causal_mask(mask.shape[-2], mask.shape[-1], device=mask.device)  # (T_q, T), aligned at the end
-        layers = sorted({l for l, _ in heads})
-    else:
-        layers = range(n_layers)
-    out = {}
-    for l in layers:
+    for l in sorted({l for l, _ in heads}):
         chosen = torch.tensor([(l, h) in heads for h in range(n_heads)], device=mask.device)  # (n_heads,)
         out[l] = torch.where(chosen[:, None, None], mask.unsqueeze(-3), base.unsqueeze(-3))  # (…, n_heads, T_q, T)
     return out

@@ -40,3 +40,26 @@ def test_per_layer_applies_to_chosen_heads_only():
     for h in (0, 1, 3):
         assert torch.equal(layers[1][0, h], causal_mask(T, T))
     assert set(silence.per_layer(mask, None, 3, 4)) == {0, 1, 2}
+
+
+def test_per_layer_with_a_base_covers_every_layer_and_shares_the_untouched_ones():
+    silenced, base = silence.packed_member_masks(5, [3, 1])
+    layers = silence.per_layer(silenced[None], frozenset({(1, 2)}), n_layers=3, n_heads=4, base=base[None])
+    assert set(layers) == {0, 1, 2}
+    assert layers[0].shape == (1, 1, *base.shape) and layers[0].data_ptr() == layers[2].data_ptr()  # one tensor
+    assert torch.equal(layers[1][0, 2], silenced) and torch.equal(layers[1][0, 0], base)
+
+
+def test_packed_masks_equal_the_copies_one_at_a_time():
+    T, members = 7, [4, 0, 6, 2, 2]
+    silenced, base = silence.packed_member_masks(T, members)
+    P, o = max(members), 0
+    assert silenced.shape == base.shape == (sum(T - j for j in members), P + sum(T - j for j in members))
+    for j in members:  # copy j's rows j..T-1 see the reused keys 0..j-1 and their own rows, as the whole copy would
+        n, full = T - j, silence.member_mask(T, [j])
+        rows = silenced[o:o + n]
+        assert torch.equal(rows[:, :j], full[j:, :j]) and not rows[:, j:P].any()
+        assert torch.equal(rows[:, P + o:P + o + n], full[j:, j:])
+        assert not rows[:, P:P + o].any() and not rows[:, P + o + n:].any()  # never another copy's rows
+        assert torch.equal(base[o:o + n, P + o:P + o + n], causal_mask(n, n)) and base[o:o + n, :j].all()
+        o += n
