@@ -6,6 +6,7 @@ once per process (about 20 ms).
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from functools import lru_cache
@@ -13,6 +14,7 @@ from functools import lru_cache
 import torch
 
 from studygroup.config import Config
+from studygroup.record import MAP_STEPS, Record, names
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,55 @@ def activation_bytes(c: Config, T: int, batch: int = 1) -> int:
 def kv_bytes(c: Config, T: int) -> int:
     """Every member's keys and values in every layer, float32 (kept for last-question analysis)."""
     return 4 * 2 * c.n_layers * c.n_kv_heads * T * c.d_head
+
+
+def recording_bytes(c: Config, T: int, record: Record, all_logits: bool = False) -> int:
+    """What a run over T tokens keeps for `record`, in bytes: exactly the steps its pass keeps
+    (maps in record.map_dtype, everything else float32; on demand, a layer's q and k instead of
+    its maps; `final` for the last row only unless every position's logits are asked for).
+
+    >>> from studygroup.config import Config
+    >>> c = Config(30, 9, 3, 576, 64, 1536, 8192, 1e5, 1e-5, 49152)
+    >>> round(recording_bytes(c, 8192, Record()) / 2**30, 1)   # every step and map of every row
+    145.1
+    >>> round(recording_bytes(c, 8192, Record(rows="last", steps=("weights",))) / 2**20, 1)
+    8.4
+    """
+    total = 0
+    for name in names(c.n_layers):
+        if record.keeps(name):
+            step = name.rpartition(".")[2]
+            one = step not in record.full_rows and (record.rows == "last" or (step == "final" and not all_logits))
+            rows = 1 if one else T
+            size = torch.finfo(record.map_dtype).bits // 8 if step in MAP_STEPS else 4
+            total += size * math.prod(_step_shape(c, step, T, rows))
+    return total
+
+
+def _step_shape(c: Config, step: str, T: int, rows: int) -> tuple[int, ...]:
+    """The shape a recorded step has (see studygroup.record), `rows` of its rows kept."""
+    if step in ("q_pre_rope", "q", "output"):
+        return (c.n_heads, rows, c.d_head)
+    if step in ("k_pre_rope", "k", "v"):
+        return (c.n_kv_heads, rows, c.d_head)
+    if step in MAP_STEPS:
+        return (c.n_heads, rows, T)
+    if step == "write":
+        return (c.n_heads, rows, c.d_model)
+    return (rows, c.d_model)
+
+
+def available_bytes(device: torch.device) -> int | None:
+    """Memory free for a run on `device` now (Linux's MemAvailable; CUDA's free memory); None
+    where it cannot be read."""
+    try:
+        if device.type == "cuda":
+            return torch.cuda.mem_get_info(device)[0]
+        with open("/proc/meminfo") as f:
+            fields = dict(line.split(":", 1) for line in f)
+        return int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError, RuntimeError):
+        return None
 
 
 @lru_cache(maxsize=1)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from studygroup import attention, silence
+from studygroup.errors import InputError
 from studygroup.model import Forward, Model, _heads
 from studygroup.record import KEY_STEPS, LAYER_STEPS, MAP_STEPS, Record
 
@@ -92,6 +93,7 @@ class Run:
                 on_layer=None) -> "Run":
         if logits not in ("last", "all"):
             raise ValueError(f"logits must be 'last' or 'all', not {logits!r}")
+        _check_fits(model, len(ids), record, logits == "all")
         plan = settings.plan(model, len(ids), record, all_logits=logits == "all")
         plan.on_layer = on_layer
         out, steps = model.forward(torch.tensor(ids, device=model.device), plan)
@@ -215,3 +217,17 @@ class Run:
     @property
     def _logits_kind(self) -> str:
         return "all" if self.logits.shape[0] == self.T and self.T > 1 else "last"
+
+
+def _check_fits(model: Model, T: int, record: Record, all_logits: bool) -> None:
+    """InputError, before the pass, when what `record` keeps (and the pass's own working memory)
+    would not fit in the memory free now: better than a process killed halfway for lack of it."""
+    from studygroup import estimate
+
+    kept = estimate.recording_bytes(model.config, T, record, all_logits)
+    free = estimate.available_bytes(model.device)
+    if free is not None and kept + estimate.activation_bytes(model.config, T) > free:
+        raise InputError(f"recording this on {T} tokens would keep about {kept / 2**30:.1f} GiB and "
+                         f"{free / 2**30:.1f} GiB is free: keep fewer steps (record=[\"weights\"]), the last "
+                         "member's row only (Record(rows=\"last\")) or the maps computed when read "
+                         "(Record(maps=\"on_demand\"))")

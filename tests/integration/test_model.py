@@ -6,6 +6,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 import studygroup
 from studygroup import attention
 from studygroup.errors import InputError
+from studygroup.record import Record
 
 
 @pytest.fixture(scope="module")
@@ -272,3 +273,36 @@ def test_record_all_computes_long_texts_maps_on_demand(ours, monkeypatch):
     assert w.shape == (ours.config.n_heads, T, T) and torch.allclose(w.sum(-1), torch.ones(ours.config.n_heads, T))
     assert torch.equal(w, w.tril())  # causal
     assert torch.allclose(run.head(1, 2).weights, w[2], atol=1e-6)
+
+
+@pytest.mark.parametrize("record", [
+    "all", "default", ["weights", "v"], Record(rows="last"), Record(map_dtype=torch.float16),
+    Record(steps=("weights", "scores"), maps="on_demand"), Record(steps=("layers.1.*",), rows="last"),
+    Record(steps=("q", "resid_pre"), rows="last", full_rows=frozenset({"resid_pre"})), "none",
+])
+def test_what_a_run_will_keep_is_known_before_it_starts(ours, record):
+    from studygroup import estimate
+    from studygroup.record import resolve
+
+    ids = random_ids(ours, 11, 21)
+    for logits in ("last", "all"):
+        run = ours.run(ids, record=record, logits=logits)
+        kept = sum(t.numel() * t.element_size() for t in run.steps.values())
+        assert estimate.recording_bytes(ours.config, len(ids), resolve(record, len(ids)), logits == "all") == kept
+
+
+def test_a_recording_that_would_not_fit_is_refused_before_the_pass(ours, monkeypatch):
+    from studygroup import estimate
+
+    ids = random_ids(ours, 12, 22)
+    need = estimate.recording_bytes(ours.config, 12, Record()) + estimate.activation_bytes(ours.config, 12)
+    monkeypatch.setattr(estimate, "available_bytes", lambda device: need - 1)
+    passes = []
+    monkeypatch.setattr(ours, "forward", lambda *a, **k: passes.append(1))
+    with pytest.raises(InputError, match=r"recording this on 12 tokens would keep about .* GiB and .* GiB is free: "
+                                         r"keep fewer steps .*rows=\"last\".*maps=\"on_demand\""):
+        ours.run(ids, record="all")
+    assert passes == []  # refused before any work
+    monkeypatch.setattr(estimate, "available_bytes", lambda device: need)
+    monkeypatch.undo()
+    assert ours.run(ids, record="all").logits.shape == (1, ours.config.vocab_size)

@@ -76,3 +76,15 @@ def test_lesson_on_the_default_model(model, comparison):
     conclusion = " ".join(b.text for b in l.sections[-1].blocks)
     assert "already predicts “␣of”" in conclusion
     json.loads(l.to_json())
+
+
+@pytest.mark.parametrize("record", ["default", "all"])
+def test_what_a_long_run_keeps_is_known_before_it_starts(model, record):
+    """Past 256 tokens the default keeps the last row, and "all" keeps q and k for maps on demand."""
+    from studygroup import estimate
+    from studygroup.record import resolve
+
+    ids = model.tokenize("The members of a study group ask, answer and weigh. " * 30)[:300]
+    run = model.run(ids, record=record)
+    kept = sum(t.numel() * t.element_size() for t in run.steps.values())
+    assert estimate.recording_bytes(model.config, 300, resolve(record, 300)) == kept
