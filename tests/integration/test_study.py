@@ -241,8 +241,10 @@ def test_when_no_head_writes_anything_no_member_or_head_matters(tiny_model):
     for l in range(mute.config.n_layers):
         mute.w[f"layers.{l}.W_O"] = torch.zeros_like(mute.w[f"layers.{l}.W_O"])
     e = study.explain(mute, TEXT_B)
-    assert all(m.effect == pytest.approx(0.0, abs=1e-6) for m in e.members)
-    assert all(h.silence_effect == pytest.approx(0.0, abs=1e-6) for h in e.heads)
+    # nothing but float32 rounding (the silenced copies are multiplied in other batch shapes than
+    # the clean pass, whose last layer asks one question): |effect| ~1e-6 at most
+    assert all(m.effect == pytest.approx(0.0, abs=1e-5) for m in e.members)
+    assert all(h.silence_effect == pytest.approx(0.0, abs=1e-5) for h in e.heads)
     assert all(abs(x) < 1e-6 for row in e.contributions for x in row)
 
 
