@@ -15,6 +15,7 @@ The settings are environment variables that libgomp reads once, when torch is im
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable, Mapping
 
@@ -76,7 +77,11 @@ def _cpus() -> int:
 
 
 def set_wait_policy() -> dict[str, str]:
-    """Choose how torch's workers wait, before torch is imported; returns what was set."""
+    """Choose how torch's workers wait, before torch is imported; returns what was set (nothing
+    once torch is imported: its libgomp has read its settings, and children should not inherit
+    a choice made for another moment)."""
+    if "torch" in sys.modules:
+        return {}
     chosen = choose(os.environ, others_running(), _cpus())
     os.environ.update(chosen)
     return chosen

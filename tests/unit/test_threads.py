@@ -46,6 +46,11 @@ def test_set_wait_policy_sets_the_environment(monkeypatch):
     for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(threads, "others_running", lambda: 0)
+    import sys
+
+    import torch  # noqa: F401 (imported: too late to choose)
+    assert threads.set_wait_policy() == {} and "GOMP_SPINCOUNT" not in os.environ
+    monkeypatch.delitem(sys.modules, "torch")  # as before torch is imported
     assert threads.set_wait_policy() == {"GOMP_SPINCOUNT": str(threads.SPIN)}
     assert os.environ["GOMP_SPINCOUNT"] == str(threads.SPIN) and "OMP_WAIT_POLICY" not in os.environ
     monkeypatch.setattr(threads, "others_running", lambda: 3)
