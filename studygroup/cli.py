@@ -5,7 +5,7 @@ stderr with exit status 2.
 
     studygroup explain [TEXT] [--top K] [--silence-heads N|all] [--silence-members N|all]
     studygroup compare TEXT_A TEXT_B
-    studygroup head [TEXT] --layer L --head H [--notation paper|columns]
+    studygroup head [TEXT] --layer L --head H [--notation paper|columns] [--silence-member J] [--silence-head L.H]
     studygroup lesson [--section N] [--html FILE]   (at a terminal: one section at a time)
 
 Every command takes --json (print the result as JSON instead), --top K and --model PATH.
@@ -43,6 +43,15 @@ def _whole(least: int):
 
 def _count_or_all(s: str):
     return "all" if s == "all" else _whole(0)(s)
+
+
+def _layer_head(s: str) -> tuple[int, int]:
+    """"24.6" (layer 24, head 6) -> (24, 6)."""
+    layer, dot, head = s.partition(".")
+    try:
+        return _whole(0)(layer), _whole(0)(head)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"{s!r} is not LAYER.HEAD, e.g. 24.6") from None
 
 
 def _common(p: argparse.ArgumentParser, top: int, top_help: str) -> None:
@@ -88,6 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layer", type=int, required=True)
     p.add_argument("--head", type=int, required=True)
     p.add_argument("--notation", default="paper", help="paper (rows are members) or columns (3Blue1Brown)")
+    p.add_argument("--silence-member", type=_whole(0), action="append", default=[], metavar="J",
+                   help="the head in a run where nobody hears member J (repeatable)")
+    p.add_argument("--silence-head", type=_layer_head, action="append", default=[], metavar="L.H",
+                   help="the head in a run where head H of layer L writes nothing (repeatable)")
     _common(p, 4, "how many of each vector's largest entries to show (default 4)")
     _figures(p)
     p.set_defaults(handler=_head)
@@ -163,7 +176,8 @@ def _head(args) -> str:
 
     check_notation(args.notation)
     _check_figures(args)
-    v = head_view(_load(args), args.text, args.layer, args.head, args.notation, largest=args.top)
+    v = head_view(_load(args), args.text, args.layer, args.head, args.notation, largest=args.top,
+                  silence_members=args.silence_member, silence_heads=args.silence_head)
     _save_figures(args, lambda figures: figures.head_view_figure(v.to_dict()))
     return v.to_json(indent=2) if args.json else render_text.head_view(v)
 

@@ -123,7 +123,7 @@ def head_view(v) -> str:
     sums = "each column of weights sums to 1" if v.notation == "columns" else "each row of weights sums to 1"
     lines = [_members(v.tokens), "",
              f"layer {v.layer} head {v.head} (key/value head {v.kv_head}, shared by heads {v.shares_keys_with})",
-             f"notation: {v.notation}: {v.orientation}", "",
+             f"notation: {v.notation}: {v.orientation}", *_silenced(v), "",
              "each member: its question q, the nature of its answer k (before and after RoPE), its answer v,",
              "and the weighted sum of what it heard (norm, then the largest entries of the 64):"]
     shown = v.members if len(v.members) <= 2 * GRID_MAX_T else v.members[-GRID_MAX_T:]
@@ -137,6 +137,13 @@ def head_view(v) -> str:
     lines += ["", *_grid(v, v.scores, f"{score_name} (· = masked: the future)"), "",
               *_grid(v, v.weights, f"weights ({sums})"), "", wrap(v.check.statement, indent="")]
     return "\n".join(lines)
+
+
+def _silenced(v) -> list[str]:
+    """A line saying what is silenced in the run shown, if anything."""
+    parts = [f"member {j} ({v.tokens[j]}): nobody hears its answer" for j in v.silenced_members]
+    parts += [f"layer {l} head {h}: writes nothing" for l, h in v.silenced_heads]
+    return [wrap("silenced in this run: " + "; ".join(parts), indent="")] if parts else []
 
 
 def lesson_section(s, total: int) -> str:

@@ -59,6 +59,19 @@ def test_head_text_and_json(capsys, tiny, notation):
     assert data["scores"][0][3] is None if notation == "paper" else data["scores"][3][0] is None
 
 
+def test_head_in_a_silenced_run(capsys, tiny):
+    code, out, _ = cli(capsys, "head", "the tin", "--layer", 1, "--head", 2, "--model", tiny, "--json",
+                       "--silence-member", 1, "--silence-member", 1, "--silence-head", "0.3")
+    data = json.loads(out)
+    assert code == 0 and data["silenced_members"] == [1] and data["silenced_heads"] == [[0, 3]]
+    T = len(data["tokens"])
+    assert all(data["weights"][i][1] == 0 and not data["mask"][i][1] for i in range(T) if i != 1)
+    clean = json.loads(cli(capsys, "head", "the tin", "--layer", 1, "--head", 2, "--model", tiny, "--json")[1])
+    assert clean["silenced_members"] == [] and clean["weights"] != data["weights"]
+    code, out, _ = cli(capsys, "head", "the tin", "--layer", 1, "--head", 2, "--model", tiny, "--silence-member", 1)
+    assert code == 0 and "silenced in this run: member 1" in out and "nobody hears its answer" in out
+
+
 def test_lesson_sections_json_and_html(capsys, tiny, tmp_path):
     code, out, _ = cli(capsys, "lesson", "--section", 5, "--model", tiny)
     assert code == 0 and out.startswith("── 5/8  Softmax") and "1.01122e-43" in out
@@ -82,6 +95,10 @@ def test_lesson_sections_json_and_html(capsys, tiny, tmp_path):
     (["head", "the tin", "--layer", "0", "--head", "0", "--notation", "rows"], "unknown notation"),
     (["head", "the tin", "--layer", "x", "--head", "0"], "--layer"),
     (["head", "the tin", "--head", "0"], "--layer"),
+    (["head", "the tin", "--layer", "0", "--head", "0", "--silence-member", "7"], "member 7 does not exist"),
+    (["head", "the tin", "--layer", "0", "--head", "0", "--silence-member", "-1"], "--silence-member"),
+    (["head", "the tin", "--layer", "0", "--head", "0", "--silence-head", "1"], "is not LAYER.HEAD"),
+    (["head", "the tin", "--layer", "0", "--head", "0", "--silence-head", "2.0"], "layer 2 does not exist"),
     (["lesson", "--section", "9"], "section 9 does not exist"),
     (["lesson", "--section", "0"], "section 0 does not exist"),
     (["explain", "the tin", "--top", "0"], "--top"),
