@@ -98,8 +98,8 @@ def available_bytes(device: torch.device) -> int | None:
     """Memory free for a run on `device` now (Linux's MemAvailable; CUDA's free memory); None
     where it cannot be read."""
     try:
-        if device.type == "cuda":
-            return torch.cuda.mem_get_info(device)[0]
+        if device.type == "cuda":  # the driver's free memory, and the blocks torch holds unused
+            return torch.cuda.mem_get_info(device)[0] + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
         with open("/proc/meminfo") as f:
             fields = dict(line.split(":", 1) for line in f)
         return int(fields["MemAvailable"].split()[0]) * 1024

@@ -146,3 +146,10 @@ def test_maps_on_demand_and_joined_head_silencing_equal_the_cpu(cpu, gpu):
     x = effects.head_log_probs(cpu, ids, 7, heads)
     y = effects.head_log_probs(gpu, ids, 7, heads)
     assert (x - y.cpu()).abs().max() < 1e-4
+
+
+def test_free_memory_is_read_on_the_gpu(gpu):
+    from studygroup import estimate
+
+    free = estimate.available_bytes(torch.device("cuda"))
+    assert free is not None and 0 < free <= torch.cuda.get_device_properties(0).total_memory

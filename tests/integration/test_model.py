@@ -306,3 +306,10 @@ def test_a_recording_that_would_not_fit_is_refused_before_the_pass(ours, monkeyp
     monkeypatch.setattr(estimate, "available_bytes", lambda device: need)
     monkeypatch.undo()
     assert ours.run(ids, record="all").logits.shape == (1, ours.config.vocab_size)
+
+
+def test_free_memory_is_read_here():
+    from studygroup import estimate
+
+    free = estimate.available_bytes(torch.device("cpu"))
+    assert free is None or 0 < free  # None only where /proc/meminfo cannot be read
