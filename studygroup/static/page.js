@@ -214,14 +214,13 @@
   /** Whether a view (model view or head) was computed with something silenced. */
   const isSilenced = (d) => Boolean(d && ((d.silenced_members || []).length || (d.silenced_heads || []).length));
 
-  /** " These weights are those of a run with … silenced." for a view computed with silencing, else "". */
+  /** " Silenced in this run: …" for a view computed with something silenced, else "" (as the CLI words it). */
   function silencedNote(d) {
     const m = d.silenced_members || [], h = d.silenced_heads || [];
     if (!m.length && !h.length) return "";
-    const parts = [];
-    if (m.length) parts.push((m.length === 1 ? "member " : "members ") + m.join(", ") + " (nobody hears " + (m.length === 1 ? "its answer: masked" : "their answers: masked") + ")");
-    if (h.length) parts.push(h.map(([a, b]) => "layer " + a + " head " + b).join(", ") + " (writing nothing)");
-    return " These are the weights of a run with " + parts.join(" and ") + " silenced.";
+    const parts = m.map((j) => "member " + j + (d.tokens ? " (" + d.tokens[j] + ")" : "") + ": nobody hears its answer (masked, as the future is)");
+    for (const [a, b] of h) parts.push("layer " + a + " head " + b + ": writes nothing");
+    return " Silenced in this run: " + parts.join("; ") + ".";
   }
 
   /** A thumbnail of one head's weights (paper: rows are questions; transposed for the video). */

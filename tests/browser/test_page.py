@@ -94,7 +94,8 @@ def test_page_explain_orient_select_silence(page, server_url, screenshots):
     silenced = page.evaluate(DISPLAYED, "weights")
     assert silenced["orientation"] == "columns"  # (the switch above): column i is question i
     assert all(silenced["matrix"][last - 1][i] == 0 for i in range(T) if i != last - 1)
-    assert "silenced" in page.locator(".sg-check").inner_text() and "silenced" in page.locator(".sg-mv-legend").inner_text()
+    note = f"Silenced in this run: member {last - 1} ({tokens[last - 1]}): nobody hears its answer"
+    assert note in page.locator(".sg-check").inner_text() and note in page.locator(".sg-mv-legend").inner_text()
     page.click(".sg-silenced .sg-link")  # clear all
     page.locator(".sg-bars[data-silenced='false']").wait_for()
     page.locator(".sg-mv-grid[data-silenced='false']").wait_for()
