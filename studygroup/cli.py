@@ -47,7 +47,7 @@ def _count_or_all(s: str):
 
 def _layer_head(s: str) -> tuple[int, int]:
     """"24.6" (layer 24, head 6) -> (24, 6)."""
-    layer, dot, head = s.partition(".")
+    layer, _, head = s.partition(".")
     try:
         return _whole(0)(layer), _whole(0)(head)
     except argparse.ArgumentTypeError:

@@ -228,7 +228,8 @@ class Model:
         """SwiGLU: (silu(x·W_gate) ⊙ x·W_up)·W_down. (B, T, d_model) -> (B, T, d_model)
 
         Without autograd (which cannot differentiate through out= or in place), its two wide
-        intermediates live in buffers every layer reuses."""
+        intermediates live in buffers every layer reuses (a small pass's first one is oneDNN's own:
+        see `project`)."""
         W_gate_up, W_down = self.w[f"layers.{l}.W_gate_up"], self.w[f"layers.{l}.W_down"]
         grad = torch.is_grad_enabled()
         shape = (*x.shape[:-1], W_gate_up.shape[1])  # (B, T, 2·d_mlp)
