@@ -1,16 +1,16 @@
-"""Multiplying by a weight matrix: oneDNN for small passes without autograd, MKL otherwise, the same numbers."""
+"""Multiplying by a weight matrix (studygroup.linear): oneDNN for small passes without autograd, MKL otherwise, the same numbers."""
 import pytest
 import torch
 
-from studygroup import model
+from studygroup import linear
 
 
-@pytest.mark.parametrize("rows", [1, 7, model.ONEDNN_MAX_ROWS, model.ONEDNN_MAX_ROWS + 1, 600])
+@pytest.mark.parametrize("rows", [1, 7, linear.ONEDNN_MAX_ROWS, linear.ONEDNN_MAX_ROWS + 1, 600])
 def test_project_equals_the_plain_product(rows):
     g = torch.Generator().manual_seed(rows)
     x, W = torch.randn(1, rows, 96, generator=g), torch.randn(160, 96, generator=g).T  # W (96, 160) over (160, 96) rows
     with torch.inference_mode():
-        y = model.project(x, W)
+        y = linear.project(x, W)
     assert y.shape == (1, rows, 160)
     assert torch.allclose(y, (x.double() @ W.double()).float(), rtol=1e-5, atol=1e-4)
 
@@ -18,22 +18,22 @@ def test_project_equals_the_plain_product(rows):
 def test_project_takes_the_fast_path_only_where_it_is_faster(monkeypatch):
     calls = []
     real = torch.ops.mkldnn._linear_pointwise
-    monkeypatch.setattr(model, "_linear", lambda *a: calls.append(a[0].shape) or real(*a), raising=False)
+    monkeypatch.setattr(linear, "_linear", lambda *a: calls.append(a[0].shape) or real(*a), raising=False)
     x, W = torch.randn(4, 32), torch.randn(48, 32).T
     with torch.inference_mode():
-        model.project(x, W)  # small, no autograd: oneDNN (where this torch has it)
-        model.project(torch.randn(model.ONEDNN_MAX_ROWS + 1, 32), W)  # large: MKL
-        model.project(x, W.contiguous())  # a matrix not stored (out, in): MKL
+        linear.project(x, W)  # small, no autograd: oneDNN (where this torch has it)
+        linear.project(torch.randn(linear.ONEDNN_MAX_ROWS + 1, 32), W)  # large: MKL
+        linear.project(x, W.contiguous())  # a matrix not stored (out, in): MKL
     x.requires_grad_(True)
-    y = model.project(x, W)  # autograd: MKL, which can differentiate it
+    y = linear.project(x, W)  # autograd: MKL, which can differentiate it
     y.sum().backward()
     assert torch.allclose(x.grad, W.sum(1).expand(4, -1))
-    assert calls == ([torch.Size([4, 32])] if model._ONEDNN else [])
+    assert calls == ([torch.Size([4, 32])] if linear._ONEDNN else [])
 
 
 def test_project_writes_into_out_on_the_plain_path():
-    x, W = torch.randn(model.ONEDNN_MAX_ROWS + 5, 16), torch.randn(8, 16).T
-    out = torch.empty(model.ONEDNN_MAX_ROWS + 5, 8)
+    x, W = torch.randn(linear.ONEDNN_MAX_ROWS + 5, 16), torch.randn(8, 16).T
+    out = torch.empty(linear.ONEDNN_MAX_ROWS + 5, 8)
     with torch.inference_mode():
-        y = model.project(x, W, out=out)
+        y = linear.project(x, W, out=out)
     assert y.data_ptr() == out.data_ptr() and torch.allclose(out, x @ W, atol=1e-5)
