@@ -37,3 +37,11 @@ def test_project_writes_into_out_on_the_plain_path():
     with torch.inference_mode():
         y = linear.project(x, W, out=out)
     assert y.data_ptr() == out.data_ptr() and torch.allclose(out, x @ W, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(16,), (0, 16), (2, 0, 16), (3, 2, 5, 16)])
+def test_project_takes_any_leading_shape(shape):
+    x, W = torch.randn(*shape), torch.randn(8, 16).T
+    with torch.inference_mode():
+        y = linear.project(x, W)
+    assert y.shape == (*shape[:-1], 8) and torch.allclose(y, x @ W, atol=1e-5)
