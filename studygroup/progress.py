@@ -20,6 +20,13 @@ def say(message: str, stream=None) -> None:
         print(message, file=stream or sys.stderr)
 
 
+def note(message: str, stream=None) -> None:
+    """One line on stderr, only at a terminal (a person waiting), unless hidden."""
+    stream = stream or sys.stderr
+    if _shown and getattr(stream, "isatty", lambda: False)():
+        print(message, file=stream, flush=True)
+
+
 class Progress:
     """`with Progress(30, "layers") as p: ... p.advance()` draws `layers [#####.....] 15/30 2.1 s`."""
 

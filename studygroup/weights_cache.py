@@ -31,7 +31,11 @@ def load_weights(path: str | Path | None = None, cache: bool = True) -> tuple[Co
     hit = _from_cache(entry)
     if hit is not None:
         return hit
+    from studygroup.progress import note
     from studygroup.weights import read_weights
+
+    note(f"first use of {path.name}: dequantizing its weights into {entry.parent} "
+         "(once per model file; a few seconds)")
 
     config, weights = read_weights(path)
     disk_cache.write_tensors(entry, _for_cache(weights, config.n_layers),

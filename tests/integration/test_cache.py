@@ -257,3 +257,29 @@ def test_a_bad_size_bound_warns_and_falls_back(monkeypatch):
         assert cache.max_bytes() == int(cache.DEFAULT_MAX_GB * 2**30)
     monkeypatch.setenv(cache.MAX_GB_ENV_VAR, "0.5")
     assert cache.max_bytes() == 2**29
+
+
+def test_a_first_load_says_so_at_a_terminal_only(cache_dir, model, monkeypatch, capsys):
+    import io
+
+    from studygroup import progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    load_weights(model.path)  # not a terminal (the test's stderr): silent
+    assert capsys.readouterr().err == ""
+    for f in cache_dir.glob("*.weights.safetensors"):
+        f.unlink()
+    terminal = Terminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    load_weights(model.path)  # a miss at a terminal: one line
+    assert terminal.getvalue().count("\n") == 1 and "first use of" in terminal.getvalue()
+    load_weights(model.path)  # a hit: nothing more
+    assert terminal.getvalue().count("\n") == 1
+    monkeypatch.setattr(progress, "_shown", False)  # `studygroup serve`: its console is a log
+    for f in cache_dir.glob("*.weights.safetensors"):
+        f.unlink()
+    load_weights(model.path)
+    assert terminal.getvalue().count("\n") == 1
