@@ -223,10 +223,10 @@ class _Cursor:
         buffer, pos, end, out = self.buffer, self.pos, len(self.buffer), []
         length = _U64.unpack_from
         for _ in range(count):
-            if pos + 8 > end or pos + 8 + length(buffer, pos)[0] > end:
+            n = length(buffer, pos)[0] if pos + 8 <= end else end  # past the end either way
+            if pos + 8 + n > end:
                 self.pos = pos
                 self.string(what)  # raises the truncation error, naming the byte
-            n = length(buffer, pos)[0]
             out.append(str(buffer[pos + 8:pos + 8 + n], "utf-8", errors="replace"))
             pos += 8 + n
         self.pos = pos

@@ -26,10 +26,15 @@ def project(x: torch.Tensor, W: torch.Tensor, out: torch.Tensor | None = None) -
     >>> torch.allclose(project(x, W), x @ W, atol=1e-6)
     True
     """
-    if (_ONEDNN and x.device.type == "cpu" and x.dtype == torch.float32 and W.dtype == torch.float32
-            and not torch.is_grad_enabled() and x.numel() <= ONEDNN_MAX_ROWS * x.shape[-1] and W.T.is_contiguous()):
+    if onednn_takes(x, W):
         return _linear(x.contiguous(), W.T, None, "none", [], "")
     return torch.matmul(x, W, out=out)
+
+
+def onednn_takes(x: torch.Tensor, W: torch.Tensor) -> bool:
+    """Whether `project(x, W)` goes through oneDNN (and so ignores `out`)."""
+    return (_ONEDNN and x.device.type == "cpu" and x.dtype == torch.float32 and W.dtype == torch.float32
+            and not torch.is_grad_enabled() and x.numel() <= ONEDNN_MAX_ROWS * x.shape[-1] and W.T.is_contiguous())
 
 
 def _linear(*args) -> torch.Tensor:

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from studygroup import attention, gguf_layout, heap, rope
-from studygroup.linear import project
+from studygroup.linear import onednn_takes, project
 from studygroup.config import Config
 from studygroup.errors import InputError
 from studygroup.record import NOTHING, Record, resolve
@@ -200,12 +200,13 @@ class Model:
         """SwiGLU: (silu(x·W_gate) ⊙ x·W_up)·W_down. (B, T, d_model) -> (B, T, d_model)
 
         Without autograd (which cannot differentiate through out= or in place), its two wide
-        intermediates live in buffers every layer reuses (a small pass's first one is oneDNN's own:
-        see `project`)."""
+        intermediates live in buffers every layer reuses (oneDNN's product, in a small pass, is
+        a fresh tensor: see `studygroup.linear`)."""
         W_gate_up, W_down = self.w[f"layers.{l}.W_gate_up"], self.w[f"layers.{l}.W_down"]
         grad = torch.is_grad_enabled()
         shape = (*x.shape[:-1], W_gate_up.shape[1])  # (B, T, 2·d_mlp)
-        gate_up = project(x, W_gate_up, out=None if grad else buffers.get("gate_up", shape, x))
+        reuse = not grad and not onednn_takes(x, W_gate_up)
+        gate_up = project(x, W_gate_up, out=buffers.get("gate_up", shape, x) if reuse else None)
         gate, up = gate_up.chunk(2, dim=-1)  # (B, T, d_mlp) each
         h = torch.mul(torch.nn.functional.silu(gate, inplace=not grad), up,
                       out=None if grad else buffers.get("h", gate.shape, x))  # (B, T, d_mlp)

@@ -79,9 +79,7 @@ def model_view(model, text, explanation=None, silence_members: Sequence[int] = (
     rows = "all" if len(ids) <= FULL_MAPS_MAX_T else "last"  # long texts: the last question only
     record = Record(steps=("weights", *attribution.NEEDED_STEPS), rows=rows)
     run = model.run(ids, record=record, silence_members=list(silence_members), silence_heads=list(silence_heads))
-    d = _model_view(run, explanation).to_dict()
-    d["silenced_members"] = sorted({int(j) for j in silence_members})
-    d["silenced_heads"] = [list(p) for p in sorted({(int(l), int(h)) for l, h in silence_heads})]
+    d = _model_view(run, explanation).to_dict() | run.settings.silenced()
     for row in d["heads"]:
         for cell in row:
             cell["weights"] = [[round(x, THUMBNAIL_DECIMALS) for x in r] for r in cell["weights"]]

@@ -30,6 +30,12 @@ class Settings:
             model.check_head(int(l), int(h))
         return cls(tuple(sorted({int(j) for j in members})), _heads(member_heads), _heads(heads) or frozenset())
 
+    def silenced(self) -> dict[str, list]:
+        """What is silenced, as the JSON views say it: {"silenced_members": [j, …] (sorted),
+        "silenced_heads": [[layer, head], …] (sorted)}."""
+        return {"silenced_members": list(self.silenced_members),
+                "silenced_heads": [list(p) for p in sorted(self.silenced_heads)]}
+
     def plan(self, model: Model, T: int, record: Record, stop_after=None, all_logits=False) -> Forward:
         masks = {}
         if self.silenced_members:

@@ -151,8 +151,7 @@ def head_view(model, text, layer: int, head: int, notation: str = "paper", large
         kv_head=h.kv_head, shares_keys_with=group, notation=notation, orientation=ORIENTATION[notation],
         scores=masked_grid(t(h.scores), t(h.mask)), weights=weights.tolist(), mask=t(h.mask).tolist(), q=t(h.q).tolist(),
         k=t(h.k).tolist(), v=t(h.v).tolist(), q_pre_rope=t(h.q_pre_rope).tolist(), k_pre_rope=t(h.k_pre_rope).tolist(),
-        output=output.tolist(), members=_members(h, run.tokens, largest), check=check,
-        silenced_members=sorted(set(run.settings.silenced_members)), silenced_heads=[list(p) for p in sorted(run.settings.silenced_heads)])
+        output=output.tolist(), members=_members(h, run.tokens, largest), check=check, **run.settings.silenced())
 
 
 def _columns(h) -> tuple[torch.Tensor, torch.Tensor, NotationCheck]:
