@@ -216,10 +216,9 @@
 
   /** " Silenced in this run: …" for a view computed with something silenced, else "" (as the CLI words it). */
   function silencedNote(d) {
-    const m = d.silenced_members || [], h = d.silenced_heads || [];
-    if (!m.length && !h.length) return "";
-    const parts = m.map((j) => "member " + j + (d.tokens ? " (" + d.tokens[j] + ")" : "") + ": nobody hears its answer (masked, as the future is)");
-    for (const [a, b] of h) parts.push("layer " + a + " head " + b + ": writes nothing");
+    if (!isSilenced(d)) return "";
+    const parts = (d.silenced_members || []).map((j) => "member " + j + (d.tokens ? " (" + d.tokens[j] + ")" : "") + ": nobody hears its answer (masked, as the future is)");
+    for (const [a, b] of d.silenced_heads || []) parts.push("layer " + a + " head " + b + ": writes nothing");
     return " Silenced in this run: " + parts.join("; ") + ".";
   }
 
