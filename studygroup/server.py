@@ -31,6 +31,7 @@ DEFAULT_TEXT = "Cash or credit card? I have a lot"
 MAX_TEXT_CHARS = 4000
 MAX_TOP = 50
 MAX_SILENCED = 512
+UNREADABLE_BODY = "There was an error parsing the body"  # FastAPI's 400 for a body it cannot decode
 STATIC_FILES = {"page.css": "text/css; charset=utf-8", "page.js": "text/javascript; charset=utf-8"}
 
 
@@ -40,6 +41,7 @@ class Limits:
 
     max_tokens: int = 256  # longest text, in tokens (also never past the model's context)
     max_body: int = 64 * 1024  # bytes of a request body
+    body_stall_s: float = 30.0  # seconds a body may stop arriving before 408
     max_waiting: int = 8  # requests waiting for the model before 503
     wait_timeout: float = 300.0  # seconds a request may wait for the model before 503
     cache_entries: int = 128
@@ -98,7 +100,36 @@ def _dumps(data) -> bytes:
     return json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
 
 
-def _validation_message(exc: RequestValidationError) -> str:
+EXAMPLE_BODIES = {"/api/compare": '{"text_a": "I have a lot", "text_b": "Cash or credit card? I have a lot"}',
+                  "/api/head": '{"text": "I have a lot", "layer": 24, "head": 6}'}
+
+
+def _example(path: str) -> str:
+    """A body the endpoint at `path` takes, for messages about a body it cannot use."""
+    return EXAMPLE_BODIES.get(path, '{"text": "I have a lot"}')
+
+
+def _is_json(content_type: str) -> bool:
+    """application/json or application/…+json, as FastAPI reads bodies."""
+    media = content_type.split(";")[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
+def _validation_message(exc: RequestValidationError, content_type: str, example: str) -> str:
+    """One line that says what to fix: the body as a whole first (none, not JSON, not an object),
+    then up to three fields."""
+    first = next(iter(exc.errors()), {})
+    loc = tuple(first.get("loc", ()))
+    if first.get("type") == "json_invalid":
+        at = f" (error at character {loc[1]})" if len(loc) > 1 else ""
+        return f"the body is not valid JSON{at}: send an object such as {example}"
+    if loc == ("body",) and first.get("type") == "missing":
+        return f"the request has no body: send a JSON object such as {example}"
+    if loc == ("body",) and not _is_json(content_type):
+        got = f"got {content_type!r}" if content_type else "it has none"
+        return f"send the body as JSON, with Content-Type: application/json ({got})"
+    if loc == ("body",):
+        return f"the body must be a JSON object such as {example}"
     parts = []
     for e in exc.errors()[:3]:
         where = ".".join(str(x) for x in e.get("loc", ()) if x != "body")
@@ -116,9 +147,18 @@ class Service:
         self.explanations = LRU(16, 16)  # Explanation objects by text, for the model view's ranks
         self.max_tokens = min(limits.max_tokens, model.config.context_length)
 
-    def check_text(self, text: str) -> int:
-        """Token count of text, or InputError (empty, only whitespace, unknown bytes, too long)."""
-        T = len(page_data.checked_ids(self.model, text))
+    def check_text(self, text: str, name: str = "") -> int:
+        """Token count of text, or InputError (empty, only whitespace, unknown bytes, too long).
+        name: the field it came from, to open the message with where a request has two texts."""
+        try:
+            return self._tokens(text)
+        except InputError as e:
+            raise InputError(f"{name}: {e}" if name else str(e)) from None
+
+    def _tokens(self, text: str) -> int:
+        T = len(self.model.tokenize(text)) if text.strip() else 0  # this app's limit, before the model's
+        if T <= self.max_tokens:
+            T = len(page_data.checked_ids(self.model, text))
         if T > self.max_tokens:
             context = self.model.config.context_length
             why = (f"the model's context holds {context}" if self.max_tokens == context else
@@ -197,7 +237,7 @@ def create_app(model, limits: Limits = Limits(), warm: bool = False, hosts=None)
     app.state.service = service
     _handlers(app)
     _routes(app, service)
-    app.add_middleware(BodyLimit, max_body=limits.max_body)
+    app.add_middleware(BodyLimit, max_body=limits.max_body, stall_s=limits.body_stall_s)
     app.add_middleware(SecurityHeaders)
     if hosts is not None:
         app.add_middleware(HostCheck, hosts=hosts)
@@ -211,11 +251,13 @@ def _handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError):
-        return error_response(422, _validation_message(exc))
+        return error_response(422, _validation_message(exc, request.headers.get("content-type", ""), _example(request.url.path)))
 
     @app.exception_handler(HTTPException)
     async def _http(request: Request, exc: HTTPException):
         messages = {404: "not found", 405: "method not allowed"}
+        if exc.status_code == 400 and exc.detail == UNREADABLE_BODY:  # FastAPI's words for bytes that are not UTF-8 JSON
+            return error_response(422, f"the body is not valid JSON (UTF-8 text): send an object such as {_example(request.url.path)}")
         detail = exc.detail if isinstance(exc.detail, str) and exc.status_code not in messages else None
         return error_response(exc.status_code, detail or messages.get(exc.status_code, "bad request"), exc.headers)
 
@@ -231,16 +273,19 @@ def _handlers(app: FastAPI) -> None:
 def _routes(app: FastAPI, s: Service) -> None:
     model = s.model
 
+    @app.head("/", include_in_schema=False)  # HEAD wherever GET works (uvicorn sends no body)
     @app.get("/", include_in_schema=False)
     async def page():
         return Response(_static("page.html"), media_type="text/html; charset=utf-8")
 
+    @app.head("/static/{name}", include_in_schema=False)
     @app.get("/static/{name}", include_in_schema=False)
     async def static(name: str):
         if name not in STATIC_FILES:
             raise HTTPException(404)
         return Response(_static(name), media_type=STATIC_FILES[name])
 
+    @app.head("/api/info", include_in_schema=False)
     @app.get("/api/info")
     async def info():
         limits = {"max_text_chars": MAX_TEXT_CHARS, "max_tokens": s.max_tokens, "max_top": MAX_TOP,
@@ -260,8 +305,8 @@ def _routes(app: FastAPI, s: Service) -> None:
 
     @app.post("/api/compare")
     async def compare(b: CompareBody):
-        s.check_text(b.text_a)
-        s.check_text(b.text_b)
+        s.check_text(b.text_a, "text_a")
+        s.check_text(b.text_b, "text_b")
 
         def work():
             c = page_data.comparison(model, b.text_a, b.text_b, b.top)

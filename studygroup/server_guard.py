@@ -6,6 +6,7 @@ Plain ASGI and asyncio, no model knowledge: `studygroup.server` puts them in fro
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import OrderedDict
 
 import anyio
@@ -57,32 +58,38 @@ class Gate:
 
 
 class LRU:
-    """Finished answers (bytes) by key, bounded in entries and in bytes."""
+    """Finished answers (bytes) by key, bounded in entries and in bytes. Safe to share between the
+    event loop and the worker thread (the model's computations put what they made)."""
 
     def __init__(self, entries: int, max_bytes: int):
         self.entries, self.max_bytes, self.size = entries, max_bytes, 0
         self._d: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
 
     def get(self, key):
-        if key in self._d:
-            self._d.move_to_end(key)
-            return self._d[key][0]
-        return None
+        with self._lock:
+            if key in self._d:
+                self._d.move_to_end(key)
+                return self._d[key][0]
+            return None
 
     def put(self, key, value, size: int) -> None:
-        if key in self._d:
-            self.size -= self._d.pop(key)[1]
-        self._d[key] = (value, size)
-        self.size += size
-        while self._d and (len(self._d) > self.entries or self.size > self.max_bytes):
-            self.size -= self._d.popitem(last=False)[1][1]
+        with self._lock:
+            if key in self._d:
+                self.size -= self._d.pop(key)[1]
+            self._d[key] = (value, size)
+            self.size += size
+            while self._d and (len(self._d) > self.entries or self.size > self.max_bytes):
+                self.size -= self._d.popitem(last=False)[1][1]
 
 
 class BodyLimit:
-    """Refuses request bodies over max_body bytes with 413, by Content-Length or as they stream in."""
+    """Refuses request bodies over max_body bytes with 413, by Content-Length or as they stream in,
+    and bodies that stop arriving for `stall_s` seconds with 408 (a client that sends half a body
+    would otherwise hold its connection open for ever)."""
 
-    def __init__(self, app, max_body: int):
-        self.app, self.max_body = app, max_body
+    def __init__(self, app, max_body: int, stall_s: float = 30.0):
+        self.app, self.max_body, self.stall_s = app, max_body, stall_s
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -90,11 +97,17 @@ class BodyLimit:
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_body):
             return await error_response(413, self._message())(scope, receive, send)
-        seen = 0
+        seen, complete = 0, False
 
         async def limited():
-            nonlocal seen
-            message = await receive()
+            nonlocal seen, complete
+            if complete:  # after the body: waiting for a disconnect is not a stall
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), self.stall_s)
+            except TimeoutError:
+                raise HTTPException(408, f"the request body stopped arriving for {self.stall_s:.0f} s") from None
+            complete = message["type"] != "http.request" or not message.get("more_body", False)
             seen += len(message.get("body", b""))
             if seen > self.max_body:
                 raise HTTPException(413, self._message())

@@ -29,8 +29,16 @@ def _members_line(tokens: list[str]) -> str:
     return f"The {len(tokens)} members run from {head} … to {tail}."
 
 
-def _moves(word: str, p0: float, p1: float) -> str:
-    return f"{'lowers' if p1 < p0 else 'raises'} the probability of {quote(word)} from {percent(p0)} to {percent(p1)}"
+def _moves(what: str, p0: float, p1: float) -> str:
+    """How a probability p0 -> p1 reads; "leaves … at" when both print the same (not "lowers it
+    from 92% to 92%").
+
+    >>> _moves("the probability of “␣of”", 0.96, 0.73), _moves("its probability", 0.9204, 0.9198)
+    ('lowers the probability of “␣of” from 96% to 73%', 'leaves its probability at 92%')
+    """
+    if percent(p0) == percent(p1):
+        return f"leaves {what} at {percent(p0)}"
+    return f"{'lowers' if p1 < p0 else 'raises'} {what} from {percent(p0)} to {percent(p1)}"
 
 
 def _conclusion(e) -> str:
@@ -45,7 +53,7 @@ def _decisive_head(e) -> list[str]:
     h, w = e.heads[0], e.predicted
     where = "" if e.scope == "in every head" else " at the last position"
     lines = [f"The most decisive head tested is head {h.head} of layer {h.layer}: silencing it{where} "
-             f"{_moves(w.token, w.prob, h.prob_silenced)} (log-probability {h.silence_effect:+.3f}), and its write "
+             f"{_moves(f'the probability of {quote(w.token)}', w.prob, h.prob_silenced)} (log-probability {h.silence_effect:+.3f}), and its write "
              f"adds {h.logit_contribution:+.2f} directly to that word's logit ({e.logit_parts.logit:.2f} in all)."]
     first = next((x for x in e.heads if x.rank_by_contribution == 1), None)
     if first is not None and first is not h:
@@ -116,9 +124,8 @@ def _shift_lines(c) -> list[str]:
     lines = [f"After {_text(a)} the group concludes {quote(a.predicted.token)} ({percent(a.predicted.prob)}); "
              f"after {_text(b)}, {quote(b.predicted.token)} ({percent(b.predicted.prob)})."]
     if a.predicted.id == b.predicted.id:
-        verb = "raises" if s.change > 0 else "lowers"
-        lines.append(f"The conclusion stays {w}: text b {verb} its probability from {percent(s.prob_a)} to "
-                     f"{percent(s.prob_b)} ({100 * s.change:+.1f} points).")
+        lines.append(f"The conclusion stays {w}: text b {_moves('its probability', s.prob_a, s.prob_b)} "
+                     f"({100 * s.change:+.1f} points).")
     else:
         lines.append(f"The conclusion changes: {w} goes from {percent(s.prob_a)} to {percent(s.prob_b)}.")
     others = sorted((x for x in c.shift if x.id != c.word_id), key=lambda x: -abs(x.change))[:2]

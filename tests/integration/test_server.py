@@ -250,15 +250,74 @@ def test_text_past_the_model_context(model):
     assert "context holds 64" in message
 
 
-@pytest.mark.parametrize("content, headers", [
-    (b"{not json", {"content-type": "application/json"}),
-    (b"[1, 2]", {"content-type": "application/json"}),
-    (b'"text"', {"content-type": "application/json"}),
-    (b"text=hello", {"content-type": "application/x-www-form-urlencoded"}),
-    (b"", {"content-type": "application/json"}),
+JSON = {"content-type": "application/json"}
+
+
+@pytest.mark.parametrize("content, headers, words", [
+    (b"{not json", JSON, "not valid JSON (error at character 1)"),
+    (b'{"text": "\xff"}', JSON, "not valid JSON (UTF-8 text)"),  # bytes that are not UTF-8
+    (b"[1, 2]", JSON, "must be a JSON object"),
+    (b'"text"', JSON, "must be a JSON object"),
+    (b"text=hello", {"content-type": "application/x-www-form-urlencoded"},
+     "Content-Type: application/json (got 'application/x-www-form-urlencoded')"),
+    (b'{"text": "a"}', {"content-type": "text/plain"}, "Content-Type: application/json (got 'text/plain')"),
+    (b"", JSON, "has no body"),
 ])
-def test_malformed_bodies(client, content, headers):
-    error_of(client.post("/api/conclusion", content=content, headers=headers), 422)
+def test_malformed_bodies_say_what_to_send(client, content, headers, words):
+    message = error_of(client.post("/api/conclusion", content=content, headers=headers), 422)
+    assert words in message and ('{"text": "I have a lot"}' in message or "Content-Type" in words)
+
+
+def test_a_body_the_compare_endpoint_cannot_use_gets_its_own_example(client):
+    message = error_of(client.post("/api/compare", content=b"[]", headers=JSON), 422)
+    assert '"text_a"' in message and '"text_b"' in message
+
+
+def test_compare_names_the_text_at_fault(client):
+    assert error_of(post(client, "/api/compare", {"text_a": TEXT, "text_b": " \n"}), 400).startswith("text_b: ")
+    assert error_of(post(client, "/api/compare", {"text_a": "ab " * 30, "text_b": TEXT}), 400).startswith("text_a: ")
+
+
+def test_text_past_the_model_context_names_the_apps_own_limit(client, model):
+    """A text longer than the model's context is also longer than the app's limit: that is the one to name."""
+    text = "ab " * 40
+    assert len(model.tokenize(text)) > model.config.context_length > 48
+    assert "at most 48" in error_of(post(client, "/api/conclusion", {"text": text}), 400)
+
+
+def test_head_requests_where_get_works(client):
+    for path in ("/", "/static/page.js", "/api/info"):
+        got, head = client.get(path), client.head(path)
+        assert head.status_code == 200 and head.content == b"", path
+        assert head.headers["content-type"] == got.headers["content-type"]
+    assert client.head("/api/nothing").status_code == 404
+
+
+def test_a_body_that_stops_arriving_gets_408(model):
+    """A client that sends half a body and stalls is answered (and its connection freed)."""
+    import asyncio
+
+    app = create_app(model, Limits(body_stall_s=0.2))
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": "/api/conclusion", "raw_path": b"/api/conclusion", "query_string": b"", "root_path": "",
+             "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"), (b"content-length", b"60")],
+             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
+    parts = [{"type": "http.request", "body": b'{"text": "a", ', "more_body": True}]
+    sent = []
+
+    async def receive():
+        if parts:
+            return parts.pop(0)
+        await asyncio.sleep(60)  # the rest never comes
+
+    async def send(message):
+        sent.append(message)
+
+    start = time.perf_counter()
+    asyncio.run(asyncio.wait_for(app(scope, receive, send), 20))
+    assert time.perf_counter() - start < 10
+    assert sent[0]["status"] == 408
+    assert "stopped arriving" in json.loads(b"".join(m.get("body", b"") for m in sent[1:]))["error"]
 
 
 def test_unknown_route_and_method(client):
@@ -383,6 +442,23 @@ def test_cache_is_bounded():
     assert cache.get(0) is None and cache.get(4) == b"xxx" and cache.size <= 10
     cache.put("big", b"x" * 10, 10)
     assert cache.size <= 10 and cache.get(4) is None
+
+
+def test_cache_is_safe_to_share_between_threads():
+    """The event loop reads it while the worker thread puts what it computed."""
+    cache, errors = server_guard.LRU(entries=4, max_bytes=10**9), []
+
+    def hammer(seed):
+        try:
+            for i in range(20_000):
+                key = (seed * i) % 7
+                cache.put(key, i, 1) if i % 2 else cache.get(key)
+        except Exception as e:  # a KeyError from a check-then-act race
+            errors.append(e)
+
+    threads = [threading.Thread(target=hammer, args=(s,)) for s in (1, 3, 5)]
+    [t.start() for t in threads], [t.join() for t in threads]
+    assert errors == [] and cache.size == len(cache._d) <= 4
 
 
 def test_internal_errors_are_json_500(model, monkeypatch):

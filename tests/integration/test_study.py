@@ -547,3 +547,10 @@ def test_explain_works_inside_inference_mode(model, explained):
     with torch.inference_mode():
         e = study.explain(model, TEXT_B, top=5)
     assert torch.allclose(torch.tensor(e.silence_estimates), torch.tensor(explained.explanation.silence_estimates), atol=1e-5)
+
+
+def test_compare_of_a_text_with_itself_says_nothing_moved(model):
+    """The story never says a probability "lowers from 92% to 92%"."""
+    c = studygroup.compare(model, TEXT_A, TEXT_A)
+    line = next(s for s in c.story if "The conclusion stays" in s)
+    assert "leaves its probability at" in line and "lowers" not in line and "raises" not in line
