@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
+
+from studygroup.output_file import check_writable, write_text
 
 DEFAULT_TEXT = "Cash or credit card? I have a lot"
 
@@ -29,12 +32,16 @@ class _Parser(argparse.ArgumentParser):
         raise ArgumentError(f"{message} (see: {self.prog} --help)")
 
 
+def _integer(s: str) -> int:
+    """An integer as digits (int() would also take " 1", "+1", "1_0" and other scripts' digits)."""
+    if not re.fullmatch(r"-?[0-9]+", s):
+        raise argparse.ArgumentTypeError(f"{s!r} is not a whole number")
+    return int(s)
+
+
 def _whole(least: int):
     def parse(s: str) -> int:
-        try:
-            n = int(s)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{s!r} is not a whole number") from None
+        n = _integer(s)
         if n < least:
             raise argparse.ArgumentTypeError(f"{n} is too small: the least is {least}")
         return n
@@ -94,8 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=_compare)
     p = sub.add_parser("head", help="one head as a full study group")
     p.add_argument("text", nargs="?", default=DEFAULT_TEXT)
-    p.add_argument("--layer", type=int, required=True)
-    p.add_argument("--head", type=int, required=True)
+    p.add_argument("--layer", type=_integer, required=True)  # the model says which exist
+    p.add_argument("--head", type=_integer, required=True)
     p.add_argument("--notation", default="paper", help="paper (rows are members) or columns (3Blue1Brown)")
     p.add_argument("--silence-member", type=_whole(0), action="append", default=[], metavar="J",
                    help="the head in a run where nobody hears member J (repeatable)")
@@ -123,23 +130,23 @@ def _load(args):
 
 def _check_figures(args) -> None:
     """Refuse unwritable --png/--svg/--html paths before the work starts."""
-    if getattr(args, "png", None) or getattr(args, "svg", None):
+    if getattr(args, "png", None) is not None or getattr(args, "svg", None) is not None:
         from studygroup import figures
 
         for path, kind in ((args.png, "png"), (args.svg, "svg")):
-            if path:
+            if path is not None:
                 figures.check_path(path, kind)
-    if getattr(args, "html", None):
-        _check_writable(args.html)
+    if getattr(args, "html", None) is not None:
+        check_writable(args.html, "report.html")
 
 
 def _save_figures(args, make_figure) -> None:
-    if args.png or args.svg:
+    if args.png is not None or args.svg is not None:
         from studygroup import figures
 
         fig = make_figure(figures)
         for path in (args.png, args.svg):
-            if path:
+            if path is not None:
                 figures.save(fig, path)
 
 
@@ -189,10 +196,10 @@ def _lesson(args) -> str:
     if args.section is not None:
         check_section(args.section)
     if args.html is not None:
-        _check_writable(args.html)
+        check_writable(args.html, "lesson.html")
     l = lesson(_load(args), top=args.top)
     if args.html is not None:
-        _write(args.html, render_html.lesson_html(l))
+        write_text(args.html, render_html.lesson_html(l))
         return f"studygroup: wrote the lesson to {args.html}"
     if args.json:
         return (l.section(args.section) if args.section else l).to_json(indent=2)
@@ -205,32 +212,14 @@ def _page(pages: list[str]) -> str:
     """At a terminal: one section at a time, Enter for the next, q to stop. Returns the last."""
     for page in pages[:-1]:
         print(page)
-        if input("── Enter: next section, q: quit ── ").strip().lower().startswith("q"):
+        try:
+            answer = input("── Enter: next section, q: quit ── ")
+        except EOFError:  # Ctrl-D: the reader is done
+            print()
+            return ""
+        if answer.strip().lower().startswith("q"):
             return ""
     return pages[-1]
-
-
-def _check_writable(path: str) -> None:
-    """InputError now, before the work, if `path` cannot be written."""
-    from studygroup.errors import InputError
-
-    p = Path(path)
-    folder = p.parent if str(p.parent) else Path(".")
-    if p.is_dir():
-        raise InputError(f"cannot write {path}: it is a folder; give a file name such as lesson.html")
-    if not folder.is_dir():
-        raise InputError(f"cannot write {path}: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        raise InputError(f"cannot write {path}: permission denied")
-
-
-def _write(path: str, content: str) -> None:
-    from studygroup.errors import InputError
-
-    try:
-        Path(path).write_text(content, encoding="utf-8")
-    except OSError as e:
-        raise InputError(f"cannot write {path}: {e.strerror or e}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -238,13 +227,18 @@ def main(argv: list[str] | None = None) -> int:
     from studygroup.errors import StudyGroupError
 
     threads.set_wait_policy()  # before torch is imported (see studygroup.threads)
-
+    for stream in (sys.stdout, sys.stderr):  # a terminal or pipe that cannot encode ␣ or ↵ gets \u2423
+        if stream is not None and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     try:
-        args = build_parser().parse_args(argv)
-        print(args.handler(args))
+        args = _parse(build_parser(), argv)
+        _print(args.handler(args))
     except (StudyGroupError, ArgumentError) as e:
         print("studygroup: error: " + " ".join(str(e).split()), file=sys.stderr)  # one line
         return 2
+    except OutputError as e:
+        print(f"studygroup: error: cannot write the output: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("studygroup: interrupted", file=sys.stderr)
         return 130
@@ -253,15 +247,41 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+class OutputError(Exception):
+    """Standard output refused the result (a full disk, say)."""
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """parse_args, but an argument no command knows is blamed on the command it followed."""
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        raise ArgumentError(f"unrecognized arguments: {' '.join(extras)} (see: {parser.prog} {args.command} --help)")
+    return args
+
+
+def _print(text: str) -> None:
+    """Print the result and flush it now, so that a stdout that refuses it is an error here."""
+    if sys.stdout is None:  # started with stdout closed: nowhere to print
+        return
+    try:
+        print(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        raise OutputError(e.strerror or str(e)) from None
+
+
 def run() -> None:
     """The console script: main(), then exit at once. Python's orderly teardown of torch's
     modules takes ~0.5 s after the work is done; every file written is closed by then."""
     code = main()
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except BrokenPipeError:  # the reader went away after the last write: nothing to say
-        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except OSError:  # the reader went away, or the disk is full, after the last write: nothing to add
+            pass
     os._exit(code)
 
 

@@ -131,6 +131,22 @@ def forward(c: Config, T: int, keep_kv: bool = False) -> Estimate:
     return Estimate(int(memory * 1.2) + 200 * 2**20, flops(c, T) / machine_flops_per_second())
 
 
+def long_explain(c: Config, T: int, candidates: int, copies_per_pass: int) -> Estimate:
+    """explain's long-text path: one pass keeping every member's keys and values, then each of
+    `candidates` silenced members or heads as one copy of the last row, `copies_per_pass` at a
+    time (each copy asks over all T members and predicts: its unembedding counts too).
+
+    >>> from studygroup.config import Config
+    >>> c = Config(30, 9, 3, 576, 64, 1536, 8192, 1e5, 1e-5, 49152)
+    >>> long_explain(c, 8192, 8192, 64).seconds > long_explain(c, 8192, 40, 64).seconds
+    True
+    """
+    base = forward(c, T, keep_kv=True)
+    passes = math.ceil(candidates / copies_per_pass)
+    per_pass = flops(c, T, copies_per_pass) + 2.0 * c.d_model * c.vocab_size * copies_per_pass
+    return Estimate(base.bytes, base.seconds + passes * per_pass / machine_flops_per_second())
+
+
 def explain(c: Config, T: int, heads: int, members: int, rows_per_pass: int) -> Estimate:
     """explain's exact path on T members: a pass with a gradient (about three passes' work), then
     `heads` copies of the text joining at their head's layer (half the layers on average) and

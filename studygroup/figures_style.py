@@ -7,7 +7,6 @@ on a diverging scale centred on 0 (RdBu_r); masked cells (the future) hatched, n
 """
 from __future__ import annotations
 
-import os
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
@@ -17,6 +16,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from studygroup.errors import InputError
+from studygroup.output_file import check_writable
 from studygroup.render_text import percent
 
 STYLE = {"font.family": ["DejaVu Sans"], "font.size": 12, "text.usetex": False, "text.parse_math": False,
@@ -84,21 +84,16 @@ def check_path(path, kind: str | None = None) -> str:
     >>> check_path("/tmp/explain.svg")
     'svg'
     """
+    if str(path).strip() == "":
+        raise InputError(f"the file name is empty: give one such as figure.{kind or 'png'}")
     p = Path(path)
     ending = p.suffix.lower().lstrip(".")
     if kind is not None and ending != kind:
         raise InputError(f"cannot save a {kind.upper()} figure as {p.name!r}: the file name must end in .{kind}")
     if ending not in ("png", "svg"):
         raise InputError(f"cannot save a figure as {p.name!r}: the file name must end in .png or .svg")
-    kind = ending
-    folder = p.parent if str(p.parent) else Path(".")
-    if p.is_dir():
-        raise InputError(f"cannot write {path}: it is a folder; give a file name such as figure.{kind}")
-    if not folder.is_dir():
-        raise InputError(f"cannot write {path}: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        raise InputError(f"cannot write {path}: permission denied")
-    return kind
+    check_writable(path, f"figure.{ending}")
+    return ending
 
 
 def save(fig: Figure, path) -> Path:

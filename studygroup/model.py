@@ -6,13 +6,14 @@ T tokens, H = n_heads query heads, H_kv = n_kv_heads key/value heads, d = d_head
 """
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from studygroup import attention, gguf_layout, heap, rope
+from studygroup import attention, gguf_layout, heap, rope, shared_past
 from studygroup.linear import onednn_takes, project
 from studygroup.config import Config
 from studygroup.errors import InputError
@@ -77,14 +78,25 @@ class Model:
 
     # ---- input -------------------------------------------------------------------------------
     def tokenize(self, text: str) -> list[int]:
-        """Token ids of `text`, as llama.cpp gives them. Raises InputError for empty text."""
-        if not isinstance(text, str) or text == "":
+        """Token ids of `text`, as llama.cpp gives them. Raises InputError for empty text, and for
+        text that is not Unicode characters (a lone surrogate: bytes that were not UTF-8)."""
+        if not isinstance(text, str):
+            raise InputError(f"the text must be a string, not {type(text).__name__}")
+        if text == "":
             raise InputError("the text is empty: give at least one character")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise InputError(f"the text holds {text[e.start]!a} at character {e.start}, a lone surrogate "
+                             "(bytes that were not UTF-8?): give UTF-8 text") from None
         return self.tokenizer.encode(text)
 
     def ids(self, text_or_ids) -> list[int]:
         """Validated token ids from text or ids (non-empty, in the vocabulary, within the context)."""
-        ids = self.tokenize(text_or_ids) if isinstance(text_or_ids, str) else [int(i) for i in text_or_ids]
+        if isinstance(text_or_ids, str | bytes | bytearray):
+            ids = self.tokenize(text_or_ids)
+        else:
+            ids = [_whole_number(i, "a token id") for i in text_or_ids]
         c = self.config
         if not ids:
             raise InputError("no tokens: give a non-empty text")
@@ -157,13 +169,15 @@ class Model:
         asking = slice(None) if rows is None else rows
         q, k = rope.apply(q, cos[asking], sin[asking]), rope.apply(k, cos, sin)
         keep("q", q), keep("k", k)
-        if l in plan.past:  # earlier members' keys and values, unchanged: (1, H_kv, P, d) each
-            k, v = (torch.cat([p.expand(B, -1, -1, -1), t], dim=2) for p, t in zip(plan.past[l], (k, v)))
-        mask = plan.masks.get(l, "causal")  # (B, 1|H, T, P + T) or "causal"
-        if isinstance(mask, str) and isinstance(asking, torch.Tensor):  # "causal" would align the rows at the end
-            mask = attention.causal_mask(T, k.shape[-2], device=E.device)  # (T, P + T)
-        mask = mask if isinstance(mask, str) else mask[..., asking, :]  # (B, 1|H, R, P + T)
-        z = self._attend(q, k, v, mask, keep)  # (B, H, R, d)
+        z = self._over_shared_past(l, q, k, v, plan, keep)  # (B, H, 1, d), or None
+        if z is None:
+            if l in plan.past:  # earlier members' keys and values, unchanged: (1, H_kv, P, d) each
+                k, v = (torch.cat([p.expand(B, -1, -1, -1), t], dim=2) for p, t in zip(plan.past[l], (k, v)))
+            mask = plan.masks.get(l, "causal")  # (B, 1|H, T, P + T) or "causal"
+            if isinstance(mask, str) and isinstance(asking, torch.Tensor):  # "causal" would align the rows at the end
+                mask = attention.causal_mask(T, k.shape[-2], device=E.device)  # (T, P + T)
+            mask = mask if isinstance(mask, str) else mask[..., asking, :]  # (B, 1|H, R, P + T)
+            z = self._attend(q, k, v, mask, keep)  # (B, H, R, d)
         if l in plan.gates:
             g = plan.gates[l]  # (B, H) for every row, or (B, H, T) per row
             z = z * (g[:, :, None, None] if g.dim() == 2 else g[..., asking, None]).to(z.dtype)  # silenced: writes nothing
@@ -174,6 +188,20 @@ class Model:
         attn_out = project(z.transpose(1, 2).reshape(B, q.shape[2], H * d), W_O)  # (B, R, d_model)
         keep("attn_out", attn_out)
         return attn_out
+
+    @staticmethod
+    def _over_shared_past(l: int, q, k, v, plan: Forward, keep) -> torch.Tensor | None:
+        """Copies of ONE new member over earlier members they share (`plan.past`), the mask the
+        same in every head: `shared_past.attend`, without a copy of the past per copy. None
+        where that is not the case (or the maps are recorded): the general path then runs."""
+        mask = plan.masks.get(l)  # (B, 1, 1, P + 1) or None
+        if (l not in plan.past or q.shape[2] != 1 or k.shape[2] != 1 or keep.keeps("scores") or keep.keeps("weights")
+                or (mask is not None and (mask.dim() != 4 or mask.shape[1] != 1))):
+            return None
+        visible = None if mask is None else mask[:, 0, -1].expand(q.shape[0], -1)  # (B, P + 1)
+        z = shared_past.attend(q, k, v, *plan.past[l], visible)  # (B, H, 1, d)
+        keep("output", z)
+        return z
 
     def _attend(self, q, k, v, mask, keep) -> torch.Tensor:
         """softmax(Q Kᵀ/√d) V through the foundation's functions; weights only when recorded."""
@@ -242,7 +270,7 @@ class Model:
 
         ids = self.ids(text_or_ids)
         settings = Settings.make(self, len(ids), silence_members, member_heads, silence_heads)
-        return Run.compute(self, ids, settings, resolve(record, len(ids)), logits, on_layer)
+        return Run.compute(self, ids, settings, resolve(record, len(ids), self.config.n_layers), logits, on_layer)
 
     @torch.inference_mode()
     def silenced_logits(self, text_or_ids, members: Sequence[int], heads=None, kv=None, on_layer=None,
@@ -263,6 +291,8 @@ class Model:
             self.check_member(j, len(ids))
         if packed and kv is None:
             raise ValueError("packed copies reuse the clean run's keys and values: give kv")
+        if not len(members):
+            return torch.empty(0, self.config.vocab_size)  # nobody silenced: no copies
         P = (max(members) if packed else min(members)) if kv is not None and len(members) else 0  # rows reused
         if P and (sorted(kv) != list(range(self.config.n_layers))
                   or any(t.shape[-2] != len(ids) for pair in kv.values() for t in pair)):
@@ -295,22 +325,47 @@ class Model:
         return ids_t, Forward(masks=masks, positions=positions, asked=ends)
 
     # ---- checks ------------------------------------------------------------------------------
-    def check_head(self, layer: int, head: int) -> None:
-        """InputError unless (layer, head) exists."""
+    def check_head(self, layer: int, head: int) -> tuple[int, int]:
+        """(layer, head) as ints, or InputError unless that head exists."""
         c = self.config
+        layer, head = _whole_number(layer, "a layer"), _whole_number(head, "a head")
         if not 0 <= layer < c.n_layers:
             raise InputError(f"layer {layer} does not exist: the model has {c.n_layers} layers (0-{c.n_layers - 1})")
         if not 0 <= head < c.n_heads:
             raise InputError(f"head {head} does not exist: each layer has {c.n_heads} heads (0-{c.n_heads - 1})")
+        return layer, head
 
-    def check_member(self, j: int, T: int) -> None:
-        """InputError unless 0 <= j < T."""
+    def check_member(self, j: int, T: int) -> int:
+        """j as an int, or InputError unless 0 <= j < T."""
+        j = _whole_number(j, "a member")
         if not 0 <= j < T:
             raise InputError(f"member {j} does not exist: the text has {T} tokens (0-{T - 1})")
+        return j
+
+
+def _whole_number(x, what: str) -> int:
+    """x as an int if it is a whole number (an int, a numpy or 0-d torch integer; not a bool,
+    float or string), else InputError naming `what` it was meant to be."""
+    if not isinstance(x, bool):
+        try:
+            return operator.index(x)
+        except TypeError:
+            pass
+    raise InputError(f"{x!r} is not {what}: give a whole number")
+
+
+def _pair(p) -> tuple:
+    """A (layer, head) pair, or InputError for anything else ("0.1", [1], [1, 2, 3], …)."""
+    if isinstance(p, str | bytes) or not hasattr(p, "__len__") or len(p) != 2:
+        raise InputError(f"{p!r} is not a (layer, head) pair")
+    return tuple(p)
 
 
 def _heads(heads) -> frozenset | None:
-    return None if heads is None else frozenset((int(l), int(h)) for l, h in heads)
+    """(layer, head) pairs as a set of int pairs (None stays None: every head)."""
+    if heads is None:
+        return None
+    return frozenset((_whole_number(l, "a layer"), _whole_number(h, "a head")) for l, h in map(_pair, heads))
 
 
 def _fuse(w: dict[str, torch.Tensor], c: Config) -> dict[str, torch.Tensor]:
@@ -452,6 +507,8 @@ def _device(device: str) -> torch.device:
         d = torch.device(device)
     except RuntimeError:
         raise InputError(f"unknown device {device!r}: use cpu or cuda") from None
+    if d.type not in ("cpu", "cuda"):
+        raise InputError(f"device {device!r} is not supported: use cpu or cuda")
     if d.type == "cuda" and not torch.cuda.is_available():
         raise InputError("CUDA was asked for but no CUDA device is available: use --device cpu")
     return d

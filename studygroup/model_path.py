@@ -38,10 +38,17 @@ def resolve_model_path(path: str | Path | None) -> Path:
     """
     if path is None:
         return default_model_path()
-    path = Path(path).expanduser()
+    if str(path) == "":
+        raise ModelFileError("the model path is empty: pass the path of a .gguf file, or nothing for the default model")
+    try:
+        path = Path(path).expanduser()
+    except RuntimeError as e:  # "~someone/…" for a user this machine does not know
+        raise ModelFileError(f"cannot read the model path {str(path)!r}: {e}") from None
     if not path.exists():
         raise ModelFileError(f"model file {path} does not exist: pass the path of a .gguf file, "
                              "or nothing for the default model")
-    if not path.is_file():
+    if path.is_dir():
         raise ModelFileError(f"{path} is a folder, not a model file: pass the path of a .gguf file")
+    if not path.is_file():
+        raise ModelFileError(f"{path} is not a regular file (a device, pipe or socket): pass the path of a .gguf file")
     return path

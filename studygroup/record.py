@@ -143,12 +143,39 @@ def default_for(T: int) -> Record:
     return Record(steps=tuple(sorted(LONG_DEFAULT)), rows="last")
 
 
-def resolve(record, T: int) -> Record:
+def resolve(record, T: int, n_layers: int | None = None) -> Record:
     """Turn the caller's `record=` argument into a Record.
 
     Accepts "default", "all", "none"/None, a Record, or an iterable of step names/patterns.
     "all" past FULL_RECORD_MAX_T tokens computes the maps on demand (see Record.maps).
+    n_layers: where given, a name or pattern that matches no step of such a model is refused
+    (InputError), rather than recording nothing.
     """
+    chosen = _resolve(record, T)
+    if n_layers is not None and not isinstance(record, Record):
+        _check_steps(chosen.steps, n_layers)
+    return chosen
+
+
+def _check_steps(steps: tuple[str, ...], n_layers: int) -> None:
+    """InputError for a step name or pattern that matches nothing a run of n_layers can record.
+
+    >>> _check_steps(("weights", "layers.1.*"), 2)
+    >>> _check_steps(("weigths",), 2)
+    Traceback (most recent call last):
+    studygroup.errors.InputError: record='weigths' names no step: give 'default', 'all', 'none' or step names such as 'weights' or 'layers.3.*' (the steps: embed, resid_pre, E, q_pre_rope, k_pre_rope, q, k, v, scores, weights, output, write, attn_out, resid_mid, mlp_out, resid_post, resid_final, final)
+    """
+    from studygroup.errors import InputError
+
+    every = names(n_layers)
+    for p in steps:
+        if not isinstance(p, str) or not any(fnmatch.fnmatchcase(n, p) or n.rsplit(".", 1)[-1] == p for n in every):
+            known = ", ".join(["embed", *LAYER_STEPS, "resid_final", "final"])
+            raise InputError(f"record={p!r} names no step: give 'default', 'all', 'none' or step names such as "
+                             f"'weights' or 'layers.3.*' (the steps: {known})")
+
+
+def _resolve(record, T: int) -> Record:
     if record is None or record == "none":
         return NOTHING
     if record == "default":

@@ -112,9 +112,9 @@ def write_report(explanation_or_data, path) -> Path:
     explanation_or_data: page_data.report_data(model, text) for every view (model view and the
     decisive heads' grids), or an Explanation / Comparison for the views it holds.
     """
-    path = Path(path)
-    path.write_text(report_html(explanation_or_data), encoding="utf-8")
-    return path
+    from studygroup.output_file import write_text
+
+    return write_text(path, report_html(explanation_or_data))
 
 
 def notebook_html(explanation_or_data) -> str:

@@ -24,11 +24,11 @@ class Settings:
 
     @classmethod
     def make(cls, model: Model, T: int, members=(), member_heads=None, heads=()) -> "Settings":
-        for j in members:
-            model.check_member(int(j), T)
-        for l, h in list(heads) + list(member_heads or ()):
-            model.check_head(int(l), int(h))
-        return cls(tuple(sorted({int(j) for j in members})), _heads(member_heads), _heads(heads) or frozenset())
+        members = {model.check_member(j, T) for j in members}
+        heads, member_heads = _heads(heads) or frozenset(), _heads(member_heads)
+        for l, h in heads | (member_heads or frozenset()):
+            model.check_head(l, h)
+        return cls(tuple(sorted(members)), member_heads, heads)
 
     def silenced(self) -> dict[str, list]:
         """What is silenced, as the JSON views say it: {"silenced_members": [j, …] (sorted),

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from studygroup import attention
-from studygroup.errors import NotationError
+from studygroup.errors import InputError, NotationError
 from studygroup.jsonable import JSONable
 from studygroup.study import checked_ids
 
@@ -136,7 +136,9 @@ def head_view(model, text, layer: int, head: int, notation: str = "paper", large
     (True, 4, 'columns are members asking (questions)')
     """
     check_notation(notation)
-    model.check_head(layer, head)
+    layer, head = model.check_head(layer, head)
+    if isinstance(largest, bool) or not isinstance(largest, int) or largest < 1:
+        raise InputError(f"largest={largest!r}: give how many of each vector's largest entries to show (1 or more)")
     ids = checked_ids(model, text)
     run = model.run(ids, record="none", silence_members=list(silence_members), silence_heads=list(silence_heads))
     h = run.head(layer, head)  # recomputed up to this layer

@@ -19,10 +19,14 @@ LONG_T = 512
 SCOPE = "for the last member's questions only"
 
 
-def announce(model, T: int, stream=None) -> None:
+def announce(model, T: int, silence_heads, silence_members, stream=None) -> None:
     """Print what the run will need before a large run starts."""
-    need = estimate.forward(model.config, T, keep_kv=True)
-    say(f"explaining {T} members: {need} (one pass, then one row per silenced member or head)", stream)
+    c = model.config
+    heads = c.n_layers * c.n_heads if silence_heads == "all" else min(silence_heads, c.n_layers * c.n_heads)
+    members = T if silence_members == "all" else min(silence_members, T)
+    need = estimate.long_explain(c, T, heads + members, last_question.COPIES_PER_PASS)
+    say(f"explaining {T} members: {need} (one pass, then one row for each of {heads} silenced heads "
+        f"and {members} silenced members)", stream)
 
 
 def base_run(model, ids: list[int], steps: tuple[str, ...]):
@@ -35,7 +39,7 @@ def analyse_long(model, ids: list[int], text, *, top: int, silence_heads, silenc
     """study.analyse for long texts (same Explanation; interventions on the last questions only)."""
     from studygroup import story, study
 
-    announce(model, len(ids))
+    announce(model, len(ids), silence_heads, silence_members)
     run = base_run(model, ids, study.STEPS)
     lp = effects.log_probs(run.last_logits)  # (vocab,)
     token = int(lp.argmax())

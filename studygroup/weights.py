@@ -82,6 +82,10 @@ def _load_tensor(file: GGUFFile, tensor: TensorInfo, name: str, config: Config) 
                              f"{list(tensor.dims)}); the config asks for {expected}")
     stored = torch.from_numpy(dequantize(tensor.name, file.raw(tensor), tensor.qtype))
     assert tuple(stored.shape) == expected, (tensor.name, tuple(stored.shape), expected)
+    if not bool(torch.isfinite(stored).all()):  # else some paths would answer, others give NaN
+        bad = int((~torch.isfinite(stored)).sum())
+        raise ModelFileError(f"tensor {tensor.name} holds {bad} value{'' if bad == 1 else 's'} not finite (NaN or infinite): "
+                             "the file is damaged or was converted wrongly")
     return gguf_layout.to_paper_layout(name, stored, config)
 
 

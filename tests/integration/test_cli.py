@@ -105,6 +105,15 @@ def test_lesson_sections_json_and_html(capsys, tiny, tmp_path):
     (["explain", "the tin", "--silence-heads", "some"], "--silence-heads"),
     (["frobnicate"], "invalid choice"),
     ([], "required"),
+    (["explain", "ab\udcffcd"], "lone surrogate"),  # how Python passes bytes that are not UTF-8
+    (["explain", "the tin", "--html", ""], "file name is empty"),
+    (["explain", "the tin", "--png", ""], "file name is empty"),
+    (["explain", "the tin", "--html", "/proc/no-such-dir/x.html"], "cannot write"),
+    (["explain", "the tin", "--svg", "/proc/x.svg"], "cannot write /proc/x.svg"),  # refused even for root
+    (["explain", "the tin", "--device", "meta"], "device 'meta' is not supported"),
+    (["explain", "the tin", "-x"], "unrecognized arguments: -x (see: studygroup explain --help)"),
+    (["head", "the tin", "--layer", "1_0", "--head", "0"], "'1_0' is not a whole number"),
+    (["head", "the tin", "--layer", "0", "--head", "0", "--silence-head", "+1.2"], "is not LAYER.HEAD"),
 ])
 def test_bad_input_gets_one_line_and_exit_2(capsys, tiny, argv, message):
     code, out, err = cli(capsys, *argv, *(["--model", tiny] if argv and argv[0] != "frobnicate" else []))
@@ -115,9 +124,38 @@ def test_bad_input_gets_one_line_and_exit_2(capsys, tiny, argv, message):
 def test_unreadable_model_paths(capsys, tmp_path):
     not_gguf = tmp_path / "notes.txt"
     not_gguf.write_text("hello")
-    for path in (tmp_path / "missing.gguf", not_gguf, tmp_path):
+    for path, words in ((tmp_path / "missing.gguf", "does not exist"), (not_gguf, "not a GGUF"),
+                        (tmp_path, "is a folder"), ("/dev/null", "not a regular file"), ("", "path is empty"),
+                        ("~no-such-user-zz/x.gguf", "cannot read the model path")):
         code, out, err = cli(capsys, "explain", "the tin", "--model", path)
-        assert code == 2 and err.count("\n") == 1 and err.startswith("studygroup: error: "), err
+        assert code == 2 and err.count("\n") == 1 and err.startswith("studygroup: error: ") and words in err, err
+
+
+def test_output_that_cannot_be_written_is_one_line_and_exit_1(tiny):
+    """A full disk under stdout: the result cannot be printed, and the command says so."""
+    with open("/dev/full", "w") as full:
+        p = subprocess.run([sys.executable, "-m", "studygroup.cli", "explain", "the tin", "--model", tiny],
+                           stdout=full, stderr=subprocess.PIPE, text=True, cwd=ROOT, timeout=300)
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    assert p.stderr == "studygroup: error: cannot write the output: No space left on device\n"
+
+
+def test_a_terminal_that_cannot_encode_the_marks_gets_escapes(tiny):
+    p = subprocess.run([sys.executable, "-m", "studygroup.cli", "explain", "a tin", "--model", tiny, "--top", "1"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=300,
+                       env={**os.environ, "PYTHONIOENCODING": "ascii"})
+    assert p.returncode == 0 and p.stderr == "" and "\\u2423t" in p.stdout  # ␣ as \u2423
+
+
+def test_lesson_pages_stop_at_end_of_input(capsys, tiny, monkeypatch):
+    """Ctrl-D at the lesson's "Enter: next section" prompt ends it quietly."""
+    def eof(prompt):
+        raise EOFError
+    monkeypatch.setattr("builtins.input", eof)
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    code, out, err = cli(capsys, "lesson", "--model", tiny)
+    assert code == 0 and err == "" and out.startswith("── 1/8")
 
 
 def test_unwritable_html_path(capsys, tiny, tmp_path):

@@ -7,6 +7,12 @@ from studygroup import last_question
 from studygroup.attention import causal_mask
 from studygroup.model import Forward
 
+#: Logits of the tiny random model (magnitude ~15) recomputed along another path: the copies
+#: multiply the shared keys in one batch (`studygroup.shared_past`) where the full pass uses the
+#: fused kernel, a different float32 summation order (~1e-5 apart here); as the issue's parity with
+#: transformers on this model, 1e-4.
+ATOL = 1e-4
+
 
 @pytest.fixture(scope="module")
 def ours(tiny_model):
@@ -39,14 +45,14 @@ def test_reused_keys_and_values_give_the_same_logits_as_a_full_pass(ours):
         keys[group] = False
         if not keys.any():
             keys[-1] = True
-        assert torch.allclose(got[b], full_pass(ours, ids, last_row_keys=keys), atol=1e-5), group
+        assert torch.allclose(got[b], full_pass(ours, ids, last_row_keys=keys), atol=ATOL), group
 
 
 def test_silencing_no_one_reproduces_the_run(ours):
     ids = ids_of(ours, 9, 1)
     run = ours.run(ids, record=last_question.base_record())
     got = last_question.silenced_members_logits(ours, run, [[]])
-    assert torch.allclose(got[0], run.logits[-1], atol=1e-5)
+    assert torch.allclose(got[0], run.logits[-1], atol=ATOL)
 
 
 def test_last_position_head_silencing_equals_a_full_pass_gating_the_last_row(ours):
@@ -58,7 +64,7 @@ def test_last_position_head_silencing_equals_a_full_pass_gating_the_last_row(our
         gate = torch.ones(1, ours.config.n_heads, 10)
         gate[0, h, -1] = 0  # this head silent at the last position only
         expected = ours.forward(torch.tensor(ids), Forward(gates={l: gate}))[0][0, -1]
-        assert torch.allclose(got[b], expected, atol=1e-5), (l, h)
+        assert torch.allclose(got[b], expected, atol=ATOL), (l, h)
         assert not torch.allclose(got[b], run.logits[-1], atol=1e-6)
 
 
@@ -66,4 +72,24 @@ def test_for_one_member_the_last_question_is_every_question(ours):
     ids = ids_of(ours, 1, 3)
     run = ours.run(ids, record=last_question.base_record())
     got = last_question.silenced_heads_logits(ours, run, [(1, 2)])
-    assert torch.allclose(got[0], run.silence_head(1, 2).logits[-1], atol=1e-5)
+    assert torch.allclose(got[0], run.silence_head(1, 2).logits[-1], atol=ATOL)
+
+
+def test_many_copies_share_the_earlier_members_and_pass_in_groups(ours, monkeypatch):
+    """More copies than one pass takes: every copy's logits still equal a full pass, and the
+    copies asked over the earlier members' keys without a copy of them per copy."""
+    from studygroup import shared_past
+
+    calls = []
+    attend = shared_past.attend
+    monkeypatch.setattr(shared_past, "attend", lambda *a: calls.append(a[0].shape[0]) or attend(*a))
+    ids = ids_of(ours, 11, 4)
+    run = ours.run(ids, record=last_question.base_record())
+    groups = [[j % 11] for j in range(last_question.COPIES_PER_PASS + 6)]
+    got = last_question.silenced_members_logits(ours, run, groups)
+    assert got.shape[0] == len(groups)
+    assert sorted(set(calls)) == [6, last_question.COPIES_PER_PASS]  # per layer: a full pass, then the rest
+    for b in (0, 5, last_question.COPIES_PER_PASS + 5):
+        keys = torch.ones(11, dtype=torch.bool)
+        keys[groups[b]] = False
+        assert torch.allclose(got[b], full_pass(ours, ids, last_row_keys=keys), atol=ATOL), b

@@ -1,4 +1,6 @@
 """The forward pass on a tiny random Llama (written to GGUF by a fixture) against transformers."""
+import re
+
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -313,3 +315,36 @@ def test_free_memory_is_read_here():
 
     free = estimate.available_bytes(torch.device("cpu"))
     assert free is None or 0 < free  # None only where /proc/meminfo cannot be read
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda m: m.run(b"the tin"), "must be a string, not bytes"),
+    (lambda m: m.run("a\ud800b"), "lone surrogate"),
+    (lambda m: m.run([True, 2]), "True is not a token id"),
+    (lambda m: m.run([1.5]), "1.5 is not a token id"),
+    (lambda m: m.run("the tin", record="weigths"), "record='weigths' names no step"),
+    (lambda m: m.run("the tin", record=["nope.*"]), "record='nope.*' names no step"),
+    (lambda m: m.run("the tin", silence_heads=["0.1"]), "'0.1' is not a (layer, head) pair"),
+    (lambda m: m.run("the tin", silence_members=[1.0]), "1.0 is not a member"),
+    (lambda m: m.run("the tin").head(True, 0), "True is not a layer"),
+    (lambda m: m.run("the tin").head(0, "1"), "'1' is not a head"),
+    (lambda m: studygroup.head_view(m, "the tin", 0, 0, largest=-1), "largest=-1"),
+    (lambda m: studygroup.head_view(m, "the tin", 1.0, 0), "1.0 is not a layer"),
+])
+def test_bad_arguments_to_the_api_are_input_errors(ours, call, words):
+    with pytest.raises(InputError, match=re.escape(words)):
+        call(ours)
+
+
+def test_recording_by_step_name_and_pattern_still_works(ours):
+    run = ours.run("the tin", record=["weights", "layers.1.v"])
+    assert {"layers.0.weights", "layers.1.weights", "layers.1.v"} <= set(run.steps) and "layers.0.v" not in run.steps
+
+
+def test_silencing_no_member_in_a_batch_gives_no_rows(ours):
+    assert ours.silenced_logits("the tin", []).shape == (0, ours.config.vocab_size)
+
+
+def test_only_cpu_and_cuda_devices(tiny_model):
+    with pytest.raises(InputError, match="device 'meta' is not supported"):
+        studygroup.load(tiny_model.path, device="meta")

@@ -238,6 +238,20 @@ def test_truncated_file(tiny_model, tmp_path, part):
         assert "in the middle of tokenizer.ggml.tokens" in str(error.value)
 
 
+def test_non_finite_weights_are_refused(tiny_model, tmp_path):
+    """A damaged file whose scales decode to NaN is refused at load (some paths would otherwise
+    answer plausibly and others give NaN)."""
+    reader = gguf.GGUFReader(tiny_model.path)
+    t = next(t for t in reader.tensors if t.name == "blk.0.attn_q.weight")
+    assert t.tensor_type == Q.F32
+    data = bytearray(tiny_model.path.read_bytes())
+    data[t.data_offset + 8:t.data_offset + 12] = np.float32(np.nan).tobytes()
+    path = tmp_path / "nan.gguf"
+    path.write_bytes(bytes(data))
+    with pytest.raises(ModelFileError, match=r"blk\.0\.attn_q\.weight holds 1 value not finite"):
+        read_weights(path)
+
+
 def test_architecture_other_than_llama(tmp_path):
     model = write_tiny_gguf(tmp_path / "gpt2.gguf", arch="gpt2")
     with pytest.raises(ModelFileError, match="architecture is 'gpt2'.*only 'llama'"):

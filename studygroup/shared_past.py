@@ -1,0 +1,52 @@
+"""Attention for B copies of one new member over earlier members shared by every copy.
+
+Silencing candidates for the last member's questions (`studygroup.last_question`) recomputes one
+row per copy: copy b's last member asks its questions of the same P earlier members (their keys
+and values unchanged) and of itself (its own key and value, which differ between copies). Handing
+that to a fused kernel means one copy of the P keys and values per copy (B·P·H_kv·d floats per
+layer, 200 MB a layer for 64 copies of 8,192 members); here the P keys are multiplied once by
+every copy's questions, and each copy's own key is one dot product:
+
+    scores_b = [q_b·K_pastᵀ, q_b·k_b] / √d,   weights_b = softmax(scores_b masked),
+    output_b = weights_b[:P]·V_past + weights_b[P]·v_b.
+
+Shapes: B copies, H query heads sharing H_kv key/value heads (head h uses h // (H / H_kv)),
+P earlier members, d = d_head.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def attend(q: torch.Tensor, k_own: torch.Tensor, v_own: torch.Tensor, K: torch.Tensor, V: torch.Tensor,
+           visible: torch.Tensor | None = None) -> torch.Tensor:
+    """softmax(q [K; k_own]ᵀ / √d) [V; v_own] for each copy's one question row per head.
+
+    q (B, H, 1, d); k_own, v_own (B, H_kv, 1, d); K, V (1, H_kv, P, d) shared by every copy;
+    visible (B, P + 1) bool, True where the copy's question may hear that member (the last
+    column: itself), or None (every member). -> (B, H, 1, d), as the fused kernel gives it.
+
+    >>> q, k, v = torch.randn(3, 4, 1, 8), torch.randn(3, 2, 1, 8), torch.randn(3, 2, 1, 8)
+    >>> K, V = torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8)
+    >>> full = lambda X, x: torch.cat([X.expand(3, -1, -1, -1), x], 2).repeat_interleave(2, 1)
+    >>> ref = torch.nn.functional.scaled_dot_product_attention(q, full(K, k), full(V, v))
+    >>> torch.allclose(attend(q, k, v, K, V), ref, atol=1e-6)
+    True
+    """
+    B, H, _, d = q.shape
+    H_kv, P = K.shape[1], K.shape[2]
+    g = H // H_kv  # query heads per key/value head
+    qg = q.view(B, H_kv, g, d).transpose(0, 1)  # (H_kv, B, g, d)
+    scale = 1.0 / math.sqrt(d)
+    # every copy's questions against the shared keys, one multiply per key/value head
+    S_past = torch.bmm(qg.reshape(H_kv, B * g, d), K[0].mT).view(H_kv, B, g, P)  # (H_kv, B, g, P)
+    S_own = (qg * k_own.transpose(0, 1)).sum(-1, keepdim=True)  # (H_kv, B, g, 1): q_b·k_b
+    S = torch.cat([S_past, S_own], dim=-1).mul_(scale)  # (H_kv, B, g, P + 1)
+    if visible is not None:
+        S.masked_fill_(~visible[None, :, None, :], float("-inf"))
+    W = torch.softmax(S, dim=-1)  # (H_kv, B, g, P + 1), per row
+    out = torch.bmm(W[..., :P].reshape(H_kv, B * g, P), V[0]).view(H_kv, B, g, d)  # (H_kv, B, g, d)
+    out += W[..., P:] * v_own.transpose(0, 1)  # its own answer, weighted
+    return out.transpose(0, 1).reshape(B, H, 1, d)
