@@ -35,10 +35,15 @@ def _duration(s: float) -> str:
 def flops(c: Config, T: int, rows: int | None = None) -> float:
     """Multiply-add count ×2 of one forward pass over T tokens (`rows` of them recomputed)."""
     rows = T if rows is None else rows
+    attention = 2 * c.n_heads * c.d_head * (T + 1) / 2  # causal: half the keys on average, Q·K and weights·V
+    return rows * (_weight_flops_per_row(c) + 2.0 * c.n_layers * attention) + 2.0 * c.d_model * c.vocab_size
+
+
+def _weight_flops_per_row(c: Config) -> float:
+    """Multiply-add count ×2 of one row through every layer's weight matrices."""
     proj = c.d_model * (c.n_heads + 2 * c.n_kv_heads) * c.d_head + c.n_heads * c.d_head * c.d_model
     mlp = 3 * c.d_model * c.d_mlp
-    attention = 2 * c.n_heads * c.d_head * (T + 1) / 2  # causal: half the keys on average, Q·K and weights·V
-    return 2.0 * c.n_layers * rows * (proj + mlp + attention) + 2.0 * c.d_model * c.vocab_size
+    return 2.0 * c.n_layers * (proj + mlp)
 
 
 def weight_bytes(c: Config, dtype_bytes: int = 4) -> int:
@@ -143,8 +148,15 @@ def long_explain(c: Config, T: int, candidates: int, copies_per_pass: int) -> Es
     """
     base = forward(c, T, keep_kv=True)
     passes = math.ceil(candidates / copies_per_pass)
-    per_pass = flops(c, T, copies_per_pass) + 2.0 * c.d_model * c.vocab_size * copies_per_pass
-    return Estimate(base.bytes, base.seconds + passes * per_pass / machine_flops_per_second())
+    per_pass = min(candidates, copies_per_pass) * (_weight_flops_per_row(c) + 2.0 * c.d_model * c.vocab_size)
+    per_copy = COPY_ATTENTION_SLOWDOWN * 4.0 * c.n_layers * c.n_heads * c.d_head * T  # Q·K and weights·V, all T keys
+    return Estimate(base.bytes, base.seconds + (passes * per_pass + candidates * per_copy) / machine_flops_per_second())
+
+
+#: A silenced copy's attention over T shared keys (scores, mask, softmax, weighted sum) runs at about
+#: a third of the matrix-multiply speed here (`shared_past.attend`, 64 copies: 30 ms a layer at
+#: T=8,191, 11 ms at 4,096; a pass of 64 copies ~0.6 s at T=3,000, ~0.2 s of it the weights).
+COPY_ATTENTION_SLOWDOWN = 3
 
 
 def explain(c: Config, T: int, heads: int, members: int, rows_per_pass: int) -> Estimate:

@@ -44,8 +44,13 @@ def _past(model: Model, run) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
 
 
 @torch.inference_mode()
-def _last_row_logits(model: Model, run, masks=None, gates=None, chunk: int = COPIES_PER_PASS) -> torch.Tensor:
-    """Recompute the last row with per-copy masks (B, T) and/or gates {layer: (B, H)}. -> (B, vocab)"""
+def _last_row_logits(model: Model, run, masks=None, gates=None, token: int | None = None, on_pass=None,
+                     chunk: int = COPIES_PER_PASS) -> torch.Tensor:
+    """Recompute the last row with per-copy masks (B, T) and/or gates {layer: (B, H)}. -> (B, vocab)
+
+    token: return each copy's log-probability of this token instead, (B,) float64, pass by pass
+      (every member of 8,191 silenced would otherwise hold 8,191 × 49,152 logits: 1.6 GB).
+    on_pass: called with the number of copies after each pass (a progress bar's advance)."""
     past, T = _past(model, run), run.T
     B = masks.shape[0] if masks is not None else next(iter(gates.values())).shape[0]
     last = torch.tensor(run.token_ids[-1:], device=model.device)  # (1,)
@@ -57,31 +62,39 @@ def _last_row_logits(model: Model, run, masks=None, gates=None, chunk: int = COP
         if not layer_masks and not layer_gates:
             continue
         plan = Forward(masks=layer_masks, gates=layer_gates, past=past)
-        out.append(model.forward(last, plan)[0][:, -1].float())  # (b, vocab)
+        logits = model.forward(last, plan)[0][:, -1].float()  # (b, vocab)
+        out.append(logits if token is None else torch.log_softmax(logits.double(), dim=-1)[:, token].clone())  # not a view
+        # that would keep each pass's (b, vocab) log-probabilities alive
+        if on_pass is not None:
+            on_pass(rows.stop - rows.start)
     return torch.cat(out)
 
 
-def silenced_members_logits(model: Model, run, groups: Sequence[Sequence[int]]) -> torch.Tensor:
+def silenced_members_logits(model: Model, run, groups: Sequence[Sequence[int]], token: int | None = None,
+                            on_pass=None) -> torch.Tensor:
     """Last-position logits with each group of members silenced for the last member's questions.
 
-    groups: B lists of member indices (one member, or a span). Returns (B, vocab).
+    groups: B lists of member indices (one member, or a span). Returns (B, vocab), or with
+    `token` each copy's log-probability of it (B,) (see _last_row_logits, as for on_pass).
     The last member keeps hearing itself if a group would leave it no key at all.
     """
     T = run.T
     masks = torch.ones(len(groups), T, dtype=torch.bool, device=model.device)  # (B, T) keys heard
     for b, group in enumerate(groups):
         for j in group:
-            model.check_member(int(j), T)
+            model.check_member(j, T)
         masks[b, list(group)] = False
     masks[~masks.any(-1), T - 1] = True
-    return _last_row_logits(model, run, masks=masks)
+    return _last_row_logits(model, run, masks=masks, token=token, on_pass=on_pass)
 
 
-def silenced_heads_logits(model: Model, run, heads: Sequence[tuple[int, int]]) -> torch.Tensor:
-    """Last-position logits with each head's write zeroed at the last position only. (B, vocab)"""
+def silenced_heads_logits(model: Model, run, heads: Sequence[tuple[int, int]], token: int | None = None,
+                          on_pass=None) -> torch.Tensor:
+    """Last-position logits with each head's write zeroed at the last position only. (B, vocab),
+    or with `token` each copy's log-probability of it (B,)."""
     c = model.config
     gates = {l: torch.ones(len(heads), c.n_heads, device=model.device) for l in range(c.n_layers)}
     for b, (l, h) in enumerate(heads):
-        model.check_head(int(l), int(h))
-        gates[int(l)][b, int(h)] = 0
-    return _last_row_logits(model, run, gates=gates)
+        l, h = model.check_head(l, h)
+        gates[l][b, h] = 0
+    return _last_row_logits(model, run, gates=gates, token=token, on_pass=on_pass)

@@ -8,7 +8,10 @@ layer, 200 MB a layer for 64 copies of 8,192 members); here the P keys are multi
 every copy's questions, and each copy's own key is one dot product:
 
     scores_b = [q_b·K_pastᵀ, q_b·k_b] / √d,   weights_b = softmax(scores_b masked),
-    output_b = weights_b[:P]·V_past + weights_b[P]·v_b.
+    output_b = weights_b[:P]·V_past + weights_b[P]·v_b,
+
+the softmax taken over the shared scores and the copy's own one without joining them (one fewer
+copy of the B·P scores per layer).
 
 Shapes: B copies, H query heads sharing H_kv key/value heads (head h uses h // (H / H_kv)),
 P earlier members, d = d_head.
@@ -38,15 +41,18 @@ def attend(q: torch.Tensor, k_own: torch.Tensor, v_own: torch.Tensor, K: torch.T
     B, H, _, d = q.shape
     H_kv, P = K.shape[1], K.shape[2]
     g = H // H_kv  # query heads per key/value head
-    qg = q.view(B, H_kv, g, d).transpose(0, 1)  # (H_kv, B, g, d)
-    scale = 1.0 / math.sqrt(d)
+    qg = q.view(B, H_kv, g, d).transpose(0, 1) / math.sqrt(d)  # (H_kv, B, g, d), scaled once
     # every copy's questions against the shared keys, one multiply per key/value head
-    S_past = torch.bmm(qg.reshape(H_kv, B * g, d), K[0].mT).view(H_kv, B, g, P)  # (H_kv, B, g, P)
-    S_own = (qg * k_own.transpose(0, 1)).sum(-1, keepdim=True)  # (H_kv, B, g, 1): q_b·k_b
-    S = torch.cat([S_past, S_own], dim=-1).mul_(scale)  # (H_kv, B, g, P + 1)
+    S = torch.bmm(qg.reshape(H_kv, B * g, d), K[0].mT).view(H_kv, B, g, P)  # (H_kv, B, g, P)
+    s_own = (qg * k_own.transpose(0, 1)).sum(-1, keepdim=True)  # (H_kv, B, g, 1): q_b·k_b/√d
     if visible is not None:
-        S.masked_fill_(~visible[None, :, None, :], float("-inf"))
-    W = torch.softmax(S, dim=-1)  # (H_kv, B, g, P + 1), per row
-    out = torch.bmm(W[..., :P].reshape(H_kv, B * g, P), V[0]).view(H_kv, B, g, d)  # (H_kv, B, g, d)
-    out += W[..., P:] * v_own.transpose(0, 1)  # its own answer, weighted
+        S.masked_fill_(~visible[None, :, None, :P], float("-inf"))
+        s_own = s_own.masked_fill(~visible[None, :, None, P:], float("-inf"))
+    # softmax over the P shared scores and the copy's own, without joining them (no copy of S)
+    top = torch.maximum(S.amax(-1, keepdim=True), s_own) if P else s_own  # (H_kv, B, g, 1)
+    E = S.sub_(top).exp_()  # (H_kv, B, g, P), in place
+    e_own = (s_own - top).exp()  # (H_kv, B, g, 1)
+    Z = E.sum(-1, keepdim=True) + e_own  # (H_kv, B, g, 1)
+    out = torch.bmm(E.view(H_kv, B * g, P), V[0]).view(H_kv, B, g, d)  # (H_kv, B, g, d)
+    out.addcmul_(e_own, v_own.transpose(0, 1)).div_(Z)  # its own answer, weighted; normalised
     return out.transpose(0, 1).reshape(B, H, 1, d)

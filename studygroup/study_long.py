@@ -21,9 +21,10 @@ SCOPE = "for the last member's questions only"
 
 def announce(model, T: int, silence_heads, silence_members, stream=None) -> None:
     """Print what the run will need before a large run starts."""
+    from studygroup.study import _count
+
     c = model.config
-    heads = c.n_layers * c.n_heads if silence_heads == "all" else min(silence_heads, c.n_layers * c.n_heads)
-    members = T if silence_members == "all" else min(silence_members, T)
+    heads, members = _count(silence_heads, c.n_layers * c.n_heads), _count(silence_members, T)
     need = estimate.long_explain(c, T, heads + members, last_question.COPIES_PER_PASS)
     say(f"explaining {T} members: {need} (one pass, then one row for each of {heads} silenced heads "
         f"and {members} silenced members)", stream)
@@ -64,9 +65,8 @@ def _heads(run, token: int, lp_t, direct: torch.Tensor, silence_heads):
     n = total if silence_heads == "all" else min(silence_heads, total)
     order = direct.flatten().abs().argsort(descending=True, stable=True).tolist()
     chosen = [(i // c.n_heads, i % c.n_heads) for i in order[:n]]
-    with Progress(1, f"silencing {n} heads at the last position") as bar:
-        lps = effects.log_probs(last_question.silenced_heads_logits(run.model, run, chosen))[:, token] if n else []
-        bar.advance()
+    with Progress(n, f"silencing {n} heads at the last position") as bar:
+        lps = last_question.silenced_heads_logits(run.model, run, chosen, token, bar.advance) if n else []
     rank = {i: r + 1 for r, i in enumerate(order)}
     u = attribution.direction_for(run, token)
     out = [study._head_effect(run, l, h, u, float(direct[l, h]), float(s - lp_t), float(s.exp()), None,
@@ -83,9 +83,8 @@ def _members(run, token: int, lp_t, silence_members):
     shares = attribution.member_shares(run, token)  # (T,)
     n = T if silence_members == "all" else min(silence_members, T)
     chosen = sorted(shares.abs().argsort(descending=True, stable=True)[:n].tolist())
-    with Progress(1, f"silencing {n} members for the last questions") as bar:
-        lps = effects.log_probs(last_question.silenced_members_logits(run.model, run, [[j] for j in chosen]))[:, token] if n else []
-        bar.advance()
+    with Progress(n, f"silencing {n} members for the last questions") as bar:
+        lps = last_question.silenced_members_logits(run.model, run, [[j] for j in chosen], token, bar.advance) if n else []
     effect = {j: float(s - lp_t) for j, s in zip(chosen, lps)}
     prob = {j: float(s.exp()) for j, s in zip(chosen, lps)}
     ranks = {j: r + 1 for r, j in enumerate(sorted(effect, key=lambda j: -abs(effect[j])))}

@@ -93,3 +93,17 @@ def test_many_copies_share_the_earlier_members_and_pass_in_groups(ours, monkeypa
         keys = torch.ones(11, dtype=torch.bool)
         keys[groups[b]] = False
         assert torch.allclose(got[b], full_pass(ours, ids, last_row_keys=keys), atol=ATOL), b
+
+
+def test_one_tokens_log_probability_per_copy_pass_by_pass(ours):
+    """With `token`, each copy's log-probability of it, as from the logits (which are not kept)."""
+    from studygroup import effects
+
+    ids = ids_of(ours, 9, 5)
+    run = ours.run(ids, record=last_question.base_record())
+    groups, heads, passes = [[j] for j in range(9)], [(0, 1), (1, 2)], []
+    for fn, arg in ((last_question.silenced_members_logits, groups), (last_question.silenced_heads_logits, heads)):
+        got = fn(ours, run, arg, token=7, on_pass=passes.append)
+        assert got.shape == (len(arg),) and got.dtype == torch.float64
+        assert torch.allclose(got, effects.log_probs(fn(ours, run, arg))[:, 7], atol=1e-9)
+    assert passes == [len(groups), len(heads)]
