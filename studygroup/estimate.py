@@ -154,9 +154,9 @@ def long_explain(c: Config, T: int, candidates: int, copies_per_pass: int) -> Es
 
 
 #: A silenced copy's attention over T shared keys (scores, mask, softmax, weighted sum) runs at about
-#: a third of the matrix-multiply speed here (`shared_past.attend`, 64 copies: 30 ms a layer at
-#: T=8,191, 11 ms at 4,096; a pass of 64 copies ~0.6 s at T=3,000, ~0.2 s of it the weights).
-COPY_ATTENTION_SLOWDOWN = 3
+#: a fifth of the matrix-multiply speed here, in a whole explain: passes of 64 copies took ~0.6 s
+#: at T=3,000 and ~1.7 s at 8,191 (every member and head of 8,191 silenced: 263 s in all).
+COPY_ATTENTION_SLOWDOWN = 5
 
 
 def explain(c: Config, T: int, heads: int, members: int, rows_per_pass: int) -> Estimate:
