@@ -4,7 +4,8 @@ Runs the CLI as a user would, on a text of T tokens (the bench paragraph repeate
 the model's own tokenizer, so that it is exactly T tokens), and reads the child's peak resident
 memory (ru_maxrss) when it exits. Target (issue 6): 8,191 tokens under 2 GB.
 
-    .venv/bin/python bench/long_explain.py --T 8191
+    .venv/bin/python bench/long_explain.py --T 8191           # explain's own choice of candidates
+    .venv/bin/python bench/long_explain.py --T 8191 --all     # every member and every head silenced
 """
 from __future__ import annotations
 
@@ -38,9 +39,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--T", type=int, default=8191)
     ap.add_argument("--out", default=None, help="also write the figures as JSON")
+    ap.add_argument("--all", action="store_true", help="silence every member and every head (default: explain's own choice)")
     args = ap.parse_args()
     script = Path(sys.executable).with_name("studygroup")
     argv = [str(script), "explain", text_of(args.T), "--json"]  # ~40 kB: one argument is allowed 128 kB
+    if args.all:
+        argv += ["--silence-members", "all", "--silence-heads", "all"]
     start = time.perf_counter()
     done = subprocess.run(argv, capture_output=True, text=True)
     wall = time.perf_counter() - start
