@@ -314,7 +314,10 @@ def test_a_body_that_stops_arriving_gets_408(model):
         sent.append(message)
 
     start = time.perf_counter()
-    asyncio.run(asyncio.wait_for(app(scope, receive, send), 20))
+    # in a thread of its own: another test (Playwright's) may leave an event loop running in this one
+    worker = threading.Thread(target=lambda: asyncio.run(asyncio.wait_for(app(scope, receive, send), 20)))
+    worker.start()
+    worker.join()
     assert time.perf_counter() - start < 10
     assert sent[0]["status"] == 408
     assert "stopped arriving" in json.loads(b"".join(m.get("body", b"") for m in sent[1:]))["error"]
