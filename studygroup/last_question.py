@@ -63,8 +63,9 @@ def _last_row_logits(model: Model, run, masks=None, gates=None, token: int | Non
             continue
         plan = Forward(masks=layer_masks, gates=layer_gates, past=past)
         logits = model.forward(last, plan)[0][:, -1].float()  # (b, vocab)
-        out.append(logits if token is None else torch.log_softmax(logits.double(), dim=-1)[:, token].clone())  # not a view
-        # that would keep each pass's (b, vocab) log-probabilities alive
+        if token is not None:  # a copy: a view would keep the pass's (b, vocab) log-probabilities alive
+            logits = torch.log_softmax(logits.double(), dim=-1)[:, token].clone()  # (b,)
+        out.append(logits)
         if on_pass is not None:
             on_pass(rows.stop - rows.start)
     return torch.cat(out)

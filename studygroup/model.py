@@ -6,7 +6,6 @@ T tokens, H = n_heads query heads, H_kv = n_kv_heads key/value heads, d = d_head
 """
 from __future__ import annotations
 
-import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +15,7 @@ import torch
 from studygroup import attention, gguf_layout, heap, rope, shared_past
 from studygroup.linear import onednn_takes, project
 from studygroup.config import Config
+from studygroup.arguments import head_set, whole_number
 from studygroup.errors import InputError
 from studygroup.record import NOTHING, Record, resolve
 from studygroup.tokenizer import Tokenizer
@@ -96,7 +96,7 @@ class Model:
         if isinstance(text_or_ids, str | bytes | bytearray):
             ids = self.tokenize(text_or_ids)
         else:
-            ids = [_whole_number(i, "a token id") for i in text_or_ids]
+            ids = [whole_number(i, "a token id") for i in text_or_ids]
         c = self.config
         if not ids:
             raise InputError("no tokens: give a non-empty text")
@@ -293,7 +293,7 @@ class Model:
             raise ValueError("packed copies reuse the clean run's keys and values: give kv")
         if not len(members):
             return torch.empty(0, self.config.vocab_size)  # nobody silenced: no copies
-        P = (max(members) if packed else min(members)) if kv is not None and len(members) else 0  # rows reused
+        P = (max(members) if packed else min(members)) if kv is not None else 0  # rows reused
         if P and (sorted(kv) != list(range(self.config.n_layers))
                   or any(t.shape[-2] != len(ids) for pair in kv.values() for t in pair)):
             raise ValueError(f"kv must hold the keys and values of every layer for these {len(ids)} members")
@@ -309,7 +309,7 @@ class Model:
 
         c = self.config
         masks = silence.each_member_masks(len(ids), members, device=self.device)[:, P:]  # (B, T - P, T)
-        plan = Forward(masks=silence.per_layer(masks, _heads(heads), c.n_layers, c.n_heads))
+        plan = Forward(masks=silence.per_layer(masks, head_set(heads), c.n_layers, c.n_heads))
         return torch.tensor(ids[P:], device=self.device), plan
 
     def _packed(self, ids: list[int], members: Sequence[int], heads) -> tuple[torch.Tensor, Forward]:
@@ -318,7 +318,7 @@ class Model:
 
         c, T = self.config, len(ids)
         silenced, base = silence.packed_member_masks(T, members, device=self.device)  # (N, P + N) each
-        masks = silence.per_layer(silenced[None], _heads(heads), c.n_layers, c.n_heads, base=base[None])
+        masks = silence.per_layer(silenced[None], head_set(heads), c.n_layers, c.n_heads, base=base[None])
         positions = torch.cat([torch.arange(j, T, device=self.device) for j in members])  # (N,)
         ends = torch.tensor([T - j for j in members], device=self.device).cumsum(0) - 1  # (B,) each copy's last row
         ids_t = torch.tensor(ids, device=self.device)[positions]  # (N,)
@@ -328,7 +328,7 @@ class Model:
     def check_head(self, layer: int, head: int) -> tuple[int, int]:
         """(layer, head) as ints, or InputError unless that head exists."""
         c = self.config
-        layer, head = _whole_number(layer, "a layer"), _whole_number(head, "a head")
+        layer, head = whole_number(layer, "a layer"), whole_number(head, "a head")
         if not 0 <= layer < c.n_layers:
             raise InputError(f"layer {layer} does not exist: the model has {c.n_layers} layers (0-{c.n_layers - 1})")
         if not 0 <= head < c.n_heads:
@@ -337,35 +337,10 @@ class Model:
 
     def check_member(self, j: int, T: int) -> int:
         """j as an int, or InputError unless 0 <= j < T."""
-        j = _whole_number(j, "a member")
+        j = whole_number(j, "a member")
         if not 0 <= j < T:
             raise InputError(f"member {j} does not exist: the text has {T} tokens (0-{T - 1})")
         return j
-
-
-def _whole_number(x, what: str) -> int:
-    """x as an int if it is a whole number (an int, a numpy or 0-d torch integer; not a bool,
-    float or string), else InputError naming `what` it was meant to be."""
-    if not isinstance(x, bool):
-        try:
-            return operator.index(x)
-        except TypeError:
-            pass
-    raise InputError(f"{x!r} is not {what}: give a whole number")
-
-
-def _pair(p) -> tuple:
-    """A (layer, head) pair, or InputError for anything else ("0.1", [1], [1, 2, 3], …)."""
-    if isinstance(p, str | bytes) or not hasattr(p, "__len__") or len(p) != 2:
-        raise InputError(f"{p!r} is not a (layer, head) pair")
-    return tuple(p)
-
-
-def _heads(heads) -> frozenset | None:
-    """(layer, head) pairs as a set of int pairs (None stays None: every head)."""
-    if heads is None:
-        return None
-    return frozenset((_whole_number(l, "a layer"), _whole_number(h, "a head")) for l, h in map(_pair, heads))
 
 
 def _fuse(w: dict[str, torch.Tensor], c: Config) -> dict[str, torch.Tensor]:

@@ -7,7 +7,8 @@ import torch
 
 from studygroup import attention, silence
 from studygroup.errors import InputError
-from studygroup.model import Forward, Model, _heads
+from studygroup.arguments import head_set
+from studygroup.model import Forward, Model
 from studygroup.record import KEY_STEPS, LAYER_STEPS, MAP_STEPS, Record
 
 #: The steps one head needs to be shown whole.
@@ -25,7 +26,7 @@ class Settings:
     @classmethod
     def make(cls, model: Model, T: int, members=(), member_heads=None, heads=()) -> "Settings":
         members = {model.check_member(j, T) for j in members}
-        heads, member_heads = _heads(heads) or frozenset(), _heads(member_heads)
+        heads, member_heads = head_set(heads) or frozenset(), head_set(member_heads)
         for l, h in heads | (member_heads or frozenset()):
             model.check_head(l, h)
         return cls(tuple(sorted(members)), member_heads, heads)
