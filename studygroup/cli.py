@@ -16,7 +16,6 @@ import argparse
 import os
 import re
 import sys
-from pathlib import Path
 
 from studygroup.output_file import check_writable, write_text
 

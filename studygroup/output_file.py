@@ -29,7 +29,7 @@ def check_writable(path, example: str) -> Path:
         raise InputError(f"cannot write {path}: it is a folder; give a file name such as {example}")
     if not folder.is_dir():
         raise InputError(f"cannot write {path}: the folder {folder} does not exist")
-    existed = p.exists()
+    existed = p.exists() or p.is_symlink()  # a dangling link: the write will go through it
     try:  # O_NONBLOCK: a named pipe with no reader is refused instead of waiting for one
         os.close(os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o666))
     except OSError as e:
