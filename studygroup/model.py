@@ -437,11 +437,13 @@ class _Keeper:
 
 
 def load(path: str | Path | None = None, device: str = "cpu", dtype: str | torch.dtype = torch.float32,
-         cache: bool = True, require_native: bool = True) -> Model:
+         cache: bool = True, require_native: bool = True, defer_cache_write: bool = False) -> Model:
     """Load a Llama-family GGUF file (None: the default SmolLM2-135M-Instruct) as a Model.
 
     dtype: float32 (exact, the default) or bfloat16 (the fast mode: on a CPU only where it
       multiplies bfloat16 natively, AVX512-BF16 or AMX, unless require_native=False).
+    defer_cache_write: a first load leaves writing the weights cache to
+      `studygroup.weights_cache.write_deferred()` (the CLI prints its answer first).
 
     >>> model = load()                      # doctest: +SKIP
     >>> model.config.n_layers, model.config.n_heads, model.config.n_kv_heads  # doctest: +SKIP
@@ -454,7 +456,7 @@ def load(path: str | Path | None = None, device: str = "cpu", dtype: str | torch
     if dtype == torch.bfloat16 and device.type == "cpu" and require_native and not native_bfloat16():
         raise InputError("bfloat16 is not native on this CPU (no AVX512-BF16 or AMX): it would run slower "
                          "than float32; use --dtype float32")
-    config, weights = load_weights(path, cache=cache)
+    config, weights = load_weights(path, cache=cache, defer_write=defer_cache_write)
     heap.use_own_mappings_for_large_blocks()
     return Model(config, weights, load_tokenizer(path, cache=cache), path, device, dtype)
 

@@ -15,8 +15,16 @@ from studygroup.config import Config
 from studygroup.model_path import resolve_model_path
 
 
-def load_weights(path: str | Path | None = None, cache: bool = True) -> tuple[Config, dict[str, torch.Tensor]]:
+#: Cache writes that first loads held back (load_weights(..., defer_write=True)): see write_deferred.
+_deferred: list = []
+
+
+def load_weights(path: str | Path | None = None, cache: bool = True,
+                 defer_write: bool = False) -> tuple[Config, dict[str, torch.Tensor]]:
     """`read_weights` through the disk cache (see studygroup.cache); path None = the default model.
+
+    defer_write: on a first load, keep the cache write (~1.5 s for the default model's 0.5 GB) for
+      `write_deferred()`, so that a command prints its answer first.
 
     >>> config, w = load_weights()  # doctest: +SKIP
     >>> config.n_layers, w["embed"].shape  # doctest: +SKIP
@@ -38,9 +46,21 @@ def load_weights(path: str | Path | None = None, cache: bool = True) -> tuple[Co
          "(once per model file; a few seconds)")
 
     config, weights = read_weights(path)
-    disk_cache.write_tensors(entry, _for_cache(weights, config.n_layers),
-                             {"config": json.dumps(config.to_dict()), "layout": CACHE_LAYOUT})
+    metadata = {"config": json.dumps(config.to_dict()), "layout": CACHE_LAYOUT}
+    def write() -> None:
+        disk_cache.write_tensors(entry, _for_cache(weights, config.n_layers), metadata)
+
+    if defer_write:
+        _deferred.append(write)
+    else:
+        write()
     return config, weights
+
+
+def write_deferred() -> None:
+    """Write the cache entries that first loads held back (the CLI calls it once its output is out)."""
+    while _deferred:
+        _deferred.pop()()
 
 
 #: How cache entries store matrices: (out, in) rows, the layout the model multiplies with, and

@@ -236,3 +236,24 @@ def test_a_reader_that_stops_reading_ends_the_command_quietly(tiny, monkeypatch,
     monkeypatch.setattr(sys, "stdout", ClosedPipe())
     assert cli_module.main(["explain", "the tin", "--model", str(tiny)]) == 0
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_first_load_writes_the_weights_cache_after_the_answer(capsys, tiny, tmp_path, monkeypatch):
+    """The first run prints its explanation before spending ~1.5 s on the cache; the cache is
+    there when the command returns, and the next load maps it."""
+    from studygroup import cache
+    from studygroup import cli as cli_module
+    from studygroup.weights_cache import load_weights
+
+    monkeypatch.setenv(cache.ENV_VAR, str(tmp_path))
+    entry = cache.entry_path(cache.file_key(tiny), "weights")
+    seen = []
+    printed = cli_module._print
+    monkeypatch.setattr(cli_module, "_print", lambda text: seen.append(entry.exists()) or printed(text))
+    code, out, err = cli(capsys, "explain", "the tin", "--model", tiny)
+    assert code == 0 and "the group's conclusion" in out
+    assert seen == [False] and entry.exists()
+    def no_dequantizing(path):
+        raise AssertionError("the second load dequantized the file again")
+    monkeypatch.setattr("studygroup.weights.read_weights", no_dequantizing)
+    assert load_weights(tiny)[1]["embed"].shape[0] > 0  # from the entry
