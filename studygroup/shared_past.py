@@ -38,6 +38,10 @@ def attend(q: torch.Tensor, k_own: torch.Tensor, v_own: torch.Tensor, K: torch.T
     >>> torch.allclose(attend(q, k, v, K, V), ref, atol=1e-6)
     True
     """
+    low = q.dtype in (torch.bfloat16, torch.float16)  # scores and softmax in float32, as the fused kernels do
+    if low:
+        out = attend(*(t.float() for t in (q, k_own, v_own, K, V)), visible)
+        return out.to(q.dtype)
     B, H, _, d = q.shape
     H_kv, P = K.shape[1], K.shape[2]
     g = H // H_kv  # query heads per key/value head
