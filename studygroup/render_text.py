@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import textwrap
 
-from studygroup.story import percent
+from studygroup.story import percent, signed
 
 __all__ = ["comparison", "explanation", "head_view", "lesson", "lesson_section", "percent", "table"]
 
@@ -80,7 +80,7 @@ def comparison(c) -> str:
     silenced = c.prefix is not None
     header = ["word", "prob a", "prob b", "change"] + (["b, prefix silenced" if c.longer == "b" else
                                                         "a, prefix silenced"] if silenced else [])
-    rows = [[s.token, percent(s.prob_a), percent(s.prob_b), f"{100 * s.change:+.1f} pts"]
+    rows = [[s.token, percent(s.prob_a), percent(s.prob_b), f"{signed(100 * s.change, 1)} pts"]
             + ([percent(s.prob_prefix_silenced)] if silenced else []) for s in c.shift]
     lines = [f"a: {_members(c.a.tokens)}", f"b: {_members(c.b.tokens)}", "",
              f"the shift (a → b) in the next word:", table(header, rows), "",

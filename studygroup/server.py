@@ -156,15 +156,17 @@ class Service:
             raise InputError(f"{name}: {e}" if name else str(e)) from None
 
     def _tokens(self, text: str) -> int:
-        T = len(self.model.tokenize(text)) if text.strip() else 0  # this app's limit, before the model's
-        if T <= self.max_tokens:
-            T = len(page_data.checked_ids(self.model, text))
-        if T > self.max_tokens:
+        """The text tokenized once; this app's limit checked before the model's own checks (its
+        context limit would name the model's context, not the app's)."""
+        if not text.strip():
+            page_data.checked_ids(self.model, text)  # refuses it: only whitespace
+        ids = self.model.tokenize(text)
+        if len(ids) > self.max_tokens:
             context = self.model.config.context_length
             why = (f"the model's context holds {context}" if self.max_tokens == context else
                    f"this app takes at most {self.max_tokens} (start it with --max-tokens to change that)")
-            raise InputError(f"the text is {T} tokens long: {why}")
-        return T
+            raise InputError(f"the text is {len(ids)} tokens long: {why}")
+        return len(page_data.checked_ids(self.model, ids))  # the vocabulary
 
     def silenced(self, b, T: int) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]]:
         """A body's silenced members and heads, checked against a text of T tokens, sorted, once each."""

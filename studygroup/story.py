@@ -15,10 +15,10 @@ def percent(p: float) -> str:
     return f"{100 * p:.1f}%" if p < 0.1 else f"{100 * p:.0f}%"
 
 
-def _signed(x: float, digits: int) -> str:
+def signed(x: float, digits: int) -> str:
     """x with its sign, never "-0.00": a value that rounds to zero reads "+0.00".
 
-    >>> _signed(-0.0004, 2), _signed(-0.25, 2), _signed(1.5, 1)
+    >>> signed(-0.0004, 2), signed(-0.25, 2), signed(1.5, 1)
     ('+0.00', '-0.25', '+1.5')
     """
     text = f"{x:+.{digits}f}"
@@ -63,13 +63,13 @@ def _decisive_head(e) -> list[str]:
     h, w = e.heads[0], e.predicted
     where = "" if e.scope == "in every head" else " at the last position"
     lines = [f"The most decisive head tested is head {h.head} of layer {h.layer}: silencing it{where} "
-             f"{_moves(f'the probability of {quote(w.token)}', w.prob, h.prob_silenced)} (log-probability {_signed(h.silence_effect, 3)}), and its write "
-             f"adds {_signed(h.logit_contribution, 2)} directly to that word's logit ({e.logit_parts.logit:.2f} in all)."]
+             f"{_moves(f'the probability of {quote(w.token)}', w.prob, h.prob_silenced)} (log-probability {signed(h.silence_effect, 3)}), and its write "
+             f"adds {signed(h.logit_contribution, 2)} directly to that word's logit ({e.logit_parts.logit:.2f} in all)."]
     first = next((x for x in e.heads if x.rank_by_contribution == 1), None)
     if first is not None and first is not h:
         lines.append(f"By direct contribution alone, head {first.head} of layer {first.layer} comes first "
-                     f"({_signed(first.logit_contribution, 2)} to the logit), yet silencing it changes the log-probability "
-                     f"by {_signed(first.silence_effect, 3)}: a head's write also changes what later layers compute, "
+                     f"({signed(first.logit_contribution, 2)} to the logit), yet silencing it changes the log-probability "
+                     f"by {signed(first.silence_effect, 3)}: a head's write also changes what later layers compute, "
                      f"so the two measures can disagree.")
     return lines + _listening(h, e.tokens[-1])
 
@@ -99,12 +99,12 @@ def _members(e) -> list[str]:
         return []
     w = e.predicted
     parts = [f"without {quote(m.token)} (member {m.index}) it {_verb(m.effect)} {percent(m.prob_silenced)} "
-             f"({_signed(m.effect, 3)})" for m in ranked[:2]]
+             f"({signed(m.effect, 3)})" for m in ranked[:2]]
     lines = [f"Silencing one member at a time, {e.scope}, moves the probability of {quote(w.token)} "
              f"({percent(w.prob)}) most like this: " + "; ".join(parts) + "."]
     raising = [m for m in ranked[2:] if m.effect > 0][:1]  # the member the group does better without
     lines += [f"Of the others, silencing {quote(m.token)} (member {m.index}) raises it most, to "
-              f"{percent(m.prob_silenced)} ({_signed(m.effect, 3)})." for m in raising]
+              f"{percent(m.prob_silenced)} ({signed(m.effect, 3)})." for m in raising]
     return lines
 
 
@@ -119,8 +119,8 @@ def explain_story(e) -> list[str]:
         _conclusion(e),
         *_decisive_head(e),
         *_members(e),
-        f"The logit of {quote(e.predicted.token)}, {p.logit:.2f}, adds up from the embedding ({_signed(p.embed, 2)}), "
-        f"the {n_heads} heads' writes ({_signed(p.heads, 2)}) and the {n_layers} MLPs ({_signed(p.mlps, 2)}).",
+        f"The logit of {quote(e.predicted.token)}, {p.logit:.2f}, adds up from the embedding ({signed(p.embed, 2)}), "
+        f"the {n_heads} heads' writes ({signed(p.heads, 2)}) and the {n_layers} MLPs ({signed(p.mlps, 2)}).",
     ]
 
 
@@ -135,7 +135,7 @@ def _shift_lines(c) -> list[str]:
              f"after {_text(b)}, {quote(b.predicted.token)} ({percent(b.predicted.prob)})."]
     if a.predicted.id == b.predicted.id:
         lines.append(f"The conclusion stays {w}: text b {_moves('its probability', s.prob_a, s.prob_b)} "
-                     f"({_signed(100 * s.change, 1)} points).")
+                     f"({signed(100 * s.change, 1)} points).")
     else:
         lines.append(f"The conclusion changes: {w} goes from {percent(s.prob_a)} to {percent(s.prob_b)}.")
     others = sorted((x for x in c.shift if x.id != c.word_id), key=lambda x: -abs(x.change))[:2]
@@ -148,10 +148,10 @@ def _shift_lines(c) -> list[str]:
 def _compare_heads(c) -> list[str]:
     if not c.heads:
         return []
-    named = ", ".join(f"head {h.head} of layer {h.layer} ({_signed(h.contribution_a, 2)} → {_signed(h.contribution_b, 2)})"
+    named = ", ".join(f"head {h.head} of layer {h.layer} ({signed(h.contribution_a, 2)} → {signed(h.contribution_b, 2)})"
                       for h in c.heads[:3])
     return [f"The heads whose direct push on {quote(c.word)} changed most from a to b: {named}. In all, the heads' "
-            f"direct share of its logit changes by {_signed(c.logit.heads, 2)} and the MLPs' by {_signed(c.logit.mlps, 2)} "
+            f"direct share of its logit changes by {signed(c.logit.heads, 2)} and the MLPs' by {signed(c.logit.mlps, 2)} "
             f"(the logit goes from {c.logit.logit_a:.2f} to {c.logit.logit_b:.2f})."]
 
 
@@ -159,16 +159,16 @@ def _compare_gap(c) -> list[str]:
     if c.gap is None or not c.heads_by_gap:
         return []
     g = c.gap
-    named = ", ".join(f"head {h.head} of layer {h.layer} ({_signed(h.change, 2)})" for h in c.heads_by_gap[:3])
+    named = ", ".join(f"head {h.head} of layer {h.layer} ({signed(h.change, 2)})" for h in c.heads_by_gap[:3])
     return [f"A probability depends on the gaps between logits. Against {quote(c.rival)}, the other top word whose "
-            f"probability changed most, the gap of {quote(c.word)} goes from {_signed(g.logit_a, 2)} to {_signed(g.logit_b, 2)}: "
-            f"the heads' direct shares change it by {_signed(g.heads, 2)} (most: {named}) and the MLPs' by {_signed(g.mlps, 2)}."]
+            f"probability changed most, the gap of {quote(c.word)} goes from {signed(g.logit_a, 2)} to {signed(g.logit_b, 2)}: "
+            f"the heads' direct shares change it by {signed(g.heads, 2)} (most: {named}) and the MLPs' by {signed(g.mlps, 2)}."]
 
 
 def _compare_members(c) -> list[str]:
     lines = []
     if c.members:
-        named = " and ".join(f"{quote(m.token)} (member {m.index}, {_signed(m.effect, 3)})" for m in c.members[:2])
+        named = " and ".join(f"{quote(m.token)} (member {m.index}, {signed(m.effect, 3)})" for m in c.members[:2])
         lines.append(f"In text {c.longer}, silencing one member in every head moves the log-probability of "
                      f"{quote(c.word)} most for {named}.")
     p = c.prefix

@@ -62,7 +62,7 @@ def _heads(run, token: int, lp_t, direct: torch.Tensor, silence_heads):
 
     c = run.model.config
     total = c.n_layers * c.n_heads
-    n = total if silence_heads == "all" else min(silence_heads, total)
+    n = study._count(silence_heads, total)
     order = direct.flatten().abs().argsort(descending=True, stable=True).tolist()
     chosen = [(i // c.n_heads, i % c.n_heads) for i in order[:n]]
     with Progress(n, f"silencing {n} heads at the last position") as bar:
@@ -77,11 +77,11 @@ def _heads(run, token: int, lp_t, direct: torch.Tensor, silence_heads):
 
 
 def _members(run, token: int, lp_t, silence_members):
-    from studygroup.study import MemberEffect
+    from studygroup.study import MemberEffect, _count
 
     T = run.T
     shares = attribution.member_shares(run, token)  # (T,)
-    n = T if silence_members == "all" else min(silence_members, T)
+    n = _count(silence_members, T)
     chosen = sorted(shares.abs().argsort(descending=True, stable=True)[:n].tolist())
     with Progress(n, f"silencing {n} members for the last questions") as bar:
         lps = last_question.silenced_members_logits(run.model, run, [[j] for j in chosen], token, bar.advance) if n else []

@@ -47,6 +47,7 @@ def load_weights(path: str | Path | None = None, cache: bool = True,
 
     config, weights = read_weights(path)
     metadata = {"config": json.dumps(config.to_dict()), "layout": CACHE_LAYOUT}
+
     def write() -> None:
         disk_cache.write_tensors(entry, _for_cache(weights, config.n_layers), metadata)
 
