@@ -16,9 +16,9 @@ import time
 
 import torch
 
-from studygroup.config import Config
-from studygroup.model import Model
-from studygroup.record import Record
+from studygroup.gguf.config import Config
+from studygroup.model.model import Model
+from studygroup.model.record import Record
 
 SMOLLM2 = Config(n_layers=30, n_heads=9, n_kv_heads=3, d_model=576, d_head=64, d_mlp=1536,
                  context_length=8192, rope_base=100000.0, rms_eps=1e-5, vocab_size=49152)

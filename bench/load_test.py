@@ -57,7 +57,7 @@ def parse_args(argv=None):
 
 # ---- the server --------------------------------------------------------------------------------
 def start_server(model: str | None) -> tuple[subprocess.Popen, str]:
-    cmd = [sys.executable, "-m", "studygroup.serve", "--port", "0", "--no-warm"]
+    cmd = [sys.executable, "-m", "studygroup.web.serve", "--port", "0", "--no-warm"]
     if model:
         cmd += ["--model", model]
     root = Path(__file__).resolve().parents[1]

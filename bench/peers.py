@@ -17,7 +17,7 @@ from pathlib import Path
 
 THREADS = os.cpu_count() or 1  # every peer gets the same number of threads
 
-#: studygroup's modes: what `record=` each one passes (see studygroup.record).
+#: studygroup's modes: what `record=` each one passes (see studygroup.model.record).
 OURS_MODES = ("none", "default", "last_row", "all", "maps16", "maps_on_demand", "bf16")
 #: transformers' modes: attention implementation, and whether it returns every attention map.
 TRANSFORMERS_MODES = {"sdpa": ("sdpa", False), "eager": ("eager", False), "eager_attn": ("eager", True)}
@@ -31,7 +31,7 @@ def ours_record(mode: str):
     'none'
     """
     import torch
-    from studygroup.record import Record
+    from studygroup.model.record import Record
 
     return {
         "none": "none",
@@ -63,7 +63,7 @@ class Ours:
     def read_every_map(self, run) -> float:
         """Maps computed on demand are computed when read: read each one (a layer's maps at a
         time, then dropped), so the time counts every map and the peak one layer's."""
-        from studygroup.record import MAP_STEPS, names
+        from studygroup.model.record import MAP_STEPS, names
 
         total = 0.0
         for name in names(self.model.config.n_layers):
@@ -119,7 +119,7 @@ class LlamaCpp:
 
 
 #: The module each program's start imports (timed apart from its load).
-IMPORTS = {"ours": "studygroup.model", "transformers": "transformers", "llama.cpp": "llama_cpp"}
+IMPORTS = {"ours": "studygroup.model.model", "transformers": "transformers", "llama.cpp": "llama_cpp"}
 
 
 def import_program(program: str) -> None:

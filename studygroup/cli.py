@@ -17,7 +17,7 @@ import os
 import re
 import sys
 
-from studygroup.output_file import check_writable, write_text
+from studygroup.views.output_file import check_writable, write_text
 
 DEFAULT_TEXT = "Cash or credit card? I have a lot"
 
@@ -115,14 +115,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--html", default=None, metavar="FILE", help="write the lesson as a self-contained HTML page")
     _common(p, 8, "how many next words the conclusion lists (default 8)")
     p.set_defaults(handler=_lesson)
-    from studygroup import serve  # light: the web app is imported only when `serve` runs
+    from studygroup.web import serve  # light: the web app is imported only when `serve` runs
 
     serve.add_parser(sub)
     return parser
 
 
 def _load(args):
-    from studygroup.model import load
+    from studygroup.model.model import load
 
     return load(args.model, device=args.device, dtype=args.dtype, defer_cache_write=True)  # written after the output
 
@@ -130,7 +130,7 @@ def _load(args):
 def _check_figures(args) -> None:
     """Refuse unwritable --png/--svg/--html paths before the work starts."""
     if getattr(args, "png", None) is not None or getattr(args, "svg", None) is not None:
-        from studygroup import figures
+        from studygroup.views import figures
 
         for path, kind in ((args.png, "png"), (args.svg, "svg")):
             if path is not None:
@@ -141,7 +141,7 @@ def _check_figures(args) -> None:
 
 def _save_figures(args, make_figure) -> None:
     if args.png is not None or args.svg is not None:
-        from studygroup import figures
+        from studygroup.views import figures
 
         fig = make_figure(figures)
         for path in (args.png, args.svg):
@@ -150,8 +150,8 @@ def _save_figures(args, make_figure) -> None:
 
 
 def _explain(args) -> str:
-    from studygroup import render_text
-    from studygroup.study import explain
+    from studygroup.views import text as render_text
+    from studygroup.study.explain import explain
 
     _check_figures(args)
     model = _load(args)
@@ -159,15 +159,16 @@ def _explain(args) -> str:
                 silence_members=args.silence_members)
     _save_figures(args, lambda figures: figures.explain_figure(e.to_dict()))
     if args.html is not None:
-        from studygroup import page_data, report
+        from studygroup.study import page_data
+        from studygroup.views import report
 
         report.write_report(page_data.report_data(model, args.text, top=args.top, explained=e), args.html)
     return e.to_json(indent=2) if args.json else render_text.explanation(e)
 
 
 def _compare(args) -> str:
-    from studygroup import render_text
-    from studygroup.study_compare import compare
+    from studygroup.views import text as render_text
+    from studygroup.study.compare import compare
 
     _check_figures(args)
     c = compare(_load(args), args.text_a, args.text_b, top=args.top, silence_heads=args.silence_heads,
@@ -177,8 +178,8 @@ def _compare(args) -> str:
 
 
 def _head(args) -> str:
-    from studygroup import render_text
-    from studygroup.study_head import check_notation, head_view
+    from studygroup.views import text as render_text
+    from studygroup.study.head import check_notation, head_view
 
     check_notation(args.notation)
     _check_figures(args)
@@ -189,8 +190,9 @@ def _head(args) -> str:
 
 
 def _lesson(args) -> str:
-    from studygroup import render_html, render_text
-    from studygroup.lesson import check_section, lesson
+    from studygroup.views import lesson_html as render_html
+    from studygroup.views import text as render_text
+    from studygroup.study.lesson import check_section, lesson
 
     if args.section is not None:
         check_section(args.section)
@@ -222,10 +224,10 @@ def _page(pages: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from studygroup import threads
+    from studygroup.model import threads
     from studygroup.errors import StudyGroupError
 
-    threads.set_wait_policy()  # before torch is imported (see studygroup.threads)
+    threads.set_wait_policy()  # before torch is imported (see studygroup.model.threads)
     for stream in (sys.stdout, sys.stderr):  # a terminal or pipe that cannot encode ␣ or ↵ gets \u2423
         if stream is not None and hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
@@ -250,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _write_deferred_caches() -> None:
     """A first load's weights cache, written once the answer is out (1.5 s sooner on screen)."""
-    weights_cache = sys.modules.get("studygroup.weights_cache")  # imported only if a model was loaded
+    weights_cache = sys.modules.get("studygroup.model.weights_cache")  # imported only if a model was loaded
     if weights_cache is not None:  # (the answer was flushed by _print)
         weights_cache.write_deferred()
 

@@ -2,7 +2,7 @@
 
 The browser tests FAIL (never skip) when chromium is missing: CI installs it (.ci/run).
 The server runs the tiny random model, with tokens that look like markup in its vocabulary, in a
-subprocess started exactly as a user would start it (`python -m studygroup.serve --port 0`).
+subprocess started exactly as a user would start it (`python -m studygroup.web.serve --port 0`).
 """
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def markup_model(tmp_path_factory):
 @pytest.fixture(scope="session")
 def server_url(markup_model):
     """A real server in a subprocess on a free loopback port; its printed URL."""
-    cmd = [sys.executable, "-m", "studygroup.serve", "--model", str(markup_model.path), "--port", "0", "--no-warm"]
+    cmd = [sys.executable, "-m", "studygroup.web.serve", "--model", str(markup_model.path), "--port", "0", "--no-warm"]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ.copy())
     try:
         deadline, seen = time.time() + 120, []

@@ -12,7 +12,8 @@ from urllib.parse import urlsplit
 import pytest
 
 import studygroup
-from studygroup import page_data, report
+from studygroup.study import page_data
+from studygroup.views import report
 
 from .conftest import MARKUP_TOKENS
 

@@ -11,10 +11,13 @@ import torch
 from conftest import write_tiny_gguf
 from safetensors.torch import save_file
 
-from studygroup import cache, gguf_file, weights
-from studygroup.tokenizer import Tokenizer, load_tokenizer
-from studygroup.weights import read_weights
-from studygroup.weights_cache import load_weights
+from studygroup.model import disk_cache as cache
+from studygroup.gguf import container as gguf_file
+from studygroup.gguf import weights
+from studygroup.gguf.tokenizer import Tokenizer
+from studygroup.model.weights_cache import load_tokenizer
+from studygroup.gguf.weights import read_weights
+from studygroup.model.weights_cache import load_weights
 
 
 @pytest.fixture
@@ -197,7 +200,7 @@ def test_warm_load_is_fast(cache_dir, model):
 
 
 def test_a_cached_load_fuses_the_projections_without_a_copy(model):
-    from studygroup.model import Model
+    from studygroup.model.model import Model
 
     load_weights(model.path)  # fills the cache
     config, cached = load_weights(model.path)

@@ -241,9 +241,9 @@ def test_a_reader_that_stops_reading_ends_the_command_quietly(tiny, monkeypatch,
 def test_a_first_load_writes_the_weights_cache_after_the_answer(capsys, tiny, tmp_path, monkeypatch):
     """The first run prints its explanation before spending ~1.5 s on the cache; the cache is
     there when the command returns, and the next load maps it."""
-    from studygroup import cache
+    from studygroup.model import disk_cache as cache
     from studygroup import cli as cli_module
-    from studygroup.weights_cache import load_weights
+    from studygroup.model.weights_cache import load_weights
 
     monkeypatch.setenv(cache.ENV_VAR, str(tmp_path))
     entry = cache.entry_path(cache.file_key(tiny), "weights")
@@ -255,5 +255,5 @@ def test_a_first_load_writes_the_weights_cache_after_the_answer(capsys, tiny, tm
     assert seen == [False] and entry.exists()
     def no_dequantizing(path):
         raise AssertionError("the second load dequantized the file again")
-    monkeypatch.setattr("studygroup.weights.read_weights", no_dequantizing)
+    monkeypatch.setattr("studygroup.gguf.weights.read_weights", no_dequantizing)
     assert load_weights(tiny)[1]["embed"].shape[0] > 0  # from the entry

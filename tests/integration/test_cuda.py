@@ -7,9 +7,14 @@ import pytest
 import torch
 
 import studygroup
-from studygroup import effects, page_data, record, study, study_compare, study_head, study_long
+from studygroup.study import effects
+from studygroup.study import page_data
+from studygroup.model import record
+from studygroup.study import explain as study
+from studygroup.study import compare as study_compare
+from studygroup.study import head as study_head
 from studygroup.errors import InputError
-from studygroup.lesson import lesson
+from studygroup.study.lesson import lesson
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
 
@@ -104,11 +109,11 @@ def test_page_data_report_and_lesson_agree_with_the_cpu(cpu, gpu):
 
 
 def test_long_path_on_the_gpu(cpu, gpu, monkeypatch):
-    monkeypatch.setattr(study_long, "LONG_T", 8)
+    monkeypatch.setattr(study, "LONG_T", 8)
     ids = ids_of(cpu, 20, 5)
     ea = study.explain(cpu, ids, top=5, silence_heads=4, silence_members=6)
     eb = study.explain(gpu, ids, top=5, silence_heads=4, silence_members=6)
-    assert eb.scope == study_long.SCOPE and ea.predicted.id == eb.predicted.id
+    assert eb.scope == study.LAST_QUESTIONS and ea.predicted.id == eb.predicted.id
     assert [m.effect for m in ea.members] == pytest.approx([m.effect for m in eb.members], abs=1e-4)
 
 
@@ -128,7 +133,7 @@ def test_unknown_device_is_refused(tiny_model):
 
 
 def test_maps_on_demand_and_joined_head_silencing_equal_the_cpu(cpu, gpu):
-    from studygroup import effects
+    from studygroup.study import effects
 
     ids = ids_of(cpu, 33, 9)
     rec = record.Record(maps="on_demand")
@@ -149,7 +154,7 @@ def test_maps_on_demand_and_joined_head_silencing_equal_the_cpu(cpu, gpu):
 
 
 def test_free_memory_is_read_on_the_gpu(gpu):
-    from studygroup import estimate
+    from studygroup.model import estimate
 
     free = estimate.available_bytes(torch.device("cuda"))
     assert free is not None and 0 < free <= torch.cuda.get_device_properties(0).total_memory

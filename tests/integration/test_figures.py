@@ -1,4 +1,4 @@
-"""Figures (studygroup.figures): built from synthetic data and from the tiny model's results, saved as
+"""Figures (studygroup.views.figures): built from synthetic data and from the tiny model's results, saved as
 PNG and SVG, and read back: orientation, masks, labels as literal text, glyphs, errors."""
 import struct
 import warnings
@@ -9,10 +9,15 @@ import numpy as np
 import pytest
 
 import studygroup
-from studygroup import figures, figures_grid, figures_style, study, study_compare, study_head
+from studygroup.views import figures
+from studygroup.views import figures_grid
+from studygroup.views import figures_style
+from studygroup.study import explain as study
+from studygroup.study import compare as study_compare
+from studygroup.study import head as study_head
 from studygroup.errors import InputError
-from studygroup.figures_grid import CELL
-from studygroup.study_view import model_view
+from studygroup.views.figures_grid import CELL
+from studygroup.study.model_view import model_view
 
 TEXT_A, TEXT_B = "the tin", "an ear then the tin"
 SVG = "{http://www.w3.org/2000/svg}"
@@ -295,7 +300,7 @@ def test_docstring_examples_run(module):
     import doctest
     import importlib
 
-    assert doctest.testmod(importlib.import_module(f"studygroup.{module}")).failed == 0
+    assert doctest.testmod(importlib.import_module(f"studygroup.views.{module}")).failed == 0
 
 
 def test_figures_leave_matplotlib_settings_alone(tmp_path):

@@ -3,12 +3,12 @@ import pytest
 import torch
 
 import studygroup
-from studygroup import last_question
-from studygroup.attention import causal_mask
-from studygroup.model import Forward
+from studygroup.study import last_question
+from studygroup.formulas.attention import causal_mask
+from studygroup.model.interventions import PassPlan
 
 #: Logits of the tiny random model (magnitude ~15) recomputed along another path: the copies
-#: multiply the shared keys in one batch (`studygroup.shared_past`) where the full pass uses the
+#: multiply the shared keys in one batch (`studygroup.formulas.shared_past`) where the full pass uses the
 #: fused kernel, a different float32 summation order (~1e-5 apart here); as the issue's parity with
 #: transformers on this model, 1e-4.
 ATOL = 1e-4
@@ -31,7 +31,7 @@ def full_pass(ours, ids, last_row_keys=None, gates=None):
     if last_row_keys is not None:
         mask[-1] = last_row_keys
     masks = {l: mask[None, None] for l in range(ours.config.n_layers)}
-    plan = Forward(masks=masks, gates=gates or {})
+    plan = PassPlan(masks=masks, gates=gates or {})
     return ours.forward(torch.tensor(ids), plan)[0][0, -1]
 
 
@@ -63,7 +63,7 @@ def test_last_position_head_silencing_equals_a_full_pass_gating_the_last_row(our
     for b, (l, h) in enumerate(heads):
         gate = torch.ones(1, ours.config.n_heads, 10)
         gate[0, h, -1] = 0  # this head silent at the last position only
-        expected = ours.forward(torch.tensor(ids), Forward(gates={l: gate}))[0][0, -1]
+        expected = ours.forward(torch.tensor(ids), PassPlan(gates={l: gate}))[0][0, -1]
         assert torch.allclose(got[b], expected, atol=ATOL), (l, h)
         assert not torch.allclose(got[b], run.logits[-1], atol=1e-6)
 
@@ -78,7 +78,7 @@ def test_for_one_member_the_last_question_is_every_question(ours):
 def test_many_copies_share_the_earlier_members_and_pass_in_groups(ours, monkeypatch):
     """More copies than one pass takes: every copy's logits still equal a full pass, and the
     copies asked over the earlier members' keys without a copy of them per copy."""
-    from studygroup import shared_past
+    from studygroup.formulas import shared_past
 
     calls = []
     attend = shared_past.attend
@@ -97,7 +97,7 @@ def test_many_copies_share_the_earlier_members_and_pass_in_groups(ours, monkeypa
 
 def test_one_tokens_log_probability_per_copy_pass_by_pass(ours):
     """With `token`, each copy's log-probability of it, as from the logits (which are not kept)."""
-    from studygroup import effects
+    from studygroup.study import effects
 
     ids = ids_of(ours, 9, 5)
     run = ours.run(ids, record=last_question.base_record())

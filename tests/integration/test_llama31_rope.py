@@ -5,7 +5,7 @@ from conftest import write_tiny_gguf
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import studygroup
-from studygroup import gguf_layout
+from studygroup.gguf import layout as gguf_layout
 
 # With d_head 8 and base 10,000 the four pairs' wavelengths are 6.3, 63, 628 and 6,283 positions:
 # one is left as is (< 64/4), one blended, two slowed 8x (> 64/1).

@@ -6,9 +6,9 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import studygroup
-from studygroup import attention
+from studygroup.formulas import attention
 from studygroup.errors import InputError
-from studygroup.record import Record
+from studygroup.model.record import Record
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +79,7 @@ def test_recorded_steps_fit_together(ours):
 def test_last_row_recording_equals_the_full_recording(ours):
     ids = random_ids(ours, 20, 7)
     full = ours.run(ids, record="all")
-    last = ours.run(ids, record=studygroup.record.Record(steps=("weights", "write", "scores"), rows="last"))
+    last = ours.run(ids, record=studygroup.model.record.Record(steps=("weights", "write", "scores"), rows="last"))
     for l in range(ours.config.n_layers):
         for s in ("weights", "write", "scores"):
             assert torch.allclose(last[f"layers.{l}.{s}"], full[f"layers.{l}.{s}"][:, -1:], atol=1e-5)
@@ -126,8 +126,8 @@ def test_silencing_a_head_zeroes_its_write_and_changes_the_logits(ours):
 
 
 def test_the_last_layer_asks_only_the_last_question_unless_more_is_kept(ours, monkeypatch):
-    from studygroup.model import Model
-    from studygroup.record import KEY_STEPS, LAYER_STEPS, Record
+    from studygroup.model.model import Model
+    from studygroup.model.record import KEY_STEPS, LAYER_STEPS, Record
 
     rows, attend = {}, Model._attention
 
@@ -155,7 +155,7 @@ def test_the_last_layer_asks_only_the_last_question_unless_more_is_kept(ours, mo
 
 
 def test_full_rows_keeps_chosen_steps_for_every_member_while_the_rest_is_the_last_row(ours):
-    from studygroup.record import KEY_STEPS, Record
+    from studygroup.model.record import KEY_STEPS, Record
 
     ids, L = random_ids(ours, 10, 22), ours.config.n_layers - 1
     full = ours.run(ids, record="all")
@@ -196,7 +196,7 @@ def test_bad_inputs_get_clear_errors(ours):
 
 @pytest.mark.parametrize("copies_per_pass", [None, 3, 1])
 def test_batched_head_silencing_equals_one_at_a_time(ours, monkeypatch, copies_per_pass):
-    from studygroup import effects
+    from studygroup.study import effects
 
     ids, token = random_ids(ours, 7, 13), 11
     if copies_per_pass is not None:  # passes split: copies joining at several layers, or one copy each
@@ -223,7 +223,7 @@ def test_recomputed_head_follows_the_runs_interventions(ours):
                                       {"silence_members": [4], "member_heads": [(1, 2)]}, {"silence_heads": [(0, 1)]}])
 @pytest.mark.parametrize("rows", ["all", "last"])
 def test_maps_on_demand_equal_the_kept_maps(ours, settings, rows):
-    from studygroup.record import Record
+    from studygroup.model.record import Record
 
     ids, T, c = random_ids(ours, 11, 15), 11, ours.config
     kept = ours.run(ids, record=Record(rows=rows), **settings)
@@ -246,7 +246,7 @@ def test_maps_on_demand_equal_the_kept_maps(ours, settings, rows):
 
 
 def test_maps_on_demand_keep_only_q_and_k_for_the_maps(ours):
-    from studygroup.record import Record
+    from studygroup.model.record import Record
 
     run = ours.run(random_ids(ours, 9, 16), record=Record(steps=("layers.1.weights",), maps="on_demand"))
     assert sorted(run.steps) == ["layers.1.k", "layers.1.q"]
@@ -264,7 +264,7 @@ def test_maps_on_demand_keep_only_q_and_k_for_the_maps(ours):
 
 
 def test_record_all_computes_long_texts_maps_on_demand(ours, monkeypatch):
-    from studygroup import record
+    from studygroup.model import record
 
     assert record.resolve("all", record.FULL_RECORD_MAX_T).maps == "kept"
     assert record.resolve("all", record.FULL_RECORD_MAX_T + 1).maps == "on_demand"
@@ -283,8 +283,8 @@ def test_record_all_computes_long_texts_maps_on_demand(ours, monkeypatch):
     Record(steps=("q", "resid_pre"), rows="last", full_rows=frozenset({"resid_pre"})), "none",
 ])
 def test_what_a_run_will_keep_is_known_before_it_starts(ours, record):
-    from studygroup import estimate
-    from studygroup.record import resolve
+    from studygroup.model import estimate
+    from studygroup.model.record import resolve
 
     ids = random_ids(ours, 11, 21)
     for logits in ("last", "all"):
@@ -294,7 +294,7 @@ def test_what_a_run_will_keep_is_known_before_it_starts(ours, record):
 
 
 def test_a_recording_that_would_not_fit_is_refused_before_the_pass(ours, monkeypatch):
-    from studygroup import estimate
+    from studygroup.model import estimate
 
     ids = random_ids(ours, 12, 22)
     need = estimate.recording_bytes(ours.config, 12, Record()) + estimate.activation_bytes(ours.config, 12)
@@ -311,7 +311,7 @@ def test_a_recording_that_would_not_fit_is_refused_before_the_pass(ours, monkeyp
 
 
 def test_free_memory_is_read_here():
-    from studygroup import estimate
+    from studygroup.model import estimate
 
     free = estimate.available_bytes(torch.device("cpu"))
     assert free is None or 0 < free  # None only where /proc/meminfo cannot be read

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import doctest
+import sys
+import types
 import html.parser
 import json
 import re
@@ -11,7 +13,9 @@ import pytest
 
 import studygroup
 from conftest import write_tiny_gguf
-from studygroup import page_data, report, serve
+from studygroup.study import page_data
+from studygroup.views import report
+from studygroup.web import serve
 
 MARKUP = "a </script><img src=x onerror=alert(1)> & {{7*7}} \u2028 \"q\" 'x' <!-- <s>"
 
@@ -124,9 +128,28 @@ def test_doctests():
         assert doctest.testmod(module).failed == 0
 
 
-def test_explanations_render_themselves_in_notebooks(explanation):
-    a, b = explanation._repr_html_(), explanation._repr_html_()
+def test_explanations_render_themselves_in_notebooks(explanation, monkeypatch):
+    """In IPython, the library's first use registers the page's views as explain's HTML."""
+    registered = {}
+
+    class Formatter:
+        def for_type(self, kind, render):
+            registered[kind] = render
+
+    shell = types.SimpleNamespace(display_formatter=types.SimpleNamespace(formatters={"text/html": Formatter()}))
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: shell))
+    monkeypatch.setattr(studygroup, "_ready", False)
+    studygroup.load  # the first use
+    render = registered[type(explanation)]
+    a, b = render(explanation), render(explanation)
     assert 'class="sg-root sg-nb"' in a and parse(a).ids != parse(b).ids
+
+
+def test_no_notebook_no_registration(monkeypatch):
+    monkeypatch.delitem(sys.modules, "IPython", raising=False)
+    monkeypatch.setattr(studygroup, "_ready", False)
+    studygroup.load
+    assert studygroup._ready
 
 
 def test_report_data_reuses_a_given_explanation(model, explanation, monkeypatch):

@@ -8,14 +8,17 @@ import json
 import re
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
 from fastapi.testclient import TestClient
 
 import studygroup
-from studygroup import page_data, server, server_guard
-from studygroup.server import Limits, create_app
+from studygroup.study import page_data
+from studygroup.web import app as server
+from studygroup.web import guard as server_guard
+from studygroup.web.app import Limits, create_app
 
 TEXT = "I have a lot"
 
@@ -57,12 +60,14 @@ def test_page_and_static_files_come_from_the_package(client):
         assert r.status_code == 200 and r.headers["content-type"].startswith(kind)
 
 
+STATIC = Path(server.__file__).parent / "static"
+
+
 def test_static_files_name_no_other_host():
     for name in ("page.html", "page.js", "page.css"):
-        text = (page_data.__file__.rsplit("/", 1)[0] + f"/static/{name}")
-        source = open(text, encoding="utf-8").read()
+        source = (STATIC / name).read_text(encoding="utf-8")
         assert not re.search(r"https?://|//[a-z0-9.-]+\.[a-z]{2,}/|@import|@font-face", source, re.I), name
-    js = open(page_data.__file__.rsplit("/", 1)[0] + "/static/page.js", encoding="utf-8").read()
+    js = (STATIC / "page.js").read_text(encoding="utf-8")
     assert "innerHTML" not in js and "insertAdjacentHTML" not in js and "document.write" not in js
     assert "eval(" not in js and "new Function" not in js
     assert "</script" not in js.lower() and "<!--" not in js  # it is inlined in reports and notebooks
@@ -476,7 +481,7 @@ def test_internal_errors_are_json_500(model, monkeypatch):
 def test_serve_arguments_and_address_checks():
     import argparse
 
-    from studygroup import serve
+    from studygroup.web import serve
 
     parser = argparse.ArgumentParser()
     serve.add_parser(parser.add_subparsers())
@@ -545,7 +550,7 @@ def test_serve_command_prints_its_url_and_serves(tiny_model):
 def test_serve_warns_when_not_on_loopback(monkeypatch, capsys):
     import argparse
 
-    from studygroup import serve
+    from studygroup.web import serve
 
     def refuse(host, port):
         raise studygroup.InputError("not binding in a test")

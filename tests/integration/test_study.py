@@ -11,12 +11,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import studygroup
-from studygroup import attribution, effects, render_html, render_text, study, study_compare, study_head
+from studygroup.study import attribution
+from studygroup.study import effects
+from studygroup.views import lesson_html as render_html
+from studygroup.views import text as render_text
+from studygroup.study import explain as study
+from studygroup.study import compare as study_compare
+from studygroup.study import head as study_head
 from studygroup.errors import InputError, NotationError
-from studygroup.lesson import lesson
-from studygroup.model import Forward
-from studygroup.record import Record
-from studygroup.study_view import model_view
+from studygroup.study.lesson import lesson
+from studygroup.model.interventions import PassPlan
+from studygroup.model.record import Record
+from studygroup.study.model_view import model_view
 from conftest import write_tiny_gguf
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "json.md"
@@ -179,12 +185,12 @@ def test_packed_copies_equal_copies_side_by_side(model, heads):
 
 
 def test_a_pass_predicts_from_any_rows_it_is_asked(model):
-    from studygroup.model import Forward
+    from studygroup.model.interventions import PassPlan
 
     ids = random_ids(model, 8, 12)
     every = model.run(ids, record="none", logits="all").logits  # (T, vocab)
     asked = torch.tensor([1, 4, 7])
-    logits, _ = model.forward(torch.tensor(ids), Forward(asked=asked))  # the last layer asks three questions
+    logits, _ = model.forward(torch.tensor(ids), PassPlan(asked=asked))  # the last layer asks three questions
     assert logits.shape == (1, 3, model.config.vocab_size)
     assert torch.allclose(logits[0], every[asked], atol=1e-4)
 
@@ -302,7 +308,7 @@ def test_first_order_estimate_is_the_gradient_of_the_gate(model):
     def log_p(g: float) -> float:
         gates = torch.ones(1, model.config.n_heads)
         gates[0, h] = g
-        logits, _ = model.forward(torch.tensor(ids), Forward(gates={l: gates}))
+        logits, _ = model.forward(torch.tensor(ids), PassPlan(gates={l: gates}))
         return float(effects.log_probs(logits[0, -1])[token])
 
     slope = (log_p(1 + eps) - log_p(1 - eps)) / (2 * eps)
@@ -524,7 +530,7 @@ def test_lesson_sections_and_html(model, tmp_path):
 
 
 def test_html_escapes_model_and_user_text():
-    from studygroup.lesson import Block, Lesson, Section
+    from studygroup.study.lesson import Block, Lesson, Section
 
     evil = "<script>alert(1)</script>&"
     page = render_html.lesson_html(Lesson([evil, "b"], 0, 0, [Section(1, evil, [
@@ -533,8 +539,9 @@ def test_html_escapes_model_and_user_text():
     assert "<script>" not in page and page.count("&lt;script&gt;") == 8  # texts, nav, title, 5 blocks
 
 
-@pytest.mark.parametrize("module", ["jsonable", "attribution", "effects", "study", "study_compare", "study_head",
-                                    "study_view", "story", "lesson", "estimate"])
+@pytest.mark.parametrize("module", ["study.jsonable", "study.attribution", "study.effects", "study.explain",
+                                    "study.compare", "study.head", "study.model_view", "study.story", "study.lesson",
+                                    "model.estimate"])
 def test_docstring_examples_run(module):
     import doctest
     import importlib

@@ -5,7 +5,9 @@ import pytest
 import torch
 
 import studygroup
-from studygroup import effects, last_question, study, study_long
+from studygroup.study import effects
+from studygroup.study import last_question
+from studygroup.study import explain as study
 
 
 @pytest.fixture(scope="module")
@@ -15,7 +17,7 @@ def ours(tiny_model):
 
 @pytest.fixture
 def long_after_8(monkeypatch):
-    monkeypatch.setattr(study_long, "LONG_T", 8)
+    monkeypatch.setattr(study, "LONG_T", 8)
 
 
 def ids_of(ours, T, seed=0):
@@ -28,7 +30,7 @@ def test_long_path_reports_last_question_effects(ours, long_after_8, capsys):
     a = study.analyse(ours, ids, top=5, silence_heads=4, silence_members=6)
     e = a.explanation
     assert "last member's questions only" in e.members_silenced and "last position only" in e.heads_silenced
-    assert e.scope == study_long.SCOPE and any(study_long.SCOPE in s for s in e.story)
+    assert e.scope == study.LAST_QUESTIONS and any(study.LAST_QUESTIONS in s for s in e.story)
     assert a.run.record.rows == "last" and "layers.0.q" in a.run and a.run["layers.0.weights"].shape[1] == 1
     assert "explaining 20 members" in capsys.readouterr().err
     silenced = [m for m in e.members if m.effect is not None]

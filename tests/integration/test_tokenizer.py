@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from studygroup.errors import InputError, ModelFileError
-from studygroup.tokenizer import Tokenizer, _readable, byte_alphabet, load_tokenizer, token_text_to_bytes
+from studygroup.gguf.tokenizer import Tokenizer, _readable, byte_alphabet, token_text_to_bytes
+from studygroup.model.weights_cache import load_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -152,6 +153,6 @@ def test_token_text_to_bytes_by_type():
 def test_docstring_examples_run():
     import doctest
 
-    from studygroup import tokenizer
+    from studygroup.gguf import tokenizer
 
     assert doctest.testmod(tokenizer).failed == 0

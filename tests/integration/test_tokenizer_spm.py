@@ -15,11 +15,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import studygroup
-from studygroup import study
-from studygroup.study_compare import prefix_members
+from studygroup.study import explain as study
+from studygroup.study.compare import prefix_members
 from studygroup.errors import InputError, ModelFileError
-from studygroup.tokenizer import Tokenizer, load_tokenizer
-from studygroup.tokenizer_spm import SPACE
+from studygroup.gguf.tokenizer import Tokenizer
+from studygroup.model.weights_cache import load_tokenizer
+from studygroup.gguf.sentencepiece import SPACE
 
 REFERENCE = Path(__file__).resolve().parents[1] / "data" / "spm_llama_cpp.json"
 VOCABULARIES = {"plain": {}, "user_tokens": {"user_tokens": ["<tool>", "ab", "<t"]},

@@ -10,11 +10,13 @@ import torch
 from conftest import K_QUANT_SCALE_OFFSETS, QUANTIZABLE, llama_cpp_permute, write_tiny_gguf
 from gguf import GGMLQuantizationType as Q
 
-from studygroup import gguf_layout, model_path, weights
-from studygroup.config import Config, config_from_gguf
+from studygroup.gguf import layout as gguf_layout
+from studygroup.gguf import model_path
+from studygroup.gguf import weights
+from studygroup.gguf.config import Config, config_from_gguf
 from studygroup.errors import ModelFileError
-from studygroup.gguf_file import read_gguf
-from studygroup.weights import read_weights
+from studygroup.gguf.container import read_gguf
+from studygroup.gguf.weights import read_weights
 
 # HF name (layer 0) -> our name; HF stores (out, in), we store (in, out): ours == hf.T.
 HF_NAMES = {
@@ -336,8 +338,8 @@ def test_config_round_trips_through_a_dict():
         Config.from_dict({**config.to_dict(), "extra": 1})
 
 
-@pytest.mark.parametrize("module", ["studygroup.config", "studygroup.gguf_layout", "studygroup.gguf_file",
-                                    "studygroup.weights", "studygroup.cache"])
+@pytest.mark.parametrize("module", ["studygroup.gguf.config", "studygroup.gguf.layout", "studygroup.gguf.container",
+                                    "studygroup.gguf.weights", "studygroup.model.disk_cache"])
 def test_docstring_examples_run(module):
     import doctest
     import importlib

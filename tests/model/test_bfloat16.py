@@ -38,7 +38,7 @@ def test_bfloat16_keeps_the_reference_top1_with_a_small_kl(fast):
 
 
 def test_bfloat16_refused_where_not_native(monkeypatch):
-    monkeypatch.setattr("studygroup.model.native_bfloat16", lambda: False)
+    monkeypatch.setattr("studygroup.model.model.native_bfloat16", lambda: False)
     with pytest.raises(InputError, match="not native"):
         studygroup.load(dtype="bfloat16")
     with pytest.raises(InputError, match="not supported"):

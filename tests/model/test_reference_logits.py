@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import studygroup
-from studygroup import attention
+from studygroup.formulas import attention
 
 
 def reference_dir() -> Path:

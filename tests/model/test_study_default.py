@@ -7,8 +7,11 @@ import pytest
 import torch
 
 import studygroup
-from studygroup import effects, study, study_compare, study_head
-from studygroup.lesson import lesson
+from studygroup.study import effects
+from studygroup.study import explain as study
+from studygroup.study import compare as study_compare
+from studygroup.study import head as study_head
+from studygroup.study.lesson import lesson
 
 
 def reference() -> list[dict]:
@@ -81,8 +84,8 @@ def test_lesson_on_the_default_model(model, comparison):
 @pytest.mark.parametrize("record", ["default", "all"])
 def test_what_a_long_run_keeps_is_known_before_it_starts(model, record):
     """Past 256 tokens the default keeps the last row, and "all" keeps q and k for maps on demand."""
-    from studygroup import estimate
-    from studygroup.record import resolve
+    from studygroup.model import estimate
+    from studygroup.model.record import resolve
 
     ids = model.tokenize("The members of a study group ask, answer and weigh. " * 30)[:300]
     run = model.run(ids, record=record)

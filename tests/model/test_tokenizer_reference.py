@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from studygroup.errors import InputError
-from studygroup.tokenizer import load_tokenizer
+from studygroup.model.weights_cache import load_tokenizer
 
 N_PROMPTS = 12
 

@@ -10,12 +10,12 @@ import pytest
 import torch
 from gguf import GGMLQuantizationType as Q
 
-from studygroup import gguf_layout
-from studygroup.config import Config
-from studygroup.gguf_file import read_gguf
-from studygroup.tokenizer import load_tokenizer
-from studygroup.model_path import default_model_path
-from studygroup.weights_cache import load_weights
+from studygroup.gguf import layout as gguf_layout
+from studygroup.gguf.config import Config
+from studygroup.gguf.container import read_gguf
+from studygroup.model.weights_cache import load_tokenizer
+from studygroup.gguf.model_path import default_model_path
+from studygroup.model.weights_cache import load_weights
 
 EXPECTED = dict(n_layers=30, n_heads=9, n_kv_heads=3, d_model=576, d_head=64, d_mlp=1536,
                 context_length=8192, rope_base=100000.0, vocab_size=49152)

@@ -1,4 +1,4 @@
-"""studygroup.attention: the notations agree with each other and with torch's kernel, and bad input
+"""studygroup.formulas.attention: the notations agree with each other and with torch's kernel, and bad input
 gets a NotationError that names the problem."""
 import doctest
 from dataclasses import dataclass
@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.overrides import TorchFunctionMode
 
-from studygroup import attention
-from studygroup.attention import as_drawn, by_rows, causal_mask, columns, fused, paper, repeat_kv, scores, tiled
+from studygroup.formulas import attention
+from studygroup.formulas.attention import as_drawn, by_rows, causal_mask, columns, fused, paper, repeat_kv, scores, tiled
 from studygroup.errors import NotationError
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -427,7 +427,7 @@ def test_module_stays_readable():
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.lists(st.sampled_from([1, 2, 3]), max_size=4), min_size=1, max_size=3))
 def test_broadcast_shapes_agrees_with_torch(shapes):
-    from studygroup._attention_checks import broadcast_shapes
+    from studygroup.formulas.checks import broadcast_shapes
 
     try:
         expected = tuple(torch.broadcast_shapes(*shapes))

@@ -1,7 +1,7 @@
 """heap: glibc is told once how to map large blocks, and trimmed after every pass, even a failed one."""
 import pytest
 
-from studygroup import heap
+from studygroup.model import heap
 
 
 class FakeLibc:

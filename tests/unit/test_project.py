@@ -1,8 +1,8 @@
-"""Multiplying by a weight matrix (studygroup.linear): oneDNN for small passes without autograd, MKL otherwise, the same numbers."""
+"""Multiplying by a weight matrix (studygroup.model.linear): oneDNN for small passes without autograd, MKL otherwise, the same numbers."""
 import pytest
 import torch
 
-from studygroup import linear
+from studygroup.model import linear
 
 
 @pytest.mark.parametrize("rows", [1, 7, linear.ONEDNN_MAX_ROWS, linear.ONEDNN_MAX_ROWS + 1, 600])

@@ -1,7 +1,7 @@
 """The recorded names are a public contract: this test pins them."""
 import pytest
 
-from studygroup import record
+from studygroup.model import record
 
 
 def test_layer_step_names_are_pinned():

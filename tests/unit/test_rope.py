@@ -2,7 +2,7 @@
 import torch
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-from studygroup import rope
+from studygroup.formulas import rope
 
 
 def test_rope_equals_transformers_rotate_half():

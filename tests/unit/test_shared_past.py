@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from studygroup import shared_past
+from studygroup.formulas import shared_past
 
 
 def reference(q, k_own, v_own, K, V, visible):

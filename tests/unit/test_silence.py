@@ -1,8 +1,8 @@
 """Silencing masks: which keys each question can still hear."""
 import torch
 
-from studygroup import silence
-from studygroup.attention import causal_mask
+from studygroup.formulas import masks as silence
+from studygroup.formulas.attention import causal_mask
 
 
 def test_member_mask_removes_the_key_everywhere_but_keeps_every_row_answerable():

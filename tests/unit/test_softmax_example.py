@@ -4,9 +4,9 @@ import math
 
 import torch
 
-from studygroup import softmax_example as module
-from studygroup.attention import paper
-from studygroup.softmax_example import softmax_example, weigh
+from studygroup.formulas import softmax_example as module
+from studygroup.formulas.attention import paper
+from studygroup.formulas.softmax_example import softmax_example, weigh
 
 
 def test_lot_alone_takes_essentially_all_the_weight():

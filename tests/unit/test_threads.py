@@ -4,7 +4,8 @@ import os
 
 import pytest
 
-from studygroup import cli, threads
+from studygroup import cli
+from studygroup.model import threads
 
 
 @pytest.mark.parametrize("others, cpus, expected", [

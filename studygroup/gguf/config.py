@@ -1,0 +1,194 @@
+"""The model's sizes, read once from a GGUF file's metadata into one frozen dataclass.
+
+`config_from_gguf` is the one function that builds a `Config` from a file; it checks the numbers
+fit together (heads a multiple of kv heads, d_model = n_heads * d_head, ...) so that nothing
+downstream has to.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from studygroup.errors import ModelFileError
+
+DEFAULT_ROPE_BASE = 10000.0  # llama.cpp's default when `{arch}.rope.freq_base` is absent
+DEFAULT_RMS_EPS = 1e-5  # likewise for `{arch}.attention.layer_norm_rms_epsilon`
+
+
+@dataclass(frozen=True)
+class Config:
+    """Sizes of a Llama-family model, named with the shape vocabulary used everywhere.
+
+    >>> c = Config(n_layers=2, n_heads=4, n_kv_heads=2, d_model=32, d_head=8, d_mlp=64,
+    ...            context_length=64, rope_base=10000.0, rms_eps=1e-5, vocab_size=268)
+    >>> c.group_size
+    2
+    """
+
+    n_layers: int  # transformer blocks
+    n_heads: int  # query heads per layer
+    n_kv_heads: int  # key/value heads per layer (grouped-query attention when < n_heads)
+    d_model: int  # width of the residual stream
+    d_head: int  # width of one head's Q, K and V
+    d_mlp: int  # hidden width of the gated MLP
+    context_length: int  # longest input the model was trained for, in tokens
+    rope_base: float  # RoPE base θ: dimension pair i turns by position * θ^(-2i/d_head)
+    rms_eps: float  # ε inside RMSNorm's square root
+    vocab_size: int  # rows of the embedding
+    name: str = ""  # general.name, for display only
+
+    @property
+    def group_size(self) -> int:
+        """Query heads that share one key/value head: n_heads // n_kv_heads."""
+        return self.n_heads // self.n_kv_heads
+
+    def kv_head_of(self, head: int) -> int:
+        """The key/value head that query head `head` reads (grouped-query attention)."""
+        return head // self.group_size
+
+    def query_heads_of(self, kv_head: int) -> list[int]:
+        """The query heads that share key/value head `kv_head`."""
+        return list(range(kv_head * self.group_size, (kv_head + 1) * self.group_size))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able fields; `Config.from_dict(c.to_dict()) == c`."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Config:
+        """Inverse of `to_dict`; unknown keys are an error, not silently dropped.
+
+        >>> Config.from_dict({"n_layers": 1, "n_heads": 1, "n_kv_heads": 1, "d_model": 4,
+        ...     "d_head": 4, "d_mlp": 8, "context_length": 8, "rope_base": 1e4, "rms_eps": 1e-5,
+        ...     "vocab_size": 10}).d_model
+        4
+        """
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - names
+        if unknown:
+            raise ValueError(f"unknown Config fields {sorted(unknown)}; expected {sorted(names)}")
+        return cls(**data)
+
+
+# Config field -> metadata key under `{arch}.`; the data behind `config_from_gguf`.
+REQUIRED_KEYS = {
+    "n_layers": "block_count",
+    "n_heads": "attention.head_count",
+    "d_model": "embedding_length",
+    "d_mlp": "feed_forward_length",
+    "context_length": "context_length",
+}
+
+
+def config_from_gguf(fields: Mapping[str, Any]) -> Config:
+    """Build and check the `Config` of a Llama-family GGUF file from its metadata.
+
+    `fields` maps metadata keys to values: either gguf's `ReaderField`s (`GGUFReader(p).fields`)
+    or plain Python values (handy in tests). Missing optional keys take llama.cpp's defaults:
+    n_kv_heads = n_heads, d_head = d_model / n_heads, rope_base = 10000, rms_eps = 1e-5.
+
+    >>> config_from_gguf({"general.architecture": "llama", "llama.block_count": 2,
+    ...     "llama.attention.head_count": 4, "llama.attention.head_count_kv": 2,
+    ...     "llama.embedding_length": 32, "llama.feed_forward_length": 64,
+    ...     "llama.context_length": 64, "llama.vocab_size": 268}).d_head
+    8
+    """
+    arch = _value(fields, "general.architecture", "?")
+    _check_supported(fields, arch)
+    sizes = {name: _required_int(fields, f"{arch}.{key}") for name, key in REQUIRED_KEYS.items()}
+    sizes["n_kv_heads"] = _int(fields, f"{arch}.attention.head_count_kv", sizes["n_heads"])
+    sizes["vocab_size"] = _vocab_size(fields, arch)
+    sizes["d_head"] = _d_head(fields, arch, sizes["d_model"], sizes["n_heads"])
+    config = Config(
+        **sizes,
+        rope_base=float(_value(fields, f"{arch}.rope.freq_base", DEFAULT_ROPE_BASE)),
+        rms_eps=float(_value(fields, f"{arch}.attention.layer_norm_rms_epsilon", DEFAULT_RMS_EPS)),
+        name=str(_value(fields, "general.name", "")),
+    )
+    _check_config(config)
+    return config
+
+
+def _check_config(c: Config) -> None:
+    """Raise ModelFileError when the sizes cannot describe a working model."""
+    for name in ("n_layers", "n_heads", "n_kv_heads", "d_model", "d_head", "d_mlp",
+                 "context_length", "vocab_size"):
+        if getattr(c, name) <= 0:
+            raise ModelFileError(f"the model file gives {name} = {getattr(c, name)}; it must be positive")
+    if c.n_heads % c.n_kv_heads:
+        raise ModelFileError(f"the model file has {c.n_heads} query heads and {c.n_kv_heads} key/value "
+                             "heads; query heads must be a multiple of key/value heads")
+    if c.d_head % 2:
+        raise ModelFileError(f"d_head = {c.d_head} is odd; RoPE turns dimensions in pairs")
+    if not (c.rope_base > 0 and c.rms_eps > 0):
+        raise ModelFileError(f"rope_base = {c.rope_base} and rms_eps = {c.rms_eps} must be positive")
+
+
+def _check_supported(fields: Mapping[str, Any], arch: str) -> None:
+    """Refuse Llama variants whose maths studygroup does not implement, rather than run them wrongly."""
+    if (_int(fields, f"{arch}.expert_count", 0) or 0) > 0:
+        raise ModelFileError("the model is a mixture of experts (e.g. Mixtral); studygroup implements "
+                             "only dense Llama models")
+    scaling = _value(fields, f"{arch}.rope.scaling.type", "none")
+    if scaling != "none":
+        raise ModelFileError(f"the model uses {scaling!r} RoPE scaling, which studygroup does not implement; "
+                             "use a model without rope.scaling")
+
+
+def _d_head(fields: Mapping[str, Any], arch: str, d_model: int, n_heads: int) -> int:
+    """Width of one head: `attention.key_length`, else d_model / n_heads (as llama.cpp reads it).
+
+    `rope.dimension_count` (the dimensions RoPE turns) must then equal it: we rotate whole heads.
+    """
+    key_length = _int(fields, f"{arch}.attention.key_length", None)
+    value_length = _int(fields, f"{arch}.attention.value_length", key_length)
+    if value_length != key_length:
+        raise ModelFileError(f"key_length {key_length} != value_length {value_length}: "
+                             "studygroup needs keys and values of the same width")
+    if key_length is None and (n_heads <= 0 or d_model % n_heads):
+        raise ModelFileError(f"d_model = {d_model} does not split into {n_heads} heads, and the file "
+                             f"has no {arch}.attention.key_length to give the head width")
+    d_head = key_length if key_length is not None else d_model // n_heads
+    rope_dims = _int(fields, f"{arch}.rope.dimension_count", d_head)
+    if rope_dims != d_head:
+        raise ModelFileError(f"RoPE turns {rope_dims} of {d_head} head dimensions; studygroup only "
+                             "implements RoPE over the whole head (rope.dimension_count = d_head)")
+    return d_head
+
+
+def _vocab_size(fields: Mapping[str, Any], arch: str) -> int:
+    """`{arch}.vocab_size`, else the length of the tokenizer's token list (older files)."""
+    size = _int(fields, f"{arch}.vocab_size", None)
+    if size is None and "tokenizer.ggml.tokens" in fields:
+        size = len(_value(fields, "tokenizer.ggml.tokens"))
+    if size is None:
+        raise ModelFileError(f"the model file has neither {arch}.vocab_size nor tokenizer.ggml.tokens; "
+                             "it cannot say how many tokens the model knows")
+    return size
+
+
+def _required_int(fields: Mapping[str, Any], key: str) -> int:
+    value = _int(fields, key, None)
+    if value is None:
+        raise ModelFileError(f"the model file lacks the metadata key {key!r}; "
+                             "re-convert it with a recent llama.cpp convert_hf_to_gguf.py")
+    return value
+
+
+def _int(fields: Mapping[str, Any], key: str, default: int | None) -> int | None:
+    value = _value(fields, key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        raise ModelFileError(f"metadata key {key!r} should hold a whole number, not {value!r}")
+    return int(value)
+
+
+def _value(fields: Mapping[str, Any], key: str, default: Any = None) -> Any:
+    """The Python value of one metadata key (gguf ReaderField or plain value), or `default`."""
+    if key not in fields:
+        return default
+    field = fields[key]
+    return field.contents() if hasattr(field, "contents") else field

@@ -1,0 +1,137 @@
+"""How a Llama GGUF file names and lays out its tensors, and how ours differ.
+
+Two layout facts live here, each in one small function with a test of its own:
+
+1. **GGUF lists dimensions in reverse.** GGUF (like ggml) writes `ne[0]`, the length of a row,
+   first. A matrix shown as `[576, 49152]` by GGUF tools is the numpy/torch array `(49152, 576)`:
+   49152 rows of 576 numbers. See `numpy_shape`.
+2. **llama.cpp permutes the rows of W_Q and W_K.** Hugging Face's Llama applies RoPE "rotate-half"
+   style: within a head, dimension i turns together with dimension i + d_head/2. llama.cpp turns
+   neighbours (2i, 2i+1) instead, so its converter reorders each head's output rows from
+   [halves] to [interleaved pairs]. `unpermute_rope_rows` undoes this, so our Q and K equal
+   Hugging Face's dimension for dimension and our model applies rotate-half RoPE.
+
+Our weights use the paper's row-vector layout (in, out), so that `Q = E @ W_Q` with E (T, d_model).
+Files store linear layers like `torch.nn.Linear.weight`, (out, in); `to_paper_layout` transposes.
+"""
+from __future__ import annotations
+
+import torch
+
+from studygroup.gguf.config import Config
+
+# Our name -> GGUF name. Layer names take the layer index: "layers.{l}.W_Q" <-> "blk.{l}.attn_q.weight".
+GLOBAL_NAMES = {
+    "embed": "token_embd.weight",
+    "final_norm": "output_norm.weight",
+    "unembed": "output.weight",  # absent when the embedding is tied (the model then uses embed.T)
+    "rope_freqs": "rope_freqs.weight",  # Llama 3.1/3.2 only: RoPE frequency divisors, (d_head/2,)
+}
+LAYER_NAMES = {
+    "attn_norm": "attn_norm.weight",
+    "W_Q": "attn_q.weight",
+    "W_K": "attn_k.weight",
+    "W_V": "attn_v.weight",
+    "W_O": "attn_output.weight",
+    "mlp_norm": "ffn_norm.weight",
+    "W_gate": "ffn_gate.weight",
+    "W_up": "ffn_up.weight",
+    "W_down": "ffn_down.weight",
+}
+# Stored (out, in) like torch.nn.Linear.weight; ours are (in, out).
+TRANSPOSED = frozenset({"unembed", "W_Q", "W_K", "W_V", "W_O", "W_gate", "W_up", "W_down"})
+# Projections the model multiplies as one matrix (studygroup.model.model), and the cache stores joined.
+FUSED = {"W_QKV": ("W_Q", "W_K", "W_V"), "W_gate_up": ("W_gate", "W_up")}
+# Rows permuted by llama.cpp's converter for interleaved RoPE, and the Config field giving their head count.
+ROPE_PERMUTED = {"W_Q": "n_heads", "W_K": "n_kv_heads"}
+
+
+def name_map(n_layers: int, *, tied: bool, rope_freqs: bool = False) -> dict[str, str]:
+    """GGUF tensor name -> our name, for every tensor a Llama file of `n_layers` holds.
+
+    >>> name_map(1, tied=True)["blk.0.attn_q.weight"]
+    'layers.0.W_Q'
+    """
+    present = {"unembed": not tied, "rope_freqs": rope_freqs}
+    names = {gguf: ours for ours, gguf in GLOBAL_NAMES.items() if present.get(ours, True)}
+    for l in range(n_layers):
+        names.update({f"blk.{l}.{gguf}": f"layers.{l}.{ours}" for ours, gguf in LAYER_NAMES.items()})
+    return names
+
+
+def paper_shape(name: str, c: Config) -> tuple[int, ...]:
+    """Shape of our tensor `name` (paper layout, (in, out) for matrices).
+
+    >>> from studygroup.gguf.config import Config
+    >>> c = Config(2, 4, 2, 32, 8, 64, 64, 1e4, 1e-5, 268)
+    >>> paper_shape("layers.1.W_K", c)
+    (32, 16)
+    """
+    q, kv = c.n_heads * c.d_head, c.n_kv_heads * c.d_head
+    shapes = {
+        "embed": (c.vocab_size, c.d_model), "unembed": (c.d_model, c.vocab_size),
+        "final_norm": (c.d_model,), "attn_norm": (c.d_model,), "mlp_norm": (c.d_model,),
+        "rope_freqs": (c.d_head // 2,),
+        "W_Q": (c.d_model, q), "W_K": (c.d_model, kv), "W_V": (c.d_model, kv), "W_O": (q, c.d_model),
+        "W_gate": (c.d_model, c.d_mlp), "W_up": (c.d_model, c.d_mlp), "W_down": (c.d_mlp, c.d_model),
+    }
+    return shapes[name.rsplit(".", 1)[-1]]
+
+
+def file_shape(name: str, c: Config) -> tuple[int, ...]:
+    """Numpy shape the file stores our tensor `name` in: (out, in) for the transposed ones.
+
+    >>> from studygroup.gguf.config import Config
+    >>> file_shape("layers.0.W_K", Config(2, 4, 2, 32, 8, 64, 64, 1e4, 1e-5, 268))  # k_proj: (16, 32)
+    (16, 32)
+    """
+    shape = paper_shape(name, c)
+    return shape[::-1] if name.rsplit(".", 1)[-1] in TRANSPOSED else shape
+
+
+def numpy_shape(gguf_dims) -> tuple[int, ...]:
+    """Layout fact 1: GGUF lists dimensions innermost first; numpy and torch outermost first.
+
+    >>> numpy_shape([576, 49152])  # token_embd.weight as GGUF shows it: 49152 rows of 576
+    (49152, 576)
+    """
+    return tuple(int(d) for d in reversed(list(gguf_dims)))
+
+
+def unpermute_rope_rows(w: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """Layout fact 2: undo llama.cpp's row permutation of W_Q or W_K, (n_heads*d_head, d_in) -> same.
+
+    Within each head llama.cpp stores the rows as interleaved RoPE pairs
+    [0, d/2, 1, d/2+1, ...] (rows 2i and 2i+1 turn together); Hugging Face keeps them as halves
+    [0, 1, ..., d/2-1 | d/2, ..., d-1] (rows i and i+d/2 turn together). Pass n_kv_heads for W_K.
+
+    >>> rows = torch.tensor([[0.], [2.], [1.], [3.]])  # one head, d_head 4, pairs (0, 2), (1, 3)
+    >>> unpermute_rope_rows(rows, 1).flatten().tolist()
+    [0.0, 1.0, 2.0, 3.0]
+    """
+    rows, d_in = w.shape
+    assert rows % (2 * n_heads) == 0, f"{rows} rows do not split into {n_heads} heads of pairs"
+    half = rows // n_heads // 2
+    # (n_heads, half, 2, d_in): pair i of a head holds HF rows i and i + half -> (n_heads, 2, half, d_in)
+    return w.reshape(n_heads, half, 2, d_in).transpose(1, 2).reshape(rows, d_in)
+
+
+def to_paper_layout(name: str, stored: torch.Tensor, c: Config) -> torch.Tensor:
+    """One tensor as the file stores it (numpy shape) -> ours: float32, in the paper's layout.
+
+    A matrix the paper multiplies as (in, out) is the transpose of the file's (out, in) rows, kept
+    as they lie in memory (the layout BLAS multiplies fastest, and the cache stores): no copy.
+
+    >>> from studygroup.gguf.config import Config
+    >>> c = Config(1, 1, 1, 4, 4, 8, 8, 1e4, 1e-5, 10)
+    >>> to_paper_layout("layers.0.W_up", torch.zeros(8, 4), c).shape  # (d_mlp, d_model) -> (d_model, d_mlp)
+    torch.Size([4, 8])
+    """
+    kind = name.rsplit(".", 1)[-1]
+    assert tuple(stored.shape) == file_shape(name, c), f"{name}: {tuple(stored.shape)} != {file_shape(name, c)}"
+    if kind in ROPE_PERMUTED:
+        stored = unpermute_rope_rows(stored, getattr(c, ROPE_PERMUTED[kind]))
+    stored = stored.to(torch.float32).contiguous()
+    out = stored.T if kind in TRANSPOSED else stored  # (in, out) over (out, in) rows
+    assert tuple(out.shape) == paper_shape(name, c)
+    return out

@@ -1,0 +1,112 @@
+"""Read a Llama-family GGUF file: check it and dequantize its tensors.
+
+`read_weights` parses and dequantizes (seconds); `weights_cache.load_weights` answers from the
+cache when the file is unchanged (a fraction of a second) and calls it otherwise. Names and
+layouts are translated by `gguf_layout`; everything that can be wrong with a file is raised here as one ModelFileError naming the file.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import gguf
+import numpy as np
+import torch
+from gguf import GGMLQuantizationType as Q
+
+from studygroup.gguf import layout as gguf_layout
+from studygroup.gguf.config import Config, config_from_gguf
+from studygroup.errors import ModelFileError
+from studygroup.gguf.container import GGUFFile, TensorInfo, read_gguf
+from studygroup.gguf.model_path import resolve_model_path
+
+ARCHITECTURE = "llama"
+# Tensor types we dequantize, all with gguf's own `gguf.quants.dequantize`.
+SUPPORTED_TYPES = frozenset({Q.F32, Q.F16, Q.BF16, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0,
+                             Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K})
+
+
+def read_weights(path: str | Path) -> tuple[Config, dict[str, torch.Tensor]]:
+    """Parse and dequantize a Llama GGUF file (no cache) into our names and the paper's layout.
+
+    Returns the Config and float32 tensors (a matrix (in, out) is stored as (out, in) rows in
+    memory, its transpose contiguous): embed (vocab, d_model), final_norm
+    (d_model,), unembed (d_model, vocab) only when the file is untied, and per layer l
+    `layers.{l}.` attn_norm, W_Q (d_model, n_heads*d_head), W_K and W_V (d_model, n_kv_heads*d_head),
+    W_O (n_heads*d_head, d_model), mlp_norm, W_gate and W_up (d_model, d_mlp), W_down (d_mlp, d_model).
+
+    >>> config, w = read_weights(default_model_path())  # doctest: +SKIP
+    >>> w["layers.0.W_Q"].shape  # doctest: +SKIP
+    torch.Size([576, 576])
+    """
+    file = read_gguf(resolve_model_path(path))
+    with _about(file.path):
+        _check_architecture(file.fields)
+        config = config_from_gguf(file.fields)
+        names = gguf_layout.name_map(config.n_layers, tied="output.weight" not in file.tensors,
+                                     rope_freqs="rope_freqs.weight" in file.tensors)
+        _check_tensor_names(set(file.tensors), names)
+        weights = {ours: _load_tensor(file, file.tensors[name], ours, config) for name, ours in names.items()}
+    return config, weights
+
+
+def _check_architecture(fields: Mapping[str, Any]) -> None:
+    """Only `general.architecture = llama` files (SmolLM2, Llama 2/3, TinyLlama, Mistral) are read."""
+    if "general.architecture" not in fields:
+        raise ModelFileError("the file has no general.architecture key; re-convert it with llama.cpp")
+    arch = fields["general.architecture"]
+    if arch != ARCHITECTURE:
+        raise ModelFileError(f"the model's architecture is {arch!r}; studygroup reads only 'llama' "
+                             "models (SmolLM2, Llama 2/3, TinyLlama, Mistral)")
+
+
+def _check_tensor_names(found: set[str], expected: Mapping[str, str]) -> None:
+    """The file must hold exactly the tensors a Llama of its config has."""
+    missing = sorted(set(expected) - found)
+    if missing:
+        raise ModelFileError(f"the file lacks {len(missing)} tensor(s) a Llama model needs, "
+                             f"e.g. {', '.join(missing[:3])}; it is incomplete or not a Llama model")
+    extra = sorted(found - set(expected))
+    if extra:
+        raise ModelFileError(f"the file holds {len(extra)} tensor(s) a plain Llama model does not have, "
+                             f"e.g. {', '.join(extra[:3])}; studygroup cannot use this variant")
+
+
+def _load_tensor(file: GGUFFile, tensor: TensorInfo, name: str, config: Config) -> torch.Tensor:
+    """One tensor of the file -> our tensor `name`, float32 in the paper's layout."""
+    expected = gguf_layout.file_shape(name, config)
+    if tensor.shape != expected:
+        raise ModelFileError(f"tensor {tensor.name} has shape {tensor.shape} (GGUF lists it as "
+                             f"{list(tensor.dims)}); the config asks for {expected}")
+    stored = torch.from_numpy(dequantize(tensor.name, file.raw(tensor), tensor.qtype))
+    assert tuple(stored.shape) == expected, (tensor.name, tuple(stored.shape), expected)
+    if not bool(torch.isfinite(stored).all()):  # else some paths would answer, others give NaN
+        bad = int((~torch.isfinite(stored)).sum())
+        raise ModelFileError(f"tensor {tensor.name} holds {bad} value{'' if bad == 1 else 's'} not finite (NaN or infinite): "
+                             "the file is damaged or was converted wrongly")
+    return gguf_layout.to_paper_layout(name, stored, config)
+
+
+def dequantize(name: str, data: np.ndarray, qtype: Q) -> np.ndarray:
+    """Raw tensor data (`GGUFFile.raw`) -> a writable float32 array (numpy shape).
+
+    >>> dequantize("x", np.ones((2, 3), np.float32), Q.F32).shape
+    (2, 3)
+    """
+    if qtype not in SUPPORTED_TYPES:
+        raise ModelFileError(f"tensor {name} has type {Q(qtype).name}, which studygroup cannot dequantize; "
+                             f"supported: {', '.join(sorted(t.name for t in SUPPORTED_TYPES))}")
+    values = gguf.quants.dequantize(data, qtype)
+    # F32 comes back as a read-only view of the memory-mapped file: copy it, and only it
+    return np.array(values, dtype=np.float32, order="C", copy=True if not values.flags.writeable else None)
+
+
+@contextlib.contextmanager
+def _about(path: Path) -> Iterator[None]:
+    """Prefix ModelFileErrors raised inside with the file they are about."""
+    try:
+        yield
+    except ModelFileError as e:
+        raise ModelFileError(f"{path}: {e}") from e

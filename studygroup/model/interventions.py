@@ -1,0 +1,125 @@
+"""How a pass is modified: the one place that turns silenced members and heads into masks and gates.
+
+`Interventions` is what a run changes (the user's choice, kept with the run); `PassPlan` is how one
+pass of the forward story runs (masks per layer, gates on heads' writes, what it keeps, where it
+starts and stops). The batched passes that silence many things at once build their plans here too.
+Shapes: B copies of the text, T members, H = n_heads.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from studygroup.formulas import masks as masks_
+from studygroup.model.arguments import head_set
+from studygroup.model.record import NOTHING, Record
+
+@dataclass
+class PassPlan:
+    """How one pass runs: its masks per layer, its gates on heads' writes, what it keeps, where it
+    starts and stops, and which copies of the text it carries."""
+
+    masks: dict[int, torch.Tensor] = field(default_factory=dict)  # {layer: (B, 1|H, T, T) bool}
+    gates: dict[int, torch.Tensor] = field(default_factory=dict)  # {layer: (B|1, H) or (B|1, H, T)}: 0 silences
+    record: Record = NOTHING
+    stop_after: int | None = None  # last layer to run (to recompute one layer on demand)
+    all_logits: bool = False
+    start: tuple[int, torch.Tensor] | None = None  # (layer, resid_pre (B, T, d_model)): resume there
+    joining: dict[int, torch.Tensor] = field(default_factory=dict)
+    # {layer: (B_l, T, d_model)}: copies that join the batch at that layer (after `start`'s), entering
+    # it with this residual stream; masks and gates of a layer cover every copy joined by then.
+    past: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    # {layer: (k, v)}, each (1, H_kv, P, d) after RoPE: the keys and values of P earlier members,
+    # reused unchanged; `ids` are then only the members after them (a suffix at positions P…).
+    positions: torch.Tensor | None = None  # (T,) each row's position, where the rows are not P, P+1, …
+    # (copies of a text packed one after another: the masks, given for every layer, keep them apart)
+    asked: torch.Tensor | None = None  # (R,) the rows whose next word is predicted (None: the last)
+    on_layer: object = None  # called after each layer (a progress bar's advance)
+
+    @property
+    def batch(self) -> int:
+        """How many copies of the text the pass starts with."""
+        if self.start is not None:
+            return self.start[1].shape[0]
+        return max((t.shape[0] for t in (*self.masks.values(), *self.gates.values())), default=1)
+
+
+@dataclass(frozen=True)
+class Interventions:
+    """What a run changes in the model: silenced members (in which heads) and silenced heads."""
+
+    silenced_members: tuple[int, ...] = ()
+    member_heads: frozenset | None = None  # (layer, head) pairs the members are silenced in; None: all
+    silenced_heads: frozenset = frozenset()
+
+    @classmethod
+    def make(cls, model: "Model", T: int, members=(), member_heads=None, heads=()) -> "Interventions":
+        members = {model.check_member(j, T) for j in members}
+        heads, member_heads = head_set(heads) or frozenset(), head_set(member_heads)
+        for l, h in heads | (member_heads or frozenset()):
+            model.check_head(l, h)
+        return cls(tuple(sorted(members)), member_heads, heads)
+
+    def silenced(self) -> dict[str, list]:
+        """What is silenced, as the JSON views say it: {"silenced_members": [j, …] (sorted),
+        "silenced_heads": [[layer, head], …] (sorted)}."""
+        return {"silenced_members": list(self.silenced_members),
+                "silenced_heads": [list(p) for p in sorted(self.silenced_heads)]}
+
+    def plan(self, model: "Model", T: int, record: Record, stop_after=None, all_logits=False) -> PassPlan:
+        masks = {}
+        if self.silenced_members:
+            mask = masks_.member_mask(T, self.silenced_members, device=model.device)[None]  # (1, T, T)
+            masks = masks_.per_layer(mask, self.member_heads, model.config.n_layers, model.config.n_heads)
+        gates = head_gates([self.silenced_heads], model.config.n_heads, model.device)
+        return PassPlan(masks, gates, record, stop_after, all_logits)
+
+    def hides_members(self, layer: int, head: int) -> bool:
+        """Whether this head's questions miss the silenced members' keys in this run."""
+        return bool(self.silenced_members) and (self.member_heads is None or (layer, head) in self.member_heads)
+
+    def mask(self, layer: int, head: int, T: int) -> torch.Tensor:
+        """(T, T) bool: which keys each question of this head could see in this run."""
+        return masks_.member_mask(T, self.silenced_members if self.hides_members(layer, head) else ())
+
+
+def head_gates(copies: Sequence[Iterable[tuple[int, int]]], n_heads: int, device=None) -> dict[int, torch.Tensor]:
+    """Gates that silence each copy's heads: {layer: (B, H)}, 0 for a silenced head's write, else 1.
+
+    copies: B sets of (layer, head) pairs. Only layers where some copy silences a head have gates.
+
+    >>> head_gates([{(0, 1)}, {(2, 0)}], n_heads=2)
+    {0: tensor([[1., 0.],
+            [1., 1.]]), 2: tensor([[1., 1.],
+            [0., 1.]])}
+    """
+    copies = [set(c) for c in copies]
+    gates = {}
+    for l in sorted({l for c in copies for l, _ in c}):
+        g = torch.ones(len(copies), n_heads, device=device)  # (B, H)
+        for b, c in enumerate(copies):
+            g[b, [h for m, h in c if m == l]] = 0
+        gates[l] = g
+    return gates
+
+
+def each_member_silenced(config, ids: list[int], members: Sequence[int], heads, P: int,
+                         device=None) -> tuple[torch.Tensor, PassPlan]:
+    """A batch of copies of rows P.. of the text, copy b with members[b] silenced in `heads`."""
+    each = masks_.each_member_masks(len(ids), members, device=device)[:, P:]  # (B, T - P, T)
+    plan = PassPlan(masks=masks_.per_layer(each, head_set(heads), config.n_layers, config.n_heads))
+    return torch.tensor(ids[P:], device=device), plan
+
+
+def packed_members_silenced(config, ids: list[int], members: Sequence[int], heads,
+                            device=None) -> tuple[torch.Tensor, PassPlan]:
+    """One sequence of the copies' own rows, members[b]..T-1 each, copy b with members[b] silenced."""
+    T = len(ids)
+    silenced, base = masks_.packed_member_masks(T, members, device=device)  # (N, P + N) each
+    per_layer = masks_.per_layer(silenced[None], head_set(heads), config.n_layers, config.n_heads, base=base[None])
+    positions = torch.cat([torch.arange(j, T, device=device) for j in members])  # (N,)
+    ends = torch.tensor([T - j for j in members], device=device).cumsum(0) - 1  # (B,) each copy's last row
+    ids_t = torch.tensor(ids, device=device)[positions]  # (N,)
+    return ids_t, PassPlan(masks=per_layer, positions=positions, asked=ends)

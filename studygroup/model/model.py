@@ -1,0 +1,458 @@
+"""A Llama-family model: the forward pass as one top-to-bottom story, recording what is asked.
+
+Row-vector convention, as in the paper: a token's embedding is a row, ``Q = E·W_Q`` with
+W_Q (d_model, n_heads·d_head). Shapes: B texts (1 unless silencing members in a batch),
+T tokens, H = n_heads query heads, H_kv = n_kv_heads key/value heads, d = d_head.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from studygroup.formulas import attention
+from studygroup.gguf import layout as gguf_layout
+from studygroup.model import heap
+from studygroup.formulas import rope
+from studygroup.formulas import shared_past
+from studygroup.model.linear import onednn_takes, project
+from studygroup.gguf.config import Config
+from studygroup.model.arguments import head_set, whole_number
+from studygroup.errors import InputError
+from studygroup.model.interventions import Interventions, PassPlan, each_member_silenced, packed_members_silenced
+from studygroup.model.record import Record, resolve
+from studygroup.model.run import Run
+from studygroup.gguf.tokenizer import Tokenizer
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm: x / sqrt(mean(x²) + eps) · weight, computed in float32. (…, d_model) -> (…, d_model)"""
+    x32 = x.float()
+    normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return (normed * weight.float()).to(x.dtype)
+
+
+class Model:
+    """Weights, config and tokenizer of one GGUF file; `run` is the entry point.
+
+    >>> import studygroup
+    >>> model = studygroup.load()                    # doctest: +SKIP
+    >>> run = model.run("I have a lot")              # doctest: +SKIP
+    >>> model.tokenizer.decode([int(run.logits[-1].argmax())])  # doctest: +SKIP
+    ' of'
+    """
+
+    def __init__(self, config: Config, weights: dict[str, torch.Tensor], tokenizer: Tokenizer,
+                 path: Path | None = None, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32):
+        self.config, self.tokenizer, self.path = config, tokenizer, path
+        self.device, self.dtype = torch.device(device), dtype
+        exact = {"rope_freqs"}  # RoPE's frequency divisors stay float32 in the bfloat16 mode
+        self.w = _fuse({k: t.to(device=self.device, dtype=torch.float32 if k in exact else dtype)
+                        for k, t in weights.items()}, config)
+        self._rope_cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    # ---- input -------------------------------------------------------------------------------
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids of `text`, as llama.cpp gives them. Raises InputError for empty text, and for
+        text that is not Unicode characters (a lone surrogate: bytes that were not UTF-8)."""
+        if not isinstance(text, str):
+            raise InputError(f"the text must be a string, not {type(text).__name__}")
+        if text == "":
+            raise InputError("the text is empty: give at least one character")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise InputError(f"the text holds {text[e.start]!a} at character {e.start}, a lone surrogate "
+                             "(bytes that were not UTF-8?): give UTF-8 text") from None
+        return self.tokenizer.encode(text)
+
+    def ids(self, text_or_ids) -> list[int]:
+        """Validated token ids from text or ids (non-empty, in the vocabulary, within the context)."""
+        if isinstance(text_or_ids, str | bytes | bytearray):
+            ids = self.tokenize(text_or_ids)
+        else:
+            ids = [whole_number(i, "a token id") for i in text_or_ids]
+        c = self.config
+        if not ids:
+            raise InputError("no tokens: give a non-empty text")
+        if len(ids) > c.context_length:
+            raise InputError(f"the text is {len(ids)} tokens long: the model's context holds {c.context_length}")
+        bad = [i for i in ids if not 0 <= i < c.vocab_size]
+        if bad:
+            raise InputError(f"token id {bad[0]} is outside the vocabulary (0-{c.vocab_size - 1})")
+        return ids
+
+    # ---- the story ---------------------------------------------------------------------------
+    @heap.then_return_freed_memory
+    def forward(self, ids: torch.Tensor, plan: PassPlan) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Embedding, then per layer attention and MLP with residuals; final norm; unembedding.
+
+        ids: (T,) long. Returns logits (B, T or 1, vocab) and the recorded steps {name: tensor}.
+        """
+        c, w, keep, buffers = self.config, self.w, _Keeper(plan.record), _Buffers()
+        first, x = plan.start or (0, w["embed"][ids].unsqueeze(0))  # (1 or B, T, d_model)
+        x = x.expand(plan.batch, -1, -1)  # (B, T, d_model)
+        keep("embed", x)
+        P = next(iter(plan.past.values()))[0].shape[-2] if plan.past else 0
+        cos, sin = self._angles(len(ids), P) if plan.positions is None else self._angles_at(plan.positions)
+        asked = slice(-1, None) if plan.asked is None else plan.asked  # the rows that predict
+        shortcut = False
+        for l in range(first, c.n_layers if plan.stop_after is None else plan.stop_after + 1):
+            keep.layer = l
+            if l in plan.joining:
+                x = torch.cat([x, plan.joining[l].to(x.dtype)])  # (B + B_l, T, d_model)
+            keep("resid_pre", x)
+            E = rms_norm(x, w[f"layers.{l}.attn_norm"], c.rms_eps)  # (B, T, d_model)
+            keep("E", E)
+            # In the last layer only the asked questions predict: unless more is kept, the other
+            # rows give their keys and values and nothing else.
+            shortcut = l == c.n_layers - 1 and not plan.all_logits and keep.last_row_suffices()
+            attn_out = self._attention(l, E, cos, sin, plan, keep, asked if shortcut else None)  # (B, T or R, d_model)
+            x = (x[:, asked] if shortcut else x) + attn_out
+            keep("resid_mid", x)
+            mlp_out = self._mlp(l, rms_norm(x, w[f"layers.{l}.mlp_norm"], c.rms_eps), buffers)  # (B, T or R, d_model)
+            keep("mlp_out", mlp_out)
+            x = x + mlp_out
+            keep("resid_post", x)
+            if plan.on_layer is not None:
+                plan.on_layer()
+        keep.layer = None
+        if plan.stop_after is not None:
+            return torch.empty(0), keep.steps
+        keep("resid_final", x)
+        x = x if plan.all_logits or shortcut else x[:, asked]  # (B, T or R, d_model): only asked rows predict
+        final = rms_norm(x, w["final_norm"], c.rms_eps)
+        keep("final", final)
+        return project(final, w["unembed"]), keep.steps  # (B, T or R, vocab)
+
+    def _attention(self, l: int, E, cos, sin, plan: PassPlan, keep, rows=None) -> torch.Tensor:
+        """Q, K, V; RoPE; grouped-query attention; each head's write through W_O.
+
+        E (B, T, d_model) -> (B, R, d_model): R = T questions, or only those of `rows` (an index:
+        the last member's question alone, say); every member still gives its key and value."""
+        c, w = self.config, self.w
+        B, T, _ = E.shape
+        H, H_kv, d = c.n_heads, c.n_kv_heads, c.d_head
+        W_QKV = w[f"layers.{l}.W_QKV"]  # (d_model, (H + 2·H_kv)·d)
+        if rows is not None:
+            q, kv = project(E[:, rows], W_QKV[:, :H * d]), project(E, W_QKV[:, H * d:])  # (B, R, H·d), (B, T, 2·H_kv·d)
+            k, v = kv.split(H_kv * d, -1)
+        else:
+            q, k, v = project(E, W_QKV).split([H * d, H_kv * d, H_kv * d], -1)  # (B, T, H·d | H_kv·d)
+        q, k, v = (t.view(B, t.shape[1], -1, d).transpose(1, 2) for t in (q, k, v))
+        keep("q_pre_rope", q), keep("k_pre_rope", k), keep("v", v)  # (B, H, R, d), (B, H_kv, T, d)
+        asking = slice(None) if rows is None else rows
+        q, k = rope.apply(q, cos[asking], sin[asking]), rope.apply(k, cos, sin)
+        keep("q", q), keep("k", k)
+        z = self._over_shared_past(l, q, k, v, plan, keep)  # (B, H, 1, d), or None
+        if z is None:
+            if l in plan.past:  # earlier members' keys and values, unchanged: (1, H_kv, P, d) each
+                k, v = (torch.cat([p.expand(B, -1, -1, -1), t], dim=2) for p, t in zip(plan.past[l], (k, v)))
+            mask = plan.masks.get(l, "causal")  # (B, 1|H, T, P + T) or "causal"
+            if isinstance(mask, str) and isinstance(asking, torch.Tensor):  # "causal" would align the rows at the end
+                mask = attention.causal_mask(T, k.shape[-2], device=E.device)  # (T, P + T)
+            mask = mask if isinstance(mask, str) else mask[..., asking, :]  # (B, 1|H, R, P + T)
+            z = self._attend(q, k, v, mask, keep)  # (B, H, R, d)
+        if l in plan.gates:
+            g = plan.gates[l]  # (B, H) for every row, or (B, H, T) per row
+            z = z * (g[:, :, None, None] if g.dim() == 2 else g[..., asking, None]).to(z.dtype)  # silenced: writes nothing
+        W_O = w[f"layers.{l}.W_O"]  # (H·d, d_model)
+        if keep.keeps("write"):
+            kept = z[:, :, -1:] if keep.record.rows == "last" else z
+            keep("write", torch.einsum("bhtd,hdm->bhtm", kept, self.W_O_heads(l)))  # (B, H, R, d_model)
+        attn_out = project(z.transpose(1, 2).reshape(B, q.shape[2], H * d), W_O)  # (B, R, d_model)
+        keep("attn_out", attn_out)
+        return attn_out
+
+    @staticmethod
+    def _over_shared_past(l: int, q, k, v, plan: PassPlan, keep) -> torch.Tensor | None:
+        """Copies of ONE new member over earlier members they share (`plan.past`), the mask the
+        same in every head: `shared_past.attend`, without a copy of the past per copy. None
+        where that is not the case (or the maps are recorded): the general path then runs."""
+        mask = plan.masks.get(l)  # (B, 1, 1, P + 1) or None
+        if (l not in plan.past or q.shape[2] != 1 or k.shape[2] != 1 or keep.keeps("scores") or keep.keeps("weights")
+                or (mask is not None and (mask.dim() != 4 or mask.shape[1] != 1))):
+            return None
+        visible = None if mask is None else mask[:, 0, -1].expand(q.shape[0], -1)  # (B, P + 1)
+        z = shared_past.attend(q, k, v, *plan.past[l], visible)  # (B, H, 1, d)
+        keep("output", z)
+        return z
+
+    def _attend(self, q, k, v, mask, keep) -> torch.Tensor:
+        """softmax(Q Kᵀ/√d) V through the foundation's functions; weights only when recorded."""
+        if not (keep.keeps("scores") or keep.keeps("weights")):
+            z = attention.fused(q, k, v, mask=mask, validate=False)  # (B, H, T, d)
+            keep("output", z)
+            return z
+        if keep.record.rows == "last":  # the full output fast; the weights for the last question only
+            z = attention.fused(q, k, v, mask=mask, validate=False)  # (B, H, T, d)
+            q, rows_mask = q[:, :, -1:], mask if isinstance(mask, str) else mask[..., -1:, :]
+            out, weights = attention.paper(q, k, v, mask=rows_mask, validate=False)  # (B, H, 1, d), (B, H, 1, T)
+            S = attention.scores(q, k, validate=False) if keep.keeps("scores") else None  # (B, H, 1, T)
+        else:  # every map: block by block into the stored dtype, no other T×T temporaries
+            out, weights, S = attention.by_rows(q, k, v, mask, weights_dtype=keep.record.map_dtype,
+                                                with_scores=keep.keeps("scores"), validate=False)
+            z = out  # (B, H, T, d)
+        if S is not None:
+            keep("scores", S, is_map=True)
+        keep("weights", weights, is_map=True)
+        keep("output", out)
+        return z
+
+    def _mlp(self, l: int, x: torch.Tensor, buffers: "_Buffers") -> torch.Tensor:
+        """SwiGLU: (silu(x·W_gate) ⊙ x·W_up)·W_down. (B, T, d_model) -> (B, T, d_model)
+
+        Without autograd (which cannot differentiate through out= or in place), its two wide
+        intermediates live in buffers every layer reuses (oneDNN's product, in a small pass, is
+        a fresh tensor: see `studygroup.model.linear`)."""
+        W_gate_up, W_down = self.w[f"layers.{l}.W_gate_up"], self.w[f"layers.{l}.W_down"]
+        grad = torch.is_grad_enabled()
+        shape = (*x.shape[:-1], W_gate_up.shape[1])  # (B, T, 2·d_mlp)
+        reuse = not grad and not onednn_takes(x, W_gate_up)
+        gate_up = project(x, W_gate_up, out=buffers.get("gate_up", shape, x) if reuse else None)
+        gate, up = gate_up.chunk(2, dim=-1)  # (B, T, d_mlp) each
+        h = torch.mul(torch.nn.functional.silu(gate, inplace=not grad), up,
+                      out=None if grad else buffers.get("h", gate.shape, x))  # (B, T, d_mlp)
+        return project(h, W_down)
+
+    def _angles_at(self, positions: torch.Tensor):
+        """cos, sin (T, d_head) at each row's position: positions (T,) long."""
+        cos, sin = self._angles(int(positions.max()) + 1)
+        return cos[positions], sin[positions]
+
+    def _angles(self, T: int, offset: int = 0):
+        if (T, offset) not in self._rope_cache:
+            with torch.inference_mode(False):  # plain tensors, so that a pass with autograd may reuse them
+                cos, sin = rope.angles(T, self.config.d_head, self.config.rope_base, device=self.device, offset=offset,
+                                       freq_divisors=self.w.get("rope_freqs"))
+            self._rope_cache = {(T, offset): (cos, sin)}  # one entry: long texts would pile up otherwise
+        return self._rope_cache[(T, offset)]
+
+    # ---- weights by head ----------------------------------------------------------------------
+    def W_O_heads(self, l: int) -> torch.Tensor:
+        """Layer l's output projection split by head: (n_heads, d_head, d_model), a view.
+        Head h writes output_h · W_O[h] to the residual stream."""
+        c = self.config
+        return self.w[f"layers.{l}.W_O"].view(c.n_heads, c.d_head, -1)
+
+    def W_O_head(self, l: int, h: int) -> torch.Tensor:
+        """Head h's slice of layer l's output projection, W_O[h]: (d_head, d_model), a view."""
+        return self.W_O_heads(l)[h]
+
+    # ---- entry points ------------------------------------------------------------------------
+    def run(self, text_or_ids, record="default", silence_members: Sequence[int] = (), member_heads=None,
+            silence_heads: Sequence[tuple[int, int]] = (), logits: str = "last", on_layer=None):
+        """Run the model on one text and keep what `record` asks for.
+
+        record: "default" (everything up to 256 tokens, the last member's row past that), "all",
+          "none", a list of step names (see `studygroup.model.record.LAYER_STEPS`), or a Record.
+        silence_members: members whose keys are removed from the others' view, in `member_heads`
+          ((layer, head) pairs; None: every head).
+        silence_heads: (layer, head) pairs whose write to the residual stream is zeroed.
+        logits: "last" (run.logits is (1, vocab)) or "all" ((T, vocab)).
+        on_layer: called after each layer (for a progress bar).
+        """
+        
+        ids = self.ids(text_or_ids)
+        settings = Interventions.make(self, len(ids), silence_members, member_heads, silence_heads)
+        return Run.compute(self, ids, settings, resolve(record, len(ids), self.config.n_layers), logits, on_layer)
+
+    @torch.inference_mode()
+    def silenced_logits(self, text_or_ids, members: Sequence[int], heads=None, kv=None, on_layer=None,
+                        packed: bool = False) -> torch.Tensor:
+        """Last-position logits with each member silenced alone, in ONE batched pass.
+
+        Returns (len(members), vocab) float32: row b silences members[b] in `heads` (None: all).
+        kv: {layer: (k, v)}, each (H_kv, T, d) after RoPE, from a run of the same text without
+          interventions. The members before the first silenced one never see it (the mask is
+          causal): their keys and values are then reused, and only the later rows recomputed.
+        packed: each copy computes only the rows from its own member on, the copies one after
+          another in one sequence (`masks.packed_member_masks`; needs kv), instead of side by side
+          from the first member on.
+        on_layer: called after each layer (a progress bar's advance).
+        """
+        c, ids = self.config, self.ids(text_or_ids)
+        for j in members:
+            self.check_member(j, len(ids))
+        if packed and kv is None:
+            raise ValueError("packed copies reuse the clean run's keys and values: give kv")
+        if not len(members):
+            return torch.empty(0, self.config.vocab_size)  # nobody silenced: no copies
+        P = (max(members) if packed else min(members)) if kv is not None else 0  # rows reused
+        if P and (sorted(kv) != list(range(self.config.n_layers))
+                  or any(t.shape[-2] != len(ids) for pair in kv.values() for t in pair)):
+            raise ValueError(f"kv must hold the keys and values of every layer for these {len(ids)} members")
+        past = {l: (k[None, :, :P].to(self.dtype), v[None, :, :P].to(self.dtype)) for l, (k, v) in kv.items()} if P else {}
+        ids_t, plan = (packed_members_silenced(c, ids, members, heads, self.device) if packed
+                       else each_member_silenced(c, ids, members, heads, P, self.device))
+        plan.past, plan.on_layer = past, on_layer
+        logits, _ = self.forward(ids_t, plan)  # (B, 1, vocab) side by side, (1, B, vocab) packed
+        return (logits[0] if packed else logits[:, -1]).float()
+
+    # ---- checks ------------------------------------------------------------------------------
+    def check_head(self, layer: int, head: int) -> tuple[int, int]:
+        """(layer, head) as ints, or InputError unless that head exists."""
+        c = self.config
+        layer, head = whole_number(layer, "a layer"), whole_number(head, "a head")
+        if not 0 <= layer < c.n_layers:
+            raise InputError(f"layer {layer} does not exist: the model has {c.n_layers} layers (0-{c.n_layers - 1})")
+        if not 0 <= head < c.n_heads:
+            raise InputError(f"head {head} does not exist: each layer has {c.n_heads} heads (0-{c.n_heads - 1})")
+        return layer, head
+
+    def check_member(self, j: int, T: int) -> int:
+        """j as an int, or InputError unless 0 <= j < T."""
+        j = whole_number(j, "a member")
+        if not 0 <= j < T:
+            raise InputError(f"member {j} does not exist: the text has {T} tokens (0-{T - 1})")
+        return j
+
+
+def _fuse(w: dict[str, torch.Tensor], c: Config) -> dict[str, torch.Tensor]:
+    """Fuse Q/K/V and gate/up projections into one matrix each (one multiply instead of three).
+
+    Every matrix keeps the paper's (in, out) shape but is stored (out, in) in memory, the layout
+    BLAS and oneDNN multiply fastest (10× for bfloat16 on some CPUs). The separate W_Q, W_K, W_V,
+    W_gate, W_up stay available as views into the fused matrices.
+    """
+    for l in range(c.n_layers):
+        p = f"layers.{l}."
+        for fused, parts in gguf_layout.FUSED.items():  # W_QKV (d_model, (H+2H_kv)·d), W_gate_up (d_model, 2·d_mlp)
+            matrices = [w.pop(p + part) for part in parts]
+            w[p + fused] = _joined_out_in(matrices)
+            w.update(zip((p + part for part in parts), w[p + fused].split([m.shape[1] for m in matrices], dim=1)))
+        w[p + "W_O"], w[p + "W_down"] = _out_in(w[p + "W_O"]), _out_in(w[p + "W_down"])
+    w["unembed"] = _out_in(w["unembed"]) if "unembed" in w else w["embed"].T  # tied: a view of the embedding
+    return w
+
+
+def _out_in(W: torch.Tensor) -> torch.Tensor:
+    """The same (in, out) matrix, stored (out, in) in memory (no copy when it already is)."""
+    return W.T.contiguous().T
+
+
+def _joined_out_in(matrices: list[torch.Tensor]) -> torch.Tensor:
+    """(in, out_k) matrices side by side, (in, Σ out_k), stored (out, in): one copy, or none when
+    their (out, in) rows already lie one after the other in memory (as the weights cache keeps them)."""
+    rows = [W.T for W in matrices]  # (out_k, in) each
+    if _adjacent(rows):
+        whole = (sum(r.shape[0] for r in rows), rows[0].shape[1])  # (Σ out_k, in)
+        return torch.as_strided(rows[0], whole, (whole[1], 1), rows[0].storage_offset()).T
+    return torch.cat(rows, dim=0).T
+
+
+def _adjacent(rows: list[torch.Tensor]) -> bool:
+    """Whether contiguous tensors follow one another in one storage, with the same row width."""
+    first = rows[0]
+    offset = first.storage_offset()
+    for r in rows:
+        if (not r.is_contiguous() or r.shape[1:] != first.shape[1:] or r.storage_offset() != offset
+                or r.untyped_storage().data_ptr() != first.untyped_storage().data_ptr()):
+            return False
+        offset += r.numel()
+    return True
+
+
+class _Buffers:
+    """Working tensors that every layer of one pass reuses: a fresh (T, d_mlp) tensor per layer
+    is a fresh mapping, paid in page faults (372k per 2,048-token pass before, 5-10% of its time)."""
+
+    def __init__(self):
+        self._t: dict[str, torch.Tensor] = {}
+
+    def get(self, name: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+        """An uninitialised tensor of this shape, like `like` (dtype, device), reused by name."""
+        t = self._t.get(name)
+        if t is None or t.shape != shape or t.dtype != like.dtype or t.device != like.device:
+            t = self._t[name] = like.new_empty(shape)
+        return t
+
+
+class _Keeper:
+    """Collects recorded steps under their full names, cut to the rows the record asks for."""
+
+    def __init__(self, record: Record):
+        self.record, self.layer, self.steps = record, None, {}
+
+    def name(self, step: str) -> str:
+        return step if self.layer is None else f"layers.{self.layer}.{step}"
+
+    def keeps(self, step: str) -> bool:
+        """Whether the pass keeps this step of the current layer (see Record.keeps)."""
+        return not self.record.empty and self.record.keeps(self.name(step))
+
+    def last_row_suffices(self) -> bool:
+        """Whether nothing kept from the current layer's questions on needs a row but the last."""
+        from studygroup.model.record import KEY_STEPS, LAYER_STEPS
+
+        r = self.record
+        every_row = (set(LAYER_STEPS) | {"resid_final", "final"}) if r.rows == "all" else r.full_rows
+        later = every_row - KEY_STEPS - {"resid_pre", "E"}  # the steps before the questions see every row anyway
+        return r.empty or not any(r.keeps(self.name(s) if s in LAYER_STEPS else s) for s in later)
+
+    def __call__(self, step: str, t: torch.Tensor, is_map: bool = False) -> None:
+        if not self.keeps(step):
+            return
+        if self.record.rows == "last" and step not in self.record.full_rows and t.shape[-2] > 1:
+            t = t[..., -1:, :]
+        t = t.detach().to(self.record.map_dtype if is_map else torch.float32)
+        if t.untyped_storage().nbytes() > t.numel() * t.element_size():
+            t = t.clone()  # a view would keep its whole base tensor alive (all T rows, or fused Q/K/V)
+        self.steps[self.name(step)] = t
+
+
+def load(path: str | Path | None = None, device: str = "cpu", dtype: str | torch.dtype = torch.float32,
+         cache: bool = True, require_native: bool = True, defer_cache_write: bool = False) -> Model:
+    """Load a Llama-family GGUF file (None: the default SmolLM2-135M-Instruct) as a Model.
+
+    dtype: float32 (exact, the default) or bfloat16 (the fast mode: on a CPU only where it
+      multiplies bfloat16 natively, AVX512-BF16 or AMX, unless require_native=False).
+    defer_cache_write: a first load leaves writing the weights cache to
+      `studygroup.model.weights_cache.write_deferred()` (the CLI prints its answer first).
+
+    >>> model = load()                      # doctest: +SKIP
+    >>> model.config.n_layers, model.config.n_heads, model.config.n_kv_heads  # doctest: +SKIP
+    (30, 9, 3)
+    """
+    from studygroup.model.weights_cache import load_tokenizer
+    from studygroup.model.weights_cache import load_weights
+
+    device, dtype = _device(device), _dtype(dtype)
+    if dtype == torch.bfloat16 and device.type == "cpu" and require_native and not native_bfloat16():
+        raise InputError("bfloat16 is not native on this CPU (no AVX512-BF16 or AMX): it would run slower "
+                         "than float32; use --dtype float32")
+    config, weights = load_weights(path, cache=cache, defer_write=defer_cache_write)
+    heap.use_own_mappings_for_large_blocks()
+    return Model(config, weights, load_tokenizer(path, cache=cache), path, device, dtype)
+
+
+def native_bfloat16() -> bool:
+    """Whether this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX-BF16)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def _dtype(dtype: str | torch.dtype) -> torch.dtype:
+    names = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+    if isinstance(dtype, torch.dtype) and dtype in names.values():
+        return dtype
+    if dtype not in names:
+        raise InputError(f"dtype {dtype!r} is not supported: use float32 or bfloat16")
+    return names[dtype]
+
+
+def _device(device: str) -> torch.device:
+    try:
+        d = torch.device(device)
+    except RuntimeError:
+        raise InputError(f"unknown device {device!r}: use cpu or cuda") from None
+    if d.type not in ("cpu", "cuda"):
+        raise InputError(f"device {device!r} is not supported: use cpu or cuda")
+    if d.type == "cuda" and not torch.cuda.is_available():
+        raise InputError("CUDA was asked for but no CUDA device is available: use --device cpu")
+    return d

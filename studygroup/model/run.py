@@ -1,0 +1,200 @@
+"""A run of the model on one text: its logits, what was recorded, and one head as a study group."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from studygroup.formulas import attention
+from studygroup.errors import InputError
+from studygroup.model.interventions import Interventions
+from studygroup.model.record import KEY_STEPS, LAYER_STEPS, MAP_STEPS, Record
+
+#: The steps one head needs to be shown whole.
+HEAD_STEPS = ("q_pre_rope", "k_pre_rope", "q", "k", "v", "scores", "weights", "output", "write")
+
+
+@dataclass(frozen=True)
+class Head:
+    """One head of one layer as a study group, in the paper's orientation (rows are members).
+
+    q, q_pre_rope: (T, d_head) the questions; k, k_pre_rope: (T, d_head) the natures of the
+    answers; v: (T, d_head) the answers; scores, weights: (T, T); output: (T, d_head) the
+    weighted sums; write: (T, d_model) the head's write to the residual stream; mask: (T, T).
+    kv_head: the key/value head this query head shares with its group.
+    """
+
+    layer: int
+    head: int
+    kv_head: int
+    q_pre_rope: torch.Tensor
+    k_pre_rope: torch.Tensor
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    scores: torch.Tensor
+    weights: torch.Tensor
+    output: torch.Tensor
+    write: torch.Tensor
+    mask: torch.Tensor
+
+
+class Run:
+    """Logits and recorded steps of one pass. `run["layers.3.weights"]` gives a step by name.
+
+    Recorded tensors have no batch dimension: (n_heads, R, T) for weights, and so on (see
+    `studygroup.model.record`). `run.logits` is (1, vocab) by default, (T, vocab) with logits="all".
+    """
+
+    def __init__(self, model: "Model", token_ids: list[int], interventions: Interventions, record: Record,
+                 logits: torch.Tensor, steps: dict[str, torch.Tensor]):
+        self.model, self.token_ids, self.interventions, self.record = model, token_ids, interventions, record
+        self.logits, self.steps = logits, steps
+        self._tokens: list[str] | None = None
+
+    @classmethod
+    @torch.inference_mode()
+    def compute(cls, model: "Model", ids: list[int], interventions: Interventions, record: Record, logits: str = "last",
+                on_layer=None) -> "Run":
+        if logits not in ("last", "all"):
+            raise ValueError(f"logits must be 'last' or 'all', not {logits!r}")
+        _check_fits(model, len(ids), record, logits == "all")
+        plan = interventions.plan(model, len(ids), record, all_logits=logits == "all")
+        plan.on_layer = on_layer
+        out, steps = model.forward(torch.tensor(ids, device=model.device), plan)
+        return cls(model, ids, interventions, record, out[0].float(), {k: v[0] for k, v in steps.items()})
+
+    # ---- reading -----------------------------------------------------------------------------
+    @property
+    def T(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def tokens(self) -> list[str]:
+        """The members, readable: '␣' marks a leading space, '↵' a newline, '⇥' a tab.
+        Made once per run (every silenced head of 3,000 members read them: 14 s), a new list each time."""
+        if self._tokens is None:
+            self._tokens = [self.model.tokenizer.readable(i) for i in self.token_ids]
+        return list(self._tokens)
+
+    @property
+    def last_logits(self) -> torch.Tensor:
+        """(vocab,) the logits that predict the next token."""
+        return self.logits[-1]
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        if name in self.steps:
+            return self.steps[name]
+        if self._on_demand(name):
+            layer, step = name.split(".")[1:]
+            return self.map(int(layer), step)
+        raise KeyError(f"{name!r} was not recorded in this run; record it with record=[...] "
+                       f"(steps: {', '.join(LAYER_STEPS)})")
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.steps or self._on_demand(name)
+
+    def _on_demand(self, name: str) -> bool:
+        """Whether `name` is a map this run computes when read (Record.maps == "on_demand")."""
+        parts = name.split(".")
+        return (self.record.maps == "on_demand" and len(parts) == 3 and parts[2] in MAP_STEPS
+                and self.record.wants(name) and self._has_q_and_k(parts[1]))
+
+    def _has_q_and_k(self, layer) -> bool:
+        return f"layers.{layer}.q" in self.steps and f"layers.{layer}.k" in self.steps
+
+    @torch.inference_mode()
+    def map(self, layer: int, step: str = "weights", heads=None) -> torch.Tensor:
+        """A layer's maps computed now from its kept q and k, as the pass would have kept them
+        (in the record's map_dtype): (len(heads), R, T). heads: query heads (None: all).
+
+        For runs that kept this layer's q and k (Record(maps="on_demand") does for the maps it
+        wants); the result is not kept (read it once and hold it, or read it again: the same numbers)."""
+        c = self.model.config
+        heads = list(range(c.n_heads)) if heads is None else [int(h) for h in heads]
+        for h in heads:
+            self.model.check_head(layer, h)
+        if step not in MAP_STEPS:
+            raise ValueError(f"step must be one of {', '.join(sorted(MAP_STEPS))}, not {step!r}")
+        if not self._has_q_and_k(layer):
+            raise KeyError(f"layer {layer}'s maps need its q and k, which this run did not keep; "
+                           f"record with Record(maps='on_demand') or record=[...] including q and k")
+        q = self.steps[f"layers.{layer}.q"][heads]  # (h, R, d)
+        k = self.steps[f"layers.{layer}.k"][[c.kv_head_of(h) for h in heads]]  # (h, T, d)
+        if step == "scores":
+            return attention.scores(q, k, validate=False).to(self.record.map_dtype)  # (h, R, T)
+        _, weights, _ = attention.by_rows(q, k, None, self._rows_mask(layer, heads, q.shape[-2]),
+                                          weights_dtype=self.record.map_dtype, validate=False)
+        return weights  # (h, R, T)
+
+    def _rows_mask(self, layer: int, heads: list[int], R: int):
+        """What the last R questions of these heads could see: "causal", or (h, R, T) bool."""
+        if not any(self.interventions.hides_members(layer, h) for h in heads):
+            return "causal"
+        masks = [self.interventions.mask(layer, h, self.T)[self.T - R:] for h in heads]  # (R, T) each
+        return torch.stack(masks).to(self.model.device)  # (h, R, T)
+
+    def head(self, layer: int, head: int) -> Head:
+        """One head whole. Taken from the recording, or recomputed (that head only) if not kept."""
+        self.model.check_head(layer, head)
+        kv = self.model.config.kv_head_of(head)
+        if not self._has_whole(layer):
+            return self._recompute_head(layer, head, kv)
+
+        def get(s: str) -> torch.Tensor:
+            if f"layers.{layer}.{s}" not in self.steps:  # a map on demand: this head's only
+                return self.map(layer, s, heads=[head])[0].float()
+            return self.steps[f"layers.{layer}.{s}"][kv if s in KEY_STEPS else head].float()
+
+        mask = self.interventions.mask(layer, head, self.T).to(self.model.device)  # (T, T)
+        return Head(layer, head, kv, *(get(s) for s in HEAD_STEPS), mask)
+
+    def _has_whole(self, layer: int) -> bool:
+        return self.record.rows == "all" and all(f"layers.{layer}.{s}" in self for s in HEAD_STEPS)
+
+    @torch.inference_mode()
+    def _recompute_head(self, layer: int, head: int, kv: int) -> Head:
+        """Run up to `layer` keeping its Q, K, V; then build this head's one T×T map, no other."""
+        vectors = ("q_pre_rope", "k_pre_rope", "q", "k", "v")
+        plan = self.interventions.plan(self.model, self.T, Record(steps=vectors, layers=(layer,)), stop_after=layer)
+        _, steps = self.model.forward(torch.tensor(self.token_ids, device=self.model.device), plan)
+        get = lambda s: steps[f"layers.{layer}.{s}"][0, kv if s in KEY_STEPS else head].float()  # noqa: E731
+        q, k, v = get("q"), get("k"), get("v")  # (T, d_head) each
+        mask = self.interventions.mask(layer, head, self.T).to(q.device)  # (T, T)
+        output, weights = attention.paper(q[None], k[None], v[None], mask=mask)  # (1, T, d_head), (1, T, T)
+        W_O_h = self.model.W_O_head(layer, head).float()  # (d_head, d_model)
+        silent = (layer, head) in self.interventions.silenced_heads
+        write = torch.zeros(self.T, W_O_h.shape[1], device=q.device) if silent else output[0] @ W_O_h  # (T, d_model)
+        return Head(layer, head, kv, get("q_pre_rope"), get("k_pre_rope"), q, k, v,
+                    attention.scores(q[None], k[None])[0], weights[0], output[0], write, mask)
+
+    # ---- interventions -----------------------------------------------------------------------
+    def silence_member(self, j: int, heads=None) -> "Run":
+        """A new run with member j silenced in `heads` ((layer, head) pairs; None: every head)."""
+        s = Interventions.make(self.model, self.T, (*self.interventions.silenced_members, j), heads,
+                          self.interventions.silenced_heads)
+        return Run.compute(self.model, self.token_ids, s, self.record, self._logits_kind)
+
+    def silence_head(self, layer: int, head: int) -> "Run":
+        """A new run with this head's write to the residual stream zeroed."""
+        self.model.check_head(layer, head)
+        s = replace(self.interventions, silenced_heads=self.interventions.silenced_heads | {(layer, head)})
+        return Run.compute(self.model, self.token_ids, s, self.record, self._logits_kind)
+
+    @property
+    def _logits_kind(self) -> str:
+        return "all" if self.logits.shape[0] == self.T and self.T > 1 else "last"
+
+
+def _check_fits(model: "Model", T: int, record: Record, all_logits: bool) -> None:
+    """InputError, before the pass, when what `record` keeps (and the pass's own working memory)
+    would not fit in the memory free now: better than a process killed halfway for lack of it."""
+    from studygroup.model import estimate
+
+    kept = estimate.recording_bytes(model.config, T, record, all_logits)
+    free = estimate.available_bytes(model.device)
+    if free is not None and kept + estimate.activation_bytes(model.config, T) > free:
+        raise InputError(f"recording this on {T} tokens would keep about {kept / 2**30:.1f} GiB and "
+                         f"{free / 2**30:.1f} GiB is free: keep fewer steps (record=[\"weights\"]), the last "
+                         "member's row only (Record(rows=\"last\")) or the maps computed when read "
+                         "(Record(maps=\"on_demand\"))")

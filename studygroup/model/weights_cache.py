@@ -1,0 +1,152 @@
+"""A model's weights and tokenizer through the disk cache: mapped from it when the file is
+unchanged (a fraction of a second, no gguf import), else read and dequantized by
+`weights.read_weights` (built by `Tokenizer.from_gguf`) and stored for next time."""
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+
+from studygroup.model import disk_cache
+from studygroup.gguf import layout as gguf_layout
+from studygroup.gguf.config import Config
+from studygroup.gguf.model_path import resolve_model_path
+from studygroup.gguf.tokenizer import Tokenizer
+
+
+#: Cache writes that first loads held back (load_weights(..., defer_write=True)): see write_deferred.
+_deferred: list = []
+
+
+def load_weights(path: str | Path | None = None, cache: bool = True,
+                 defer_write: bool = False) -> tuple[Config, dict[str, torch.Tensor]]:
+    """`read_weights` through the disk cache (see studygroup.model.disk_cache); path None = the default model.
+
+    defer_write: on a first load, keep the cache write (~1.5 s for the default model's 0.5 GB) for
+      `write_deferred()`, so that a command prints its answer first.
+
+    >>> config, w = load_weights()  # doctest: +SKIP
+    >>> config.n_layers, w["embed"].shape  # doctest: +SKIP
+    (30, torch.Size([49152, 576]))
+    """
+    path = resolve_model_path(path)
+    if not cache:
+        from studygroup.gguf.weights import read_weights
+
+        return read_weights(path)
+    entry = disk_cache.entry_path(disk_cache.file_key(path), "weights")
+    hit = _from_cache(entry)
+    if hit is not None:
+        return hit
+    from studygroup.progress import note
+    from studygroup.gguf.weights import read_weights
+
+    note(f"first use of {path.name}: dequantizing its weights into {entry.parent} "
+         "(once per model file; a few seconds)")
+
+    config, weights = read_weights(path)
+    metadata = {"config": json.dumps(config.to_dict()), "layout": CACHE_LAYOUT}
+
+    def write() -> None:
+        disk_cache.write_tensors(entry, _for_cache(weights, config.n_layers), metadata)
+
+    if defer_write:
+        _deferred.append(write)
+    else:
+        write()
+    return config, weights
+
+
+def write_deferred() -> None:
+    """Write the cache entries that first loads held back (the CLI calls it once its output is out)."""
+    while _deferred:
+        _deferred.pop()()
+
+
+#: How cache entries store matrices: (out, in) rows, the layout the model multiplies with, and
+#: W_Q/W_K/W_V and W_gate/W_up one after the other as the model fuses them, so that a load maps
+#: them without a copy (was: (in, out), and every load copied 0.5 GB, ~0.5 s; then separate
+#: matrices, and the model's fusing copy kept 0.28 GB of the file's pages resident besides).
+CACHE_LAYOUT = "matrices-out-in-joined"
+
+
+def _for_cache(weights: Mapping[str, torch.Tensor], n_layers: int) -> dict[str, torch.Tensor]:
+    """Our weights as a cache entry holds them: matrices (out, in), the joined ones joined."""
+    parts = {f"layers.{l}.{p}" for l in range(n_layers) for group in gguf_layout.FUSED.values() for p in group}
+    stored = {n: _as_rows(n, t) for n, t in weights.items() if n not in parts}
+    for l in range(n_layers):
+        for joined, group in gguf_layout.FUSED.items():
+            stored[f"layers.{l}.{joined}"] = torch.cat([weights[f"layers.{l}.{p}"].T for p in group]).contiguous()
+    return stored
+
+
+def _from_stored(stored: Mapping[str, torch.Tensor], config: Config) -> dict[str, torch.Tensor]:
+    """Inverse of _for_cache, as views: (in, out) shapes over the entry's (out, in) rows."""
+    weights = {}
+    for n, t in stored.items():
+        prefix, _, kind = n.rpartition(".")
+        if kind in gguf_layout.FUSED:
+            names = [f"{prefix}.{p}" for p in gguf_layout.FUSED[kind]]
+            widths = [gguf_layout.paper_shape(m, config)[1] for m in names]
+            weights |= dict(zip(names, t.T.split(widths, dim=1)))
+        else:
+            weights[n] = _as_paper(n, t)
+    return weights
+
+
+def _as_rows(name: str, t: torch.Tensor) -> torch.Tensor:
+    """A paper-layout (in, out) matrix stored as (out, in) rows; the embedding and vectors as they are."""
+    return t.T.contiguous() if t.dim() == 2 and name != "embed" else t
+
+
+def _as_paper(name: str, t: torch.Tensor) -> torch.Tensor:
+    """Inverse of _as_rows, as a view: (in, out) shape over (out, in) memory."""
+    return t.T if t.dim() == 2 and name != "embed" else t
+
+
+def _from_cache(entry: Path) -> tuple[Config, dict[str, torch.Tensor]] | None:
+    """Config and weights of a cache entry, or None if absent or inconsistent (then it is discarded)."""
+    found = disk_cache.read_tensors(entry)
+    if found is None:
+        return None
+    stored, metadata = found
+    try:
+        config = Config.from_dict(json.loads(metadata["config"])) if metadata.get("layout") == CACHE_LAYOUT else None
+        weights = _from_stored(stored, config) if config is not None else {}
+    except (KeyError, ValueError, TypeError, RuntimeError):
+        config = None
+    if config is None or not _fits(config, weights):
+        disk_cache.discard(entry)
+        return None
+    return config, weights
+
+
+def _fits(config: Config, weights: Mapping[str, torch.Tensor]) -> bool:
+    """Whether `weights` are exactly the float32 tensors, of the right shapes, that `config` needs."""
+    names = set(gguf_layout.name_map(config.n_layers, tied="unembed" not in weights,
+                                     rope_freqs="rope_freqs" in weights).values())
+    return set(weights) == names and all(
+        t.dtype == torch.float32 and tuple(t.shape) == gguf_layout.paper_shape(n, config) for n, t in weights.items())
+
+
+def load_tokenizer(path: str | Path | None = None, cache: bool = True) -> Tokenizer:
+    """The tokenizer of a GGUF file (None = the default model), through the disk cache.
+
+    >>> load_tokenizer().encode("Paris is the capital of")  # doctest: +SKIP
+    [38634, 314, 260, 3575, 282]
+    """
+    path = resolve_model_path(path)
+    if not cache:
+        return Tokenizer.from_gguf(path)
+    entry = disk_cache.entry_path(disk_cache.file_key(path), "tokenizer")
+    data = disk_cache.read_json(entry)
+    if data is not None:
+        try:
+            return Tokenizer.from_json(data)
+        except Exception:  # a damaged entry, whatever it breaks (tokenizers raises plain Exception): rebuild
+            disk_cache.discard(entry)
+    tokenizer = Tokenizer.from_gguf(path)
+    disk_cache.write_json(entry, tokenizer.to_json())
+    return tokenizer

@@ -1,0 +1,1 @@
+"""The questions people ask of a run: explain, compare, head, model view, lesson, story; attribution and effects."""

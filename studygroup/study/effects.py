@@ -1,0 +1,219 @@
+"""Effects of silencing on the predicted word: exact (batched passes) and first-order (one gradient).
+
+The effect of an intervention is the change in the log-probability of the predicted word t,
+log p'(t) - log p(t): negative when what was silenced was helping the group reach t.
+
+- Silencing member j in every head (batched: one pass over copies of the text, each with one
+  member's key removed; see `studygroup.formulas.masks`).
+- Silencing head (l, h): its write to the residual stream is zeroed (batched per layer).
+- The first-order estimate of every head's silencing effect at once: put a gate g on each head's
+  write (g = 1 is the run itself, g = 0 silences it); then  effect ≈ -∂ log p(t) / ∂g  at g = 1,
+  from one backward pass. It ranks candidates; the exact effect is then computed for the best.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from studygroup.model.interventions import PassPlan
+from studygroup.model.model import Model, rms_norm
+from studygroup.model.record import Record
+from studygroup.model.interventions import Interventions
+from studygroup.model.run import Run
+
+#: Rows (copies × tokens) one batched member-silencing pass may hold, to bound its memory.
+ROWS_PER_PASS = 4096
+#: What reading every weight once costs a pass, in rows of arithmetic (measured here: a 10-row
+#: pass takes as long as ~40 more rows in a larger one).
+PASS_ROWS = 40
+#: Query-key pairs of masked attention that cost as much as one row of the rest of a pass (the
+#: multiplies by the weights; measured here: 2,000-3,000 at 55-2,000 rows).
+KEYS_PER_ROW = 2000
+#: Query-key pairs one pass's mask may hold (bool, per head where only some heads are silenced).
+MASK_CELLS = 4 * 2**20
+
+
+def log_probs(logits: torch.Tensor) -> torch.Tensor:
+    """log softmax in float64: (…, vocab) -> (…, vocab)."""
+    return torch.log_softmax(logits.double(), dim=-1)
+
+
+def gradient_run(model: Model, ids: list[int], record: Record, on_layer=None) -> tuple[Run, torch.Tensor]:
+    """One pass that records `record`, and the first-order silencing estimate of every head.
+
+    Returns the Run (no interventions) and estimate (n_layers, n_heads): -∂ log p(t)/∂g_{l,h},
+    with t the run's predicted word and g_{l,h} the gate on head (l, h)'s write.
+
+    >>> run, estimate = gradient_run(model, model.ids("I have a lot"), Record())  # doctest: +SKIP
+    >>> estimate.shape                                                           # doctest: +SKIP
+    torch.Size([30, 9])
+
+    on_layer: called after each layer of the forward pass, then as the backward pass reaches each
+    layer's gate (2·n_layers calls: a progress bar's advance).
+    """
+    c = model.config
+    with torch.inference_mode(False), torch.enable_grad():  # even when the caller is in inference mode
+        gates = {l: torch.ones(1, c.n_heads, device=model.device, requires_grad=True) for l in range(c.n_layers)}
+        if on_layer is not None:
+            for g in gates.values():
+                g.register_hook(lambda grad: _called(on_layer))
+        plan = PassPlan(gates=gates, record=record, on_layer=on_layer)
+        logits, steps = model.forward(torch.tensor(ids, device=model.device), plan)
+        last = log_probs(logits[0, -1])  # (vocab,)
+        last[int(last.argmax())].backward()
+    estimate = -torch.stack([gates[l].grad[0] for l in range(c.n_layers)]).float().cpu()  # (L, H)
+    run = Run(model, ids, Interventions(), record, logits[0].detach().float(), {k: v[0] for k, v in steps.items()})
+    return run, estimate
+
+
+def _called(f) -> None:
+    """Call f(); None, so that as a gradient hook it leaves the gradient as it is."""
+    f()
+
+
+def member_log_probs(model: Model, ids: list[int], token: int, members: Sequence[int],
+                     kv: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None, bar=None) -> torch.Tensor:
+    """log p(token) with each member silenced alone in every head: (len(members),) float64.
+
+    Batched: model.silenced_logits takes many copies in one pass. kv: {layer: (k, v)}, each
+    (H_kv, T, d), from a run of the text without interventions (see `keys_and_values`): silencing
+    member j changes no row before j, so a copy then starts at its member and reuses the earlier
+    rows. The members, sorted, are split into the passes `passes` chooses.
+    bar: a Progress advanced after each layer of each pass (its total set here).
+    """
+    out = torch.empty(len(members), dtype=torch.float64)
+    order = sorted(range(len(members)), key=lambda b: members[b])
+    starts = [members[b] for b in order] if kv is not None else [0] * len(members)
+    groups = passes(starts, len(ids), packable=kv is not None)
+    on_layer = _layers_of(bar, len(groups) * model.config.n_layers)
+    for group, packed in groups:
+        chosen = [order[b] for b in group]
+        logits = model.silenced_logits(ids, [members[b] for b in chosen], kv=kv, on_layer=on_layer,
+                                       packed=packed)  # (B, vocab)
+        out[chosen] = log_probs(logits)[:, token].cpu()
+    return out
+
+
+def _layers_of(bar, total: int):
+    """The advance of `bar` (None: no bar), after setting its total to `total` layers."""
+    if bar is None:
+        return None
+    bar.total = total
+    return bar.advance
+
+
+def pass_cost(starts: Sequence[int], T: int, packed: bool, pass_rows: int = PASS_ROWS) -> float | None:
+    """What one pass over copies starting at sorted rows `starts` costs, in rows of arithmetic
+    (None: it passes the bounds). Side by side, every copy computes from the first start to T;
+    packed, each from its own start, but every row then meets the other copies' keys (masked):
+    attention costs ~KEYS_PER_ROW query-key pairs a row. Plus `pass_rows` for reading the weights.
+
+    >>> pass_cost([0, 8], 10, packed=False, pass_rows=0), pass_cost([0, 8], 10, packed=True, pass_rows=0)
+    (20.1, 12.12)
+    """
+    if packed:
+        rows = sum(T - s for s in starts)
+        keys = starts[-1] + rows  # the reused keys, then every packed row
+        cells = rows * keys
+    else:
+        rows = len(starts) * (T - starts[0])
+        cells = rows * T
+    if len(starts) > 1 and (rows > ROWS_PER_PASS or cells > MASK_CELLS):
+        return None
+    return rows + cells / KEYS_PER_ROW + pass_rows
+
+
+def passes(starts: Sequence[int], T: int, pass_rows: int = PASS_ROWS, packable: bool = True) -> list[tuple[range, bool]]:
+    """Split copies that start at sorted rows `starts` into consecutive groups, one pass each.
+
+    Returns (group, packed) pairs, the groups ranges of indices into `starts`, of least total
+    `pass_cost` (a copy alone always side by side), by dynamic programming. packable: whether a
+    pass may pack its copies (they must reuse the clean run's rows).
+
+    >>> passes([0, 1, 2, 3], 4, pass_rows=40)   # a short text: one pass, packed
+    [(range(0, 4), True)]
+    >>> passes([0, 0, 90, 95], 100, pass_rows=10)   # late members need not compute the early rows
+    [(range(0, 2), False), (range(2, 4), True)]
+    """
+    n = len(starts)
+    best, cut = [0.0] + [float("inf")] * n, [(0, False)] * (n + 1)  # best[i]: least cost of copies 0..i-1
+    for i in range(1, n + 1):
+        for a in range(i - 1, -1, -1):  # the last pass holds copies a..i-1
+            modes = (False, True) if packable and i - a > 1 else (False,)
+            costs = [(pass_cost(starts[a:i], T, packed, pass_rows), packed) for packed in modes]
+            costs = [(cost, packed) for cost, packed in costs if cost is not None]
+            if not costs:  # too many rows: no longer group fits either
+                break
+            cost, packed = min(costs)
+            if best[a] + cost < best[i]:
+                best[i], cut[i] = best[a] + cost, (a, packed)
+    groups, i = [], n
+    while i > 0:
+        a, packed = cut[i]
+        groups.append((range(a, i), packed))
+        i = a
+    return groups[::-1]
+
+
+def keys_and_values(run: Run) -> dict[int, tuple[torch.Tensor, torch.Tensor]] | None:
+    """{layer: (k, v)}, each (H_kv, T, d), from a run without interventions that recorded them
+    (else None)."""
+    n = run.model.config.n_layers
+    if run.interventions != Interventions() or not all(f"layers.{l}.{s}" in run for l in range(n) for s in ("k", "v")):
+        return None
+    return {l: (run[f"layers.{l}.k"], run[f"layers.{l}.v"]) for l in range(n)}
+
+
+def head_log_probs(model: Model, ids: list[int], token: int, heads: Sequence[tuple[int, int]],
+                   resid_pre: dict[int, torch.Tensor] | None = None, bar=None) -> torch.Tensor:
+    """log p(token) with each head silenced alone: (len(heads),) float64.
+
+    Silencing a head of layer l changes nothing before l, so its copy of the text joins a batched
+    pass at layer l, entering it with the clean residual stream: each layer's weights are read once
+    for every copy that needs them (a short text's pass is bound by reading the weights, not by
+    arithmetic), and no copy computes a layer it does not change. Copies are split into passes of
+    at most ROWS_PER_PASS rows. resid_pre: {layer: (T, d_model)} from a recorded run (or None: one
+    extra pass records it). bar: a Progress advanced after each layer of each pass.
+    """
+    if not heads:
+        return torch.empty(0, dtype=torch.float64)
+    c, w = model.config, model.w
+    ids_t = torch.tensor(ids, device=model.device)
+    order = sorted(range(len(heads)), key=lambda b: heads[b])  # by layer: copies join in this order
+    per_pass = max(1, ROWS_PER_PASS // len(ids))
+    groups = [order[i:i + per_pass] for i in range(0, len(order), per_pass)]
+    layers = sum(c.n_layers - heads[g[0]][0] for g in groups) + (c.n_layers if resid_pre is None else 0)
+    on_layer = _layers_of(bar, layers)
+    if resid_pre is None:
+        _, steps = model.forward(ids_t, PassPlan(record=Record(steps=("resid_pre",)), on_layer=on_layer))
+        resid_pre = {l: steps[f"layers.{l}.resid_pre"][0] for l in range(c.n_layers)}
+    finals = torch.empty(len(heads), c.d_model, device=model.device, dtype=model.dtype)  # (B, d_model)
+    with torch.inference_mode():
+        for group in groups:
+            finals[group] = _heads_silenced_final(model, ids_t, [heads[b] for b in group], resid_pre, on_layer)
+        logits = rms_norm(finals, w["final_norm"], c.rms_eps) @ w["unembed"]  # (B, vocab)
+    return log_probs(logits)[:, token]
+
+
+def _heads_silenced_final(model: Model, ids_t: torch.Tensor, heads: list[tuple[int, int]],
+                          resid_pre: dict[int, torch.Tensor], on_layer=None) -> torch.Tensor:
+    """One pass, one copy per head (sorted by layer), each joining at its head's layer with that
+    head silenced there. Returns the last layer's residual stream at the last position: (B, d_model)."""
+    c, last = model.config, model.config.n_layers - 1
+    layers = [l for l, _ in heads]
+    joining = {l: resid_pre[l].to(model.dtype)[None].expand(layers.count(l), -1, -1)  # (B_l, T, d_model)
+               for l in sorted(set(layers))}
+    first = layers[0]
+    gates = {}
+    for l in joining:
+        joined = sum(1 for m in layers if m <= l)
+        g = torch.ones(joined, c.n_heads, device=model.device)  # (B by layer l, H)
+        rows = [b for b, m in enumerate(layers) if m == l]
+        g[rows, [heads[b][1] for b in rows]] = 0
+        gates[l] = g
+    plan = PassPlan(gates=gates, start=(first, joining.pop(first)), joining=joining,
+                   record=Record(steps=("resid_post",), rows="last", layers=(last,)), stop_after=last,
+                   on_layer=on_layer)
+    _, steps = model.forward(ids_t, plan)
+    return steps[f"layers.{last}.resid_post"][:, -1].to(model.dtype)  # (B, d_model)

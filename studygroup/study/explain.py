@@ -1,0 +1,291 @@
+"""explain: which heads and which members decided the group's conclusion, with the numbers.
+
+For a text of T members the group's conclusion is the predicted word t = argmax of the last
+logits. Three measures say who decided it:
+
+- a head's direct contribution: its write's share of the logit of t (`studygroup.study.attribution`);
+- a head's silence effect: the change in log p(t) when its write is zeroed (`studygroup.study.effects`);
+- a member's effect: the change in log p(t) when it is silenced.
+
+One pipeline, two strategies for the silencing, chosen by length:
+
+- `EveryQuestion` (up to LONG_T members): a member is silenced in every head for every question,
+  a head at every position; the whole text is rerun (in batched passes). Heads are chosen
+  alternately by |direct contribution| and by a first-order estimate of the silence effect
+  (one backward pass).
+- `LastQuestion` (past LONG_T): one bounded pass keeps the last member's row in every head and
+  every member's keys and values; a silenced member (or head) is removed for the last member's
+  questions only (at the last position only), and only that row is recomputed
+  (`studygroup.study.last_question`). Heads are chosen by |direct contribution|.
+
+The result says what was done, in `heads_silenced`, `members_silenced` and `scope`.
+"""
+from __future__ import annotations
+
+import torch
+
+from studygroup.errors import InputError
+from studygroup.model.estimate import explain as explain_needs
+from studygroup.model.estimate import long_explain as long_explain_needs
+from studygroup.model.record import KEY_STEPS, Record
+from studygroup.progress import Progress, say
+from studygroup.study import attribution, effects, last_question, story
+from studygroup.study.ranking import as_heads, heads_largest_first, largest_first
+from studygroup.study.results import (Analysis, Explanation, HeadEffect, Listened, LogitSum, MemberEffect,
+                                      ModelInfo, Word)
+
+#: What explain records: the last member's row everywhere, and every member's answer (v).
+#: (Every member's keys, k, are recorded too: silencing a member reuses the rows before it.)
+STEPS = ("embed", "write", "mlp_out", "resid_final", "weights", "v", "q")
+#: Past this many members explain first says what it will need, and shows progress bars.
+FULL_RECORD_MAX_T = 64
+#: Up to this many members a head's listening lists them all; past it, the largest contributions.
+LISTEN_ALL_MAX_T = 64
+LISTEN_TOP = 32
+#: Past this many members, explain takes the last-question strategy.
+LONG_T = 512
+#: Where a silenced member is removed, by strategy.
+EVERY_QUESTION = "in every head"
+LAST_QUESTIONS = "for the last member's questions only"
+
+__all__ = ["Analysis", "Explanation", "HeadEffect", "Listened", "LogitSum", "MemberEffect", "ModelInfo", "Word",
+           "analyse", "explain"]
+
+
+def explain(model, text, *, top: int = 10, silence_heads: int | str = 16, silence_members: int | str = 24) -> Explanation:
+    """Explain the next-word prediction for `text` (or token ids).
+
+    top: how many next words to list. silence_heads: how many candidate heads to silence exactly
+    (or "all"). silence_members: silence every member when T is at most this (or "all"),
+    otherwise the members with the largest direct shares.
+
+    >>> e = explain(model, "Cash or credit card? I have a lot")  # doctest: +SKIP
+    >>> e.predicted.token, e.members[-1].token                  # doctest: +SKIP
+    ('␣of', '␣lot')
+    """
+    return analyse(model, text, top=top, silence_heads=silence_heads, silence_members=silence_members).explanation
+
+
+def analyse(model, text, *, top: int = 10, silence_heads: int | str = 16, silence_members: int | str = 24) -> Analysis:
+    """explain(), keeping the run: one recorded pass, then the strategy's silencing passes."""
+    _check_count("top", top, allow_all=False)
+    _check_count("silence_heads", silence_heads)
+    _check_count("silence_members", silence_members)
+    ids = checked_ids(model, text)
+    strategy = (LastQuestion if len(ids) > LONG_T else EveryQuestion)(model, ids)
+    strategy.announce(silence_heads, silence_members)
+    run, estimate = strategy.base_run()
+    lp = effects.log_probs(run.last_logits)  # (vocab,)
+    token = int(lp.argmax())
+    parts = attribution.direct_contributions(run, token)
+    words = top_words(run, lp, top)
+    heads, heads_said = strategy.heads(run, token, lp[token], parts.heads, estimate, silence_heads)
+    members, members_said = strategy.members(run, token, lp[token], silence_members)
+    e = Explanation(text=text if isinstance(text, str) else None, tokens=run.tokens, token_ids=list(ids),
+                    predicted=words[0], top=words, heads=heads, heads_silenced=heads_said, members=members,
+                    members_silenced=members_said, logit_parts=_logit_sum(parts),
+                    contributions=parts.heads.tolist(),
+                    silence_estimates=[] if estimate is None else estimate.tolist(),
+                    model=model_info(model), scope=strategy.scope)
+    e.story = story.explain_story(e)
+    return Analysis(e, run)
+
+
+class EveryQuestion:
+    """Silencing for every question: a pass with a gradient, then the whole text rerun in batches."""
+
+    scope = EVERY_QUESTION
+
+    def __init__(self, model, ids: list[int]):
+        self.model, self.ids = model, ids
+        self.show = len(ids) > FULL_RECORD_MAX_T  # long enough to say what it will need, and show progress
+
+    def announce(self, silence_heads, silence_members, stream=None) -> None:
+        """Print, before the work starts, what explaining these members will need."""
+        if not self.show:
+            return
+        c, T = self.model.config, len(self.ids)
+        heads, members = _count(silence_heads, c.n_layers * c.n_heads), _count(silence_members, T)
+        need = explain_needs(c, T, heads, members, effects.ROWS_PER_PASS)
+        say(f"explaining {T} members: {need} (a pass with a gradient, then {heads} heads and {members} members "
+            f"silenced exactly, in batched passes)", stream)
+
+    def base_run(self):
+        """The recorded run and the first-order silence estimate of every head, (n_layers, n_heads)."""
+        with Progress(2 * self.model.config.n_layers, "a pass with a gradient, forward then backward",
+                      show=self.show) as bar:
+            return effects.gradient_run(self.model, self.ids, recording(len(self.ids)), on_layer=bar.advance)
+
+    def heads(self, run, token: int, lp_t, direct, estimate, silence_heads) -> tuple[list[HeadEffect], str]:
+        c = run.model.config
+        total = c.n_layers * c.n_heads
+        n = _count(silence_heads, total)
+        chosen = candidates(direct, estimate, n)
+        resid_pre = {l: run[f"layers.{l}.resid_pre"] for l in range(c.n_layers)} if "layers.0.resid_pre" in run else None
+        with Progress(1, f"silencing {n} heads, layer by layer", show=self.show and n > 0) as bar:
+            lps = effects.head_log_probs(run.model, run.token_ids, token, chosen, resid_pre, bar)  # (n,)
+        said = (f"all {total}" if n == total else "none" if n == 0 else
+                f"top {n} of {total}, alternately by |direct contribution| and by |first-order estimate of the silence effect|")
+        return _head_effects(run, token, lp_t, direct, chosen, lps, estimate), said
+
+    def members(self, run, token: int, lp_t, silence_members) -> tuple[list[MemberEffect], str]:
+        T = run.T
+        shares = attribution.member_shares(run, token)  # (T,)
+        if silence_members == "all" or T <= silence_members:
+            chosen, said = list(range(T)), f"all {T}"
+        elif silence_members == 0:
+            chosen, said = [], "none"
+        else:
+            chosen = sorted(largest_first(shares)[:silence_members])
+            said = f"top {silence_members} of {T} by |direct share| (the others were not silenced)"
+        with Progress(1, f"silencing {len(chosen)} members, layer by layer", show=self.show and bool(chosen)) as bar:
+            lps = effects.member_log_probs(run.model, run.token_ids, token, chosen, effects.keys_and_values(run), bar)
+        return _member_effects(run, lp_t, shares, chosen, lps), said
+
+
+class LastQuestion:
+    """Silencing for the last member's questions only: one bounded pass, then one row per copy."""
+
+    scope = LAST_QUESTIONS
+
+    def __init__(self, model, ids: list[int]):
+        self.model, self.ids = model, ids
+
+    def announce(self, silence_heads, silence_members, stream=None) -> None:
+        """Print what the run will need before a large run starts."""
+        c, T = self.model.config, len(self.ids)
+        heads, members = _count(silence_heads, c.n_layers * c.n_heads), _count(silence_members, T)
+        need = long_explain_needs(c, T, heads + members, last_question.COPIES_PER_PASS)
+        say(f"explaining {T} members: {need} (one pass, then one row for each of {heads} silenced heads "
+            f"and {members} silenced members)", stream)
+
+    def base_run(self):
+        """One pass keeping the last member's row of STEPS and every member's keys and values; no estimate."""
+        record = Record(steps=(*STEPS, *last_question.STEPS), rows="last")
+        with Progress(self.model.config.n_layers, "forward pass, layer by layer") as bar:
+            return self.model.run(self.ids, record=record, on_layer=bar.advance), None
+
+    def heads(self, run, token: int, lp_t, direct, estimate, silence_heads) -> tuple[list[HeadEffect], str]:
+        c = run.model.config
+        total = c.n_layers * c.n_heads
+        n = _count(silence_heads, total)
+        chosen = heads_largest_first(direct)[:n]
+        with Progress(n, f"silencing {n} heads at the last position") as bar:
+            lps = last_question.silenced_heads_logits(run.model, run, chosen, token, bar.advance) if n else []
+        said = "none" if n == 0 else f"top {n} of {total} by |direct contribution|, each silenced at the last position only"
+        return _head_effects(run, token, lp_t, direct, chosen, lps, None), said
+
+    def members(self, run, token: int, lp_t, silence_members) -> tuple[list[MemberEffect], str]:
+        T = run.T
+        shares = attribution.member_shares(run, token)  # (T,)
+        n = _count(silence_members, T)
+        chosen = sorted(largest_first(shares)[:n])
+        with Progress(n, f"silencing {n} members for the last questions") as bar:
+            groups = [[j] for j in chosen]
+            lps = last_question.silenced_members_logits(run.model, run, groups, token, bar.advance) if n else []
+        said = (f"{'all' if n == T else f'top {n} of'} {T}" + ("" if n == T else " by |direct share|")
+                + f", each silenced {LAST_QUESTIONS} (every member's keys and values reused)")
+        return _member_effects(run, lp_t, shares, chosen, lps), said
+
+
+def checked_ids(model, text_or_ids) -> list[int]:
+    """Token ids of a text the study group can discuss: refuses empty and whitespace-only text."""
+    if isinstance(text_or_ids, str) and text_or_ids != "" and not text_or_ids.strip():
+        raise InputError("the text is only whitespace: give at least one word")
+    return model.ids(text_or_ids)
+
+
+def _count(n: int | str, total: int) -> int:
+    """How many of `total` a silence_heads / silence_members setting silences."""
+    return total if n == "all" else min(n, total)
+
+
+def recording(T: int) -> Record:
+    """What explain records for T members: the last member's row (all that its analysis reads),
+    and every member's keys, values and residual stream entering each layer (head silencing
+    resumes from it instead of running the text again; member silencing reuses the rows before
+    each member). Every row of every step (270 T×T maps) made the pass with a gradient 15-25%
+    slower at T=10, for nothing read."""
+    return Record(steps=(*STEPS, "k", "resid_pre"), rows="last", full_rows=KEY_STEPS | {"resid_pre"})
+
+
+def _check_count(name: str, value, allow_all: bool = True) -> None:
+    if allow_all and value == "all":
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < (1 if name == "top" else 0):
+        least = 1 if name == "top" else 0
+        raise InputError(f"{name} must be a whole number of at least {least}" + (' or "all"' if allow_all else "")
+                         + f"; got {value!r}")
+
+
+def model_info(model) -> ModelInfo:
+    c = model.config
+    return ModelInfo(c.name or "model", None if model.path is None else str(model.path),
+                     c.n_layers, c.n_heads, c.n_kv_heads, c.d_head)
+
+
+def top_words(run, lp: torch.Tensor, k: int) -> list[Word]:
+    """The k most likely next words: lp (vocab,) log-probabilities -> [Word], most likely first."""
+    values, ids = lp.topk(min(k, lp.shape[-1]))
+    tok = run.model.tokenizer
+    return [Word(tok.readable(i), i, float(v.exp()), float(run.last_logits[i])) for v, i in zip(values, ids.tolist())]
+
+
+def _logit_sum(p: attribution.LogitParts) -> LogitSum:
+    return LogitSum(p.logit, p.embed, float(p.heads.double().sum()), float(p.mlps.double().sum()), p.total)
+
+
+def candidates(direct: torch.Tensor, estimate: torch.Tensor, n: int) -> list[tuple[int, int]]:
+    """n heads taken alternately from the |direct| and |estimate| rankings, without repeats.
+
+    direct, estimate: (n_layers, n_heads) -> [(layer, head)].
+
+    >>> candidates(torch.tensor([[3.0, 0.0], [1.0, 0.0]]), torch.tensor([[0.0, 0.0], [0.0, 9.0]]), 2)
+    [(0, 0), (1, 1)]
+    """
+    chosen: list[int] = []
+    for pair in zip(largest_first(direct), largest_first(estimate)):
+        for i in pair:
+            if len(chosen) < n and i not in chosen:
+                chosen.append(i)
+    return as_heads(chosen, direct.shape[1])
+
+
+def _head_effects(run, token: int, lp_t, direct, chosen, lps, estimate) -> list[HeadEffect]:
+    """The chosen heads' effects from their silenced log-probabilities, most decisive first."""
+    H = run.model.config.n_heads
+    rank = {i: r + 1 for r, i in enumerate(largest_first(direct))}
+    u = attribution.direction_for(run, token)
+    out = [_head_effect(run, l, h, u, float(direct[l, h]), float(s - lp_t), float(s.exp()),
+                        None if estimate is None else float(estimate[l, h]), rank[l * H + h])
+           for (l, h), s in zip(chosen, lps)]
+    out.sort(key=lambda e: -abs(e.silence_effect))
+    return out
+
+
+def _head_effect(run, l: int, h: int, u, direct: float, effect: float, prob: float, est, rank: int) -> HeadEffect:
+    c = run.model.config
+    kv = c.kv_head_of(h)
+    weights = run[f"layers.{l}.weights"][h, -1].float()  # (T,)
+    sizes, reads = attribution.answers_through_head(run[f"layers.{l}.v"][kv], run.model.W_O_head(l, h).float(), u)  # (T,), (T,)
+    contribution = weights * sizes  # (T,)
+    order = contribution.argsort(descending=True, stable=True).tolist()
+    if run.T > LISTEN_ALL_MAX_T:
+        order = order[:LISTEN_TOP]
+    tokens = run.tokens
+    listened = [Listened(j, tokens[j], float(weights[j]), float(sizes[j]), float(contribution[j]),
+                         float(weights[j] * reads[j])) for j in order]
+    q_norm = float(run[f"layers.{l}.q"][h, -1].norm())
+    return HeadEffect(layer=l, head=h, kv_head=kv, logit_contribution=direct, silence_effect=effect,
+                      silence_estimate=est, prob_silenced=prob, rank_by_contribution=rank, question_norm=q_norm,
+                      listened=listened)
+
+
+def _member_effects(run, lp_t, shares: torch.Tensor, chosen: list[int], lps) -> list[MemberEffect]:
+    """Every member in reading order, with the effect of those silenced (chosen) and their rank."""
+    effect = {j: float(s - lp_t) for j, s in zip(chosen, lps)}
+    prob = {j: float(s.exp()) for j, s in zip(chosen, lps)}
+    ranks = {j: r + 1 for r, j in enumerate(sorted(effect, key=lambda j: -abs(effect[j])))}
+    tokens = run.tokens
+    return [MemberEffect(j, tokens[j], effect.get(j), prob.get(j), float(shares[j]), ranks.get(j))
+            for j in range(run.T)]

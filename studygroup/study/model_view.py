@@ -1,0 +1,101 @@
+"""The model view: every head's weights on one text, layer × head, for the web page's grid.
+
+Short texts (T ≤ FULL_MAPS_MAX_T) get each head's full T×T map of weights (paper orientation:
+row i is member i's question, each row sums to 1; masked cells are 0). Longer texts get each
+head's last row only: the last member's question, the one that predicts the next word.
+Query heads that share a key/value head form a group. The decisive heads carry their rank.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from studygroup.study import attribution
+from studygroup.study.jsonable import JSONable
+from studygroup.study.ranking import heads_largest_first
+from studygroup.model.record import Record
+
+FULL_MAPS_MAX_T = 64
+#: How many heads get a rank when ranked by direct contribution.
+RANKED = 10
+
+
+@dataclass
+class HeadMap(JSONable):
+    layer: int
+    head: int
+    kv_head: int
+    weights: list[list[float]]  # (T, T) or (1, T): see ModelView.rows
+    logit_contribution: float  # direct share of the predicted word's logit
+    rank: int | None  # 1 = most decisive; None outside the ranked heads
+
+
+@dataclass
+class KVGroup(JSONable):
+    kv_head: int
+    heads: list[int]  # the query heads that share this key/value head (in every layer)
+
+
+@dataclass
+class ModelView(JSONable):
+    """Every head of the model on one text. See docs/json.md."""
+
+    tokens: list[str]
+    token_ids: list[int]
+    predicted: str  # the predicted next word, readable
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    rows: str  # "all": full T×T maps; "last": each head's last row only
+    kv_groups: list[KVGroup]
+    ranked_by: str
+    heads: list[list[HeadMap]] = field(default_factory=list)  # [layer][head]
+
+
+def model_view(run, explanation=None) -> ModelView:
+    """Every head's weights on the run's text, grouped and ranked.
+
+    explanation: an Explanation of the same text; its heads (most decisive first) give the ranks.
+    Without one, the RANKED heads with the largest |direct contribution| are ranked.
+
+    >>> view = model_view(model.run("I have a lot"))                 # doctest: +SKIP
+    >>> len(view.heads), len(view.heads[0]), view.rows               # doctest: +SKIP
+    (30, 9, 'all')
+    """
+    c = run.model.config
+    rows = "all" if run.T <= FULL_MAPS_MAX_T else "last"
+    run = _with_steps(run, rows)
+    token = int(run.last_logits.argmax())
+    direct = attribution.direct_contributions(run, token).heads  # (L, H)
+    ranks, ranked_by = _ranks(direct, explanation, run)
+    heads = [[HeadMap(l, h, c.kv_head_of(h), _weights(run, l, h, rows), float(direct[l, h]), ranks.get((l, h)))
+              for h in range(c.n_heads)] for l in range(c.n_layers)]
+    groups = [KVGroup(g, [h for h in range(c.n_heads) if h // c.group_size == g]) for g in range(c.n_kv_heads)]
+    return ModelView(run.tokens, list(run.token_ids), run.model.tokenizer.readable(token), c.n_layers, c.n_heads,
+                     c.n_kv_heads, rows, groups, ranked_by, heads)
+
+
+def _weights(run, l: int, h: int, rows: str) -> list[list[float]]:
+    w = run[f"layers.{l}.weights"][h].float()  # (R, T)
+    return (w if rows == "all" else w[-1:]).tolist()
+
+
+def _with_steps(run, rows: str):
+    """The run itself if it recorded what the view needs, else the same run recomputed to record it."""
+    needed = ("weights", *attribution.NEEDED_STEPS)
+    L = run.model.config.n_layers
+    has = all(f"layers.{l}.{s}" in run for l in range(L) for s in ("weights", "write", "mlp_out"))
+    has = has and "embed" in run and "resid_final" in run
+    if has and (rows == "last" or run["layers.0.weights"].shape[-2] == run.T):
+        return run
+    from studygroup.model.run import Run
+
+    return Run.compute(run.model, run.token_ids, run.interventions, Record(steps=needed, rows=rows))
+
+
+def _ranks(direct: torch.Tensor, explanation, run) -> tuple[dict, str]:
+    if explanation is not None and explanation.token_ids == list(run.token_ids):
+        return ({(e.layer, e.head): r + 1 for r, e in enumerate(explanation.heads)},
+                f"exact silence effect ({explanation.heads_silenced} heads silenced)")
+    return {pair: r + 1 for r, pair in enumerate(heads_largest_first(direct)[:RANKED])}, f"|direct contribution| (top {RANKED})"

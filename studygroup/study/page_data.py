@@ -1,0 +1,156 @@
+"""What the web page, the HTML report and the notebook view show, gathered from the study layer.
+
+Each function calls `studygroup.study.explain*` / `studygroup.model_view` and returns plain JSON-able
+dicts (the payloads of docs/web-api.md). The server, the report and the notebook share them,
+so the three show the same numbers. No model logic here beyond choosing what to call.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from studygroup.study import attribution
+from studygroup.study import effects
+from studygroup.model.record import Record
+from studygroup.study.model_view import FULL_MAPS_MAX_T
+from studygroup.study.model_view import model_view as _model_view
+from studygroup.study.explain import checked_ids, explain, model_info, top_words  # noqa: F401 (checked_ids: for the server)
+from studygroup.study.compare import compare
+from studygroup.study.head import NOTATIONS, head_view
+
+#: Decimals kept in the model view's thumbnails (the head view carries full precision).
+THUMBNAIL_DECIMALS = 3
+#: Past this many members the head view shows the last question by default (UI.md: long texts).
+FULL_GRID_MAX_T = 64
+#: How many decisive heads a report carries whole (both notations).
+REPORT_HEADS = 3
+
+
+def conclusion(model, text, top: int = 10, silence_members: Sequence[int] = (),
+               silence_heads: Sequence[tuple[int, int]] = ()) -> dict:
+    """The members and the top next words, before and (when anything is silenced) after silencing.
+
+    One pass without recording (two when silencing). `words` lists every word of either top list
+    with its probability before and after, so the page can draw the old value as a ghost bar.
+
+    >>> d = conclusion(studygroup.load(), "I have a lot", silence_members=[2])   # doctest: +SKIP
+    >>> d["top"][0]["token"], d["words"][0]["prob_before"] > 0                    # doctest: +SKIP
+    ('␣of', True)
+    """
+    ids = checked_ids(model, text)
+    base = model.run(ids, record="none")
+    lp = effects.log_probs(base.last_logits)  # (vocab,)
+    out = {"tokens": base.tokens, "token_ids": list(ids), "top": [w.to_dict() for w in top_words(base, lp, top)],
+           "silenced_members": sorted({int(j) for j in silence_members}),
+           "silenced_heads": [list(p) for p in sorted({(int(l), int(h)) for l, h in silence_heads})],
+           "silenced": None, "words": []}
+    if not silence_members and not silence_heads:
+        return out
+    after = model.run(ids, record="none", silence_members=list(silence_members), silence_heads=list(silence_heads))
+    lp_after = effects.log_probs(after.last_logits)  # (vocab,)
+    new_top = top_words(after, lp_after, top)
+    out["silenced"] = [w.to_dict() for w in new_top]
+    ids_shown = list(dict.fromkeys([w["id"] for w in out["top"]] + [w.id for w in new_top]))
+    readable = model.tokenizer.readable
+    out["words"] = [{"token": readable(i), "id": i, "prob_before": float(lp[i].exp()),
+                     "prob_after": float(lp_after[i].exp()), "change": float(lp_after[i].exp() - lp[i].exp())}
+                    for i in ids_shown]
+    return out
+
+
+def explanation(model, text, top: int = 10):
+    """study.explain on `text`: the Explanation object (its .to_dict() is the API's payload)."""
+    return explain(model, text, top=top)
+
+
+def comparison(model, text_a, text_b, top: int = 10):
+    """study_compare.compare(text_a, text_b): the Comparison object."""
+    return compare(model, text_a, text_b, top=top)
+
+
+def model_view(model, text, explanation=None, silence_members: Sequence[int] = (),
+               silence_heads: Sequence[tuple[int, int]] = ()) -> dict:
+    """Every head's weights on `text`, layer × head, grouped by key/value head, decisive heads ranked.
+
+    Thumbnail weights are rounded to THUMBNAIL_DECIMALS (exact values are in the head view).
+    silence_members, silence_heads: the weights of a run with these silenced (in every head).
+    """
+    ids = checked_ids(model, text)
+    rows = "all" if len(ids) <= FULL_MAPS_MAX_T else "last"  # long texts: the last question only
+    record = Record(steps=("weights", *attribution.NEEDED_STEPS), rows=rows)
+    run = model.run(ids, record=record, silence_members=list(silence_members), silence_heads=list(silence_heads))
+    d = _model_view(run, explanation).to_dict() | run.interventions.silenced()
+    for row in d["heads"]:
+        for cell in row:
+            cell["weights"] = [[round(x, THUMBNAIL_DECIMALS) for x in r] for r in cell["weights"]]
+    d["decimals"] = THUMBNAIL_DECIMALS
+    return d
+
+
+def head(model, text, layer: int, head: int, notation: str = "paper", rows: str = "auto",
+         silence_members: Sequence[int] = (), silence_heads: Sequence[tuple[int, int]] = ()) -> dict:
+    """One head whole (study_head.head_view) with what each answer contributes to each question.
+
+    contributions[i][j] (paper; transposed in "columns") = w_ij · ‖v_j · W_O[h]‖, the size of
+    member j's answer in question i's weighted sum as the head writes it. rows: "all" every
+    question, "last" the last member's question only, "auto" all up to FULL_GRID_MAX_T members.
+    silence_members, silence_heads: the head in a run with these silenced.
+    """
+    view = head_view(model, text, layer, head, notation, silence_members=silence_members, silence_heads=silence_heads)
+    d = view.to_dict()
+    sizes = answer_sizes(model, layer, head, torch.tensor(view.v if notation == "paper" else _t(view.v)))
+    weights = torch.tensor(view.weights, dtype=torch.float32)  # (T, T) in the asked orientation
+    contributions = weights * (sizes[None, :] if notation == "paper" else sizes[:, None])
+    d["answer_sizes"] = sizes.tolist()
+    d["contributions"] = contributions.tolist()
+    T = len(view.tokens)
+    d["rows"] = "all" if rows == "all" or (rows == "auto" and T <= FULL_GRID_MAX_T) else "last"
+    d["questions"] = list(range(T)) if d["rows"] == "all" else [T - 1]
+    if d["rows"] == "last":
+        for name in ("scores", "weights", "mask", "contributions"):
+            d[name] = _last_question(d[name], notation)
+    return d
+
+
+def answer_sizes(model, layer: int, head: int, v: torch.Tensor) -> torch.Tensor:
+    """‖v_j · W_O[h]‖ for every member j: v (T, d_head) -> (T,). (Adapter over attribution.)"""
+    c = model.config
+    W_O_h = model.w[f"layers.{layer}.W_O"][head * c.d_head:(head + 1) * c.d_head].float()  # (d_head, d_model)
+    sizes, _ = attribution.answers_through_head(v.float().to(W_O_h.device), W_O_h)
+    return sizes.cpu()
+
+
+def _t(m: list[list[float]]) -> list[list[float]]:
+    return [list(r) for r in zip(*m)]
+
+
+def _last_question(m: list[list], notation: str) -> list[list]:
+    """The last question only: the last row (paper) or the last column (columns)."""
+    return m[-1:] if notation == "paper" else [r[-1:] for r in m]
+
+
+def info(model, limits: dict | None = None) -> dict:
+    """The model's shape and the server's limits, for the page's first request."""
+    c = model.config
+    return {"model": model_info(model).to_dict(), "context_length": c.context_length,
+            "group_size": c.group_size, "notations": list(NOTATIONS), "limits": limits or {}}
+
+
+def report_data(model, text, text_a=None, top: int = 10, heads: int = REPORT_HEADS, explained=None) -> dict:
+    """Everything a self-contained report shows for one text (and optionally a comparison).
+
+    The explanation (`explained`: one already computed for `text`, reused), the model view, and the
+    `heads` most decisive heads whole in both notations.
+
+    >>> from studygroup.views.report import write_report                          # doctest: +SKIP
+    >>> write_report(report_data(studygroup.load(), "I have a lot"), "r.html")  # doctest: +SKIP
+    """
+    e = explained if explained is not None else explanation(model, text, top)
+    data = {"kind": "report", "text": text, "explanation": e.to_dict(), "model_view": model_view(model, text, e),
+            "conclusion": conclusion(model, text, top), "heads": {}}
+    if text_a is not None:
+        data["comparison"] = comparison(model, text_a, text, top).to_dict()
+    for h in e.heads[:heads]:
+        data["heads"][f"{h.layer}.{h.head}"] = {n: head(model, text, h.layer, h.head, n) for n in NOTATIONS}
+    return data

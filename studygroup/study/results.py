@@ -1,0 +1,106 @@
+"""What explain finds, as plain dataclasses that serialise to JSON (see docs/json.md)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from studygroup.study.jsonable import JSONable
+
+
+@dataclass
+class Word(JSONable):
+    """A candidate next word: readable token, id, probability (softmax in float64) and logit."""
+
+    token: str
+    id: int
+    prob: float
+    logit: float
+
+
+@dataclass
+class Listened(JSONable):
+    """What member `index`'s answer brought to the last member's question in one head."""
+
+    index: int
+    token: str
+    weight: float  # w_{T-1, j}: the share of attention the question gives this member
+    answer_size: float  # ‖v_j · W_O[h]‖: the size of its answer as the head writes it
+    contribution: float  # weight × answer_size
+    logit_share: float  # w_{T-1, j} (v_j · W_O[h]) · direction: its part of the head's direct contribution
+
+
+@dataclass
+class HeadEffect(JSONable):
+    """One head's part in the conclusion, and whom its last question listened to."""
+
+    layer: int
+    head: int
+    kv_head: int
+    logit_contribution: float  # direct share of the predicted word's logit
+    silence_effect: float | None  # exact change in log p(t) with the head silenced; None if not computed
+    silence_estimate: float | None  # first-order estimate of silence_effect (one gradient); None for long texts
+    prob_silenced: float | None  # p(t) with the head silenced
+    rank_by_contribution: int  # 1 = largest |logit_contribution| of all heads
+    question_norm: float  # ‖q_{T-1}‖ of this head
+    listened: list[Listened] = field(default_factory=list)  # largest contribution first
+
+
+@dataclass
+class MemberEffect(JSONable):
+    """What silencing one member in every head does to the conclusion."""
+
+    index: int
+    token: str
+    effect: float | None  # change in log p(t); None if this member was not silenced
+    prob_silenced: float | None
+    direct_share: float  # its answers' direct share of the logit, summed over every head's last question
+    rank: int | None  # 1 = largest |effect|
+
+
+@dataclass
+class LogitSum(JSONable):
+    """The predicted word's logit and the direct shares it adds up from."""
+
+    logit: float
+    embed: float
+    heads: float  # Σ over every head
+    mlps: float  # Σ over every MLP
+    total: float  # embed + heads + mlps: equals logit up to float error
+
+
+@dataclass
+class ModelInfo(JSONable):
+    name: str
+    path: str | None
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    d_head: int
+
+
+@dataclass
+class Explanation(JSONable):
+    """The group's conclusion on one text, and who decided it. See docs/json.md."""
+
+    text: str | None
+    tokens: list[str]
+    token_ids: list[int]
+    predicted: Word
+    top: list[Word]
+    heads: list[HeadEffect]  # the heads silenced exactly, most decisive (largest |silence_effect|) first
+    heads_silenced: str  # which heads were silenced, in words
+    members: list[MemberEffect]  # every member, in reading order
+    members_silenced: str
+    logit_parts: LogitSum
+    contributions: list[list[float]]  # (n_layers, n_heads) direct contribution of every head
+    silence_estimates: list[list[float]]  # (n_layers, n_heads) first-order silence effect of every head
+    model: ModelInfo
+    story: list[str] = field(default_factory=list)
+    scope: str = "in every head"  # where a silenced member is removed (long texts: the last questions only)
+
+
+@dataclass
+class Analysis:
+    """An Explanation with the run behind it (for compare and model_view)."""
+
+    explanation: Explanation
+    run: object  # studygroup.model.run.Run, recorded as `recording(T)` says

@@ -1,0 +1,203 @@
+"""One head's grids as a figure: the weights (0–1) and the scores (centred on 0), side by side.
+
+Paper orientation: rows are questions (the member asking), columns answers (the member heard);
+each row of weights sums to 1. Columns orientation (3Blue1Brown): the transpose; each column sums
+to 1. Masked cells (the future) are hatched. Long texts show the last question(s) only.
+"""
+from __future__ import annotations
+
+import matplotlib
+import numpy as np
+from matplotlib.colors import TwoSlopeNorm
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch, Rectangle
+
+from studygroup.errors import InputError
+from studygroup.views.figures_style import (HATCH, MASK_EDGE, MASK_FACE, SCORES_CMAP, WEIGHTS_CMAP, clear_bad, label,
+                                      new_figure, style)
+
+FULL_GRID_MAX_T = 32  # longer texts show the last question row(s) only
+CELL_VALUES_MAX = 12  # grids up to this many members per side print their values
+STRIP_ROWS = 3  # paper grids of this few questions (of more members) are stacked, not side by side
+TICK_LABELS_MAX = 48  # past this many members, label every k-th one
+
+
+def _tick_positions(n: int) -> list[int]:
+    """Which of n members get a tick label: all up to TICK_LABELS_MAX, else every k-th and the last."""
+    step = 1 if n <= TICK_LABELS_MAX else -(-n // TICK_LABELS_MAX)
+    return sorted({*range(0, n, step), n - 1})
+
+
+def _paper(values, notation: str, T: int, what: str, dtype=float) -> np.ndarray:
+    """Nested lists in `notation` (masked cells None) -> array (R, T) in paper orientation, NaN where None."""
+    try:
+        a = np.array([[np.nan if x is None else x for x in row] for row in values], dtype=dtype)
+    except (TypeError, ValueError):
+        raise InputError(f"a head's {what} must be a rectangular grid of numbers") from None
+    a = a.T if notation == "columns" else a
+    if a.ndim != 2 or a.shape[1] != T or not 1 <= a.shape[0] <= T:
+        side = "rows" if notation == "paper" else "columns"
+        raise InputError(f"a head's {what} should have {T} answers for each question ({T} members), and "
+                         f"one question per {side[:-1]}; got a {'×'.join(map(str, np.shape(values)))} grid")
+    return a
+
+
+def paper_grids(head: dict) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """A head dict's weights and scores in paper orientation, and its mask.
+
+    head: {"tokens": T strings, "notation": "paper" | "columns", "weights": (R, T) (paper) or
+    (T, R) (columns) nested lists, optional "scores" (same shape, masked cells None), optional
+    "mask" (True = may hear)}. The R questions are the last R members. Returns weights (R, T),
+    scores (R, T) or None, and mask (R, T) bool: from "mask", else the scores' None cells, else causal.
+
+    >>> W, S, mask = paper_grids({"tokens": ["A", "b"], "notation": "columns", "weights": [[1.0, 0.5], [0.0, 0.5]]})
+    >>> W.tolist(), S, mask.tolist()
+    ([[1.0, 0.0], [0.5, 0.5]], None, [[True, False], [True, True]])
+    """
+    T, notation = len(head["tokens"]), head.get("notation", "paper")
+    if notation not in ("paper", "columns"):
+        raise InputError(f"notation must be 'paper' or 'columns', not {notation!r}")
+    W = _paper(head["weights"], notation, T, "weights")
+    S = None if head.get("scores") is None else _paper(head["scores"], notation, T, "scores")
+    R = W.shape[0]
+    if head.get("mask") is not None:
+        mask = _paper(head["mask"], notation, T, "mask", dtype=bool)
+    elif S is not None and np.isnan(S).any():
+        mask = ~np.isnan(S)
+    else:
+        mask = np.arange(T)[None, :] <= np.arange(T - R, T)[:, None]  # causal, rows aligned at the end
+    if (S is not None and S.shape != W.shape) or mask.shape != W.shape:
+        raise InputError(f"a head's weights, scores and mask must have the same shape; weights are {W.shape}")
+    return W, S, mask
+
+
+def head_figure(head: dict, notation: str = "paper", last_rows: int | None = None) -> Figure:
+    """The weight grid (viridis, 0–1) and the score grid (diverging at 0) of one head, side by side.
+
+    head: as `paper_grids` reads it, plus optional "layer", "head", "kv_head". notation: the
+    orientation to draw ("paper": rows are questions; "columns": the transpose). last_rows: how
+    many of the last questions to show (default: all up to FULL_GRID_MAX_T members, else 1).
+
+    >>> head = {"tokens": ["A", "␣b"], "weights": [[1.0, 0.0], [0.4, 0.6]], "scores": [[0.3, None], [-1.0, 0.2]]}
+    >>> head_figure(head, "columns").axes[0].images[0].get_array().shape
+    (2, 2)
+    """
+    if notation not in ("paper", "columns"):
+        raise InputError(f"notation must be 'paper' or 'columns', not {notation!r}")
+    with style():
+        W, S, mask = paper_grids(head)
+        T, R = len(head["tokens"]), W.shape[0]
+        shown = min(R, last_rows if last_rows else (R if T <= FULL_GRID_MAX_T else 1))
+        W, mask = W[-shown:], mask[-shown:]
+        S = None if S is None else S[-shown:]
+        questions = list(range(T - shown, T))
+        panels = 1 if S is None else 2
+        strip = notation == "paper" and shown <= STRIP_ROWS < T  # a few long rows: one panel above the other
+        fig = _head_canvas(shown, T, notation, panels, strip)
+        axes = fig.subplots(panels if strip else 1, 1 if strip else panels, squeeze=False).flatten()
+        _head_grid(fig, axes[0], W, mask, head["tokens"], questions, notation, "weights")
+        if S is not None:
+            _head_grid(fig, axes[1], S, mask, head["tokens"], questions, notation, "scores")
+        if not mask.all():
+            _mask_legend(fig)
+        fig.suptitle(_head_title(head, shown, T), fontsize=14, fontweight="bold")
+        return fig
+
+
+def _head_title(head: dict, shown: int, T: int) -> str:
+    name = ""
+    if "layer" in head and "head" in head:
+        kv = f" (key/value head {head['kv_head']})" if head.get("kv_head") is not None else ""
+        name = f"Layer {head['layer']}, head {head['head']}{kv}"
+    part = "" if shown == T else (f" — the last question of {T} members" if shown == 1
+                                  else f" — the last {shown} questions of {T} members")
+    return name + part
+
+
+def _head_canvas(R: int, T: int, notation: str, panels: int, strip: bool) -> Figure:
+    """A figure sized so that cells stay readable: ~0.5 inch when values are printed, smaller for more."""
+    if strip:
+        return new_figure(min(18.0, max(8.0, 0.3 * T + 3.5)), panels * (0.5 * R + 2.4) + 0.8)
+    cell = 0.5 if T <= CELL_VALUES_MAX else max(0.12, 7.0 / T)
+    across, down = (T, R) if notation == "paper" else (R, T)
+    w, h = max(3.2, across * cell), max(1.2, down * cell)
+    return new_figure(panels * (w + 2.4) + 0.4, h + 2.6)
+
+
+def _head_grid(fig: Figure, ax, grid: np.ndarray, mask: np.ndarray, tokens: list[str], questions: list[int],
+               notation: str, kind: str) -> None:
+    """One grid (R questions × T answers, paper orientation) drawn in `notation` on `ax`."""
+    values = np.ma.masked_array(grid, mask=~mask | np.isnan(grid))
+    shown = values if notation == "paper" else values.T
+    if kind == "weights":
+        cmap, norm, legend = clear_bad(WEIGHTS_CMAP), matplotlib.colors.Normalize(0, 1), "weight (softmax)"
+    else:
+        m = max(1e-6, float(np.nanmax(np.abs(np.where(mask, grid, np.nan)))))
+        cmap, norm, legend = clear_bad(SCORES_CMAP), TwoSlopeNorm(0.0, -m, m), "score q·k/√d_head"
+    image = ax.imshow(shown, cmap=cmap, norm=norm, aspect="auto", interpolation="nearest", zorder=1)
+    _hatch_background(ax, shown.shape)
+    _axis_labels(ax, tokens, questions, notation)
+    if max(shown.shape) <= CELL_VALUES_MAX:
+        _cell_values(ax, shown, cmap, norm, 2 if kind == "weights" else 1)
+    ax.set_title("Weights" if kind == "weights" else "Scores (before the mask)", pad=10 if notation == "paper" else 24)
+    bar = fig.colorbar(image, ax=ax, shrink=0.9, pad=0.02)
+    bar.set_label(legend + (" — fixed 0–1 scale" if kind == "weights" else " — centred on 0"))
+    if kind == "weights":
+        _sum_note(ax, notation)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(True)
+
+
+def _hatch_background(ax, shape: tuple[int, int]) -> None:
+    """A hatched rectangle under the grid: its transparent (masked) cells show it."""
+    rows, cols = shape
+    ax.add_patch(Rectangle((-0.5, -0.5), cols, rows, facecolor=MASK_FACE, edgecolor=MASK_EDGE, hatch=HATCH,
+                           linewidth=0, zorder=0))
+
+
+def _mask_legend(fig: Figure) -> None:
+    patch = Patch(facecolor=MASK_FACE, edgecolor=MASK_EDGE, hatch=HATCH,
+                  label="masked: the future, which no question hears")
+    fig.legend(handles=[patch], loc="outside lower left", frameon=False, fontsize=10, handlelength=1.6,
+               handleheight=1.2)
+
+
+def _axis_labels(ax, tokens: list[str], questions: list[int], notation: str) -> None:
+    answers = list(range(len(tokens)))
+    q_ticks, a_ticks = _tick_positions(len(questions)), _tick_positions(len(answers))
+    q_labels = [label(tokens[questions[i]]) for i in q_ticks]
+    a_labels = [label(tokens[i]) for i in a_ticks]
+    size = 11 if len(answers) <= 24 else 9 if len(answers) <= TICK_LABELS_MAX else 8
+    q_name = "question from…" + ("" if len(questions) <= STRIP_ROWS else " (the member asking)")
+    a_name = "answer from… (the member heard)"
+    if notation == "paper":
+        ax.set_yticks(q_ticks, q_labels, fontsize=size)
+        ax.set_xticks(a_ticks, a_labels, fontsize=size, rotation=60, ha="right", rotation_mode="anchor")
+        ax.set_ylabel(q_name), ax.set_xlabel(a_name)
+    else:
+        ax.set_xticks(q_ticks, q_labels, fontsize=size, rotation=60, ha="right", rotation_mode="anchor")
+        ax.set_yticks(a_ticks, a_labels, fontsize=size)
+        ax.set_xlabel(q_name), ax.set_ylabel(a_name)
+
+
+def _cell_values(ax, shown: np.ma.MaskedArray, cmap, norm, digits: int) -> None:
+    for (r, c), v in np.ndenumerate(shown.filled(np.nan)):
+        if np.isfinite(v):
+            red, green, blue, _ = cmap(norm(v))
+            ink = "white" if 0.299 * red + 0.587 * green + 0.114 * blue < 0.5 else "black"
+            ax.text(c, r, _rounded(v, digits), ha="center", va="center", fontsize=9, color=ink, zorder=2)
+
+
+def _rounded(v: float, digits: int) -> str:
+    """v with `digits` decimals, never '-0.00'."""
+    text = f"{v:.{digits}f}"
+    return text[1:] if text.startswith("-") and not text.strip("-0.") else text
+
+
+def _sum_note(ax, notation: str) -> None:
+    if notation == "paper":
+        ax.text(1.015, 0.5, "each row sums to 1 →", transform=ax.transAxes, rotation=90, ha="left", va="center",
+                fontsize=10, style="italic")
+    else:
+        ax.text(0.5, 1.01, "each column sums to 1 ↓", transform=ax.transAxes, ha="center", va="bottom",
+                fontsize=10, style="italic")

@@ -1,0 +1,110 @@
+"""How every figure looks and is written: matplotlib settings, colours, labels, PNG/SVG files.
+
+Figures are built and saved under STYLE (never set globally): the bundled DejaVu Sans, `$` shown
+literally (no mathtext, no TeX), SVG text kept as text. Colours follow docs (UI.md): weights on
+one sequential, colour-blind-safe scale fixed at 0–1 (viridis); scores and other signed values
+on a diverging scale centred on 0 (RdBu_r); masked cells (the future) hatched, never white.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
+
+import matplotlib
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from studygroup.errors import InputError
+from studygroup.views.output_file import check_writable
+from studygroup.views.text import percent
+
+STYLE = {"font.family": ["DejaVu Sans"], "font.size": 12, "text.usetex": False, "text.parse_math": False,
+         "svg.fonttype": "none", "svg.hashsalt": "studygroup", "axes.titlesize": 13, "axes.titleweight": "bold",
+         "axes.spines.top": False, "axes.spines.right": False, "savefig.bbox": "tight"}
+WEIGHTS_CMAP, SCORES_CMAP = "viridis", "RdBu_r"
+HATCH = "///"
+MASK_FACE, MASK_EDGE = "#f2f2f2", "#9a9a9a"  # hatched background that masked (transparent) cells show
+BEFORE, AFTER = "#E69F00", "#0072B2"  # Okabe–Ito orange and blue: before (text a), after (text b)
+DPI = 200
+SUBSTITUTES = {"␍": "\\r"}  # readable glyphs DejaVu Sans lacks, and what to show instead
+
+
+@contextmanager
+def style():
+    """Build or save a figure inside this: STYLE applies there only (matplotlib's rcParams are restored)."""
+    with matplotlib.rc_context(STYLE):
+        yield
+
+
+def new_figure(width: float, height: float) -> Figure:
+    """An empty figure of width × height inches, laid out by matplotlib's constrained layout."""
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)  # drawn off-screen: no display, no pyplot state
+    return fig
+
+
+def clear_bad(name: str):
+    """The colormap with masked cells transparent, so the hatched background shows through."""
+    return matplotlib.colormaps[name].with_extremes(bad=(0, 0, 0, 0))
+
+
+@lru_cache(maxsize=1)
+def _font_chars() -> frozenset[int]:
+    from matplotlib import font_manager, ft2font
+
+    path = font_manager.findfont(font_manager.FontProperties(family="DejaVu Sans"), fallback_to_default=True)
+    return frozenset(ft2font.FT2Font(path).get_charmap())
+
+
+def label(token: str, limit: int = 18) -> str:
+    """A member or word as the figures print it: every character one DejaVu Sans can draw.
+
+    Readable forms (␣ space, ↵ newline, ⇥ tab) stay; a glyph the font lacks becomes a visible
+    substitute ('\\r' for ␍, '<U+4F60>' otherwise); long tokens are cut with '…'.
+
+    >>> label("␣have"), label("你"), label("$x$")
+    ('␣have', '<U+4F60>', '$x$')
+    """
+    known = _font_chars()
+    text = "".join(c if ord(c) in known else SUBSTITUTES.get(c, f"<U+{ord(c):04X}>") for c in token)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def signed_percent(change: float) -> str:
+    """A change of probability in percentage points, signed; decimals as in `percent`."""
+    return ("+" if change >= 0 else "−") + percent(abs(change)).rstrip("%") + " pts"
+
+
+def check_path(path, kind: str | None = None) -> str:
+    """The kind of figure file `path` names ("png" or "svg"); InputError if it is another kind (or
+    not `kind`, when given) or cannot be written. Call it before a long computation, so that a bad
+    path fails at once.
+
+    >>> check_path("/tmp/explain.svg")
+    'svg'
+    """
+    if str(path).strip() == "":
+        raise InputError(f"the file name is empty: give one such as figure.{kind or 'png'}")
+    p = Path(path)
+    ending = p.suffix.lower().lstrip(".")
+    if kind is not None and ending != kind:
+        raise InputError(f"cannot save a {kind.upper()} figure as {p.name!r}: the file name must end in .{kind}")
+    if ending not in ("png", "svg"):
+        raise InputError(f"cannot save a figure as {p.name!r}: the file name must end in .png or .svg")
+    check_writable(path, f"figure.{ending}")
+    return ending
+
+
+def save(fig: Figure, path) -> Path:
+    """Write `fig` as PNG (DPI dots per inch) or SVG (text kept as text), by the file's extension.
+
+    Raises InputError for another extension or a path that cannot be written.
+    """
+    kind = check_path(path)
+    try:
+        with style():
+            fig.savefig(path, format=kind, dpi=DPI, facecolor="white", metadata={"Date": None} if kind == "svg" else {})
+    except OSError as e:
+        raise InputError(f"cannot write {path}: {e.strerror or e}") from None
+    return Path(path)

@@ -1,0 +1,332 @@
+"""The local web app: `studygroup serve`. Thin: parse and validate, call the library, return JSON.
+
+One model in memory. Computations run one at a time (a lock); up to `max_waiting` requests
+wait their turn and the rest are answered 503 at once, so a burst never exhausts memory.
+Finished answers are kept in a small LRU cache (bounded in entries and bytes), and a cached
+answer is served without waiting. Every bad request gets a 4xx and `{"error": "..."}`; a body
+over `max_body` bytes gets 413. Nothing is loaded from another host: the page, its script and
+its style come from this package, and /docs and /redoc (which load from a CDN) are off.
+The endpoints are documented in docs/web-api.md.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from importlib import resources
+from typing import Annotated, Literal
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException
+
+from studygroup.study import page_data
+from studygroup.errors import InputError, StudyGroupError
+from studygroup.web.guard import LRU, BodyLimit, Busy, Gate, HostCheck, SecurityHeaders, error_response
+
+DEFAULT_TEXT = "Cash or credit card? I have a lot"
+MAX_TEXT_CHARS = 4000
+MAX_TOP = 50
+MAX_SILENCED = 512
+UNREADABLE_BODY = "There was an error parsing the body"  # FastAPI's 400 for a body it cannot decode
+STATIC_FILES = {"page.css": "text/css; charset=utf-8", "page.js": "text/javascript; charset=utf-8"}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the server accepts and how much it holds."""
+
+    max_tokens: int = 256  # longest text, in tokens (also never past the model's context)
+    max_body: int = 64 * 1024  # bytes of a request body
+    body_stall_s: float = 30.0  # seconds a body may stop arriving before 408
+    max_waiting: int = 8  # requests waiting for the model before 503
+    wait_timeout: float = 300.0  # seconds a request may wait for the model before 503
+    cache_entries: int = 128
+    cache_bytes: int = 64 * 1024 * 1024
+
+
+# ---- request bodies ----------------------------------------------------------------------------
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+Text = Annotated[str, Field(min_length=1, max_length=MAX_TEXT_CHARS)]
+Top = Annotated[int, Field(ge=1, le=MAX_TOP)]
+Index = Annotated[int, Field(ge=0)]
+Pair = Annotated[list[Index], Field(min_length=2, max_length=2)]
+
+
+class TextBody(_Body):
+    text: Text
+    top: Top = 10
+
+
+Members = Annotated[list[Index], Field(max_length=MAX_SILENCED)]
+Heads = Annotated[list[Pair], Field(max_length=MAX_SILENCED)]
+
+
+class ConclusionBody(TextBody):
+    silence_members: Members = []
+    silence_heads: Heads = []
+
+
+class CompareBody(_Body):
+    text_a: Text
+    text_b: Text
+    top: Top = 10
+
+
+class ModelViewBody(_Body):
+    text: Text
+    silence_members: Members = []
+    silence_heads: Heads = []
+
+
+class HeadBody(_Body):
+    text: Text
+    layer: Index
+    head: Index
+    notation: Literal["paper", "columns"] = "paper"
+    rows: Literal["auto", "all", "last"] = "auto"
+    silence_members: Members = []
+    silence_heads: Heads = []
+
+
+# ---- the app -------------------------------------------------------------------------------------
+def _dumps(data) -> bytes:
+    return json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
+
+
+EXAMPLE_BODIES = {"/api/compare": '{"text_a": "I have a lot", "text_b": "Cash or credit card? I have a lot"}',
+                  "/api/head": '{"text": "I have a lot", "layer": 24, "head": 6}'}
+
+
+def _example(path: str) -> str:
+    """A body the endpoint at `path` takes, for messages about a body it cannot use."""
+    return EXAMPLE_BODIES.get(path, '{"text": "I have a lot"}')
+
+
+def _is_json(content_type: str) -> bool:
+    """application/json or application/…+json, as FastAPI reads bodies."""
+    media = content_type.split(";")[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
+def _validation_message(exc: RequestValidationError, content_type: str, example: str) -> str:
+    """One line that says what to fix: the body as a whole first (none, not JSON, not an object),
+    then up to three fields."""
+    first = next(iter(exc.errors()), {})
+    loc = tuple(first.get("loc", ()))
+    if first.get("type") == "json_invalid":
+        at = f" (error at character {loc[1]})" if len(loc) > 1 else ""
+        return f"the body is not valid JSON{at}: send an object such as {example}"
+    if loc == ("body",) and first.get("type") == "missing":
+        return f"the request has no body: send a JSON object such as {example}"
+    if loc == ("body",) and not _is_json(content_type):
+        got = f"got {content_type!r}" if content_type else "it has none"
+        return f"send the body as JSON, with Content-Type: application/json ({got})"
+    if loc == ("body",):
+        return f"the body must be a JSON object such as {example}"
+    parts = []
+    for e in exc.errors()[:3]:
+        where = ".".join(str(x) for x in e.get("loc", ()) if x != "body")
+        parts.append(f"{where}: {e.get('msg', 'invalid')}" if where else e.get("msg", "invalid"))
+    return "invalid request: " + "; ".join(parts)
+
+
+class Service:
+    """The model, its gate and its caches: what every endpoint calls."""
+
+    def __init__(self, model, limits: Limits):
+        self.model, self.limits = model, limits
+        self.gate = Gate(limits.max_waiting, limits.wait_timeout)
+        self.answers = LRU(limits.cache_entries, limits.cache_bytes)
+        self.explanations = LRU(16, 16)  # Explanation objects by text, for the model view's ranks
+        self.max_tokens = min(limits.max_tokens, model.config.context_length)
+
+    def check_text(self, text: str, name: str = "") -> int:
+        """Token count of text, or InputError (empty, only whitespace, unknown bytes, too long).
+        name: the field it came from, to open the message with where a request has two texts."""
+        try:
+            return self._tokens(text)
+        except InputError as e:
+            raise InputError(f"{name}: {e}" if name else str(e)) from None
+
+    def _tokens(self, text: str) -> int:
+        """The text tokenized once; this app's limit checked before the model's own checks (its
+        context limit would name the model's context, not the app's)."""
+        if not text.strip():
+            page_data.checked_ids(self.model, text)  # refuses it: only whitespace
+        ids = self.model.tokenize(text)
+        if len(ids) > self.max_tokens:
+            context = self.model.config.context_length
+            why = (f"the model's context holds {context}" if self.max_tokens == context else
+                   f"this app takes at most {self.max_tokens} (start it with --max-tokens to change that)")
+            raise InputError(f"the text is {len(ids)} tokens long: {why}")
+        return len(page_data.checked_ids(self.model, ids))  # the vocabulary
+
+    def silenced(self, b, T: int) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]]:
+        """A body's silenced members and heads, checked against a text of T tokens, sorted, once each."""
+        for j in b.silence_members:
+            self.model.check_member(j, T)
+        for l, h in b.silence_heads:
+            self.model.check_head(l, h)
+        return tuple(sorted(set(b.silence_members))), tuple(sorted({(l, h) for l, h in b.silence_heads}))
+
+    async def answer(self, key: tuple, compute) -> Response:
+        """The cached answer for key, or compute() -> JSON-able, in the model's turn, then cached."""
+        body = self.answers.get(key)
+        if body is None:
+            def work():
+                cached = self.answers.get(key)  # computed while this request waited
+                return cached if cached is not None else _dumps(compute())
+            body = await self.gate.run(work)
+            self.answers.put(key, body, len(body))
+        return Response(body, media_type="application/json")
+
+    def explanation(self, text: str, top: int):
+        e = self.explanations.get((text, top))
+        if e is None:
+            e = page_data.explanation(self.model, text, top)
+            self.remember(text, top, e)
+        return e
+
+    def remember(self, text: str, top: int, e) -> None:
+        self.explanations.put((text, top), e, 1)
+        self.explanations.put((text, None), e, 1)  # any top will do for ranks
+
+    def warm(self) -> None:
+        """Compute the default text's views, so that the first visit finds them ready."""
+        e = self.explanation(DEFAULT_TEXT, 10)
+        for key, fn in ((("explain", DEFAULT_TEXT, 10), lambda: e.to_dict()),
+                        (("conclusion", DEFAULT_TEXT, 10, (), ()), lambda: page_data.conclusion(self.model, DEFAULT_TEXT, 10)),
+                        (("model_view", DEFAULT_TEXT, True, (), ()), lambda: page_data.model_view(self.model, DEFAULT_TEXT, e))):
+            if self.answers.get(key) is None:
+                body = _dumps(fn())
+                self.answers.put(key, body, len(body))
+
+
+def _static(name: str) -> bytes:
+    return resources.files("studygroup.web").joinpath("static", name).read_bytes()
+
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+
+
+def create_app(model, limits: Limits = Limits(), warm: bool = False, hosts=None) -> FastAPI:
+    """The web app over one loaded model. warm: compute the default text's views at start.
+    hosts: the Host names it answers (None: any; `serve` passes LOOPBACK_HOSTS on a loopback address).
+
+    >>> from fastapi.testclient import TestClient                                   # doctest: +SKIP
+    >>> client = TestClient(create_app(studygroup.load()))                          # doctest: +SKIP
+    >>> client.post("/api/conclusion", json={"text": "I have a lot"}).json()["top"][0]["token"]  # doctest: +SKIP
+    '␣of'
+    """
+    service = Service(model, limits)
+
+    @asynccontextmanager
+    async def lifespan(app):
+        task = asyncio.create_task(service.gate.run(service.warm)) if warm else None
+        yield
+        if task is not None:
+            task.cancel()
+
+    app = FastAPI(title="studygroup", docs_url=None, redoc_url=None, openapi_url="/api/openapi.json",
+                  lifespan=lifespan)
+    app.state.service = service
+    _handlers(app)
+    _routes(app, service)
+    app.add_middleware(BodyLimit, max_body=limits.max_body, stall_s=limits.body_stall_s)
+    app.add_middleware(SecurityHeaders)
+    if hosts is not None:
+        app.add_middleware(HostCheck, hosts=hosts)
+    return app
+
+
+def _handlers(app: FastAPI) -> None:
+    @app.exception_handler(StudyGroupError)
+    async def _input(request: Request, exc: StudyGroupError):
+        return error_response(400, str(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError):
+        return error_response(422, _validation_message(exc, request.headers.get("content-type", ""), _example(request.url.path)))
+
+    @app.exception_handler(HTTPException)
+    async def _http(request: Request, exc: HTTPException):
+        messages = {404: "not found", 405: "method not allowed"}
+        if exc.status_code == 400 and exc.detail == UNREADABLE_BODY:  # FastAPI's words for bytes that are not UTF-8 JSON
+            return error_response(422, f"the body is not valid JSON (UTF-8 text): send an object such as {_example(request.url.path)}")
+        detail = exc.detail if isinstance(exc.detail, str) and exc.status_code not in messages else None
+        return error_response(exc.status_code, detail or messages.get(exc.status_code, "bad request"), exc.headers)
+
+    @app.exception_handler(Exception)
+    async def _bug(request: Request, exc: Exception):  # a bug: logged by the server, one line for the client
+        return error_response(500, f"internal error ({type(exc).__name__}); the server's log has the details")
+
+    @app.exception_handler(Busy)
+    async def _busy(request: Request, exc: Busy):
+        return error_response(503, str(exc), {"Retry-After": "5"})
+
+
+def _routes(app: FastAPI, s: Service) -> None:
+    model = s.model
+
+    @app.head("/", include_in_schema=False)  # HEAD wherever GET works (uvicorn sends no body)
+    @app.get("/", include_in_schema=False)
+    async def page():
+        return Response(_static("page.html"), media_type="text/html; charset=utf-8")
+
+    @app.head("/static/{name}", include_in_schema=False)
+    @app.get("/static/{name}", include_in_schema=False)
+    async def static(name: str):
+        if name not in STATIC_FILES:
+            raise HTTPException(404)
+        return Response(_static(name), media_type=STATIC_FILES[name])
+
+    @app.head("/api/info", include_in_schema=False)
+    @app.get("/api/info")
+    async def info():
+        limits = {"max_text_chars": MAX_TEXT_CHARS, "max_tokens": s.max_tokens, "max_top": MAX_TOP,
+                  "max_body_bytes": s.limits.max_body, "max_waiting": s.limits.max_waiting}
+        return {**page_data.info(model, limits), "default_text": DEFAULT_TEXT}
+
+    @app.post("/api/conclusion")
+    async def conclusion(b: ConclusionBody):
+        members, heads = s.silenced(b, s.check_text(b.text))
+        return await s.answer(("conclusion", b.text, b.top, members, heads),
+                              lambda: page_data.conclusion(model, b.text, b.top, members, heads))
+
+    @app.post("/api/explain")
+    async def explain(b: TextBody):
+        s.check_text(b.text)
+        return await s.answer(("explain", b.text, b.top), lambda: s.explanation(b.text, b.top).to_dict())
+
+    @app.post("/api/compare")
+    async def compare(b: CompareBody):
+        s.check_text(b.text_a, "text_a")
+        s.check_text(b.text_b, "text_b")
+
+        def work():
+            c = page_data.comparison(model, b.text_a, b.text_b, b.top)
+            s.remember(b.text_a, b.top, c.a), s.remember(b.text_b, b.top, c.b)
+            return c.to_dict()
+
+        return await s.answer(("compare", b.text_a, b.text_b, b.top), work)
+
+    @app.post("/api/model_view")
+    async def model_view(b: ModelViewBody):
+        members, heads = s.silenced(b, s.check_text(b.text))
+        e = s.explanations.get((b.text, None))  # its decisive heads rank the view's heads
+        return await s.answer(("model_view", b.text, e is not None, members, heads),
+                              lambda: page_data.model_view(model, b.text, e, members, heads))
+
+    @app.post("/api/head")
+    async def head(b: HeadBody):
+        members, heads = s.silenced(b, s.check_text(b.text))
+        model.check_head(b.layer, b.head)
+        return await s.answer(("head", b.text, b.layer, b.head, b.notation, b.rows, members, heads),
+                              lambda: page_data.head(model, b.text, b.layer, b.head, b.notation, b.rows, members, heads))
