@@ -16,7 +16,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from studygroup.errors import InputError
-from studygroup.views.output_file import check_writable
+from studygroup.views.output_file import check_writable, write_whole
 from studygroup.views.text import percent
 
 STYLE = {"font.family": ["DejaVu Sans"], "font.size": 12, "text.usetex": False, "text.parse_math": False,
@@ -102,9 +102,6 @@ def save(fig: Figure, path) -> Path:
     Raises InputError for another extension or a path that cannot be written.
     """
     kind = check_path(path)
-    try:
-        with style():
-            fig.savefig(path, format=kind, dpi=DPI, facecolor="white", metadata={"Date": None} if kind == "svg" else {})
-    except OSError as e:
-        raise InputError(f"cannot write {path}: {e.strerror or e}") from None
-    return Path(path)
+    with style():
+        return write_whole(path, lambda f: fig.savefig(f, format=kind, dpi=DPI, facecolor="white",
+                                                       metadata={"Date": None} if kind == "svg" else {}))
