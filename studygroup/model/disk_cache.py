@@ -36,6 +36,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import safe_open, save_file
 
+from studygroup.errors import ModelFileError
+
 ENV_VAR = "STUDYGROUP_CACHE_DIR"
 MAX_GB_ENV_VAR = "STUDYGROUP_CACHE_MAX_GB"
 DEFAULT_MAX_GB = 4.0
@@ -60,9 +62,12 @@ def file_key(path: str | Path) -> str:
     'model-6f1c0a9e2b7d4c31'
     """
     path = Path(path)
-    stat = path.stat()
-    with open(path, "rb") as f:
-        head = hashlib.sha256(f.read(HEADER_BYTES)).hexdigest()
+    try:
+        stat = path.stat()
+        with open(path, "rb") as f:
+            head = hashlib.sha256(f.read(HEADER_BYTES)).hexdigest()
+    except OSError as e:  # refused, or a file that cannot be read (/proc/self/mem): before any other check
+        raise ModelFileError(f"cannot read the model file {path}: {e.strerror or e}") from None
     ident = f"v{FORMAT_VERSION}|{stat.st_size}|{stat.st_mtime_ns}|{head}"
     stem = re.sub(r"[^A-Za-z0-9._-]", "_", path.stem)[:80]
     return f"{stem}-{hashlib.sha256(ident.encode()).hexdigest()[:16]}"

@@ -126,7 +126,8 @@ def test_unreadable_model_paths(capsys, tmp_path):
     not_gguf.write_text("hello")
     for path, words in ((tmp_path / "missing.gguf", "does not exist"), (not_gguf, "not a GGUF"),
                         (tmp_path, "is a folder"), ("/dev/null", "not a regular file"), ("", "path is empty"),
-                        ("~no-such-user-zz/x.gguf", "cannot read the model path")):
+                        ("~no-such-user-zz/x.gguf", "cannot read the model path"),
+                        ("/proc/self/mem", "cannot read the model file /proc/self/mem")):
         code, out, err = cli(capsys, "explain", "the tin", "--model", path)
         assert code == 2 and err.count("\n") == 1 and err.startswith("studygroup: error: ") and words in err, err
 
