@@ -25,13 +25,13 @@ from starlette.exceptions import HTTPException
 
 from studygroup.study import page_data
 from studygroup.errors import InputError, StudyGroupError
-from studygroup.web.guard import LRU, BodyLimit, Busy, Gate, HostCheck, SecurityHeaders, error_response
+from studygroup.web.guard import (LRU, UNREADABLE_BODY, BodyLimit, Busy, Gate, HostCheck, SecurityHeaders,
+                                  error_response)
 
 DEFAULT_TEXT = "Cash or credit card? I have a lot"
 MAX_TEXT_CHARS = 4000
 MAX_TOP = 50
 MAX_SILENCED = 512
-UNREADABLE_BODY = "There was an error parsing the body"  # FastAPI's 400 for a body it cannot decode
 STATIC_FILES = {"page.css": "text/css; charset=utf-8", "page.js": "text/javascript; charset=utf-8"}
 
 

@@ -6,6 +6,7 @@ Plain ASGI and asyncio, no model knowledge: `studygroup.web.app` puts them in fr
 from __future__ import annotations
 
 import asyncio
+import codecs
 import threading
 from collections import OrderedDict
 
@@ -83,6 +84,10 @@ class LRU:
                 self.size -= self._d.popitem(last=False)[1][1]
 
 
+#: FastAPI's words for a body it cannot decode; the app answers them with 422 and an example.
+UNREADABLE_BODY = "There was an error parsing the body"
+
+
 class BodyLimit:
     """Refuses request bodies over max_body bytes with 413, by Content-Length or as they stream in,
     and bodies that stop arriving for `stall_s` seconds with 408 (a client that sends half a body
@@ -97,7 +102,7 @@ class BodyLimit:
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_body):
             return await error_response(413, self._message())(scope, receive, send)
-        seen, complete = 0, False
+        seen, complete, utf8 = 0, False, codecs.getincrementaldecoder("utf-8")()
 
         async def limited():
             nonlocal seen, complete
@@ -111,12 +116,27 @@ class BodyLimit:
             seen += len(message.get("body", b""))
             if seen > self.max_body:
                 raise HTTPException(413, self._message())
+            if not _utf8_json_so_far(utf8, message.get("body", b""), complete):
+                raise HTTPException(400, UNREADABLE_BODY)
             return message
 
         await self.app(scope, limited, send)
 
     def _message(self) -> str:
         return f"the request body is larger than {self.max_body // 1024} KiB"
+
+
+def _utf8_json_so_far(decoder, chunk: bytes, final: bool) -> bool:
+    """Whether a body's bytes so far can be UTF-8 JSON. json.loads would also read UTF-16 and
+    UTF-32 (it detects them); only UTF-8 is taken. Their NUL bytes give them away even where
+    they happen to be valid UTF-8: JSON text never holds a raw NUL."""
+    if b"\x00" in chunk:
+        return False
+    try:
+        decoder.decode(chunk, final=final)
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 class SecurityHeaders:

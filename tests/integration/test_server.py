@@ -261,6 +261,8 @@ JSON = {"content-type": "application/json"}
 @pytest.mark.parametrize("content, headers, words", [
     (b"{not json", JSON, "not valid JSON (error at character 1)"),
     (b'{"text": "\xff"}', JSON, "not valid JSON (UTF-8 text)"),  # bytes that are not UTF-8
+    ('{"text": "I have a lot"}'.encode("utf-16"), JSON, "not valid JSON (UTF-8 text)"),  # JSON, but UTF-16
+    ('{"text": "I have a lot"}'.encode("utf-32-le"), JSON, "not valid JSON (UTF-8 text)"),
     (b"[1, 2]", JSON, "must be a JSON object"),
     (b'"text"', JSON, "must be a JSON object"),
     (b"text=hello", {"content-type": "application/x-www-form-urlencoded"},
