@@ -3,15 +3,23 @@
 Where: `$STUDYGROUP_CACHE_DIR` if set, else platformdirs' user cache dir for "studygroup"
 (e.g. ~/.cache/studygroup on Linux).
 
-Which entry belongs to which file: the key is built from the file's size, its mtime_ns and a
-sha256 of its first 1 MiB, read as raw bytes (a hit never parses the GGUF). A changed file gets
-a new key, so it never meets old weights.
+Which entry belongs to which file: an entry is named by the file's stem and a digest of its
+whole content (xxh3-128), so a copy or a re-download of the same file finds it. Hashing the file
+is paid once per file state: a small "source" entry maps the file's device, inode, size, mtime and
+ctime to its digest (any write changes ctime, which `touch` cannot set back). A changed file gets
+a new key, so it never meets old weights; an unchanged one touched, copied or renamed is hashed
+again and adopts its entry instead of rebuilding it.
 
-Crash safety: every entry is written to a temporary file in the cache dir, then moved into place
-with `os.replace`, which is atomic. Readers only open final names, so a half-written file is never
-served; an entry that fails to read (corrupt, truncated) is deleted and rebuilt by the caller.
-Weights are memory-mapped, so a warm start reads pages only as they are used; this is safe because
-an entry is never changed in place, only replaced (the old mapping keeps the old file alive).
+Proof: every entry carries a digest of its own bytes (`studygroup.model.cache_entry`), checked on
+every load; an entry that fails it is never used: it is deleted, and rebuilt by the caller.
+
+Crash safety: every entry is written to a temporary file in the cache dir (named with the
+writer's process id), then moved into place with `os.replace`, which is atomic. Readers only open
+final names, so a half-written file is never served. A temporary file whose writer is no longer
+running, or older than an hour, is removed; a live writer's file is counted against the size
+bound, never removed. Weights are memory-mapped, so a warm start reads pages only as they are used
+(the digest reads them once); this is safe because an entry is never changed in place, only
+replaced (the old mapping keeps the old file alive).
 
 Size: a changed model file leaves its old entries behind (~0.5 GB of weights for the default
 model). After each write the cache is pruned to `$STUDYGROUP_CACHE_MAX_GB` (default 4) by
@@ -20,57 +28,68 @@ written is always kept. Removing an entry another process has mapped is safe: it
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
-import tempfile
 import time
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import platformdirs
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import safe_open, save_file
 
 from studygroup.errors import ModelFileError
+from studygroup.model import cache_entry
+from studygroup.progress import say
 
 ENV_VAR = "STUDYGROUP_CACHE_DIR"
 MAX_GB_ENV_VAR = "STUDYGROUP_CACHE_MAX_GB"
 DEFAULT_MAX_GB = 4.0
-FORMAT_VERSION = 1  # bump when what an entry holds changes: old entries then miss instead of misleading
-HEADER_BYTES = 1 << 20  # the first 1 MiB of a GGUF holds its metadata; hashing it catches rewrites
+FORMAT_VERSION = 2  # bump when what an entry holds changes: old entries then miss instead of misleading
 STALE_TEMP_SECONDS = 3600  # temporary files older than this are leftovers of a crash
+READ_CHUNK = 16 << 20  # bytes read at a time while hashing a model file
 
 
 def cache_dir() -> Path:
     """The folder that holds cache entries (created on first write, not here).
 
-    >>> cache_dir().name  # doctest: +SKIP
-    'studygroup'
+    >>> cache_dir() == Path(os.environ[ENV_VAR])
+    True
     """
     return Path(os.environ.get(ENV_VAR) or platformdirs.user_cache_dir("studygroup"))
 
 
 def file_key(path: str | Path) -> str:
-    """Cache key of a model file: its stem plus a digest of (size, mtime_ns, sha256 of the first 1 MiB).
+    """Cache key of a model file: its stem plus 16 hex digits of its content digest.
 
-    >>> file_key("model.gguf")  # doctest: +SKIP
-    'model-6f1c0a9e2b7d4c31'
+    The digest is looked up by the file's state (device, inode, size, mtime, ctime); only a state
+    seen for the first time hashes the whole file. ModelFileError if the file cannot be read.
     """
     path = Path(path)
     try:
         stat = path.stat()
-        with open(path, "rb") as f:
-            head = hashlib.sha256(f.read(HEADER_BYTES)).hexdigest()
+        state = f"v{FORMAT_VERSION}|{stat.st_dev}|{stat.st_ino}|{stat.st_size}|{stat.st_mtime_ns}|{stat.st_ctime_ns}"
+        stem = re.sub(r"[^A-Za-z0-9._-]", "_", path.stem)[:80]
+        source = entry_path(f"{stem}-{cache_entry.digest(state.encode())[:16]}", "source")
+        known = read_json(source)
+        if isinstance(known, dict) and known.get("state") == state and isinstance(known.get("digest"), str):
+            content = known["digest"]
+        else:
+            content = source_digest(path)
+            write_json(source, {"state": state, "digest": content}, also_keep=f"{stem}-{content[:16]}")
     except OSError as e:  # refused, or a file that cannot be read (/proc/self/mem): before any other check
         raise ModelFileError(f"cannot read the model file {path}: {e.strerror or e}") from None
-    ident = f"v{FORMAT_VERSION}|{stat.st_size}|{stat.st_mtime_ns}|{head}"
-    stem = re.sub(r"[^A-Za-z0-9._-]", "_", path.stem)[:80]
-    return f"{stem}-{hashlib.sha256(ident.encode()).hexdigest()[:16]}"
+    return f"{stem}-{content[:16]}"
+
+
+def source_digest(path: Path) -> str:
+    """xxh3-128 of a file's whole content, read in chunks (memory stays flat for a file of GBs)."""
+    h = cache_entry.xxhash.xxh3_128()
+    buffer = bytearray(READ_CHUNK)
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buffer):
+            h.update(memoryview(buffer)[:n])
+    return h.hexdigest()
 
 
 def entry_path(key: str, kind: str) -> Path:
@@ -83,58 +102,75 @@ def entry_path(key: str, kind: str) -> Path:
     return cache_dir() / f"{key}.{kind}.{suffix}"
 
 
+def adopt(path: Path) -> None:
+    """Where `path` is missing, take over an entry of the same kind and content made under another
+    name (a copy or a renamed model file): it is renamed to `path`."""
+    m = ENTRY_NAME.fullmatch(path.name)
+    if m is None or path.exists():
+        return
+    digest16, rest = m["key"][-16:], path.name[len(m["key"]) + 1:]  # rest: <kind>.<suffix>
+    for other in sorted(path.parent.glob(f"*-{digest16}.{rest}")):
+        if other != path and ENTRY_NAME.fullmatch(other.name):
+            try:
+                os.replace(other, path)
+            except OSError:
+                continue
+            return
+
+
 def read_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]] | None:
-    """Tensors and string metadata of a safetensors entry; None when absent or unreadable.
+    """Tensors (mapped from the file) and string metadata of a weights entry; None when absent,
+    unreadable or not what was written (its digest fails: then it is deleted, with a notice).
 
     >>> read_tensors(Path("/nonexistent.safetensors")) is None
     True
     """
+    adopt(path)
     if not path.is_file():
         return None
     try:
-        with safe_open(path, framework="pt") as f:  # memory-maps the file
-            found = {name: f.get_tensor(name) for name in f.keys()}, dict(f.metadata() or {})
-    except (SafetensorError, OSError, ValueError, RuntimeError):
-        discard(path)
+        mapped = torch.from_file(str(path), shared=False, size=path.stat().st_size, dtype=torch.uint8)  # (N,)
+    except (OSError, RuntimeError):
+        mapped = None
+    found = None if mapped is None else cache_entry.unpack(mapped)
+    if found is None:
+        _damaged(path)
         return None
     _used(path)
     return found
 
 
-def write_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
-    """Store tensors (contiguous, unshared) and string metadata atomically at `path`.
-
-    >>> write_tensors(cache_dir() / "x.weights.safetensors", {"a": torch.zeros(2, 3)}, {"note": "hi"})  # doctest: +SKIP
-    >>> read_tensors(cache_dir() / "x.weights.safetensors")[0]["a"].shape  # doctest: +SKIP
-    torch.Size([2, 3])
-    """
-    _write_atomically(path, lambda tmp: save_file(tensors, str(tmp), metadata=metadata))
+def write_tensors(path: Path, buffer: torch.Tensor) -> None:
+    """Store the bytes of a weights entry (`cache_entry.pack`) atomically at `path`."""
+    _write_atomically(path, lambda f: f.write(memoryview(buffer.numpy())))
 
 
 def read_json(path: Path) -> Any | None:
-    """The JSON value stored at `path`; None when absent or unreadable.
+    """The JSON value stored at `path`; None when absent, unreadable or not what was written
+    (then it is deleted, with a notice).
 
     >>> read_json(Path("/nonexistent.json")) is None
     True
     """
+    adopt(path)
     if not path.is_file():
         return None
     try:
-        found = json.loads(path.read_text(encoding="utf-8"))
+        found = cache_entry.load_json(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        discard(path)
+        found = None
+    if found is None:
+        _damaged(path)
         return None
     _used(path)
     return found
 
 
-def write_json(path: Path, value: Any) -> None:
-    """Store a JSON value atomically at `path`.
-
-    >>> write_json(cache_dir() / "x.tokenizer.json", {"tokens": ["a"]})  # doctest: +SKIP
-    """
-    text = json.dumps(value, ensure_ascii=False)
-    _write_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+def write_json(path: Path, value: Any, also_keep: str | None = None) -> None:
+    """Store a JSON value, with its digest, atomically at `path` (the size bound then spares its
+    key and `also_keep`)."""
+    data = cache_entry.dump_json(value).encode("utf-8")
+    _write_atomically(path, lambda f: f.write(data), also_keep)
 
 
 def discard(path: Path) -> None:
@@ -148,7 +184,15 @@ def discard(path: Path) -> None:
         pass
 
 
-def _write_atomically(path: Path, write: Callable[[Path], None]) -> None:
+def _damaged(path: Path) -> None:
+    """An entry that is not what was written: never used; deleted, and said in one line."""
+    if path.exists():
+        say(f"studygroup: the cache entry {path.name} is damaged (it does not match its digest): "
+            "rebuilding it from the model file")
+    discard(path)
+
+
+def _write_atomically(path: Path, write, also_keep: str | None = None) -> None:
     """Write through a temporary file in the same folder, then `os.replace` it into place.
 
     A cache that cannot be written (read-only disk, disk full) only costs speed: warn, go on.
@@ -156,23 +200,23 @@ def _write_atomically(path: Path, write: Callable[[Path], None]) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         _remove_stale_temps(path.parent)
-        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        os.close(fd)
+        tmp = path.parent / f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+        f = open(tmp, "xb")
     except OSError as e:
         warnings.warn(f"studygroup could not write its cache in {path.parent} ({e}); "
                       f"set {ENV_VAR} to a writable folder to start faster next time", stacklevel=3)
         return
-    tmp = Path(name)
     try:
-        write(tmp)
-        with open(tmp, "rb+") as f:
+        with f:
+            write(f)
+            f.flush()
             os.fsync(f.fileno())  # the bytes reach the disk before the name does
         os.replace(tmp, path)
     except OSError as e:
         warnings.warn(f"studygroup could not write {path} ({e}); it will rebuild it next time", stacklevel=3)
     finally:
         tmp.unlink(missing_ok=True)
-    prune(keep=_key_of(path))
+    prune(keep=_key_of(path), also_keep=also_keep)
 
 
 def _used(path: Path) -> None:
@@ -185,6 +229,8 @@ def _used(path: Path) -> None:
 
 #: The file name of an entry: <stem>-<16 hex digits>.<kind>.<suffix> (see file_key, entry_path).
 ENTRY_NAME = re.compile(r"(?P<key>[A-Za-z0-9._-]*-[0-9a-f]{16})\.(weights\.safetensors|[a-z]+\.json)")
+#: The file name of a temporary file: .<entry name>.<writer's pid>.<8 hex digits>.tmp
+TEMP_NAME = re.compile(r"\..+\.(?P<pid>[0-9]+)\.[0-9a-f]{8}\.tmp")
 
 
 def _key_of(path: Path) -> str | None:
@@ -208,27 +254,28 @@ def max_bytes() -> int:
     return int(max(gb, 0.0) * 2**30)
 
 
-def prune(keep: str, limit: int | None = None) -> list[str]:
+def prune(keep: str, limit: int | None = None, also_keep: str | None = None) -> list[str]:
     """Remove whole keys, least recently used first, until the cache holds at most `limit` bytes
-    (default `max_bytes()`); never the key `keep`. Returns the keys removed.
-
-    >>> prune(keep="model-0123456789abcdef")  # doctest: +SKIP
-    []
+    (default `max_bytes()`); never the keys `keep` and `also_keep`, never a live writer's temporary file (which
+    counts against the bound). Returns the keys removed.
     """
     limit = max_bytes() if limit is None else limit
     keys: dict[str, list[tuple[Path, os.stat_result]]] = {}
+    writing = 0
     try:
         for p in cache_dir().iterdir():
             if (key := _key_of(p)) is not None:  # only our entries: the folder may hold other files
                 keys.setdefault(key, []).append((p, p.stat()))
+            elif TEMP_NAME.fullmatch(p.name):
+                writing += p.stat().st_size
     except OSError:
         return []
-    total = sum(st.st_size for files in keys.values() for _, st in files)
+    total = writing + sum(st.st_size for files in keys.values() for _, st in files)
     removed = []
     for key in sorted(keys, key=lambda k: max(st.st_mtime for _, st in keys[k])):  # least recently used first
         if total <= limit:
             break
-        if key == keep:
+        if key in (keep, also_keep):
             continue
         for p, st in keys[key]:
             discard(p)
@@ -238,11 +285,27 @@ def prune(keep: str, limit: int | None = None) -> list[str]:
 
 
 def _remove_stale_temps(folder: Path) -> None:
-    """Delete temporary files that a crashed writer left behind long ago."""
+    """Delete temporary files whose writer is no longer running, or that are older than an hour."""
     now = time.time()
     for tmp in folder.glob(".*.tmp"):
+        m = TEMP_NAME.fullmatch(tmp.name)
         try:
-            if now - tmp.stat().st_mtime > STALE_TEMP_SECONDS:
+            if (m is not None and not _running(int(m["pid"]))) or now - tmp.stat().st_mtime > STALE_TEMP_SECONDS:
                 tmp.unlink()
         except OSError:
             pass
+
+
+def _running(pid: int) -> bool:
+    """Whether a process with this id is running (or exists and is not ours to signal).
+
+    >>> _running(os.getpid())
+    True
+    """
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import torch
 
-from studygroup.model import disk_cache
+from studygroup.model import cache_entry, disk_cache
 from studygroup.gguf import layout as gguf_layout
 from studygroup.gguf.config import Config
 from studygroup.gguf.model_path import resolve_model_path
 from studygroup.gguf.tokenizer import Tokenizer
+from studygroup.progress import note
 
 
 #: Cache writes that first loads held back (load_weights(..., defer_write=True)): see write_deferred.
@@ -24,39 +25,37 @@ def load_weights(path: str | Path | None = None, cache: bool = True,
                  defer_write: bool = False) -> tuple[Config, dict[str, torch.Tensor]]:
     """`read_weights` through the disk cache (see studygroup.model.disk_cache); path None = the default model.
 
+    Every load hands out views into the bytes of a cache entry: mapped from the file when it is
+    cached, else laid out in memory as the entry holds them (and written, unless cache=False), so
+    that the first run and every later one compute on the same layout and give the same numbers.
+
     defer_write: on a first load, keep the cache write (~1.5 s for the default model's 0.5 GB) for
       `write_deferred()`, so that a command prints its answer first.
 
-    >>> config, w = load_weights()  # doctest: +SKIP
-    >>> config.n_layers, w["embed"].shape  # doctest: +SKIP
+    >>> config, w = load_weights()
+    >>> config.n_layers, w["embed"].shape
     (30, torch.Size([49152, 576]))
     """
-    path = resolve_model_path(path)
-    if not cache:
-        from studygroup.gguf.weights import read_weights
-
-        return read_weights(path)
-    entry = disk_cache.entry_path(disk_cache.file_key(path), "weights")
-    hit = _from_cache(entry)
-    if hit is not None:
-        return hit
-    from studygroup.progress import note
     from studygroup.gguf.weights import read_weights
 
-    note(f"first use of {path.name}: dequantizing its weights into {entry.parent} "
-         "(once per model file; a few seconds)")
-
+    path = resolve_model_path(path)
+    if cache:
+        entry = disk_cache.entry_path(disk_cache.file_key(path), "weights")
+        hit = _from_cache(entry)
+        if hit is not None:
+            return hit
+        note(f"first use of {path.name}: dequantizing its weights into {entry.parent} "
+             "(once per model file; a few seconds)")
     config, weights = read_weights(path)
     metadata = {"config": json.dumps(config.to_dict()), "layout": CACHE_LAYOUT}
+    buffer, stored = cache_entry.pack(_for_cache(weights, config.n_layers), metadata)
+    del weights
+    if cache:
+        def write() -> None:
+            disk_cache.write_tensors(entry, buffer)
 
-    def write() -> None:
-        disk_cache.write_tensors(entry, _for_cache(weights, config.n_layers), metadata)
-
-    if defer_write:
-        _deferred.append(write)
-    else:
-        write()
-    return config, weights
+        _deferred.append(write) if defer_write else write()
+    return config, _from_stored(stored, config)
 
 
 def write_deferred() -> None:
@@ -67,18 +66,19 @@ def write_deferred() -> None:
 
 #: How cache entries store matrices: (out, in) rows, the layout the model multiplies with, and
 #: W_Q/W_K/W_V and W_gate/W_up one after the other as the model fuses them, so that a load maps
-#: them without a copy (was: (in, out), and every load copied 0.5 GB, ~0.5 s; then separate
-#: matrices, and the model's fusing copy kept 0.28 GB of the file's pages resident besides).
+#: them without a copy (an (in, out) entry would be copied on every load, ~0.5 s; separate
+#: matrices would be copied by the model's fusing, keeping 0.28 GB of the file's pages resident).
 CACHE_LAYOUT = "matrices-out-in-joined"
 
 
-def _for_cache(weights: Mapping[str, torch.Tensor], n_layers: int) -> dict[str, torch.Tensor]:
-    """Our weights as a cache entry holds them: matrices (out, in), the joined ones joined."""
+def _for_cache(weights: Mapping[str, torch.Tensor], n_layers: int) -> dict[str, torch.Tensor | list[torch.Tensor]]:
+    """Our weights as a cache entry holds them, for `cache_entry.pack`: matrices (out, in) (views:
+    pack copies each once), the joined ones as the list of their parts' rows."""
     parts = {f"layers.{l}.{p}" for l in range(n_layers) for group in gguf_layout.FUSED.values() for p in group}
     stored = {n: _as_rows(n, t) for n, t in weights.items() if n not in parts}
     for l in range(n_layers):
         for joined, group in gguf_layout.FUSED.items():
-            stored[f"layers.{l}.{joined}"] = torch.cat([weights[f"layers.{l}.{p}"].T for p in group]).contiguous()
+            stored[f"layers.{l}.{joined}"] = [weights[f"layers.{l}.{p}"].T for p in group]
     return stored
 
 
@@ -97,8 +97,8 @@ def _from_stored(stored: Mapping[str, torch.Tensor], config: Config) -> dict[str
 
 
 def _as_rows(name: str, t: torch.Tensor) -> torch.Tensor:
-    """A paper-layout (in, out) matrix stored as (out, in) rows; the embedding and vectors as they are."""
-    return t.T.contiguous() if t.dim() == 2 and name != "embed" else t
+    """A paper-layout (in, out) matrix as (out, in) rows (a view); the embedding and vectors as they are."""
+    return t.T if t.dim() == 2 and name != "embed" else t
 
 
 def _as_paper(name: str, t: torch.Tensor) -> torch.Tensor:

@@ -2,7 +2,11 @@
 from __future__ import annotations
 
 import gc
+import json
 import os
+import random
+import subprocess
+import sys
 import time
 
 import platformdirs
@@ -11,6 +15,7 @@ import torch
 from conftest import write_tiny_gguf
 from safetensors.torch import save_file
 
+from studygroup.model import cache_entry
 from studygroup.model import disk_cache as cache
 from studygroup.gguf import container as gguf_file
 from studygroup.gguf import weights
@@ -80,19 +85,40 @@ def test_cache_false_neither_reads_nor_writes(cache_dir, model, parses):
     assert len(parses) == 3 and not cache_dir.exists()
 
 
-def test_key_depends_on_size_mtime_and_header(tmp_path):
+@pytest.fixture
+def hashes(monkeypatch):
+    """Counts whole-file hashes made for cache keys."""
+    calls = []
+    real = cache.source_digest
+    monkeypatch.setattr(cache, "source_digest", lambda path: calls.append(path) or real(path))
+    return calls
+
+
+def test_key_is_the_content_found_by_the_files_state(cache_dir, tmp_path, hashes):
     path = tmp_path / "f.gguf"
-    path.write_bytes(b"GGUF" + b"\0" * 100)
+    path.write_bytes(b"GGUF" + b"\0" * (3 << 20))
     key = cache.file_key(path)
+    assert cache.file_key(path) == key and len(hashes) == 1  # the same state: no hash
     stat = path.stat()
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))
-    assert cache.file_key(path) != key  # mtime
-    path.write_bytes(b"GGUF" + b"\1" * 100)
+    assert cache.file_key(path) == key and len(hashes) == 2  # touched: hashed again, the same content
+    with open(path, "r+b") as f:  # past the first MiB, the size and mtime kept: only ctime tells
+        f.seek(2 << 20)
+        f.write(b"\1")
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    assert cache.file_key(path) != key  # same size and mtime, other bytes
-    path.write_bytes(b"GGUF" + b"\0" * 101)
-    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    assert cache.file_key(path) != key  # size
+    assert cache.file_key(path) != key and len(hashes) == 3
+    copy = tmp_path / "f.gguf.copy"
+    copy.write_bytes(b"GGUF" + b"\0" * (3 << 20))
+    assert cache.file_key(copy)[-16:] == key[-16:]  # another name, the same content digest
+
+
+def test_the_content_digest_is_xxh3_of_the_whole_file(tmp_path):
+    import xxhash
+
+    path = tmp_path / "f.gguf"
+    data = os.urandom((cache.READ_CHUNK * 2) + 12345)  # across chunk boundaries
+    path.write_bytes(data)
+    assert cache.source_digest(path) == xxhash.xxh3_128(data).hexdigest()
 
 
 def test_changed_file_never_gets_old_weights(cache_dir, model, parses):
@@ -106,12 +132,15 @@ def test_changed_file_never_gets_old_weights(cache_dir, model, parses):
     assert torch.equal(new[1]["embed"], new_model.hf_state_dict["model.embed_tokens.weight"])
 
 
-def test_touched_file_is_read_again(cache_dir, model, parses):
-    load_weights(model.path)
+def test_touched_copied_or_renamed_file_adopts_its_entry(cache_dir, model, parses, hashes):
+    first = load_weights(model.path)
     stat = model.path.stat()
     os.utime(model.path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
-    load_weights(model.path)
-    assert len(parses) == 2
+    assert same(load_weights(model.path), first) and len(parses) == 1 and len(hashes) == 2
+    renamed = model.path.with_name("renamed.gguf")
+    renamed.write_bytes(model.path.read_bytes())
+    assert same(load_weights(renamed), first) and len(parses) == 1  # adopted under the new name
+    assert cache.entry_path(cache.file_key(renamed), "weights").is_file()
 
 
 def test_half_written_temp_file_is_never_served(cache_dir, model, parses):
@@ -126,12 +155,13 @@ def test_half_written_temp_file_is_never_served(cache_dir, model, parses):
 
 
 def test_crash_during_write_leaves_no_entry(cache_dir, model, monkeypatch):
-    def crash_halfway(tensors, filename, metadata=None):
-        with open(filename, "wb") as f:
+    def crash_halfway(path, buffer):
+        def write(f):
             f.write(b"half of a safetensors file")
-        raise KeyboardInterrupt  # the process dies mid-write
+            raise KeyboardInterrupt  # the process dies mid-write
+        cache._write_atomically(path, write)
 
-    monkeypatch.setattr(cache, "save_file", crash_halfway)
+    monkeypatch.setattr(cache, "write_tensors", crash_halfway)
     with pytest.raises(KeyboardInterrupt):
         load_weights(model.path)
     assert not entry(model).exists() and not list(cache_dir.glob(".*.tmp"))
@@ -150,7 +180,23 @@ def test_stale_temp_files_are_cleaned_up_fresh_ones_kept(cache_dir, model):
     assert not old.exists() and fresh.exists()  # fresh: maybe another process is writing it
 
 
-@pytest.mark.parametrize("damage", ["garbage", "truncated", "empty", "wrong shapes", "no config"])
+def test_a_dead_writers_temp_file_goes_a_live_ones_stays_and_counts(cache_dir, model):
+    cache_dir.mkdir()
+    dead_pid = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True).stdout.strip()
+    dead = cache_dir / f".m-0123456789abcdef.weights.safetensors.{dead_pid}.0badf00d.tmp"
+    live = cache_dir / f".m-0123456789abcdef.weights.safetensors.{os.getpid()}.0badf00d.tmp"
+    dead.write_bytes(b"x" * 1000), live.write_bytes(b"x" * 1000)
+    load_weights(model.path)
+    assert not dead.exists() and live.exists()
+    stale = _entry(cache_dir, "s.q4-00000000000000aa", "weights", 10, 3600)
+    written = sum(p.stat().st_size for p in cache_dir.iterdir() if p != live and p != stale)
+    assert cache.prune(keep=cache.file_key(model.path), limit=written + 1000) == ["s.q4-00000000000000aa"]
+    assert live.exists()
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "empty", "wrong shapes", "no config", "flipped bytes",
+                                    "a NaN in final_norm"])
 def test_corrupt_weights_entry_is_rebuilt(cache_dir, model, parses, damage):
     load_weights(model.path)  # writes the entry; its memory-mapped tensors are dropped at once, since
     gc.collect()  # damaging a file in place under live mappings is what the cache itself never does
@@ -165,8 +211,17 @@ def test_corrupt_weights_entry_is_rebuilt(cache_dir, model, parses, damage):
         final.write_bytes(b"")
     elif damage == "wrong shapes":
         save_file({"embed": torch.zeros(3, 3)}, str(final), metadata={"config": '{"n_layers": 2}'})
-    else:
+    elif damage == "no config":
         save_file({k: v.contiguous() for k, v in expected[1].items()}, str(final))
+    elif damage == "flipped bytes":  # 1,000 bytes anywhere past the header, at a fixed seed
+        damaged = bytearray(data)
+        for i in random.Random(0).sample(range(len(data) // 2, len(data)), 1000):
+            damaged[i] ^= 0xFF
+        final.write_bytes(bytes(damaged))
+    else:  # a well-formed entry, its digest kept, one value changed
+        mapped = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        at = cache_entry.unpack(mapped)[0]["final_norm"].data_ptr() - mapped.data_ptr()
+        final.write_bytes(data[:at] + torch.tensor([float("nan")]).numpy().tobytes() + data[at + 4:])
     again = load_weights(model.path)
     assert len(parses) == 3 and same(expected, again)
     assert same(load_weights(model.path), expected) and len(parses) == 3  # the rebuilt entry serves
@@ -181,6 +236,46 @@ def test_corrupt_tokenizer_entry_is_rebuilt(cache_dir, model, parses, damage):
     entry(model, "tokenizer").write_bytes(damage)
     assert load_tokenizer(model.path).encode("the 12") == expected
     assert len(parses) == 2
+
+
+def test_a_tokenizer_entry_with_two_tokens_swapped_is_rebuilt(cache_dir, model, capsys):
+    expected = load_tokenizer(model.path).encode("the 12")
+    path = entry(model, "tokenizer")
+    digest, _, text = path.read_text(encoding="utf-8").partition("\n")
+    value = json.loads(text)
+    a, b = value["tokens"].index("Ġt"), value["tokens"].index("he")
+    value["tokens"][a], value["tokens"][b] = value["tokens"][b], value["tokens"][a]
+    path.write_text(digest + "\n" + json.dumps(value, ensure_ascii=False), encoding="utf-8")
+    assert load_tokenizer(model.path).encode("the 12") == expected
+    assert capsys.readouterr().err.count("is damaged") == 1
+
+
+def test_a_damaged_weights_entry_says_so_in_one_line_and_gives_the_same_answer(cache_dir, model, capsys):
+    from studygroup.model.model import load
+    from studygroup.study.explain import explain
+
+    before = explain(load(model.path), "the 12 sing").to_json()
+    gc.collect()
+    final = entry(model)
+    data = bytearray(final.read_bytes())
+    data[-5] ^= 0x40
+    final.write_bytes(bytes(data))
+    capsys.readouterr()
+    after = explain(load(model.path), "the 12 sing").to_json()
+    err = capsys.readouterr().err
+    assert after == before and err.count("\n") == 1 and "is damaged" in err and final.name in err
+
+
+def test_the_first_run_and_every_later_run_give_the_same_json(cache_dir, model):
+    """Cold (dequantized now) and warm (mapped from the cache) compute on the same bytes."""
+    from studygroup.model.model import load
+    from studygroup.study.explain import explain
+
+    cold = explain(load(model.path), "the 12 sing", silence_heads="all").to_json()
+    assert entry(model).is_file()
+    warm = explain(load(model.path), "the 12 sing", silence_heads="all").to_json()
+    uncached = explain(load(model.path, cache=False), "the 12 sing", silence_heads="all").to_json()
+    assert cold == warm == uncached
 
 
 def test_unwritable_cache_warns_and_still_loads(tmp_path, monkeypatch, model):
