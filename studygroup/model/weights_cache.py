@@ -67,8 +67,8 @@ def write_deferred() -> None:
 
 #: How cache entries store matrices: (out, in) rows, the layout the model multiplies with, and
 #: W_Q/W_K/W_V and W_gate/W_up one after the other as the model fuses them, so that a load maps
-#: them without a copy (was: (in, out), and every load copied 0.5 GB, ~0.5 s; then separate
-#: matrices, and the model's fusing copy kept 0.28 GB of the file's pages resident besides).
+#: them without a copy (stored (in, out), every load would copy 0.5 GB, ~0.5 s; stored as separate
+#: matrices, the model's fusing copy would keep 0.28 GB of the file's pages resident besides).
 CACHE_LAYOUT = "matrices-out-in-joined"
 
 
