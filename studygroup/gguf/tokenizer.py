@@ -165,7 +165,7 @@ class Tokenizer:
         >>> Tokenizer.from_json(load_tokenizer().to_json()).vocab_size  # doctest: +SKIP
         49152
         """
-        # A byte-level BPE's merges are in `built` already: not twice (reading them took 30 ms)
+        # A byte-level BPE's merges are in `built` already: not twice (reading them takes 30 ms)
         merges = [] if self.model == "gpt2" else self._merges
         return {"format": FORMAT, "model": self.model, "tokens": self.tokens, "merges": merges,
                 "scores": self.scores, "token_types": self.token_types, "pre": self.pre, "bos_id": self.bos_id,

@@ -6,7 +6,7 @@ a few hundred microseconds: passes of 10-100 rows ran 20-25% slower here with sl
 (OMP_WAIT_POLICY=PASSIVE) than with workers that spin for ~0.1 ms first. But when other programs
 keep the cores busy, a spinning worker takes the time the working one needs: `explain` then ran
 30% slower with a 0.1 ms spin and 2× slower with a 1 ms one, and 4-5× slower with libgomp's
-default of ~3 ms (measured in earlier sessions: 22 s against 5 s on 2 busy cores). So the CLI
+default of ~3 ms (measured: 22 s against 5 s on 2 busy cores). So the CLI
 looks at how many other tasks are running, just before torch starts its threads: workers spin
 briefly on an idle machine and sleep at once on a busy one. A value the user set wins.
 

@@ -1,7 +1,7 @@
 """The same code on a CUDA device: every result equals the CPU's (runs only where CUDA is present).
 
-Without a GPU these tests are reported as skipped, never as passed; they were run on a lent
-NVIDIA H200 (see the README's GPU section).
+Without a GPU these tests are reported as skipped, never as passed; docs/performance.md names the
+GPU they run on.
 """
 import pytest
 import torch

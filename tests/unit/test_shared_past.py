@@ -45,7 +45,7 @@ def test_a_copy_that_hears_only_itself_gets_its_own_answer():
 
 def test_bfloat16_is_computed_in_float32():
     """Within the output's own bfloat16 rounding (~4e-3 on answers near 1); scores, softmax and
-    sums kept in bfloat16 were 3× further off (1.2-1.4e-2 on these seeds)."""
+    sums kept in bfloat16 are 3× further off (1.2-1.4e-2 on these seeds)."""
     for seed in (1, 2, 3):
         g = torch.Generator().manual_seed(seed)
         r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731

@@ -1,0 +1,83 @@
+"""Make docs/img/page.png: the web page explaining the default sentence, with one head open.
+
+Starts `python -m studygroup.web.serve --port 0 --no-warm` (the default model), opens the URL it
+prints in Debian's chromium through Playwright, waits for the default sentence's explanation,
+selects the last member, opens head 6 of layer 24 (the most decisive head for "Cash or credit card?
+I have a lot"), scrolls so that the model view and the open head fill the window, and saves a
+1440×900 PNG.
+
+    .venv/bin/python docs/img/make_screenshots.py            # writes docs/img/page.png
+    .venv/bin/python docs/img/make_screenshots.py out.png    # writes out.png
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from playwright.sync_api import sync_playwright
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+SIZE = {"width": 1440, "height": 900}
+LAYER, HEAD = 24, 6
+
+
+def start_server() -> tuple[subprocess.Popen, str]:
+    """`studygroup serve` on a free loopback port, and the URL it prints."""
+    cmd = [sys.executable, "-m", "studygroup.web.serve", "--port", "0", "--no-warm"]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline, seen = time.time() + 120, []
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        if " at http://" in line:
+            return proc, line.split(" at ", 1)[1].split()[0]
+    proc.kill()
+    sys.exit("studygroup serve printed no URL:\n" + "".join(seen))
+
+
+def wait_idle(page, timeout: int = 120_000) -> None:
+    """Until the story is shown and nothing is being computed."""
+    page.locator(".sg-sentences p").first.wait_for(timeout=timeout)
+    page.locator(".sg-status[data-kind='']").wait_for(state="attached", timeout=timeout)
+
+
+def shoot(url: str, out: Path) -> None:
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport=SIZE)
+        page.goto(url)
+        wait_idle(page)
+        chips = page.locator(".sg-chip .sg-chip-main")
+        chips.nth(chips.count() - 1).click()  # the last member: whom its question listens to
+        page.click(f".sg-thumb[data-layer='{LAYER}'][data-head='{HEAD}']")
+        page.locator(f".sg-thumb.sg-open[data-layer='{LAYER}'][data-head='{HEAD}']").wait_for()
+        wait_idle(page)
+        # The model view beside the open head, down to the head's last line.
+        head = page.locator(".sg-head-title").first.evaluate_handle("e => e.closest('section') || e.parentElement")
+        bottom = head.evaluate("e => e.getBoundingClientRect().bottom + window.scrollY")
+        page.evaluate(f"window.scrollTo(0, {bottom} - {SIZE['height']} + 16)")
+        page.mouse.move(0, 0)
+        page.screenshot(path=str(out))
+        browser.close()
+
+
+def main() -> None:
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "page.png"
+    proc, url = start_server()
+    try:
+        shoot(url, out)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
