@@ -84,6 +84,7 @@ def main(args) -> str:
 
     from studygroup.model.model import load
     from studygroup.web.app import LOOPBACK_HOSTS, Limits, create_app
+    from studygroup.web.connections import BACKLOG, BoundedH11, quiet_repeats
 
     if args.max_tokens < 1:
         raise InputError(f"--max-tokens {args.max_tokens} is too small: the least is 1")
@@ -98,7 +99,10 @@ def main(args) -> str:
     hosts = LOOPBACK_HOSTS if is_loopback(args.host) else None
     app = create_app(model, Limits(max_tokens=args.max_tokens), warm=args.warm, hosts=hosts)
     print(f"studygroup: serving {model.config.name or 'the model'} at {url(sock)}  (Ctrl+C to stop)", flush=True)
-    uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2)).run(sockets=[sock])
+    quiet_repeats()
+    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2, http=BoundedH11,
+                            backlog=BACKLOG)
+    uvicorn.Server(config).run(sockets=[sock])
     return "studygroup: stopped"
 
 
