@@ -14,7 +14,7 @@ import torch
 
 from studygroup.formulas import attention
 from studygroup.gguf import layout as gguf_layout
-from studygroup.model import heap
+from studygroup.model import heap, threads
 from studygroup.formulas import rope
 from studygroup.formulas import shared_past
 from studygroup.model.linear import onednn_takes, project
@@ -91,6 +91,7 @@ class Model:
 
         ids: (T,) long. Returns logits (B, T or 1, vocab) and the recorded steps {name: tensor}.
         """
+        threads.tell_once_if_spinning(self.device.type)
         c, w, keep, buffers = self.config, self.w, _Keeper(plan.record), _Buffers()
         first, x = plan.start or (0, w["embed"][ids].unsqueeze(0))  # (1 or B, T, d_model)
         x = x.expand(plan.batch, -1, -1)  # (B, T, d_model)
