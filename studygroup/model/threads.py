@@ -28,9 +28,9 @@ VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 #: `STUDYGROUP_THREAD_POLICY=off` leaves the workers as torch starts them, and says nothing.
 SWITCH = "STUDYGROUP_THREAD_POLICY"
 #: Said once, at the first pass, when torch started its workers before a policy was set.
-HINT = ("studygroup: torch was imported before studygroup's first use, so its threads spin between passes "
-        "(2-10x slower on small texts): call studygroup.load before importing torch, or set "
-        "OMP_WAIT_POLICY=passive (STUDYGROUP_THREAD_POLICY=off: keep torch's default, no message)")
+HINT = ("studygroup: torch was imported before studygroup.load, so its threads spin between passes "
+        "(2-10x slower on short texts): call studygroup.load before importing torch or a studygroup submodule, "
+        "or set OMP_WAIT_POLICY=passive (STUDYGROUP_THREAD_POLICY=off: no message)")
 #: Where Linux tells how many tasks are running now ("0.84 0.96 1.25 RUNNING/TOTAL LAST_PID").
 LOADAVG = "/proc/loadavg"
 
