@@ -19,7 +19,7 @@ from studygroup.formulas import rope
 from studygroup.formulas import shared_past
 from studygroup.model.linear import onednn_takes, project
 from studygroup.gguf.config import Config
-from studygroup.model.arguments import head_set, whole_number
+from studygroup.model.arguments import head_set, token_ids, whole_number
 from studygroup.errors import InputError, ModelFileError
 from studygroup.model.interventions import Interventions, PassPlan, each_member_silenced, packed_members_silenced
 from studygroup.model.record import Record, resolve
@@ -82,7 +82,7 @@ class Model:
         if isinstance(text_or_ids, str | bytes | bytearray):
             ids = self.tokenize(text_or_ids)
         else:
-            ids = [whole_number(i, "a token id") for i in _id_list(text_or_ids)]
+            ids = token_ids(text_or_ids)
         c = self.config
         if not ids:
             raise InputError("no tokens: give a non-empty text")
@@ -326,22 +326,6 @@ def _file_name(path: Path | None) -> str:
         return (path or default_model_path()).name
     except ModelFileError:
         return "(the default model, not found now)"
-
-
-def _id_list(ids) -> list:
-    """A list of token ids as given, or InputError for what `run` cannot take (several texts, a number)."""
-    if isinstance(ids, torch.Tensor) and ids.dim() != 1:
-        raise InputError(f"token ids must be one row, not a tensor of shape {tuple(ids.shape)}: run each text on its own")
-    try:
-        ids = list(ids)
-    except TypeError:
-        raise InputError(f"model.run takes one text (a str) or a list of token ids, not {type(ids).__name__}") from None
-    texts = next((i for i in ids if isinstance(i, str | bytes | list | tuple)), None)
-    if texts is not None:
-        kind = "strings" if isinstance(texts, str | bytes) else "lists"
-        raise InputError(f"model.run takes one text (a str) or a list of token ids, not a list of {kind}: "
-                         "run each text on its own")
-    return ids
 
 
 def _fuse(w: dict[str, torch.Tensor], c: Config) -> dict[str, torch.Tensor]:

@@ -201,17 +201,19 @@ class Run:
                 f"{self._changed()}; {self._how_to_read()}>")
 
     def _recorded(self) -> str:
-        """What the run holds, in words: "recorded 15 steps × 30 layers (rows: all) + 3 others"."""
-        per_layer = {n.rsplit(".", 1)[1] for n in self.steps if n.startswith("layers.")}
-        layers = {n.split(".")[1] for n in self.steps if n.startswith("layers.")}
-        others = sum(not n.startswith("layers.") for n in self.steps)
+        """What the run holds, in words: "recorded 15 steps × 30 layers (rows: all) + embed, resid_final, final"."""
         if not self.steps:
             return "nothing recorded"
-        steps = ", ".join(s for s in LAYER_STEPS if s in per_layer) if len(per_layer) <= 3 else f"{len(per_layer)} steps"
-        words = f"recorded {steps} × {len(layers)} layers (rows: {self.record.rows})" if per_layer else "recorded"
-        words += f" + {', '.join(n for n in self.steps if not n.startswith('layers.'))}" if 0 < others <= 3 else \
-            f" + {others} others" if others else ""
-        return words + (", maps on demand" if self.record.maps == "on_demand" else "")
+        per_layer = [n.split(".") for n in self.steps if n.startswith("layers.")]
+        steps = [s for s in LAYER_STEPS if s in {p[2] for p in per_layer}]
+        others = [n for n in self.steps if not n.startswith("layers.")]
+        words = []
+        if steps:
+            named = ", ".join(steps) if len(steps) <= 3 else f"{len(steps)} steps"
+            words.append(f"{named} × {len({p[1] for p in per_layer})} layers (rows: {self.record.rows})")
+        if others:
+            words.append(", ".join(others) if len(others) <= 3 else f"{len(others)} other steps")
+        return "recorded " + " + ".join(words) + (", maps on demand" if self.record.maps == "on_demand" else "")
 
     def _changed(self) -> str:
         i = self.interventions

@@ -97,7 +97,7 @@ def test_run_takes_one_text(model, given, kind):
 def test_run_refuses_a_number_and_a_table_of_ids(model):
     with pytest.raises(InputError, match="not int"):
         model.run(5)
-    with pytest.raises(InputError, match=r"one row, not a tensor of shape \(2, 2\)"):
+    with pytest.raises(InputError, match=r"one row, not an array of shape \(2, 2\)"):
         model.run(torch.tensor([[1, 2], [3, 4]]))
 
 
