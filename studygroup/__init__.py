@@ -34,11 +34,12 @@ __all__ = ["InputError", "ModelFileError", "NotationError", "StudyGroupError", *
 
 
 def __getattr__(name: str):
-    _first_use()
     if name in _LAZY:
+        _first_use()
         module, attr = _LAZY[name]
         return getattr(import_module(module), attr)
     if name in _MODULES:
+        _first_use()
         return import_module(f"studygroup.{_MODULES[name]}")
     raise AttributeError(f"module 'studygroup' has no attribute {name!r}")
 
@@ -47,11 +48,15 @@ _ready = False
 
 
 def _first_use() -> None:
-    """What the library's first use sets up (never the bare import): in IPython, its HTML views."""
+    """What the library's first use sets up (never the bare import): how torch's threads wait
+    (before torch is imported: see studygroup.model.threads), and in IPython, its HTML views."""
     global _ready
     if _ready:
         return
     _ready = True
+    from studygroup.model import threads
+
+    threads.at_first_use()
     _show_in_notebooks()
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from studygroup.errors import ModelFileError
+from studygroup.gguf.metadata import REQUIRED, lookup
 
 DEFAULT_ROPE_BASE = 10000.0  # llama.cpp's default when `{arch}.rope.freq_base` is absent
 DEFAULT_RMS_EPS = 1e-5  # likewise for `{arch}.attention.layer_norm_rms_epsilon`
@@ -95,17 +96,17 @@ def config_from_gguf(fields: Mapping[str, Any]) -> Config:
     ...     "llama.context_length": 64, "llama.vocab_size": 268}).d_head
     8
     """
-    arch = _value(fields, "general.architecture", "?")
+    arch = lookup(fields, "general.architecture", str, "?")
     _check_supported(fields, arch)
-    sizes = {name: _required_int(fields, f"{arch}.{key}") for name, key in REQUIRED_KEYS.items()}
-    sizes["n_kv_heads"] = _int(fields, f"{arch}.attention.head_count_kv", sizes["n_heads"])
+    sizes = {name: lookup(fields, f"{arch}.{key}", int, REQUIRED) for name, key in REQUIRED_KEYS.items()}
+    sizes["n_kv_heads"] = lookup(fields, f"{arch}.attention.head_count_kv", int, sizes["n_heads"])
     sizes["vocab_size"] = _vocab_size(fields, arch)
     sizes["d_head"] = _d_head(fields, arch, sizes["d_model"], sizes["n_heads"])
     config = Config(
         **sizes,
-        rope_base=float(_value(fields, f"{arch}.rope.freq_base", DEFAULT_ROPE_BASE)),
-        rms_eps=float(_value(fields, f"{arch}.attention.layer_norm_rms_epsilon", DEFAULT_RMS_EPS)),
-        name=str(_value(fields, "general.name", "")),
+        rope_base=lookup(fields, f"{arch}.rope.freq_base", float, DEFAULT_ROPE_BASE),
+        rms_eps=lookup(fields, f"{arch}.attention.layer_norm_rms_epsilon", float, DEFAULT_RMS_EPS),
+        name=str(lookup(fields, "general.name", default="")),
     )
     _check_config(config)
     return config
@@ -128,10 +129,10 @@ def _check_config(c: Config) -> None:
 
 def _check_supported(fields: Mapping[str, Any], arch: str) -> None:
     """Refuse Llama variants whose maths studygroup does not implement, rather than run them wrongly."""
-    if (_int(fields, f"{arch}.expert_count", 0) or 0) > 0:
+    if lookup(fields, f"{arch}.expert_count", int, 0) > 0:
         raise ModelFileError("the model is a mixture of experts (e.g. Mixtral); studygroup implements "
                              "only dense Llama models")
-    scaling = _value(fields, f"{arch}.rope.scaling.type", "none")
+    scaling = lookup(fields, f"{arch}.rope.scaling.type", default="none")
     if scaling != "none":
         raise ModelFileError(f"the model uses {scaling!r} RoPE scaling, which studygroup does not implement; "
                              "use a model without rope.scaling")
@@ -142,8 +143,8 @@ def _d_head(fields: Mapping[str, Any], arch: str, d_model: int, n_heads: int) ->
 
     `rope.dimension_count` (the dimensions RoPE turns) must then equal it: we rotate whole heads.
     """
-    key_length = _int(fields, f"{arch}.attention.key_length", None)
-    value_length = _int(fields, f"{arch}.attention.value_length", key_length)
+    key_length = lookup(fields, f"{arch}.attention.key_length", int)
+    value_length = lookup(fields, f"{arch}.attention.value_length", int, key_length)
     if value_length != key_length:
         raise ModelFileError(f"key_length {key_length} != value_length {value_length}: "
                              "studygroup needs keys and values of the same width")
@@ -151,7 +152,7 @@ def _d_head(fields: Mapping[str, Any], arch: str, d_model: int, n_heads: int) ->
         raise ModelFileError(f"d_model = {d_model} does not split into {n_heads} heads, and the file "
                              f"has no {arch}.attention.key_length to give the head width")
     d_head = key_length if key_length is not None else d_model // n_heads
-    rope_dims = _int(fields, f"{arch}.rope.dimension_count", d_head)
+    rope_dims = lookup(fields, f"{arch}.rope.dimension_count", int, d_head)
     if rope_dims != d_head:
         raise ModelFileError(f"RoPE turns {rope_dims} of {d_head} head dimensions; studygroup only "
                              "implements RoPE over the whole head (rope.dimension_count = d_head)")
@@ -160,35 +161,10 @@ def _d_head(fields: Mapping[str, Any], arch: str, d_model: int, n_heads: int) ->
 
 def _vocab_size(fields: Mapping[str, Any], arch: str) -> int:
     """`{arch}.vocab_size`, else the length of the tokenizer's token list (older files)."""
-    size = _int(fields, f"{arch}.vocab_size", None)
+    size = lookup(fields, f"{arch}.vocab_size", int)
     if size is None and "tokenizer.ggml.tokens" in fields:
-        size = len(_value(fields, "tokenizer.ggml.tokens"))
+        size = len(lookup(fields, "tokenizer.ggml.tokens", list))
     if size is None:
         raise ModelFileError(f"the model file has neither {arch}.vocab_size nor tokenizer.ggml.tokens; "
                              "it cannot say how many tokens the model knows")
     return size
-
-
-def _required_int(fields: Mapping[str, Any], key: str) -> int:
-    value = _int(fields, key, None)
-    if value is None:
-        raise ModelFileError(f"the model file lacks the metadata key {key!r}; "
-                             "re-convert it with a recent llama.cpp convert_hf_to_gguf.py")
-    return value
-
-
-def _int(fields: Mapping[str, Any], key: str, default: int | None) -> int | None:
-    value = _value(fields, key, default)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
-        raise ModelFileError(f"metadata key {key!r} should hold a whole number, not {value!r}")
-    return int(value)
-
-
-def _value(fields: Mapping[str, Any], key: str, default: Any = None) -> Any:
-    """The Python value of one metadata key (gguf ReaderField or plain value), or `default`."""
-    if key not in fields:
-        return default
-    field = fields[key]
-    return field.contents() if hasattr(field, "contents") else field

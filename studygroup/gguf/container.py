@@ -25,6 +25,7 @@ from gguf import GGMLQuantizationType, GGUFValueType
 
 from studygroup.errors import ModelFileError
 from studygroup.gguf.layout import numpy_shape
+from studygroup.gguf.metadata import lookup
 
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)  # version 1 used 32-bit counts and predates every model we read
@@ -104,12 +105,21 @@ def read_gguf(path: str | Path) -> GGUFFile:
         key = cur.string("a metadata key")
         fields[key] = cur.value(cur.value_type(key), key)
     infos = [_read_tensor_info(cur) for _ in range(n_tensors)]
-    alignment = fields.get("general.alignment", gguf.GGUF_DEFAULT_ALIGNMENT)
-    if not isinstance(alignment, int) or alignment <= 0:
-        raise ModelFileError(f"{path}: general.alignment = {alignment!r} must be a positive integer")
+    alignment = _alignment(fields, path)
     data_start = -(-cur.pos // alignment) * alignment  # round up to the alignment
     tensors = _place_tensors(infos, data_start, len(buffer), path)
     return GGUFFile(path, version, fields, tensors, buffer)
+
+
+def _alignment(fields: dict[str, Any], path: Path) -> int:
+    """Where tensor data starts and each tensor is placed: a multiple of `general.alignment` bytes."""
+    try:
+        alignment = lookup(fields, "general.alignment", int, gguf.GGUF_DEFAULT_ALIGNMENT)
+    except ModelFileError as e:
+        raise ModelFileError(f"{path}: {e}") from None
+    if alignment <= 0:
+        raise ModelFileError(f"{path}: general.alignment = {alignment!r} must be a positive integer")
+    return alignment
 
 
 def _map(path: Path) -> mmap.mmap:

@@ -26,6 +26,7 @@ import tokenizers
 from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
 
 from studygroup.errors import InputError, ModelFileError
+from studygroup.gguf.metadata import lookup
 from studygroup.gguf.model_path import resolve_model_path
 from studygroup.gguf.sentencepiece import SPACE, SentencePiece, byte_token_value, escape
 
@@ -130,34 +131,34 @@ class Tokenizer:
         >>> tok.encode("a a")
         [97, 256]
         """
-        model = _value(fields, "tokenizer.ggml.model")
+        model = lookup(fields, "tokenizer.ggml.model")
         if model == "llama":
             return cls._sentencepiece_from_fields(fields)
         _check_model(model)
-        tokens = list(_value(fields, "tokenizer.ggml.tokens") or [])
-        merges = list(_value(fields, "tokenizer.ggml.merges") or [])
+        tokens = lookup(fields, "tokenizer.ggml.tokens", list, [])
+        merges = lookup(fields, "tokenizer.ggml.merges", list, [])
         if not tokens or not merges:
             raise ModelFileError("the file lacks tokenizer.ggml.tokens or tokenizer.ggml.merges")
         return cls(tokens, merges, _types(fields, len(tokens)),
-                   pre=_value(fields, "tokenizer.ggml.pre") or "default",
-                   bos_id=_value(fields, "tokenizer.ggml.bos_token_id"),
-                   eos_id=_value(fields, "tokenizer.ggml.eos_token_id"),
-                   add_bos=_value(fields, "tokenizer.ggml.add_bos_token"))
+                   pre=lookup(fields, "tokenizer.ggml.pre", str) or "default",
+                   bos_id=lookup(fields, "tokenizer.ggml.bos_token_id", int),
+                   eos_id=lookup(fields, "tokenizer.ggml.eos_token_id", int),
+                   add_bos=lookup(fields, "tokenizer.ggml.add_bos_token", bool))
 
     @classmethod
     def _sentencepiece_from_fields(cls, fields: Mapping[str, Any]) -> Tokenizer:
         """A "llama" (SentencePiece) vocabulary: tokens with scores, llama.cpp's defaults where unnamed."""
-        tokens = list(_value(fields, "tokenizer.ggml.tokens") or [])
-        scores = _value(fields, "tokenizer.ggml.scores")
+        tokens = lookup(fields, "tokenizer.ggml.tokens", list, [])
+        scores = lookup(fields, "tokenizer.ggml.scores", list)
         if not tokens or scores is None:
             raise ModelFileError("the file lacks tokenizer.ggml.tokens or tokenizer.ggml.scores")
-        named = lambda key, default: default if _value(fields, key) is None else _value(fields, key)  # noqa: E731
         return cls(tokens, [], _types(fields, len(tokens)), pre="", model="llama",
                    scores=[float(x) for x in scores],
-                   bos_id=named("tokenizer.ggml.bos_token_id", SPM_DEFAULTS["bos_id"]),
-                   eos_id=named("tokenizer.ggml.eos_token_id", SPM_DEFAULTS["eos_id"]),
-                   add_bos=named("tokenizer.ggml.add_bos_token", SPM_DEFAULTS["add_bos"]),
-                   add_space_prefix=named("tokenizer.ggml.add_space_prefix", SPM_DEFAULTS["add_space_prefix"]))
+                   bos_id=lookup(fields, "tokenizer.ggml.bos_token_id", int, SPM_DEFAULTS["bos_id"]),
+                   eos_id=lookup(fields, "tokenizer.ggml.eos_token_id", int, SPM_DEFAULTS["eos_id"]),
+                   add_bos=lookup(fields, "tokenizer.ggml.add_bos_token", bool, SPM_DEFAULTS["add_bos"]),
+                   add_space_prefix=lookup(fields, "tokenizer.ggml.add_space_prefix", bool,
+                                           SPM_DEFAULTS["add_space_prefix"]))
 
     def to_json(self) -> dict[str, Any]:
         """Everything needed to rebuild this tokenizer, as a JSON-able dict (used by the cache).
@@ -442,10 +443,5 @@ def _check_model(model: Any) -> None:
 
 
 def _types(fields: Mapping[str, Any], n: int) -> list[int]:
-    types = _value(fields, "tokenizer.ggml.token_type")
+    types = lookup(fields, "tokenizer.ggml.token_type", list)
     return [int(t) for t in types] if types is not None else [TOKEN_NORMAL] * n
-
-
-def _value(fields: Mapping[str, Any], key: str) -> Any:
-    field = fields.get(key)
-    return field.contents() if hasattr(field, "contents") else field

@@ -20,6 +20,7 @@ from studygroup.gguf import layout as gguf_layout
 from studygroup.gguf.config import Config, config_from_gguf
 from studygroup.errors import ModelFileError
 from studygroup.gguf.container import GGUFFile, TensorInfo, read_gguf
+from studygroup.gguf.metadata import lookup
 from studygroup.gguf.model_path import resolve_model_path
 
 ARCHITECTURE = "llama"
@@ -54,9 +55,9 @@ def read_weights(path: str | Path) -> tuple[Config, dict[str, torch.Tensor]]:
 
 def _check_architecture(fields: Mapping[str, Any]) -> None:
     """Only `general.architecture = llama` files (SmolLM2, Llama 2/3, TinyLlama, Mistral) are read."""
-    if "general.architecture" not in fields:
+    arch = lookup(fields, "general.architecture")
+    if arch is None:
         raise ModelFileError("the file has no general.architecture key; re-convert it with llama.cpp")
-    arch = fields["general.architecture"]
     if arch != ARCHITECTURE:
         raise ModelFileError(f"the model's architecture is {arch!r}; studygroup reads only 'llama' "
                              "models (SmolLM2, Llama 2/3, TinyLlama, Mistral)")

@@ -14,17 +14,19 @@ import torch
 
 from studygroup.formulas import attention
 from studygroup.gguf import layout as gguf_layout
-from studygroup.model import heap
+from studygroup.model import heap, threads
 from studygroup.formulas import rope
 from studygroup.formulas import shared_past
 from studygroup.model.linear import onednn_takes, project
 from studygroup.gguf.config import Config
-from studygroup.model.arguments import head_set, whole_number
-from studygroup.errors import InputError
+from studygroup.model.arguments import head_set, token_ids, whole_number
+from studygroup.errors import InputError, ModelFileError
 from studygroup.model.interventions import Interventions, PassPlan, each_member_silenced, packed_members_silenced
 from studygroup.model.record import Record, resolve
 from studygroup.model.run import Run
+from studygroup.gguf.model_path import default_model_path
 from studygroup.gguf.tokenizer import Tokenizer
+from studygroup.gguf.weights import ARCHITECTURE
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -53,6 +55,13 @@ class Model:
                         for k, t in weights.items()}, config)
         self._rope_cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
+    def __repr__(self) -> str:
+        c = self.config
+        file = f", file {_file_name(self.path)}"
+        return (f"<Model {c.name or 'unnamed'} ({ARCHITECTURE}): {c.n_layers} layers × {c.n_heads} heads "
+                f"({c.n_kv_heads} kv heads), d_model {c.d_model}, d_head {c.d_head}, vocab {c.vocab_size}, "
+                f"context {c.context_length}, {str(self.dtype).removeprefix('torch.')} on {self.device}{file}>")
+
     # ---- input -------------------------------------------------------------------------------
     def tokenize(self, text: str) -> list[int]:
         """Token ids of `text`, as llama.cpp gives them. Raises InputError for empty text, and for
@@ -73,7 +82,7 @@ class Model:
         if isinstance(text_or_ids, str | bytes | bytearray):
             ids = self.tokenize(text_or_ids)
         else:
-            ids = [whole_number(i, "a token id") for i in text_or_ids]
+            ids = token_ids(text_or_ids)
         c = self.config
         if not ids:
             raise InputError("no tokens: give a non-empty text")
@@ -91,6 +100,7 @@ class Model:
 
         ids: (T,) long. Returns logits (B, T or 1, vocab) and the recorded steps {name: tensor}.
         """
+        threads.tell_once_if_spinning(self.device.type)
         c, w, keep, buffers = self.config, self.w, _Keeper(plan.record), _Buffers()
         first, x = plan.start or (0, w["embed"][ids].unsqueeze(0))  # (1 or B, T, d_model)
         x = x.expand(plan.batch, -1, -1)  # (B, T, d_model)
@@ -308,6 +318,14 @@ class Model:
         if not 0 <= j < T:
             raise InputError(f"member {j} does not exist: the text has {T} tokens (0-{T - 1})")
         return j
+
+
+def _file_name(path: Path | None) -> str:
+    """The model file's name (None: the default model's)."""
+    try:
+        return (path or default_model_path()).name
+    except ModelFileError:
+        return "(the default model, not found now)"
 
 
 def _fuse(w: dict[str, torch.Tensor], c: Config) -> dict[str, torch.Tensor]:

@@ -7,6 +7,7 @@ import torch
 
 from studygroup.formulas import attention
 from studygroup.errors import InputError
+from studygroup.model.arguments import whole_number
 from studygroup.model.interventions import Interventions
 from studygroup.model.record import KEY_STEPS, LAYER_STEPS, MAP_STEPS, Record
 
@@ -14,7 +15,7 @@ from studygroup.model.record import KEY_STEPS, LAYER_STEPS, MAP_STEPS, Record
 HEAD_STEPS = ("q_pre_rope", "k_pre_rope", "q", "k", "v", "scores", "weights", "output", "write")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Head:
     """One head of one layer as a study group, in the paper's orientation (rows are members).
 
@@ -38,9 +39,15 @@ class Head:
     write: torch.Tensor
     mask: torch.Tensor
 
+    def __repr__(self) -> str:
+        T, d_head = self.q.shape
+        return (f"Head(layer={self.layer}, head={self.head}, kv_head={self.kv_head}, T={T}, d_head={d_head}; "
+                f"q k v: (T, d_head), scores weights mask: (T, T), output: (T, d_head), write: (T, d_model))")
+
 
 class Run:
-    """Logits and recorded steps of one pass. `run["layers.3.weights"]` gives a step by name.
+    """Logits and recorded steps of one pass. `run["layers.3.weights"]`, or `run["weights", 3]`,
+    gives a step by name.
 
     Recorded tensors have no batch dimension: (n_heads, R, T) for weights, and so on (see
     `studygroup.model.record`). `run.logits` is (1, vocab) by default, (T, vocab) with logits="all".
@@ -82,7 +89,10 @@ class Run:
         """(vocab,) the logits that predict the next token."""
         return self.logits[-1]
 
-    def __getitem__(self, name: str) -> torch.Tensor:
+    def __getitem__(self, name: str | tuple[str, int]) -> torch.Tensor:
+        """A recorded step by its full name, or a layer's step as (step, layer):
+        `run["weights", 5]` is `run["layers.5.weights"]`."""
+        name = self._full_name(name)
         if name in self.steps:
             return self.steps[name]
         if self._on_demand(name):
@@ -91,8 +101,25 @@ class Run:
         raise KeyError(f"{name!r} was not recorded in this run; record it with record=[...] "
                        f"(steps: {', '.join(LAYER_STEPS)})")
 
-    def __contains__(self, name: str) -> bool:
+    def __contains__(self, name: str | tuple[str, int]) -> bool:
+        try:
+            name = self._full_name(name)
+        except InputError:  # ("weights", 99) is no more in the run than "layers.99.weights"
+            return False
         return name in self.steps or self._on_demand(name)
+
+    def _full_name(self, name: str | tuple[str, int]) -> str:
+        """"layers.5.weights" for ("weights", 5); a name as it is; InputError for another tuple."""
+        if not isinstance(name, tuple):
+            return name
+        if len(name) != 2 or name[0] not in LAYER_STEPS:
+            raise InputError(f"run[{', '.join(map(repr, name))}]: give a layer's step and the layer, "
+                             f"as run[\"weights\", 5] (steps: {', '.join(LAYER_STEPS)})")
+        layer = whole_number(name[1], "a layer")
+        L = self.model.config.n_layers
+        if not 0 <= layer < L:
+            raise InputError(f"layer {layer} does not exist: the model has {L} layers (0-{L - 1})")
+        return f"layers.{layer}.{name[0]}"
 
     def _on_demand(self, name: str) -> bool:
         """Whether `name` is a map this run computes when read (Record.maps == "on_demand")."""
@@ -167,6 +194,41 @@ class Run:
         write = torch.zeros(self.T, W_O_h.shape[1], device=q.device) if silent else output[0] @ W_O_h  # (T, d_model)
         return Head(layer, head, kv, get("q_pre_rope"), get("k_pre_rope"), q, k, v,
                     attention.scores(q[None], k[None])[0], weights[0], output[0], write, mask)
+
+    def __repr__(self) -> str:
+        shown = ", ".join(repr(t) for t in self.tokens[:5]) + (", …" if self.T > 5 else "")
+        return (f"<Run of {self.T} tokens [{shown}]: {self._recorded()}; logits {tuple(self.logits.shape)}"
+                f"{self._changed()}; {self._how_to_read()}>")
+
+    def _recorded(self) -> str:
+        """What the run holds, in words: "recorded 15 steps × 30 layers (rows: all) + embed, resid_final, final"."""
+        if not self.steps:
+            return "nothing recorded"
+        per_layer = [n.split(".") for n in self.steps if n.startswith("layers.")]
+        steps = [s for s in LAYER_STEPS if s in {p[2] for p in per_layer}]
+        others = [n for n in self.steps if not n.startswith("layers.")]
+        words = []
+        if steps:
+            named = ", ".join(steps) if len(steps) <= 3 else f"{len(steps)} steps"
+            words.append(f"{named} × {len({p[1] for p in per_layer})} layers (rows: {self.record.rows})")
+        if others:
+            words.append(", ".join(others) if len(others) <= 3 else f"{len(others)} other steps")
+        return "recorded " + " + ".join(words) + (", maps on demand" if self.record.maps == "on_demand" else "")
+
+    def _changed(self) -> str:
+        i = self.interventions
+        words = f"; silenced members {list(i.silenced_members)}" if i.silenced_members else ""
+        if i.silenced_members and i.member_heads is not None:
+            words += f" in {len(i.member_heads)} heads"
+        return words + (f"; silenced heads {sorted(i.silenced_heads)}" if i.silenced_heads else "")
+
+    def _how_to_read(self) -> str:
+        """One way in: a recorded layer step by (step, layer), and a head whole."""
+        l = min(5, self.model.config.n_layers - 1)
+        found = ["layers", str(l), "weights"] if ("weights", l) in self else next(
+            (n.split(".") for n in self.steps if n.startswith("layers.")), None)
+        example = f"run[{found[2]!r}, {found[1]}], " if found else ""
+        return f"{example}run.head({found[1] if found else l}, 0), run.tokens, run.logits"
 
     # ---- interventions -----------------------------------------------------------------------
     def silence_member(self, j: int, heads=None) -> "Run":

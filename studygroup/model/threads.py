@@ -10,7 +10,9 @@ default of ~3 ms (measured: 22 s against 5 s on 2 busy cores). So the CLI
 looks at how many other tasks are running, just before torch starts its threads: workers spin
 briefly on an idle machine and sleep at once on a busy one. A value the user set wins.
 
-The settings are environment variables that libgomp reads once, when torch is imported.
+The settings are environment variables that libgomp reads once, when torch is imported. The
+CLI sets them before it imports torch; the library at its first use (`studygroup.load`, ...),
+unless `STUDYGROUP_THREAD_POLICY=off`. Where torch came first, the first pass says what to do.
 """
 from __future__ import annotations
 
@@ -21,6 +23,14 @@ from collections.abc import Callable, Mapping
 
 #: Iterations a waiting worker spins before it sleeps, on an idle machine (~0.1 ms here).
 SPIN = 10_000
+#: The variables a user sets to choose how the workers wait; either one wins over our choice.
+VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+#: `STUDYGROUP_THREAD_POLICY=off` leaves the workers as torch starts them, and says nothing.
+SWITCH = "STUDYGROUP_THREAD_POLICY"
+#: Said once, at the first pass, when torch started its workers before a policy was set.
+HINT = ("studygroup: torch was imported before studygroup.load, so its threads spin between passes "
+        "(2-10x slower on short texts): call studygroup.load before importing torch or a studygroup submodule, "
+        "or set OMP_WAIT_POLICY=passive (STUDYGROUP_THREAD_POLICY=off: no message)")
 #: Where Linux tells how many tasks are running now ("0.84 0.96 1.25 RUNNING/TOTAL LAST_PID").
 LOADAVG = "/proc/loadavg"
 
@@ -38,7 +48,7 @@ def choose(env: Mapping[str, str], others: int | None, cpus: int) -> dict[str, s
     >>> choose({"OMP_WAIT_POLICY": "ACTIVE"}, 0, 2)
     {}
     """
-    if "OMP_WAIT_POLICY" in env or "GOMP_SPINCOUNT" in env:
+    if any(name in env for name in VARIABLES):
         return {}
     if others is not None and others < max(1, cpus // 2):
         return {"GOMP_SPINCOUNT": str(SPIN)}
@@ -85,3 +95,34 @@ def set_wait_policy() -> dict[str, str]:
     chosen = choose(os.environ, others_running(), _cpus())
     os.environ.update(chosen)
     return chosen
+
+
+def turned_off(env: Mapping[str, str]) -> bool:
+    """Whether the user asked studygroup to leave the workers alone (STUDYGROUP_THREAD_POLICY=off).
+
+    >>> turned_off({"STUDYGROUP_THREAD_POLICY": "OFF"}), turned_off({})
+    (True, False)
+    """
+    return env.get(SWITCH, "").strip().lower() == "off"
+
+
+def at_first_use() -> dict[str, str]:
+    """The library's first use (never the bare import): set_wait_policy(), unless turned off."""
+    return {} if turned_off(os.environ) else set_wait_policy()
+
+
+_told = False
+
+
+def tell_once_if_spinning(device_type: str = "cpu", stream=None) -> bool:
+    """At a pass on the CPU: once per process, one line on stderr (`HINT`) when torch's workers were
+    started with no wait policy (torch came before the library's first use, and the user set none
+    and did not turn it off). Returns whether it spoke."""
+    global _told
+    if _told or device_type != "cpu":
+        return False
+    _told = True
+    if turned_off(os.environ) or any(name in os.environ for name in VARIABLES):
+        return False
+    print(HINT, file=stream or sys.stderr)
+    return True

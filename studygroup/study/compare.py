@@ -24,6 +24,7 @@ from studygroup.study.jsonable import JSONable
 from studygroup.study.explain import analyse
 from studygroup.study.ranking import heads_largest_first
 from studygroup.study.results import Explanation, MemberEffect
+from studygroup.study.story import brief, clipped, percent, quote, signed
 
 #: How many heads `heads` lists, by |change|.
 HEADS_SHOWN = 10
@@ -96,6 +97,18 @@ class Comparison(JSONable):
     members: list[MemberEffect]  # the longer text's silenced members, largest |effect| first
     prefix: PrefixSilencing | None
     story: list[str] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        """<Comparison of “I have a lot” with “Cash or …”: “␣of” 87% → 96%; head most changed …>"""
+        texts = " with ".join(clipped(e.text, 30) if e.text is not None else f"{len(e.tokens)} tokens" for e in (self.a, self.b))
+        found = quote(self.word)
+        w = next((s for s in self.shift if s.id == self.word_id), None)
+        if w is not None:
+            found += f" {percent(w.prob_a)} → {percent(w.prob_b)}"
+        if self.heads:
+            h = self.heads[0]
+            found += f"; head most changed: head {h.head} of layer {h.layer} ({signed(h.change, 2)} to its logit)"
+        return brief(self, f"of {texts}: {found}", ".story, .shift, .heads, .members, .a, .b, .to_dict()")
 
 
 def compare(model, text_a, text_b, *, top: int = 10, silence_heads: int | str = 16,

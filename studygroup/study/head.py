@@ -18,6 +18,7 @@ from studygroup.errors import InputError, NotationError
 from studygroup.study.jsonable import JSONable
 from studygroup.study.explain import checked_ids
 from studygroup.study.ranking import largest_first
+from studygroup.study.story import brief
 
 NOTATIONS = ("paper", "columns")
 #: How many of a vector's largest entries (by size) a summary keeps.
@@ -96,6 +97,15 @@ class HeadView(JSONable):
     check: NotationCheck
     silenced_members: list[int] = field(default_factory=list)  # whose answers nobody heard in this run
     silenced_heads: list[list[int]] = field(default_factory=list)  # [layer, head] pairs that wrote nothing
+
+    def __repr__(self) -> str:
+        """<HeadView of head 3 of layer 5 (kv head 1) on 4 members, paper notation: …>"""
+        T, d = len(self.tokens), len(self.q[0]) if self.notation == "paper" else len(self.q)
+        silenced = f", silenced members {self.silenced_members}" if self.silenced_members else ""
+        silenced += f", silenced heads {[tuple(p) for p in self.silenced_heads]}" if self.silenced_heads else ""
+        return brief(self, f"of head {self.head} of layer {self.layer} (kv head {self.kv_head}) on {T} members, "
+                           f"{self.notation} notation: scores and weights {T}×{T}, q k v {T}×{d}{silenced}",
+                     ".weights, .members, .check, .to_dict()")
 
 
 def check_notation(notation: str) -> None:

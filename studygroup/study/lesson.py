@@ -14,7 +14,7 @@ from studygroup.study import lesson_steps as steps
 from studygroup.study.compare import compare
 from studygroup.study.jsonable import JSONable
 from studygroup.study.lesson_blocks import Block
-from studygroup.study.story import percent
+from studygroup.study.story import brief, clipped, percent
 
 TEXT_A = "I have a lot"
 TEXT_B = "Cash or credit card? I have a lot"
@@ -45,6 +45,11 @@ class Lesson(JSONable):
     layer: int
     head: int
     sections: list[Section]
+
+    def __repr__(self) -> str:
+        """<Lesson of 8 sections on head 6 of layer 24, comparing “…” with “…”; …>"""
+        return brief(self, f"of {len(self.sections)} sections on head {self.head} of layer {self.layer}, comparing "
+                           + " with ".join(clipped(t, 30) for t in self.texts), ".section(n), .sections, .to_dict()")
 
     def section(self, n: int) -> Section:
         """Section n (1-based); InputError for a number outside 1..len(sections)."""

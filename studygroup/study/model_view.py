@@ -14,6 +14,7 @@ import torch
 from studygroup.study import attribution
 from studygroup.study.jsonable import JSONable
 from studygroup.study.ranking import heads_largest_first
+from studygroup.study.story import brief, quote
 from studygroup.model.record import Record
 
 FULL_MAPS_MAX_T = 64
@@ -51,6 +52,12 @@ class ModelView(JSONable):
     kv_groups: list[KVGroup]
     ranked_by: str
     heads: list[list[HeadMap]] = field(default_factory=list)  # [layer][head]
+
+    def __repr__(self) -> str:
+        """<ModelView of 30 layers × 9 heads (3 kv heads) on 4 members, rows: all: next word “␣of”; …>"""
+        return brief(self, f"of {self.n_layers} layers × {self.n_heads} heads ({self.n_kv_heads} kv heads) on "
+                           f"{len(self.tokens)} members, rows: {self.rows}: next word {quote(self.predicted)}, "
+                           f"ranked by {self.ranked_by}", ".heads[layer][head], .kv_groups, .to_dict()")
 
 
 def model_view(run, explanation=None) -> ModelView:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from studygroup.study.jsonable import JSONable
+from studygroup.study.story import brief, clipped, percent, quote, signed
 
 
 @dataclass
@@ -96,6 +97,15 @@ class Explanation(JSONable):
     model: ModelInfo
     story: list[str] = field(default_factory=list)
     scope: str = "in every head"  # where a silenced member is removed (long texts: the last questions only)
+
+    def __repr__(self) -> str:
+        """<Explanation of “I have a lot” (4 members): next word “␣of” (87%); most decisive head …>"""
+        of = f"of {clipped(self.text)} ({len(self.tokens)} members)" if self.text is not None else f"of {len(self.tokens)} members"
+        found = f"next word {quote(self.predicted.token)} ({percent(self.predicted.prob)})"
+        if self.heads and self.heads[0].silence_effect is not None:
+            h = self.heads[0]
+            found += f"; most decisive head {h.head} of layer {h.layer} (silenced: log p {signed(h.silence_effect, 3)})"
+        return brief(self, f"{of}: {found}", ".story, .top, .heads, .members, .to_dict()")
 
 
 @dataclass

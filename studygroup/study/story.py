@@ -30,6 +30,24 @@ def quote(token: str) -> str:
     return f"“{token}”"
 
 
+def clipped(text: str, n: int = 40) -> str:
+    """text in quotes, cut to n characters with an ellipsis.
+
+    >>> clipped("Cash or credit card? I have a lot", 12)
+    '“Cash or cre…”'
+    """
+    return quote(text if len(text) <= n else text[:n - 1] + "…")
+
+
+def brief(result, what: str, more: str) -> str:
+    """A result's repr: its kind, what it found in a few words, and where the rest is.
+
+    >>> brief(3.5, "of nothing", ".real")
+    '<float of nothing; .real>'
+    """
+    return f"<{type(result).__name__} {what}; {more}>"
+
+
 def _members_line(tokens: list[str]) -> str:
     if len(tokens) == 1:
         return f"The only member is {quote(tokens[0])}."
