@@ -2,7 +2,16 @@
 
 
 class StudyGroupError(Exception):
-    """Base of every error studygroup raises on purpose (the CLI prints it as one line)."""
+    """Base of every error studygroup raises on purpose (the CLI prints it as one line).
+
+    Its message is one line whatever it quotes (a damaged file's key may hold newlines):
+
+    >>> str(StudyGroupError("metadata key 'a\\nb' is damaged"))
+    "metadata key 'a\\\\nb' is damaged"
+    """
+
+    def __str__(self) -> str:
+        return super().__str__().replace("\r", "\\r").replace("\n", "\\n")
 
 
 class NotationError(StudyGroupError, ValueError):

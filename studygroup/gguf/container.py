@@ -30,6 +30,11 @@ from studygroup.gguf.metadata import lookup
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)  # version 1 used 32-bit counts and predates every model we read
 MAX_DIMS = 4  # ggml's GGML_MAX_DIMS
+MAX_NESTING = 2  # arrays of arrays at most (GGUF files hold none; deeper is damage, not data)
+# The fewest bytes each part of the file can take: a count claiming more than the bytes left is damage.
+MIN_KV_BYTES = 8 + 4 + 1  # key length, value type, a one-byte value
+MIN_TENSOR_INFO_BYTES = 8 + 4 + 8 + 4 + 8  # name length, n_dims, one dim, type, offset
+MIN_ITEM_BYTES = {GGUFValueType.STRING: 8, GGUFValueType.ARRAY: 4 + 8}
 # Fixed-size value types -> struct format (little-endian).
 SCALAR_FORMATS = {
     GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b", GGUFValueType.UINT16: "<H",
@@ -100,6 +105,8 @@ def read_gguf(path: str | Path) -> GGUFFile:
     cur = _Cursor(buffer, path)
     version = _read_header(cur, path)
     n_tensors, n_kv = cur.scalar("<Q", "the tensor count"), cur.scalar("<Q", "the metadata count")
+    cur.check_count(n_kv, MIN_KV_BYTES, "metadata entries", "the metadata")
+    cur.check_count(n_tensors, MIN_TENSOR_INFO_BYTES, "tensors", "the metadata")
     fields = {}
     for _ in range(n_kv):
         key = cur.string("a metadata key")
@@ -107,7 +114,7 @@ def read_gguf(path: str | Path) -> GGUFFile:
     infos = [_read_tensor_info(cur) for _ in range(n_tensors)]
     alignment = _alignment(fields, path)
     data_start = -(-cur.pos // alignment) * alignment  # round up to the alignment
-    tensors = _place_tensors(infos, data_start, len(buffer), path)
+    tensors = _place_tensors(infos, data_start, len(buffer), alignment, path)
     return GGUFFile(path, version, fields, tensors, buffer)
 
 
@@ -162,12 +169,16 @@ def _read_tensor_info(cur: _Cursor) -> tuple[str, tuple[int, ...], GGMLQuantizat
     return name, dims, qtype, cur.scalar("<Q", f"the offset of tensor {name}")
 
 
-def _place_tensors(infos, data_start: int, file_size: int, path: Path) -> dict[str, TensorInfo]:
-    """Absolute positions and sizes of every tensor; all must lie inside the file."""
+def _place_tensors(infos, data_start: int, file_size: int, alignment: int, path: Path) -> dict[str, TensorInfo]:
+    """Absolute positions and sizes of every tensor; all must lie inside the file, each at a
+    multiple of `general.alignment` bytes from the data's start (as GGUF requires)."""
     tensors = {}
     for name, dims, qtype, offset in infos:
         if name in tensors:
             raise ModelFileError(f"{path}: tensor {name} appears twice; the file is damaged")
+        if offset % alignment:
+            raise ModelFileError(f"{path}: tensor {name} is at offset {offset}, not a multiple of "
+                                 f"general.alignment = {alignment}; the file is damaged")
         block, type_size = gguf.GGML_QUANT_SIZES[qtype]
         n_elements = int(np.prod(dims, dtype=np.int64))
         if dims[0] % block:
@@ -198,6 +209,13 @@ class _Cursor:
         self.pos += n
         return view
 
+    def check_count(self, count: int, min_bytes: int, what: str, within: str) -> None:
+        """A count of parts that cannot fit in the bytes left is damage: refused before anything is made."""
+        left = len(self.buffer) - self.pos
+        if count * min_bytes > left:
+            raise ModelFileError(f"{self.path} is truncated or damaged: it claims {count} {what} (at least "
+                                 f"{count * min_bytes} bytes) and ends {left} bytes later, in the middle of {within}")
+
     def scalar(self, fmt: str, what: str) -> Any:
         return struct.unpack(fmt, self.take(struct.calcsize(fmt), what))[0]
 
@@ -213,20 +231,25 @@ class _Cursor:
             raise ModelFileError(f"{self.path}: metadata {key} has unknown value type {code}; "
                                  "the file is damaged") from None
 
-    def value(self, vtype: GGUFValueType, key: str) -> Any:
+    def value(self, vtype: GGUFValueType, key: str, depth: int = 0) -> Any:
         """One metadata value: a Python scalar, str, or list of them."""
         if vtype == GGUFValueType.STRING:
             return self.string(key)
         if vtype != GGUFValueType.ARRAY:
             return self.scalar(SCALAR_FORMATS[vtype], key)
+        if depth >= MAX_NESTING:
+            raise ModelFileError(f"{self.path}: metadata {key} nests arrays more than {MAX_NESTING} deep; "
+                                 "the file is damaged")
         item_type, count = self.value_type(key), self.scalar("<Q", key)
+        item_bytes = struct.calcsize(SCALAR_FORMATS[item_type]) if item_type in SCALAR_FORMATS else MIN_ITEM_BYTES[item_type]
+        self.check_count(count, item_bytes, f"items in metadata {key}", key)
         if item_type in SCALAR_FORMATS:  # numbers: one numpy read instead of `count` small ones
             fmt = SCALAR_FORMATS[item_type]
             raw = self.take(count * struct.calcsize(fmt), key)
             return np.frombuffer(raw, np.dtype(fmt)).tolist()
         if item_type == GGUFValueType.STRING:
             return self.strings(count, key)
-        return [self.value(item_type, key) for _ in range(count)]
+        return [self.value(item_type, key, depth + 1) for _ in range(count)]
 
     def strings(self, count: int, what: str) -> list[str]:
         """`count` strings one after another (a vocabulary: ~100k of them, 10× faster than `string`)."""

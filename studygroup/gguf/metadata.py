@@ -15,11 +15,14 @@ from studygroup.errors import ModelFileError
 REQUIRED = object()
 #: What each kind is called in an error message.
 KINDS = {int: "a whole number", float: "a number", str: "a string", bool: "true or false", list: "a list"}
+PLURALS = {int: "whole numbers", float: "numbers", str: "strings", bool: "true or false values"}
 
 
-def lookup(fields: Mapping[str, Any], key: str, kind: type | None = None, default: Any = None) -> Any:
+def lookup(fields: Mapping[str, Any], key: str, kind: type | None = None, default: Any = None,
+           items: type | None = None) -> Any:
     """The value of metadata `key` as `kind` (int, float, str, bool or list; None: as stored),
-    or `default` when the key is absent. A value of another kind is a ModelFileError naming the key.
+    or `default` when the key is absent. A value of another kind is a ModelFileError naming the key;
+    so is a list with an item that is not of kind `items` (when given).
 
     >>> lookup({"llama.block_count": 30}, "llama.block_count", int)
     30
@@ -28,6 +31,9 @@ def lookup(fields: Mapping[str, Any], key: str, kind: type | None = None, defaul
     >>> lookup({"llama.block_count": "big"}, "llama.block_count", int)
     Traceback (most recent call last):
     studygroup.errors.ModelFileError: metadata key 'llama.block_count' should hold a whole number, not 'big'
+    >>> lookup({"tokenizer.ggml.tokens": ["a", 7]}, "tokenizer.ggml.tokens", list, items=str)
+    Traceback (most recent call last):
+    studygroup.errors.ModelFileError: metadata key 'tokenizer.ggml.tokens' should hold a list of strings; item 1 is 7
     >>> lookup({}, "llama.block_count", int, REQUIRED)
     Traceback (most recent call last):
     studygroup.errors.ModelFileError: the model file lacks the metadata key 'llama.block_count'; re-convert it with a recent llama.cpp convert_hf_to_gguf.py
@@ -42,8 +48,20 @@ def lookup(fields: Mapping[str, Any], key: str, kind: type | None = None, defaul
     if kind is None:
         return value
     if not _is(kind, value):
-        raise ModelFileError(f"metadata key {key!r} should hold {KINDS[kind]}, not {value!r}")
+        raise ModelFileError(f"metadata key {key!r} should hold {KINDS[kind]}, not {_short(value)}")
+    if items is not None:
+        bad = next((i for i, v in enumerate(value) if not _is(items, v)), None)
+        if bad is not None:
+            raise ModelFileError(f"metadata key {key!r} should hold a list of {PLURALS[items]}; "
+                                 f"item {bad} is {_short(value[bad])}")
+        return [items(v) for v in value] if items in (int, float) else list(value)
     return kind(value)
+
+
+def _short(value: Any) -> str:
+    """A value as an error message shows it: its repr, cut to 60 characters."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _is(kind: type, value: Any) -> bool:

@@ -135,10 +135,11 @@ class Tokenizer:
         if model == "llama":
             return cls._sentencepiece_from_fields(fields)
         _check_model(model)
-        tokens = lookup(fields, "tokenizer.ggml.tokens", list, [])
-        merges = lookup(fields, "tokenizer.ggml.merges", list, [])
+        tokens = lookup(fields, "tokenizer.ggml.tokens", list, [], items=str)
+        merges = lookup(fields, "tokenizer.ggml.merges", list, [], items=str)
         if not tokens or not merges:
             raise ModelFileError("the file lacks tokenizer.ggml.tokens or tokenizer.ggml.merges")
+        _check_merges(merges, set(tokens))
         return cls(tokens, merges, _types(fields, len(tokens)),
                    pre=lookup(fields, "tokenizer.ggml.pre", str) or "default",
                    bos_id=lookup(fields, "tokenizer.ggml.bos_token_id", int),
@@ -148,8 +149,8 @@ class Tokenizer:
     @classmethod
     def _sentencepiece_from_fields(cls, fields: Mapping[str, Any]) -> Tokenizer:
         """A "llama" (SentencePiece) vocabulary: tokens with scores, llama.cpp's defaults where unnamed."""
-        tokens = lookup(fields, "tokenizer.ggml.tokens", list, [])
-        scores = lookup(fields, "tokenizer.ggml.scores", list)
+        tokens = lookup(fields, "tokenizer.ggml.tokens", list, [], items=str)
+        scores = lookup(fields, "tokenizer.ggml.scores", list, items=float)
         if not tokens or scores is None:
             raise ModelFileError("the file lacks tokenizer.ggml.tokens or tokenizer.ggml.scores")
         return cls(tokens, [], _types(fields, len(tokens)), pre="", model="llama",
@@ -443,5 +444,21 @@ def _check_model(model: Any) -> None:
 
 
 def _types(fields: Mapping[str, Any], n: int) -> list[int]:
-    types = lookup(fields, "tokenizer.ggml.token_type", list)
-    return [int(t) for t in types] if types is not None else [TOKEN_NORMAL] * n
+    types = lookup(fields, "tokenizer.ggml.token_type", list, items=int)
+    return types if types is not None else [TOKEN_NORMAL] * n
+
+
+def _check_merges(merges: list[str], vocabulary: set[str]) -> None:
+    """Every merge "a b" joins two tokens of the vocabulary into a third.
+
+    >>> _check_merges(["a b"], {"a", "b", "ab"})
+    >>> _check_merges(["a c"], {"a", "b", "ab"})
+    Traceback (most recent call last):
+    studygroup.errors.ModelFileError: tokenizer.ggml.merges: merge 0 ('a c') names 'c', which is not a token of the vocabulary; the file is damaged
+    """
+    for i, merge in enumerate(merges):
+        parts = _split_merge(merge)
+        for part in (*parts, "".join(parts)):
+            if part not in vocabulary:
+                raise ModelFileError(f"tokenizer.ggml.merges: merge {i} ({merge!r}) names {part!r}, which is not "
+                                     "a token of the vocabulary; the file is damaged")

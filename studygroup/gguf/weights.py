@@ -46,6 +46,7 @@ def read_weights(path: str | Path) -> tuple[Config, dict[str, torch.Tensor]]:
     with _about(file.path):
         _check_architecture(file.fields)
         config = config_from_gguf(file.fields)
+        _check_layers_fit(config, len(file.tensors))
         names = gguf_layout.name_map(config.n_layers, tied="output.weight" not in file.tensors,
                                      rope_freqs="rope_freqs.weight" in file.tensors)
         _check_tensor_names(set(file.tensors), names)
@@ -61,6 +62,15 @@ def _check_architecture(fields: Mapping[str, Any]) -> None:
     if arch != ARCHITECTURE:
         raise ModelFileError(f"the model's architecture is {arch!r}; studygroup reads only 'llama' "
                              "models (SmolLM2, Llama 2/3, TinyLlama, Mistral)")
+
+
+def _check_layers_fit(config: Config, n_tensors: int) -> None:
+    """block_count must fit the tensors the file holds (a layer has len(LAYER_NAMES)): a damaged
+    count would otherwise make billions of names before any tensor is looked at."""
+    per_layer = len(gguf_layout.LAYER_NAMES)
+    if config.n_layers * per_layer > n_tensors:
+        raise ModelFileError(f"block_count = {config.n_layers} layers would need at least "
+                             f"{config.n_layers * per_layer} tensors; the file holds {n_tensors}")
 
 
 def _check_tensor_names(found: set[str], expected: Mapping[str, str]) -> None:
@@ -99,7 +109,8 @@ def dequantize(name: str, data: np.ndarray, qtype: Q) -> np.ndarray:
     if qtype not in SUPPORTED_TYPES:
         raise ModelFileError(f"tensor {name} has type {Q(qtype).name}, which studygroup cannot dequantize; "
                              f"supported: {', '.join(sorted(t.name for t in SUPPORTED_TYPES))}")
-    values = gguf.quants.dequantize(data, qtype)
+    with np.errstate(all="ignore"):  # damaged scales overflow: the finiteness check says so in one line
+        values = gguf.quants.dequantize(data, qtype)
     # F32 comes back as a read-only view of the memory-mapped file: copy it, and only it
     return np.array(values, dtype=np.float32, order="C", copy=True if not values.flags.writeable else None)
 
