@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 
 import studygroup
 from studygroup.study import page_data
+from studygroup.views import assets
 from studygroup.web import app as server
 from studygroup.web import guard as server_guard
 from studygroup.web.app import Limits, create_app
@@ -60,17 +61,20 @@ def test_page_and_static_files_come_from_the_package(client):
         assert r.status_code == 200 and r.headers["content-type"].startswith(kind)
 
 
-STATIC = Path(server.__file__).parent / "static"
+STATIC = Path(assets.__file__).parent / "static"
 
 
-def test_static_files_name_no_other_host():
-    for name in ("page.html", "page.js", "page.css"):
-        source = (STATIC / name).read_text(encoding="utf-8")
+def test_static_files_name_no_other_host(client):
+    files = sorted(STATIC.iterdir())
+    assert {f.name for f in files if f.suffix == ".js"} == set(assets.SCRIPTS)  # every script is joined, and listed
+    sources = {f.name: f.read_text(encoding="utf-8") for f in files} | {"served page.js": client.get("/static/page.js").text}
+    for name, source in sources.items():
         assert not re.search(r"https?://|//[a-z0-9.-]+\.[a-z]{2,}/|@import|@font-face", source, re.I), name
-    js = (STATIC / "page.js").read_text(encoding="utf-8")
-    assert "innerHTML" not in js and "insertAdjacentHTML" not in js and "document.write" not in js
-    assert "eval(" not in js and "new Function" not in js
-    assert "</script" not in js.lower() and "<!--" not in js  # it is inlined in reports and notebooks
+        if name.endswith(".js"):
+            assert "innerHTML" not in source and "insertAdjacentHTML" not in source and "document.write" not in source, name
+            assert "eval(" not in source and "new Function" not in source, name
+            assert "</script" not in source.lower() and "<!--" not in source, name  # inlined in reports and notebooks
+    assert sources["served page.js"] == assets.page_script()
 
 
 def test_only_known_static_files(client):
