@@ -69,7 +69,7 @@
         drawLegend(c, "weights", 1, reasons);
         legend.appendChild(c);
         legend.appendChild(el("p", { cls: "sg-hint", text: "Weights on one absolute 0\u20131 scale in every head (" + sg.colours.weights.name + ")" +
-          (reasons.length ? "; hatched: " + reasons.map((k) => reasonLegend(k)).join("; ") : "") + ". " +
+          (reasons.length ? "; hatched, " + reasons.map((k) => reasonLegend(k)).join("; ") : "") + ". " +
           (transpose ? "Video orientation: columns are questions." : "Paper orientation: rows are questions.") +
           (mv.rows === "last" ? " Long text: each thumbnail shows the last member's question only." : "") +
           silencedNote(mv) +
