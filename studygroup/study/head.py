@@ -16,6 +16,7 @@ import torch
 from studygroup.formulas import attention
 from studygroup.errors import InputError, NotationError
 from studygroup.study.jsonable import JSONable
+from studygroup.study.mask_reasons import mask_reasons
 from studygroup.study.explain import checked_ids
 from studygroup.study.ranking import largest_first
 from studygroup.study.story import brief
@@ -87,6 +88,7 @@ class HeadView(JSONable):
     scores: list[list[float | None]]  # Q·Kᵀ/√d_k (paper) or Kᵀ·Q/√d_k (columns); masked cells null
     weights: list[list[float]]  # softmax per row (paper) or per column (columns); masked cells 0
     mask: list[list[bool]]  # True where the question may hear the answer
+    mask_reasons: list[list[int]]  # why each cell is or is not heard: codes of mask_reasons.REASONS
     q: list[list[float]]  # (T, d_head) paper, (d_head, T) columns
     k: list[list[float]]
     v: list[list[float]]
@@ -159,10 +161,13 @@ def head_view(model, text, layer: int, head: int, notation: str = "paper", large
     output = cols_out if notation == "columns" else h.output
     c = model.config
     group = c.query_heads_of(h.kv_head)
+    quiet = run.interventions.silenced_members if run.interventions.hides_members(layer, head) else ()
+    reasons = mask_reasons(h.mask, quiet)  # (T, T) paper orientation
     return HeadView(
         text=text if isinstance(text, str) else None, tokens=run.tokens, token_ids=list(ids), layer=layer, head=head,
         kv_head=h.kv_head, shares_keys_with=group, notation=notation, orientation=ORIENTATION[notation],
-        scores=masked_grid(t(h.scores), t(h.mask)), weights=weights.tolist(), mask=t(h.mask).tolist(), q=t(h.q).tolist(),
+        scores=masked_grid(t(h.scores), t(h.mask)), weights=weights.tolist(), mask=t(h.mask).tolist(),
+        mask_reasons=t(reasons).tolist(), q=t(h.q).tolist(),
         k=t(h.k).tolist(), v=t(h.v).tolist(), q_pre_rope=t(h.q_pre_rope).tolist(), k_pre_rope=t(h.k_pre_rope).tolist(),
         output=output.tolist(), members=_members(h, run.tokens, largest), check=check, **run.interventions.silenced())
 

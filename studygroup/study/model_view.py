@@ -13,6 +13,7 @@ import torch
 
 from studygroup.study import attribution
 from studygroup.study.jsonable import JSONable
+from studygroup.study.mask_reasons import reasons_of_head
 from studygroup.study.ranking import heads_largest_first
 from studygroup.study.story import brief, quote
 from studygroup.model.record import Record
@@ -30,6 +31,7 @@ class HeadMap(JSONable):
     weights: list[list[float]]  # (T, T) or (1, T): see ModelView.rows
     logit_contribution: float  # direct share of the predicted word's logit
     rank: int | None  # 1 = most decisive; None outside the ranked heads
+    mask_reasons: list[list[int]] | None = None  # this head's own, where it differs from ModelView.mask_reasons
 
 
 @dataclass
@@ -52,6 +54,7 @@ class ModelView(JSONable):
     kv_groups: list[KVGroup]
     ranked_by: str
     heads: list[list[HeadMap]] = field(default_factory=list)  # [layer][head]
+    mask_reasons: list[list[int]] = field(default_factory=list)  # (R, T) every head's, unless its own is given
 
     def __repr__(self) -> str:
         """<ModelView of 30 layers × 9 heads (3 kv heads) on 4 members, rows: all: next word “␣of”; …>"""
@@ -76,11 +79,26 @@ def model_view(run, explanation=None) -> ModelView:
     token = int(run.last_logits.argmax())
     direct = attribution.direct_contributions(run, token).heads  # (L, H)
     ranks, ranked_by = _ranks(direct, explanation, run)
-    heads = [[HeadMap(l, h, c.kv_head_of(h), _weights(run, l, h, rows), float(direct[l, h]), ranks.get((l, h)))
-              for h in range(c.n_heads)] for l in range(c.n_layers)]
+    shared, own = _mask_reasons(run, rows)
+    heads = [[HeadMap(l, h, c.kv_head_of(h), _weights(run, l, h, rows), float(direct[l, h]), ranks.get((l, h)),
+                      own.get((l, h))) for h in range(c.n_heads)] for l in range(c.n_layers)]
     groups = [KVGroup(g, [h for h in range(c.n_heads) if h // c.group_size == g]) for g in range(c.n_kv_heads)]
     return ModelView(run.tokens, list(run.token_ids), run.model.tokenizer.readable(token), c.n_layers, c.n_heads,
-                     c.n_kv_heads, rows, groups, ranked_by, heads)
+                     c.n_kv_heads, rows, groups, ranked_by, heads, shared)
+
+
+def _mask_reasons(run, rows: str) -> tuple[list[list[int]], dict]:
+    """The reasons every head shares (R, T), and {(layer, head): (R, T)} for the heads that differ
+    (members silenced in some heads only)."""
+    c, T, iv = run.model.config, run.T, run.interventions
+    cut = (lambda m: m) if rows == "all" else (lambda m: m[-1:])  # noqa: E731
+    pairs = [(l, h) for l in range(c.n_layers) for h in range(c.n_heads)]
+    hiding = {p for p in pairs if iv.hides_members(*p)}
+    most_hide = 2 * len(hiding) >= len(pairs)
+    typical = next(p for p in pairs if (p in hiding) == most_hide)
+    shared = cut(reasons_of_head(iv, *typical, T)).tolist()
+    own = {p: cut(reasons_of_head(iv, *p, T)).tolist() for p in pairs if (p in hiding) != (typical in hiding)}
+    return shared, own
 
 
 def _weights(run, l: int, h: int, rows: str) -> list[list[float]]:

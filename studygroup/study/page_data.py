@@ -108,7 +108,7 @@ def head(model, text, layer: int, head: int, notation: str = "paper", rows: str 
     d["rows"] = "all" if rows == "all" or (rows == "auto" and T <= FULL_GRID_MAX_T) else "last"
     d["questions"] = list(range(T)) if d["rows"] == "all" else [T - 1]
     if d["rows"] == "last":
-        for name in ("scores", "weights", "mask", "contributions"):
+        for name in ("scores", "weights", "mask", "mask_reasons", "contributions"):
             d[name] = _last_question(d[name], notation)
     return d
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.figure import Figure
 
+from studygroup.views import colours
 from studygroup.views.figures_style import AFTER, BEFORE, label, new_figure, signed_percent, style
 from studygroup.views.text import percent
 
-RAISES, LOWERS = "#b2182b", "#2166ac"  # the ends of RdBu_r, as in the contribution grid
+RAISES, LOWERS = colours.SCORES[-2], colours.SCORES[1]  # the scores scale's ends, as in the contribution grid
 SHIFT_SHOWN = 10  # words in a compare figure
 
 

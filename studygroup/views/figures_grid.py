@@ -9,8 +9,9 @@ from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from studygroup.views.figures_style import (MASK_EDGE, MASK_FACE, SCORES_CMAP, WEIGHTS_CMAP, clear_bad, label,
-                                      new_figure, style)
+from studygroup.study.mask_reasons import FUTURE, REASONS, VISIBLE
+from studygroup.views.figures_style import (MASK_EDGE, MASK_FACE, SCORES_CMAP, WEIGHTS_CMAP, clear_bad, hatch, label,
+                                            new_figure, style)
 
 DECISIVE_SHOWN = 5  # heads marked with their rank in the layer × head grids
 CELL = 0.9  # a head's square in the layer × head grids (one unit per head, the rest is gap)
@@ -95,7 +96,7 @@ def model_view_figure(view: dict) -> Figure:
         fig = new_figure(2.3 + 0.6 * (_x(H - 1, group_size) + 1), 1.6 + (0.42 if full else 0.3) * L)
         ax = fig.subplots()
         ranked = _ranked(view["heads"])
-        image = thumbnails(ax, maps, ranked, group_size)
+        image = thumbnails(ax, maps, ranked, group_size, view_reasons(view))
         if ranked:
             by = view.get("ranked_by", "").split(" (")[0]
             ax.set_xlabel(f"query head\nboxed: the {min(DECISIVE_SHOWN, len(ranked))} most decisive heads"
@@ -112,15 +113,36 @@ def _ranked(heads: list[list[dict]]) -> list[tuple[int, int]]:
     return [(h["layer"], h["head"]) for h in ranked]
 
 
-def thumbnails(ax, maps: np.ndarray, decisive: list[tuple[int, int]], group_size: int):
-    """maps (L, H, R, T) as a layer × head grid of thumbnails, masked cells hatched; the image."""
+def view_reasons(view: dict) -> np.ndarray | None:
+    """(L, H, R, T) mask-reason codes of a model view dict (each head's own, else the view's), or None
+    for a view written without them.
+
+    >>> view_reasons({"mask_reasons": [[0, 1], [0, 0]], "heads": [[{"mask_reasons": None}, {"mask_reasons": [[0, 1], [2, 0]]}]]})[0, :, 1].tolist()
+    [[0, 0], [2, 0]]
+    """
+    if view.get("mask_reasons") is None:
+        return None
+    return np.array([[h.get("mask_reasons") or view["mask_reasons"] for h in layer] for layer in view["heads"]], dtype=int)
+
+
+def thumbnails(ax, maps: np.ndarray, decisive: list[tuple[int, int]], group_size: int, reasons: np.ndarray | None = None):
+    """maps (L, H, R, T) as a layer × head grid of thumbnails, masked cells hatched; the image.
+
+    reasons: (L, H, R, T) codes of study.mask_reasons (None: the causal mask alone). A thumbnail is
+    too small to hatch each cell by its reason: every masked cell shows its head's commonest hatch.
+    """
     L, H, R, T = maps.shape
-    masked = np.arange(T)[None, :] > np.arange(T - R, T)[:, None]  # (R, T) causal mask, rows at the end
-    if masked.any():
-        for l in range(L):
-            for h in range(H):
+    if reasons is None:
+        causal = np.arange(T)[None, :] > np.arange(T - R, T)[:, None]  # (R, T), rows at the end
+        reasons = np.broadcast_to(np.where(causal, FUTURE, VISIBLE), maps.shape)
+    masked = reasons != VISIBLE  # (L, H, R, T)
+    for l in range(L):
+        for h in range(H):
+            hidden = reasons[l, h][masked[l, h]]
+            if hidden.size:
+                common = REASONS[int(np.bincount(hidden).argmax())]
                 ax.add_patch(Rectangle((_x(h, group_size), l), CELL, CELL, facecolor=MASK_FACE, edgecolor=MASK_EDGE,
-                                       hatch="////", linewidth=0, zorder=0))
+                                       hatch=hatch(common) + hatch(common)[0], linewidth=0, zorder=0))
     mosaic, extent = _mosaic(np.where(masked, np.nan, maps), group_size)
     image = ax.imshow(mosaic, cmap=clear_bad(WEIGHTS_CMAP), vmin=0, vmax=1, aspect="auto", interpolation="nearest",
                       extent=extent, zorder=1)

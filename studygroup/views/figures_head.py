@@ -2,7 +2,9 @@
 
 Paper orientation: rows are questions (the member asking), columns answers (the member heard);
 each row of weights sums to 1. Columns orientation (3Blue1Brown): the transpose; each column sums
-to 1. Masked cells (the future) are hatched. Long texts show the last question(s) only.
+to 1. Masked cells are hatched by their reason (the head's "mask_reasons": the future, a silenced
+member, …), as on the page, and the legend names each reason shown. Long texts show the last
+question(s) only.
 """
 from __future__ import annotations
 
@@ -13,8 +15,10 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
 from studygroup.errors import InputError
-from studygroup.views.figures_style import (HATCH, MASK_EDGE, MASK_FACE, SCORES_CMAP, WEIGHTS_CMAP, clear_bad, label,
-                                      new_figure, style)
+from studygroup.study.mask_reasons import FUTURE, REASONS, SILENCED, VISIBLE
+from studygroup.views import colours
+from studygroup.views.figures_style import (MASK_EDGE, MASK_FACE, SCORES_CMAP, WEIGHTS_CMAP, clear_bad, hatch, label,
+                                            new_figure, style)
 
 FULL_GRID_MAX_T = 32  # longer texts show the last question row(s) only
 CELL_VALUES_MAX = 12  # grids up to this many members per side print their values
@@ -48,7 +52,8 @@ def paper_grids(head: dict) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
     head: {"tokens": T strings, "notation": "paper" | "columns", "weights": (R, T) (paper) or
     (T, R) (columns) nested lists, optional "scores" (same shape, masked cells None), optional
     "mask" (True = may hear)}. The R questions are the last R members. Returns weights (R, T),
-    scores (R, T) or None, and mask (R, T) bool: from "mask", else the scores' None cells, else causal.
+    scores (R, T) or None, and mask (R, T) bool: from "mask", else "mask_reasons", else the scores'
+    None cells, else causal.
 
     >>> W, S, mask = paper_grids({"tokens": ["A", "b"], "notation": "columns", "weights": [[1.0, 0.5], [0.0, 0.5]]})
     >>> W.tolist(), S, mask.tolist()
@@ -62,6 +67,8 @@ def paper_grids(head: dict) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
     R = W.shape[0]
     if head.get("mask") is not None:
         mask = _paper(head["mask"], notation, T, "mask", dtype=bool)
+    elif head.get("mask_reasons") is not None:
+        mask = _paper(head["mask_reasons"], notation, T, "mask_reasons", dtype=int) == VISIBLE
     elif S is not None and np.isnan(S).any():
         mask = ~np.isnan(S)
     else:
@@ -69,6 +76,21 @@ def paper_grids(head: dict) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
     if (S is not None and S.shape != W.shape) or mask.shape != W.shape:
         raise InputError(f"a head's weights, scores and mask must have the same shape; weights are {W.shape}")
     return W, S, mask
+
+
+def paper_reasons(head: dict, mask: np.ndarray) -> np.ndarray:
+    """(R, T) codes of study.mask_reasons in paper orientation: the head's "mask_reasons", or, for a
+    head written without them, from `mask` (R, T): a later answer is the future, an earlier one a
+    silenced member's.
+
+    >>> paper_reasons({"tokens": ["A", "b"]}, np.array([[True, False], [False, True]])).tolist()
+    [[0, 1], [2, 0]]
+    """
+    T, R = len(head["tokens"]), mask.shape[0]
+    if head.get("mask_reasons") is not None:
+        return _paper(head["mask_reasons"], head.get("notation", "paper"), T, "mask_reasons", dtype=int)
+    later = np.arange(T)[None, :] > np.arange(T - R, T)[:, None]  # (R, T), rows aligned at the end
+    return np.where(mask, VISIBLE, np.where(later, FUTURE, SILENCED))
 
 
 def head_figure(head: dict, notation: str = "paper", last_rows: int | None = None) -> Figure:
@@ -86,20 +108,21 @@ def head_figure(head: dict, notation: str = "paper", last_rows: int | None = Non
         raise InputError(f"notation must be 'paper' or 'columns', not {notation!r}")
     with style():
         W, S, mask = paper_grids(head)
+        reasons = paper_reasons(head, mask)
         T, R = len(head["tokens"]), W.shape[0]
         shown = min(R, last_rows if last_rows else (R if T <= FULL_GRID_MAX_T else 1))
-        W, mask = W[-shown:], mask[-shown:]
+        W, mask, reasons = W[-shown:], mask[-shown:], reasons[-shown:]
         S = None if S is None else S[-shown:]
         questions = list(range(T - shown, T))
         panels = 1 if S is None else 2
         strip = notation == "paper" and shown <= STRIP_ROWS < T  # a few long rows: one panel above the other
         fig = _head_canvas(shown, T, notation, panels, strip)
         axes = fig.subplots(panels if strip else 1, 1 if strip else panels, squeeze=False).flatten()
-        _head_grid(fig, axes[0], W, mask, head["tokens"], questions, notation, "weights")
+        _head_grid(fig, axes[0], W, mask, reasons, head["tokens"], questions, notation, "weights")
         if S is not None:
-            _head_grid(fig, axes[1], S, mask, head["tokens"], questions, notation, "scores")
+            _head_grid(fig, axes[1], S, mask, reasons, head["tokens"], questions, notation, "scores")
         if not mask.all():
-            _mask_legend(fig)
+            _mask_legend(fig, reasons)
         fig.suptitle(_head_title(head, shown, T), fontsize=14, fontweight="bold")
         return fig
 
@@ -124,8 +147,8 @@ def _head_canvas(R: int, T: int, notation: str, panels: int, strip: bool) -> Fig
     return new_figure(panels * (w + 2.4) + 0.4, h + 2.6)
 
 
-def _head_grid(fig: Figure, ax, grid: np.ndarray, mask: np.ndarray, tokens: list[str], questions: list[int],
-               notation: str, kind: str) -> None:
+def _head_grid(fig: Figure, ax, grid: np.ndarray, mask: np.ndarray, reasons: np.ndarray, tokens: list[str],
+               questions: list[int], notation: str, kind: str) -> None:
     """One grid (R questions × T answers, paper orientation) drawn in `notation` on `ax`."""
     values = np.ma.masked_array(grid, mask=~mask | np.isnan(grid))
     shown = values if notation == "paper" else values.T
@@ -135,7 +158,7 @@ def _head_grid(fig: Figure, ax, grid: np.ndarray, mask: np.ndarray, tokens: list
         m = max(1e-6, float(np.nanmax(np.abs(np.where(mask, grid, np.nan)))))
         cmap, norm, legend = clear_bad(SCORES_CMAP), TwoSlopeNorm(0.0, -m, m), "score q·k/√d_head"
     image = ax.imshow(shown, cmap=cmap, norm=norm, aspect="auto", interpolation="nearest", zorder=1)
-    _hatch_background(ax, shown.shape)
+    _hatch_background(ax, reasons if notation == "paper" else reasons.T)
     _axis_labels(ax, tokens, questions, notation)
     if max(shown.shape) <= CELL_VALUES_MAX:
         _cell_values(ax, shown, cmap, norm, 2 if kind == "weights" else 1)
@@ -148,18 +171,26 @@ def _head_grid(fig: Figure, ax, grid: np.ndarray, mask: np.ndarray, tokens: list
         ax.spines[side].set_visible(True)
 
 
-def _hatch_background(ax, shape: tuple[int, int]) -> None:
-    """A hatched rectangle under the grid: its transparent (masked) cells show it."""
-    rows, cols = shape
-    ax.add_patch(Rectangle((-0.5, -0.5), cols, rows, facecolor=MASK_FACE, edgecolor=MASK_EDGE, hatch=HATCH,
-                           linewidth=0, zorder=0))
+def _hatch_background(ax, reasons: np.ndarray) -> None:
+    """Hatched rectangles under the grid, by reason (rows × columns as drawn): its transparent
+    (masked) cells show them. One rectangle of the commonest reason, one per cell of the others."""
+    rows, cols = reasons.shape
+    hidden = reasons[reasons != VISIBLE]
+    common = int(np.bincount(hidden).argmax()) if hidden.size else FUTURE
+    ax.add_patch(Rectangle((-0.5, -0.5), cols, rows, facecolor=MASK_FACE, edgecolor=MASK_EDGE,
+                           hatch=hatch(REASONS[common]), linewidth=0, zorder=0))
+    for (r, c), code in np.ndenumerate(reasons):
+        if code not in (VISIBLE, common):
+            ax.add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, facecolor=MASK_FACE, edgecolor=MASK_EDGE,
+                                   hatch=hatch(REASONS[code]), linewidth=0, zorder=0.5))
 
 
-def _mask_legend(fig: Figure) -> None:
-    patch = Patch(facecolor=MASK_FACE, edgecolor=MASK_EDGE, hatch=HATCH,
-                  label="masked: the future, which no question hears")
-    fig.legend(handles=[patch], loc="outside lower left", frameon=False, fontsize=10, handlelength=1.6,
-               handleheight=1.2)
+def _mask_legend(fig: Figure, reasons: np.ndarray) -> None:
+    """One hatched patch per reason the grid shows, with its words from views.colours."""
+    shown = [REASONS[k] for k in sorted(set(reasons.flatten().tolist()) - {VISIBLE})]
+    patches = [Patch(facecolor=MASK_FACE, edgecolor=MASK_EDGE, hatch=hatch(r), label=colours.MASKED[r][1]) for r in shown]
+    fig.legend(handles=patches, loc="outside lower left", frameon=False, fontsize=10, handlelength=1.6,
+               handleheight=1.2, ncols=len(patches))
 
 
 def _axis_labels(ax, tokens: list[str], questions: list[int], notation: str) -> None:

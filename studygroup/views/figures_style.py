@@ -1,9 +1,9 @@
 """How every figure looks and is written: matplotlib settings, colours, labels, PNG/SVG files.
 
 Figures are built and saved under STYLE (never set globally): the bundled DejaVu Sans, `$` shown
-literally (no mathtext, no TeX), SVG text kept as text. Colours follow docs (UI.md): weights on
-one sequential, colour-blind-safe scale fixed at 0–1 (viridis); scores and other signed values
-on a diverging scale centred on 0 (RdBu_r); masked cells (the future) hatched, never white.
+literally (no mathtext, no TeX), SVG text kept as text. Colours come from views.colours, as on the
+page: weights on one sequential scale fixed at 0–1, scores and other signed values on a diverging
+scale centred on 0, masked cells hatched by their reason, never white.
 """
 from __future__ import annotations
 
@@ -13,19 +13,22 @@ from pathlib import Path
 
 import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import Colormap, LinearSegmentedColormap
 from matplotlib.figure import Figure
 
 from studygroup.errors import InputError
+from studygroup.views import colours
 from studygroup.views.output_file import check_writable, write_whole
 from studygroup.views.text import percent
 
 STYLE = {"font.family": ["DejaVu Sans"], "font.size": 12, "text.usetex": False, "text.parse_math": False,
          "svg.fonttype": "none", "svg.hashsalt": "studygroup", "axes.titlesize": 13, "axes.titleweight": "bold",
          "axes.spines.top": False, "axes.spines.right": False, "savefig.bbox": "tight"}
-WEIGHTS_CMAP, SCORES_CMAP = "viridis", "RdBu_r"
-HATCH = "///"
-MASK_FACE, MASK_EDGE = "#f2f2f2", "#9a9a9a"  # hatched background that masked (transparent) cells show
-BEFORE, AFTER = "#E69F00", "#0072B2"  # Okabe–Ito orange and blue: before (text a), after (text b)
+#: The page's scales as colormaps: the same stops, interpolated the same way (linear in RGB).
+WEIGHTS_CMAP = LinearSegmentedColormap.from_list(colours.WEIGHTS_NAME, colours.WEIGHTS)
+SCORES_CMAP = LinearSegmentedColormap.from_list(colours.SCORES_NAME, colours.SCORES)
+MASK_FACE, MASK_EDGE = colours.MASK_FACE, colours.MASK_LINE  # hatched background that masked (transparent) cells show
+BEFORE, AFTER = colours.BEFORE, colours.AFTER
 DPI = 200
 SUBSTITUTES = {"␍": "\\r"}  # readable glyphs DejaVu Sans lacks, and what to show instead
 
@@ -44,9 +47,14 @@ def new_figure(width: float, height: float) -> Figure:
     return fig
 
 
-def clear_bad(name: str):
+def clear_bad(cmap: Colormap) -> Colormap:
     """The colormap with masked cells transparent, so the hatched background shows through."""
-    return matplotlib.colormaps[name].with_extremes(bad=(0, 0, 0, 0))
+    return cmap.with_extremes(bad=(0, 0, 0, 0))
+
+
+def hatch(reason: str) -> str:
+    """matplotlib's hatch for a masked cell with this reason (tripled: denser lines)."""
+    return 3 * colours.MASKED[reason][0]
 
 
 @lru_cache(maxsize=1)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from html import escape
 
+from studygroup.views import colours
+
 STYLE = """
 body { font: 16px/1.5 system-ui, sans-serif; max-width: 60rem; margin: 2rem auto; padding: 0 1rem; color: #222; }
 h1 { font-size: 1.6rem; } h2 { font-size: 1.25rem; margin-top: 2.5rem; border-bottom: 1px solid #ccc; }
@@ -10,19 +12,20 @@ table { border-collapse: collapse; margin: 0.5rem 0 1rem; font-size: 0.9rem; }
 caption { text-align: left; font-style: italic; padding-bottom: 0.25rem; }
 th, td { border: 1px solid #ddd; padding: 0.15rem 0.5rem; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
-td.masked { background: repeating-linear-gradient(45deg, #eee, #eee 3px, #fff 3px, #fff 6px); }
+td.masked { background: MASKED_BACKGROUND; }
 pre { background: #f6f6f6; padding: 0.75rem; overflow-x: auto; white-space: pre-wrap; }
 nav ol { columns: 2; }
-"""
+""".replace("MASKED_BACKGROUND", colours.mask_css())
 
 
 def _cell(x, shade: bool) -> str:
     if x is None:
-        return '<td class="masked" title="masked"></td>'
+        return f'<td class="masked" title="{escape(colours.MASKED["future"][1])}"></td>'  # the lesson silences nobody
     if isinstance(x, (int, float)) and not isinstance(x, bool):
         style = ""
-        if shade and 0.0 <= x <= 1.0:  # weights: one absolute 0–1 scale, the same in every table
-            style = f' style="background: rgba(68, 1, 84, {0.85 * float(x):.3f}); color: {"#fff" if x > 0.5 else "#222"}"'
+        if shade and 0.0 <= x <= 1.0:  # weights: one absolute 0–1 scale, the same in every table and view
+            rgb = colours.weight_rgb(x)
+            style = f' style="background: rgb{rgb}; color: {colours.ink(rgb)}"'
         return f'<td class="num"{style} title="{float(x):.4g}">{float(x):.4g}</td>'
     return f"<td>{escape(str(x))}</td>"
 

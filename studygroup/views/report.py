@@ -1,7 +1,8 @@
 """Self-contained HTML: the web page's views for one text, in a file (report) or a notebook cell.
 
-The page's own script and style (studygroup/static) are inlined, the data is embedded as JSON in
-a `<script type="application/json">` block, and nothing is fetched: the file opens from disk
+The page's own script (views/assets.page_script: the files of views/static joined in one order)
+and style are inlined, the data is embedded as JSON in a `<script type="application/json">`
+block, and nothing is fetched: the file opens from disk
 with no server and no network. In the data, `<`, `>`, `&`, U+2028 and U+2029 are written as
 \\u escapes, so a token such as `</script>` cannot end the block. Every element id carries a
 random suffix, so any number of views can share one notebook. A short plain-HTML summary
@@ -17,8 +18,9 @@ import hashlib
 import json
 import uuid
 from html import escape
-from importlib import resources
 from pathlib import Path
+
+from studygroup.views.assets import page_script, static_text
 
 #: Characters that could end a <script> block or a JavaScript string if left as they are.
 _JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
@@ -32,17 +34,6 @@ def embed_json(data) -> str:
     """
     text = json.dumps(data, ensure_ascii=False, allow_nan=False)
     return "".join(_JSON_ESCAPES.get(ch, ch) for ch in text)
-
-
-def _static(name: str) -> str:
-    return resources.files("studygroup.web").joinpath("static", name).read_text(encoding="utf-8")
-
-
-def _script() -> str:
-    js = _static("page.js")
-    if "</script" in js.lower() or "<!--" in js:
-        raise ValueError("page.js must not contain '</script' or '<!--': it is inlined in a <script> block")
-    return js
 
 
 def view_data(obj) -> dict:
@@ -78,7 +69,7 @@ def _parts(data: dict, uid: str, cls: str = "sg-root") -> tuple[str, str, str]:
               f'<script type="application/json" id="{uid}-data">{embed_json(data)}</script>')
     mount = (f'(function(){{var r=document.getElementById("{uid}");var d=JSON.parse(document.getElementById('
              f'"{uid}-data").textContent);window.StudyGroup.mount(r,{{data:d}});}})();')
-    return blocks, _script(), mount
+    return blocks, page_script(), mount
 
 
 def _sha256(text: str) -> str:
@@ -94,7 +85,7 @@ def report_html(explanation_or_data, title: str | None = None) -> str:
     data = view_data(explanation_or_data)
     uid = f"sg-{uuid.uuid4().hex[:12]}"
     blocks, script, mount = _parts(data, uid)
-    css = _static("page.css")
+    css = static_text("page.css")
     text = data.get("text")
     title = title or ("studygroup: " + (text if isinstance(text, str) else "explanation"))
     csp = (f"default-src 'none'; script-src {_sha256(script)} {_sha256(mount)}; style-src {_sha256(css)}; "
@@ -122,4 +113,4 @@ def notebook_html(explanation_or_data) -> str:
     data = view_data(explanation_or_data)
     uid = f"sg-{uuid.uuid4().hex[:12]}"
     blocks, script, mount = _parts(data, uid, "sg-root sg-nb")
-    return f"<style>{_static('page.css')}</style>\n{blocks}\n<script>{script}</script>\n<script>{mount}</script>\n"
+    return f"<style>{static_text('page.css')}</style>\n{blocks}\n<script>{script}</script>\n<script>{mount}</script>\n"

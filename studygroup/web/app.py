@@ -14,7 +14,6 @@ import asyncio
 import json
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from importlib import resources
 from typing import Annotated, Literal
 
 from fastapi import FastAPI, Request
@@ -24,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
 from studygroup.study import page_data
+from studygroup.views import assets
 from studygroup.errors import InputError, StudyGroupError
 from studygroup.web.guard import (LRU, UNREADABLE_BODY, BodyLimit, Busy, Gate, HostCheck, SecurityHeaders,
                                   error_response)
@@ -32,6 +32,7 @@ DEFAULT_TEXT = "Cash or credit card? I have a lot"
 MAX_TEXT_CHARS = 4000
 MAX_TOP = 50
 MAX_SILENCED = 512
+#: What /static/ serves: the style, and the script joined from its files (views/assets.py).
 STATIC_FILES = {"page.css": "text/css; charset=utf-8", "page.js": "text/javascript; charset=utf-8"}
 
 
@@ -210,7 +211,8 @@ class Service:
 
 
 def _static(name: str) -> bytes:
-    return resources.files("studygroup.web").joinpath("static", name).read_bytes()
+    """A file of the page (views/static/), or the joined script for page.js."""
+    return (assets.page_script() if name == "page.js" else assets.static_text(name)).encode("utf-8")
 
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")

@@ -219,3 +219,56 @@ def test_two_notebook_views_on_one_page(browser, markup_studygroup, tmp_path):
     assert tried == []
     assert_no_markup_ran(page)
     context.close()
+
+
+#: Per cell of the open head's weight grid: its reason, and whether every pixel of it is grey
+#: (the hatch's face and lines) and whether any pixel has the colour of a zero weight.
+CELL_PIXELS = """() => {
+  const sg = window.StudyGroup, inst = document.querySelector('.sg-root').studygroup;
+  const canvas = document.querySelector('.sg-grid-weights'), geo = canvas.__geom, r = canvas.width / canvas.clientWidth;
+  const ctx = canvas.getContext('2d'), zero = sg.weightColor(0), shown = inst.displayed('weights');
+  const cells = [];
+  for (let i = 0; i < geo.nR; i++) for (let j = 0; j < geo.nC; j++) {
+    const x = Math.round((geo.left + j * geo.cw + 2) * r), y = Math.round((geo.top + i * geo.ch + 2) * r);
+    const d = ctx.getImageData(x, y, Math.round((geo.cw - 4) * r), Math.round((geo.ch - 4) * r)).data;
+    let grey = true, zeroColour = false;
+    for (let p = 0; p < d.length; p += 4) {
+      if (Math.abs(d[p] - d[p + 1]) > 6 || Math.abs(d[p + 1] - d[p + 2]) > 6) grey = false;
+      if (Math.abs(d[p] - zero[0]) < 8 && Math.abs(d[p + 1] - zero[1]) < 8 && Math.abs(d[p + 2] - zero[2]) < 8) zeroColour = true;
+    }
+    cells.push({ i, j, reason: shown.reasons[i][j], grey, zeroColour });
+  }
+  return cells;
+}"""
+
+
+def test_silenced_and_future_cells_are_drawn_masked_alike(page, server_url, screenshots):
+    page.goto(server_url)
+    wait_idle(page)
+    explain(page, "I have a lot")
+    page.click(".sg-chip[data-index='1'] .sg-mute")
+    page.locator(".sg-grid-weights[data-silenced='true']").wait_for()
+    page.locator(".sg-status[data-kind='']").wait_for(state="attached")
+    page.mouse.move(0, 0)
+    cells = page.evaluate(CELL_PIXELS)
+    by_reason = {}
+    for c in cells:
+        by_reason.setdefault(c["reason"], []).append(c)
+    T = len(chip_texts(page))
+    assert {(c["i"], c["j"]) for c in by_reason["future"]} == {(i, j) for i in range(T) for j in range(T) if j > i}
+    assert {(c["i"], c["j"]) for c in by_reason["silenced"]} == {(i, 1) for i in range(1, T)}
+    for c in by_reason["future"] + by_reason["silenced"]:
+        assert c["grey"] and not c["zeroColour"], c  # hatched, never the colour of a zero weight
+    assert not any(c["grey"] for c in by_reason["visible"])
+    legend = page.locator(".sg-legend-weights").get_attribute("data-reasons")
+    assert legend == "future silenced"
+    # the model view's thumbnails: the silenced member's column is masked too (a pixel of the last question's cell)
+    thumb_grey = page.evaluate("""(T) => {
+      const c = document.querySelector('.sg-thumb canvas'), r = c.width / c.clientWidth, s = c.clientWidth / T;
+      const d = c.getContext('2d').getImageData(Math.ceil(s * r), Math.ceil((T - 1) * s * r), 1, 1).data;  // inside cell (T-1, 1)
+      return Math.abs(d[0] - d[1]) <= 6 && Math.abs(d[1] - d[2]) <= 6;
+    }""", T)
+    assert thumb_grey
+    page.locator(".sg-head").screenshot(path=str(screenshots / "page-silenced-head.png"))
+    page.screenshot(path=str(screenshots / "page-silenced.png"), full_page=True)
+    assert_no_markup_ran(page)

@@ -154,6 +154,35 @@ def test_colour_scales_weights_fixed_scores_centred():
     assert scores.norm.vmin == -scores.norm.vmax
 
 
+def test_figures_and_page_draw_with_the_same_colours():
+    """views.colours is the one source: the figures' colormaps, the page script's scales, the hatch."""
+    import json
+
+    from studygroup.views import assets, colours
+
+    for cmap, rgb in ((figures_style.WEIGHTS_CMAP, colours.weight_rgb), (figures_style.SCORES_CMAP, lambda t: colours.score_rgb(2 * t - 1, 1))):
+        for t in np.linspace(0, 1, 41):
+            assert np.abs(np.array(cmap(t)[:3]) * 255 - rgb(t)).max() <= 3, (cmap.name, t)  # (a 256-entry table)
+    prefix = assets.page_script().split("\n", 2)[1]
+    assert prefix.startswith("window.StudyGroup.colours = ")
+    assert json.loads(prefix.removeprefix("window.StudyGroup.colours = ").rstrip(";")) == colours.as_dict()
+    fig = figures.head_figure(synthetic_head(["A", "␣b", "␣c"]))
+    hatched = [p for ax in grids(fig) for p in ax.patches if p.get_hatch()]
+    assert {matplotlib.colors.to_hex(p.get_facecolor()) for p in hatched} == {colours.MASK_FACE}
+
+
+def test_each_masked_cell_is_hatched_by_its_reason():
+    head = {"tokens": ["A", "b", "c"], "weights": [[1, 0, 0], [1, 0, 0], [0.5, 0, 0.5]],
+            "mask_reasons": [[0, 1, 1], [0, 2, 1], [0, 2, 0]]}
+    fig = figures.head_figure(head)
+    ax = grids(fig)[0]
+    np.testing.assert_array_equal(np.ma.getmaskarray(ax.images[0].get_array()), np.array(head["mask_reasons"]) != 0)
+    future, silenced = figures_style.hatch("future"), figures_style.hatch("silenced")
+    assert future != silenced
+    assert [p.get_hatch() for p in ax.patches if p.get_hatch()] == [future, silenced, silenced]  # background, then cells
+    assert {h.get_hatch() for leg in fig.legends for h in leg.legend_handles} == {future, silenced}
+
+
 def test_cell_values_only_on_small_grids_and_no_negative_zero():
     small = texts(figures.head_figure(synthetic_head([f"t{i}" for i in range(12)])))
     assert "1.00" in small and not any(t.startswith("-0.0") and not t.strip("-0.") for t in small)

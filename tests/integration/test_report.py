@@ -98,6 +98,22 @@ def test_script_hashes_match_the_inline_scripts(explanation):
         assert base64.b64encode(hashlib.sha256(s.encode()).digest()).decode() in hashes
 
 
+def test_page_report_and_notebook_use_one_script_in_the_listed_order(model, explanation):
+    from fastapi.testclient import TestClient
+
+    from studygroup.views import assets
+    from studygroup.web.app import create_app
+
+    script = assets.page_script()
+    starts = [script.index(assets.static_text(name)) for name in assets.SCRIPTS]
+    assert starts == sorted(starts) and script.startswith("window.StudyGroup = ")
+    for text in (report.report_html(explanation), report.notebook_html(explanation)):
+        inline = [s[2] for s in parse(text).scripts if s[0] is None]
+        assert inline[0] == script
+    with TestClient(create_app(model)) as client:
+        assert client.get("/static/page.js").text == script
+
+
 def test_every_call_has_its_own_ids(explanation):
     a, b = report.notebook_html(explanation), report.notebook_html(explanation)
     ids = parse(a + b).ids

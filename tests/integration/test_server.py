@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 
 import studygroup
 from studygroup.study import page_data
+from studygroup.views import assets
 from studygroup.web import app as server
 from studygroup.web import guard as server_guard
 from studygroup.web.app import Limits, create_app
@@ -60,17 +61,20 @@ def test_page_and_static_files_come_from_the_package(client):
         assert r.status_code == 200 and r.headers["content-type"].startswith(kind)
 
 
-STATIC = Path(server.__file__).parent / "static"
+STATIC = Path(assets.__file__).parent / "static"
 
 
-def test_static_files_name_no_other_host():
-    for name in ("page.html", "page.js", "page.css"):
-        source = (STATIC / name).read_text(encoding="utf-8")
+def test_static_files_name_no_other_host(client):
+    files = sorted(STATIC.iterdir())
+    assert {f.name for f in files if f.suffix == ".js"} == set(assets.SCRIPTS)  # every script is joined, and listed
+    sources = {f.name: f.read_text(encoding="utf-8") for f in files} | {"served page.js": client.get("/static/page.js").text}
+    for name, source in sources.items():
         assert not re.search(r"https?://|//[a-z0-9.-]+\.[a-z]{2,}/|@import|@font-face", source, re.I), name
-    js = (STATIC / "page.js").read_text(encoding="utf-8")
-    assert "innerHTML" not in js and "insertAdjacentHTML" not in js and "document.write" not in js
-    assert "eval(" not in js and "new Function" not in js
-    assert "</script" not in js.lower() and "<!--" not in js  # it is inlined in reports and notebooks
+        if name.endswith(".js"):
+            assert "innerHTML" not in source and "insertAdjacentHTML" not in source and "document.write" not in source, name
+            assert "eval(" not in source and "new Function" not in source, name
+            assert "</script" not in source.lower() and "<!--" not in source, name  # inlined in reports and notebooks
+    assert sources["served page.js"] == assets.page_script()
 
 
 def test_only_known_static_files(client):
@@ -171,6 +175,48 @@ def test_head_with_silencing_masks_the_silenced_member(client, model):
     assert T > 3 and cols["check"]["agree"] and cols["weights"][2][T - 1] == 0  # columns: transposed
     clean = post(client, "/api/head", {"text": TEXT, "layer": 1, "head": 0}).json()
     assert clean["silenced_members"] == [] and clean["weights"] != d["weights"]
+
+
+def expected_reasons(T: int, silenced: list[int]) -> list[list[str]]:
+    """Why question i cannot hear answer j, worked out cell by cell (paper orientation): a later
+    answer is the future; a silenced member's answer is silenced (for every question but one left
+    with nothing else to hear, which hears itself)."""
+    out = []
+    for i in range(T):
+        heard = [j for j in range(i + 1) if j not in silenced] or [i]
+        out.append(["future" if j > i else "visible" if j in heard else "silenced" for j in range(T)])
+    return out
+
+
+def test_mask_reasons_say_why_each_cell_is_hidden(client):
+    from studygroup.study.mask_reasons import REASONS
+
+    named = lambda grid: [[REASONS[k] for k in row] for row in grid]  # noqa: E731
+    for silenced in ([], [2], [0, 3]):
+        body = {"text": TEXT, "layer": 1, "head": 0, "silence_members": silenced}
+        paper = post(client, "/api/head", body).json()
+        T = len(paper["tokens"])
+        want = expected_reasons(T, silenced)
+        assert named(paper["mask_reasons"]) == want, silenced
+        assert [[k == "visible" for k in row] for row in want] == paper["mask"]
+        cols = post(client, "/api/head", body | {"notation": "columns"}).json()
+        assert named(cols["mask_reasons"]) == [list(r) for r in zip(*want)]
+        last = post(client, "/api/head", body | {"rows": "last"}).json()
+        assert named(last["mask_reasons"]) == want[-1:]
+        view = post(client, "/api/model_view", {"text": TEXT, "silence_members": silenced}).json()
+        assert named(view["mask_reasons"]) == want and all(h["mask_reasons"] is None for r in view["heads"] for h in r)
+
+
+def test_model_view_names_the_reasons_of_heads_that_differ(model):
+    """Members silenced in one head only: that head's thumbnail carries its own reasons."""
+    from studygroup.study.model_view import model_view
+
+    run = model.run(TEXT, record="all", silence_members=[1], member_heads=[(0, 2)])
+    view = model_view(run).to_dict()
+    T = len(view["tokens"])
+    assert view["mask_reasons"] == [[0 if j <= i else 1 for j in range(T)] for i in range(T)]
+    own = {(h["layer"], h["head"]): h["mask_reasons"] for r in view["heads"] for h in r if h["mask_reasons"] is not None}
+    assert list(own) == [(0, 2)] and all(own[0, 2][i][1] == 2 for i in range(1, T))
 
 
 def test_head_in_both_notations_is_transposed(client):

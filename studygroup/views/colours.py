@@ -1,0 +1,97 @@
+"""Every colour the views use, and what each means: one source for the page, the report, the
+notebook, the lesson HTML and the figures (UI.md, "Numbers and colour").
+
+- Weights in [0, 1]: viridis (sequential, colour-blind-safe), always on the absolute 0–1 scale.
+- Scores and other signed values: RdBu reversed (diverging, colour-blind-safe), centred on 0,
+  blue below, red above, symmetric around 0.
+- A cell that cannot be heard: hatched grey, never a colour of either scale, with its reason
+  (study.mask_reasons: the future, a silenced member, outside a sliding window) in the legend.
+
+Scales are lists of evenly spaced stops, interpolated linearly in RGB by every view: the page's
+script gets them as `StudyGroup.colours` (script_prefix), matplotlib as a colormap built from the
+same stops (figures_style.colormap).
+
+>>> weight_rgb(0.0), weight_rgb(1.0)
+((68, 1, 84), (253, 231, 37))
+>>> score_rgb(0.0, 2.0) == hex_rgb(SCORES[len(SCORES) // 2])
+True
+"""
+from __future__ import annotations
+
+import json
+
+from studygroup.study.mask_reasons import REASONS
+
+#: viridis at 11 even steps, 0 → 1.
+WEIGHTS = ("#440154", "#482475", "#414487", "#355f8d", "#2a788e", "#21918c", "#22a884", "#44bf70", "#7ad151",
+           "#bddf26", "#fde725")
+#: ColorBrewer RdBu reversed, 11 classes: −max (blue) → 0 (near white) → +max (red).
+SCORES = ("#053061", "#2166ac", "#4393c3", "#92c5de", "#d1e5f0", "#f7f7f7", "#fddbc7", "#f4a582", "#d6604d",
+          "#b2182b", "#67001f")
+#: A masked cell: this face with lines of this colour (never a colour of WEIGHTS or SCORES).
+MASK_FACE, MASK_LINE = "#ececec", "#9a9a9a"
+#: Each reason's hatch (matplotlib's hatch letters; the page draws the same directions) and legend.
+MASKED = {
+    "future": ("/", "masked: the future, which no question hears"),
+    "silenced": ("\\", "masked: a silenced member, whose answer nobody hears"),
+    "outside_window": ("x", "masked: outside the sliding window"),
+}
+#: Okabe–Ito orange and blue: before (text a) and after (text b) in comparisons.
+BEFORE, AFTER = "#E69F00", "#0072B2"
+WEIGHTS_NAME, SCORES_NAME = "viridis", "RdBu_r"
+WEIGHTS_LEGEND = "weight (softmax): viridis on a fixed 0–1 scale, the same in every head"
+SCORES_LEGEND = "score q·k/√d_head: blue below 0, red above, centred on 0"
+CONTRIBUTION_LEGEND = "blue: against, red: for"
+
+
+def hex_rgb(colour: str) -> tuple[int, int, int]:
+    """'#rrggbb' -> (r, g, b) in 0–255."""
+    return tuple(int(colour[i:i + 2], 16) for i in (1, 3, 5))
+
+
+def ramp(stops, t: float) -> tuple[int, int, int]:
+    """The colour at t in [0, 1] (clipped) of evenly spaced stops, linear in RGB, rounded."""
+    x = min(1.0, max(0.0, float(t))) * (len(stops) - 1)
+    i = min(len(stops) - 2, int(x))
+    a, b, f = hex_rgb(stops[i]), hex_rgb(stops[i + 1]), x - i
+    return tuple(int(round(u + f * (v - u))) for u, v in zip(a, b))
+
+
+def weight_rgb(w: float) -> tuple[int, int, int]:
+    """A weight's colour (0–1, absolute)."""
+    return ramp(WEIGHTS, w)
+
+
+def score_rgb(s: float, largest: float) -> tuple[int, int, int]:
+    """A signed value's colour on a scale symmetric around 0 that reaches ±largest."""
+    return ramp(SCORES, 0.5 + 0.5 * s / largest if largest > 0 else 0.5)
+
+
+def ink(rgb: tuple[int, int, int]) -> str:
+    """Text colour readable on `rgb`: black on light, white on dark."""
+    return "#111" if 0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2] > 140 else "#fff"
+
+
+def mask_css() -> str:
+    """A CSS background for a masked cell in HTML tables (the lesson): the hatch of the grids."""
+    return f"repeating-linear-gradient(45deg, {MASK_FACE} 0 3px, {MASK_LINE} 3px 4px)"
+
+
+def as_dict() -> dict:
+    """The scales, the mask and the legends as the page's script reads them (`StudyGroup.colours`).
+
+    masked.reasons is indexed by the codes of study.mask_reasons (0: visible, which is not masked).
+    """
+    reasons = [{"name": name, "hatch": MASKED[name][0], "legend": MASKED[name][1]} if name in MASKED
+               else {"name": name, "hatch": None, "legend": None} for name in REASONS]
+    return {"weights": {"name": WEIGHTS_NAME, "stops": list(WEIGHTS), "legend": WEIGHTS_LEGEND},
+            "scores": {"name": SCORES_NAME, "stops": list(SCORES), "legend": SCORES_LEGEND},
+            "contribution": {"legend": CONTRIBUTION_LEGEND},
+            "masked": {"face": MASK_FACE, "line": MASK_LINE, "reasons": reasons},
+            "before": BEFORE, "after": AFTER}
+
+
+def script_prefix() -> str:
+    """The first line of the page's script: `StudyGroup.colours`, from this module."""
+    return ("window.StudyGroup = window.StudyGroup || {};\n"
+            f"window.StudyGroup.colours = {json.dumps(as_dict(), ensure_ascii=True)};\n")

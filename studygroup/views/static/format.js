@@ -1,0 +1,59 @@
+/* studygroup's page script, part 1 of views/assets.SCRIPTS: formatting and DOM helpers.
+ *
+ * The script is one namespace, window.StudyGroup, that small plain files fill in a listed order
+ * (the page, the report and the notebook join them the same way). Text from the model or the user
+ * is only ever set as textContent (or drawn on a canvas), never parsed as HTML.
+ */
+(function (sg) {
+  "use strict";
+
+  /** An element: opts.cls, opts.text (as text), opts.attrs, opts.data, opts.on; children nodes or strings. */
+  function el(tag, opts, children) {
+    const node = document.createElement(tag);
+    const o = opts || {};
+    if (o.cls) node.className = o.cls;
+    if (o.text != null) node.textContent = String(o.text);
+    for (const [k, v] of Object.entries(o.attrs || {})) if (v != null) node.setAttribute(k, String(v));
+    for (const [k, v] of Object.entries(o.data || {})) node.dataset[k] = String(v);
+    for (const [k, f] of Object.entries(o.on || {})) node.addEventListener(k, f);
+    for (const c of children || []) if (c) node.appendChild(typeof c === "string" ? document.createTextNode(c) : c);
+    return node;
+  }
+  const clear = (node) => { while (node.firstChild) node.removeChild(node.firstChild); return node; };
+  const MARKS = new Set(["\u2423", "\u21b5", "\u21e5", "\u240d"]); // ␣ ↵ ⇥ ␍
+  const MONO = 'ui-monospace, "SFMono-Regular", Menlo, Consolas, "Liberation Mono", monospace';
+  const SANS = 'system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif';
+
+  /** A member's text as nodes, with the marks for spaces and newlines set apart. */
+  function tokenNode(token, cls) {
+    const span = el("span", { cls: "sg-tok" + (cls ? " " + cls : "") });
+    let run = "";
+    for (const ch of String(token)) {
+      if (MARKS.has(ch)) {
+        if (run) span.appendChild(document.createTextNode(run));
+        run = "";
+        span.appendChild(el("span", { cls: "sg-ws", text: ch }));
+      } else run += ch;
+    }
+    if (run) span.appendChild(document.createTextNode(run));
+    return span;
+  }
+  const short = (t, n) => { const s = Array.from(String(t)); return s.length > n ? s.slice(0, n - 1).join("") + "\u2026" : s.join(""); };
+  /** Probabilities as percentages: one decimal under 10%, none above (UI.md). */
+  const percent = (p) => (p < 0.1 ? (100 * p).toFixed(1) : (100 * p).toFixed(0)) + "%";
+  const sig4 = (x) => (x == null ? "\u2014" : Number(x).toPrecision(4));
+  const signed = (x, d) => (x >= 0 ? "+" : "\u2212") + Math.abs(x).toFixed(d);
+
+  /** Whether a view (model view or head) was computed with something silenced. */
+  const isSilenced = (d) => Boolean(d && ((d.silenced_members || []).length || (d.silenced_heads || []).length));
+
+  /** " Silenced in this run: …" for a view computed with something silenced, else "" (as the CLI words it). */
+  function silencedNote(d) {
+    if (!isSilenced(d)) return "";
+    const parts = (d.silenced_members || []).map((j) => "member " + j + (d.tokens ? " (" + d.tokens[j] + ")" : "") + ": nobody hears its answer (masked, as the future is)");
+    for (const [a, b] of d.silenced_heads || []) parts.push("layer " + a + " head " + b + ": writes nothing");
+    return " Silenced in this run: " + parts.join("; ") + ".";
+  }
+
+  Object.assign(sg, { el, clear, MONO, SANS, tokenNode, short, percent, sig4, signed, isSilenced, silencedNote });
+})(window.StudyGroup = window.StudyGroup || {});

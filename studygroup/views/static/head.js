@@ -1,0 +1,172 @@
+/* One head: its score and weight grids in either orientation, fetched on demand (page) or embedded
+ * (report); hover and click on cells. */
+(function (sg) {
+  "use strict";
+
+  const { el, clear, sig4, signed, isSilenced, silencedNote, drawGrid, drawLegend, cellReason, reasonsIn, reasonLegend, VISIBLE } = sg;
+
+  sg.mixin(class {
+    async openHead(l, h, chosen) {
+      if (chosen !== false) this.ui.headChosen = true;
+      if (this.ui.layer !== l || this.ui.head !== h) this.ui.rows = "auto";
+      this.ui.layer = l; this.ui.head = h;
+      this.paintThumbs(); this.paintHeadControls();
+      if (!this.api) { this.renderHead(); return; }
+      const key = this.headKey(l, h);
+      if (!this.heads.has(key)) {
+        const gen = this.gen;
+        try {
+          this.say("Opening head " + h + " of layer " + l + "\u2026", "busy");
+          const d = await this.post("/head", { text: this.d.text, layer: l, head: h, notation: this.ui.notation, rows: this.ui.rows, ...this.silencing() });
+          if (gen !== this.gen) return;
+          if (this.heads.size > 40) this.heads.delete(this.heads.keys().next().value);
+          this.heads.set(key, d);
+          this.say("");
+        } catch (e) { if (gen === this.gen) this.say(e.message, "error"); return; }
+      }
+      if (this.ui.layer === l && this.ui.head === h) this.renderHead();
+    }
+
+    /** The key of a head as asked now: its place, the orientation, the rows and what is silenced. */
+    headKey(l, h) {
+      return [l, h, this.ui.notation, this.ui.rows].join(".") + ":" + JSON.stringify(this.silencing());
+    }
+
+    currentHead() {
+      if (this.ui.layer == null) return null;
+      if (this.api) return this.heads.get(this.headKey(this.ui.layer, this.ui.head)) || null;
+      const both = this.d.embeddedHeads && this.d.embeddedHeads[this.ui.layer + "." + this.ui.head];
+      return both ? both[this.ui.notation] : null;
+    }
+
+    /** The head's last-question listening, from the explanation (when the head itself is not here). */
+    listenedHead() {
+      const e = this.d.explanation;
+      return e ? e.heads.find((x) => x.layer === this.ui.layer && x.head === this.ui.head) || null : null;
+    }
+
+    setNotation(n) {
+      if (n === this.ui.notation) return;
+      this.ui.notation = n;
+      for (const b of this.qa(".sg-orient button")) b.setAttribute("aria-pressed", String(b.dataset.notation === n));
+      this.renderModelView();
+      if (this.ui.layer != null) this.openHead(this.ui.layer, this.ui.head, false);
+    }
+
+    paintHeadControls() {
+      const b = this.q(".sg-silence-head");
+      const on = this.ui.headsSilenced.has(this.ui.layer + "." + this.ui.head);
+      b.setAttribute("aria-pressed", String(on));
+      b.textContent = on ? "\u2298 Silenced: let it write again" : "\u2298 Silence this head";
+      b.disabled = this.ui.layer == null;
+    }
+
+    renderHead() {
+      const title = clear(this.q(".sg-head-title"));
+      const empty = this.q(".sg-head-empty");
+      const figs = this.q(".sg-figs");
+      const d = this.currentHead();
+      const l = this.ui.layer, h = this.ui.head;
+      this.paintHeadControls();
+      this.q(".sg-check").textContent = d ? d.check.statement + silencedNote(d) : "";
+      this.q(".sg-full").hidden = !(d && d.rows === "last");
+      if (l == null) { figs.hidden = true; empty.textContent = ""; this.renderMemberPanel(); return; }
+      const mvShape = this.d.modelView || (this.d.explanation && this.d.explanation.model);
+      const group = mvShape ? mvShape.n_heads / mvShape.n_kv_heads : 1;
+      const kv = Math.floor(h / group);
+      const mates = []; for (let k = kv * group; k < (kv + 1) * group; k++) if (k !== h) mates.push(k);
+      title.appendChild(el("h3", { text: "Head " + h + " of layer " + l }));
+      const r = this.rankedHeads().findIndex(([a, b]) => a === l && b === h);
+      const lh = this.listenedHead();
+      title.appendChild(el("p", { cls: "sg-kv", text: "Key/value head " + kv + ": its keys and values are shared with query heads " + mates.join(" and ") +
+        " of this layer (grouped-query attention)." + (r >= 0 ? " Decisive head, rank " + (r + 1) + (lh ? " (silencing it: " + signed(lh.silence_effect, 3) + " in log p)." : ".") : "") }));
+      figs.hidden = !d;
+      for (const b of this.qa(".sg-orient, .sg-save-head")) b.hidden = !d && !this.api;
+      const grids = Object.keys(this.d.embeddedHeads || {}).length;
+      if (!d && !this.api) {
+        empty.textContent = (grids ? "This file holds the grids of the " + grids + " most decisive heads only"
+          : "An explanation alone holds no grids (write a report or run `studygroup serve` for them)") +
+          (lh ? "; below, whom this head's last question listens to." : ".");
+      } else empty.textContent = "";
+      this.drawHeadGrids();
+      this.renderMemberPanel();
+    }
+
+    /** The grid as drawn: rows and columns are member indices; the matrix is in the current orientation. */
+    gridSpec(kind) {
+      const d = this.currentHead();
+      if (!d) return null;
+      const paper = d.notation === "paper";
+      const all = d.tokens.map((_, i) => i);
+      const matrix = kind === "scores" ? d.scores : d.weights;
+      const scale = kind === "scores" ? Math.max(1e-9, ...matrix.flat().filter((x) => x != null).map(Math.abs)) : 1;
+      return {
+        kind, matrix, mask: d.mask, reasons: d.mask_reasons || null, tokens: d.tokens, scale,
+        rows: paper ? d.questions : all, cols: paper ? all : d.questions,
+        questionAxis: paper ? "rows" : "cols",
+        rowTitle: paper ? "question from\u2026" : "answer from\u2026",
+        colTitle: paper ? "answer from\u2026" : "question from\u2026",
+        sum: kind === "weights" ? (paper ? "right" : "bottom") : null,
+        selected: this.ui.selected, hover: this.ui.hover, maxWidth: this.gridWidth(),
+      };
+    }
+
+    /** Width for one grid: side by side when the head's card is wide enough, else one above the other. */
+    gridWidth() {
+      const avail = this.q(".sg-figs").clientWidth || 760;
+      return avail >= 640 ? Math.floor((avail - 20) / 2) : avail;
+    }
+
+    drawHeadGrids() {
+      for (const kind of ["scores", "weights"]) {
+        const canvas = this.q(".sg-grid-" + kind);
+        const g = this.gridSpec(kind);
+        if (!g) continue;
+        drawGrid(canvas, g);
+        canvas.dataset.silenced = String(isSilenced(this.currentHead()));
+        canvas.dataset.orientation = g.questionAxis === "rows" ? "paper" : "columns";
+        canvas.dataset.rows = String(g.rows.length);
+        canvas.dataset.cols = String(g.cols.length);
+        canvas.setAttribute("aria-label", kind + " of head " + this.ui.head + " of layer " + this.ui.layer + ", " +
+          (g.questionAxis === "rows" ? "rows are questions" : "columns are questions"));
+        drawLegend(this.q(".sg-legend-" + kind), kind, g.scale, reasonsIn(g));
+      }
+    }
+
+    /** For tests and curious readers: the matrix exactly as drawn (rows × columns), and each cell's reason. */
+    displayed(kind) {
+      const g = this.gridSpec(kind);
+      if (!g) return null;
+      const reasons = g.matrix.map((row, r) => row.map((_, c) => sg.reasonName(cellReason(g, r, c))));
+      return { orientation: g.questionAxis === "rows" ? "paper" : "columns", rows: g.rows, cols: g.cols, matrix: g.matrix, reasons };
+    }
+
+    wireGrid(canvas, kind) {
+      const cellAt = (ev) => {
+        const geo = canvas.__geom, g = this.gridSpec(kind);
+        if (!geo || !g) return null;
+        const rect = canvas.getBoundingClientRect();
+        const c = Math.floor((ev.clientX - rect.left - geo.left) / geo.cw), r = Math.floor((ev.clientY - rect.top - geo.top) / geo.ch);
+        if (r < 0 || c < 0 || r >= geo.nR || c >= geo.nC) return null;
+        return { g, r, c };
+      };
+      canvas.addEventListener("mousemove", (ev) => {
+        const hit = cellAt(ev);
+        if (!hit) { this.tip.hidden = true; return; }
+        const { g, r, c } = hit;
+        const qm = g.questionAxis === "rows" ? g.rows[r] : g.cols[c], am = g.questionAxis === "rows" ? g.cols[c] : g.rows[r];
+        const v = g.matrix[r][c], code = cellReason(g, r, c);
+        this.tip.textContent = "question from \u201c" + g.tokens[qm] + "\u201d (" + qm + ") \u2192 answer from \u201c" + g.tokens[am] + "\u201d (" + am + "): " +
+          (code !== VISIBLE ? reasonLegend(code) : kind + " " + sig4(v));
+        this.tip.hidden = false;
+        this.tip.style.left = (ev.clientX + 14) + "px";
+        this.tip.style.top = (ev.clientY + 14) + "px";
+      });
+      canvas.addEventListener("mouseleave", () => { this.tip.hidden = true; });
+      canvas.addEventListener("click", (ev) => {
+        const hit = cellAt(ev);
+        if (hit) this.select(hit.g.questionAxis === "rows" ? hit.g.rows[hit.r] : hit.g.cols[hit.c]);
+      });
+    }
+  });
+})(window.StudyGroup = window.StudyGroup || {});

@@ -1,0 +1,99 @@
+/* The members as chips: select (click, Enter), hover, silence (\u2298); the list of what is silenced. */
+(function (sg) {
+  "use strict";
+
+  const { el, clear, tokenNode, signed } = sg;
+
+  sg.mixin(class {
+    renderMembers() {
+      const box = clear(this.q(".sg-chips"));
+      const e = this.d.explanation;
+      this.tokens().forEach((t, j) => {
+        const effect = e && e.members[j] && e.members[j].effect;
+        const main = el("button", { cls: "sg-chip-main", attrs: { type: "button", "aria-label": "member " + j + ": " + t },
+          on: { click: () => this.select(j) } }, [tokenNode(t)]);
+        if (effect != null) main.title = "member " + j + "; silencing it in every head changes log p(" + e.predicted.token + ") by " + signed(effect, 3);
+        else main.title = "member " + j;
+        const mute = el("button", { cls: "sg-mute", attrs: { type: "button", "aria-pressed": this.ui.members.has(j), "aria-label": "silence member " + j, title: "silence member " + j },
+          text: "\u2298", on: { click: () => this.toggleMember(j) } });
+        const chip = el("span", { cls: "sg-chip", attrs: { role: "listitem" }, data: { index: j } }, [main, mute]);
+        chip.addEventListener("mouseenter", () => this.setHover(j));
+        chip.addEventListener("mouseleave", () => this.setHover(null));
+        box.appendChild(chip);
+      });
+      this.renderSilencedList();
+      this.paintMembers();
+    }
+
+    paintMembers() {
+      for (const chip of this.qa(".sg-chip, .sg-storychip")) {
+        const j = Number(chip.dataset.index);
+        chip.classList.toggle("sg-selected", j === this.ui.selected);
+        chip.classList.toggle("sg-hover", j === this.ui.hover);
+        chip.classList.toggle("sg-muted", this.ui.members.has(j));
+        const mute = chip.querySelector(".sg-mute");
+        if (mute) mute.setAttribute("aria-pressed", String(this.ui.members.has(j)));
+      }
+    }
+
+    renderSilencedList() {
+      const box = clear(this.q(".sg-silenced"));
+      if (!this.ui.members.size && !this.ui.headsSilenced.size) return;
+      box.appendChild(el("span", { cls: "sg-label", text: "Silenced: " }));
+      const toks = this.tokens();
+      for (const j of [...this.ui.members].sort((a, b) => a - b)) {
+        box.appendChild(el("button", { cls: "sg-pill", attrs: { type: "button", title: "hear member " + j + " again" }, on: { click: () => this.toggleMember(j) } },
+          [tokenNode(toks[j]), " (" + j + ") \u00d7"]));
+      }
+      for (const k of this.ui.headsSilenced) {
+        const [l, h] = k.split(".");
+        box.appendChild(el("button", { cls: "sg-pill", attrs: { type: "button", title: "let this head write again" }, on: { click: () => this.toggleHead(+l, +h) } },
+          ["layer " + l + " head " + h + " \u00d7"]));
+      }
+      box.appendChild(el("button", { cls: "sg-link", attrs: { type: "button" }, text: "clear all", on: { click: () => {
+        this.ui.members.clear(); this.ui.headsSilenced.clear(); this.afterSilence(); } } }));
+    }
+
+    toggleMember(j) {
+      if (this.ui.members.has(j)) this.ui.members.delete(j);
+      else {
+        if (!this.api) this.clearSilencing(); // a file holds one silencing at a time
+        this.ui.members.add(j);
+      }
+      this.afterSilence();
+    }
+
+    toggleHead(l, h) {
+      if (l == null) return;
+      const k = l + "." + h;
+      if (this.ui.headsSilenced.has(k)) this.ui.headsSilenced.delete(k);
+      else {
+        if (!this.api) this.clearSilencing();
+        this.ui.headsSilenced.add(k);
+      }
+      this.afterSilence();
+    }
+
+    clearSilencing() { this.ui.members.clear(); this.ui.headsSilenced.clear(); }
+
+    afterSilence() {
+      this.renderSilencedList(); this.paintMembers(); this.paintThumbs(); this.paintHeadControls();
+      this.resilence();
+    }
+
+    select(j) {
+      this.ui.selected = this.ui.selected === j ? null : j;
+      this.paintMembers(); this.drawHeadGrids(); this.renderMemberPanel();
+    }
+    setHover(j) {
+      if (this.ui.hover === j) return;
+      this.ui.hover = j;
+      this.paintMembers(); this.drawHeadGrids();
+    }
+    clearSelection() {
+      this.ui.selected = null; this.ui.hover = null;
+      this.tip.hidden = true;
+      this.paintMembers(); this.drawHeadGrids(); this.renderMemberPanel();
+    }
+  });
+})(window.StudyGroup = window.StudyGroup || {});

@@ -1,0 +1,47 @@
+/* Saving: the open head and the model view as PNG, the view's data as JSON. */
+(function (sg) {
+  "use strict";
+
+  const { el } = sg;
+
+  function download(name, href) {
+    const a = el("a", { attrs: { href, download: name } });
+    document.body.appendChild(a); a.click(); a.remove();
+  }
+  function downloadJSON(name, data) {
+    const url = URL.createObjectURL(new Blob([JSON.stringify(data, null, 1)], { type: "application/json" }));
+    download(name, url);
+    setTimeout(() => URL.revokeObjectURL(url), 5000);
+  }
+
+  sg.mixin(class {
+    saveData() { downloadJSON("studygroup.json", this.d); }
+
+    saveHead() {
+      const a = this.q(".sg-grid-scores"), b = this.q(".sg-grid-weights");
+      if (!this.currentHead()) return;
+      const out = document.createElement("canvas");
+      out.width = a.width + b.width + 20; out.height = Math.max(a.height, b.height);
+      const ctx = out.getContext("2d");
+      ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, out.width, out.height);
+      ctx.drawImage(a, 0, 0); ctx.drawImage(b, a.width + 20, 0);
+      download("head-L" + this.ui.layer + "-H" + this.ui.head + "-" + this.ui.notation + ".png", out.toDataURL("image/png"));
+    }
+
+    saveModelView() {
+      const thumbs = this.qa(".sg-thumb canvas");
+      if (!thumbs.length) return;
+      const first = thumbs[0], grid = this.q(".sg-mv-grid").getBoundingClientRect();
+      const r = first.width / first.getBoundingClientRect().width;
+      const out = document.createElement("canvas");
+      out.width = Math.ceil(grid.width * r); out.height = Math.ceil(grid.height * r);
+      const ctx = out.getContext("2d");
+      ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, out.width, out.height);
+      for (const c of thumbs) {
+        const b = c.getBoundingClientRect();
+        ctx.drawImage(c, (b.left - grid.left) * r, (b.top - grid.top) * r);
+      }
+      download("model-view.png", out.toDataURL("image/png"));
+    }
+  });
+})(window.StudyGroup = window.StudyGroup || {});

@@ -1,0 +1,125 @@
+/* What one view shows and when: asking the server step by step (the page), or showing the data
+ * embedded in a report or a notebook cell; what is silenced, as the API takes it. */
+(function (sg) {
+  "use strict";
+
+  const { el } = sg;
+
+  sg.mixin(class {
+    // -- server mode --
+    post(path, body) { return sg.api.post(this.api, path, body); }
+
+    async start() {
+      try {
+        const info = await sg.api.info(this.api);
+        this.d.info = info;
+        this.q(".sg-model").textContent = info.model.name + ": " + info.model.n_layers + " layers \u00d7 " + info.model.n_heads +
+          " heads, " + info.model.n_kv_heads + " key/value heads shared by groups of " + info.group_size + " query heads";
+        this.q(".sg-text").value = info.default_text;
+        this.submit();
+      } catch (e) { this.say("Cannot reach the studygroup server: " + e.message, "error"); }
+    }
+
+    async submit() {
+      const text = this.q(".sg-text").value;
+      const other = this.q(".sg-other").value.trim();
+      if (!text.trim()) { this.say("Type a text first.", "error"); return; }
+      const gen = ++this.gen;
+      const live = () => gen === this.gen;
+      Object.assign(this.ui, { selected: null, hover: null, members: new Set(), headsSilenced: new Set(), headChosen: false, rows: "auto" });
+      this.heads.clear();
+      this.d = { info: this.d.info, text, other: other || null };
+      this.renderAll();
+      try {
+        this.say("Reading the members\u2026", "busy");
+        const c = await this.post("/conclusion", { text, top: 10 });
+        if (!live()) return;
+        this.d.conclusion = c;
+        this.renderMembers(); this.renderConclusion();
+        this.say("Drawing every head\u2026", "busy");
+        const mv = await this.post("/model_view", { text });
+        if (!live()) return;
+        this.d.modelView = mv;
+        this.renderModelView();
+        const first = this.rankedHeads()[0] || [0, 0];
+        await this.openHead(first[0], first[1], false);
+        if (!live()) return;
+        this.say("Finding who decided it: silencing members and heads one at a time (this takes a while on a CPU)\u2026", "busy");
+        if (other) {
+          const cmp = await this.post("/compare", { text_a: other, text_b: text, top: 10 });
+          if (!live()) return;
+          this.d.comparison = cmp; this.d.explanation = cmp.b;
+        } else {
+          const e = await this.post("/explain", { text, top: 10 });
+          if (!live()) return;
+          this.d.explanation = e;
+        }
+        this.renderMembers(); this.renderConclusion(); this.renderStory(); this.renderModelView();
+        if (!this.ui.headChosen && this.d.explanation.heads.length) {
+          const h = this.d.explanation.heads[0];
+          await this.openHead(h.layer, h.head, false);
+        } else this.renderHead();
+        if (live()) this.say("");
+      } catch (e) { if (live()) this.say(e.message, "error"); }
+    }
+
+    /** What is silenced now, as the API takes it (empty lists when nothing is). */
+    silencing() {
+      return { silence_members: [...this.ui.members].sort((a, b) => a - b),
+        silence_heads: [...this.ui.headsSilenced].map((k) => k.split(".").map(Number)).sort((a, b) => a[0] - b[0] || a[1] - b[1]) };
+    }
+
+    async resilence() {
+      if (!this.api) { this.renderConclusion(); return; }
+      const gen = this.gen;
+      const silencing = this.silencing();
+      try {
+        this.say("Recomputing the conclusion with the silenced members and heads\u2026", "busy");
+        const c = await this.post("/conclusion", { text: this.d.text, top: 10, ...silencing });
+        if (gen !== this.gen) return;
+        this.d.conclusion = c;
+        this.renderConclusion();
+        this.say("Redrawing every head as it listens with them silenced\u2026", "busy");
+        const mv = await this.post("/model_view", { text: this.d.text, ...silencing });
+        if (gen !== this.gen || JSON.stringify(silencing) !== JSON.stringify(this.silencing())) return;
+        this.d.modelView = mv;
+        this.renderModelView();
+        this.say("");
+        if (this.ui.layer != null) await this.openHead(this.ui.layer, this.ui.head, false);
+      } catch (e) { if (gen === this.gen) this.say(e.message, "error"); }
+    }
+
+    // -- static mode (report, notebook) --
+    show(data) {
+      const e = data.explanation || (data.comparison && data.comparison.b) || null;
+      this.d = { text: data.text || (e && e.text), explanation: e, comparison: data.comparison || null,
+        modelView: data.model_view || null, conclusion: data.conclusion || null, embeddedHeads: data.heads || {} };
+      if (e) {
+        const m = e.model;
+        this.q(".sg-model").textContent = m.name + ": " + m.n_layers + " layers \u00d7 " + m.n_heads + " heads, " + m.n_kv_heads + " key/value heads";
+      }
+      const given = this.q(".sg-given");
+      given.textContent = "";
+      given.appendChild(el("span", { cls: "sg-label", text: "Text" }));
+      given.appendChild(el("q", { text: this.d.text == null ? "(token ids)" : this.d.text }));
+      if (this.d.comparison) {
+        given.appendChild(el("span", { cls: "sg-label", text: "compared with" }));
+        given.appendChild(el("q", { text: this.d.comparison.a.text }));
+      }
+      this.renderAll();
+      const first = e && e.heads.length ? [e.heads[0].layer, e.heads[0].head] : this.rankedHeads()[0];
+      if (first) this.openHead(first[0], first[1], false);
+      this.say(this.d.modelView ? "A saved report: everything here is inside this file; silencing shows the precomputed effects."
+        : "A saved explanation: members, conclusion, story, and every head's direct contribution.");
+    }
+
+    renderAll() {
+      this.renderMembers(); this.renderConclusion(); this.renderStory(); this.renderModelView(); this.renderHead();
+    }
+
+    tokens() {
+      const d = this.d;
+      return (d.conclusion && d.conclusion.tokens) || (d.explanation && d.explanation.tokens) || (d.modelView && d.modelView.tokens) || [];
+    }
+  });
+})(window.StudyGroup = window.StudyGroup || {});
