@@ -88,15 +88,16 @@ def main(args) -> str:
 
     if args.max_tokens < 1:
         raise InputError(f"--max-tokens {args.max_tokens} is too small: the least is 1")
-    if not is_loopback(args.host):
-        print(f"studygroup: warning: listening on {args.host}, not only on this machine: anyone who can reach "
-              f"this address can use the app (there is no login)", file=sys.stderr, flush=True)
     from studygroup import progress
 
-    sock = bind(args.host, args.port)
+    sock = bind(args.host, args.port)  # first: an address it cannot listen on is refused before any warning
+    local = is_loopback(sock.getsockname()[0])
+    if not local:
+        print(f"studygroup: warning: listening on {args.host}, not only on this machine: anyone who can reach "
+              f"this address can use the app (there is no login)", file=sys.stderr, flush=True)
     progress.hide()  # the console is the server's log: no per-request announcements or bars
     model = load(args.model)
-    hosts = LOOPBACK_HOSTS if is_loopback(args.host) else None
+    hosts = LOOPBACK_HOSTS if local else None
     app = create_app(model, Limits(max_tokens=args.max_tokens), warm=args.warm, hosts=hosts)
     print(f"studygroup: serving {model.config.name or 'the model'} at {url(sock)}  (Ctrl+C to stop)", flush=True)
     quiet_repeats()

@@ -595,20 +595,25 @@ def test_serve_command_prints_its_url_and_serves(tiny_model):
         proc.wait(15)
 
 
-def test_serve_warns_when_not_on_loopback(monkeypatch, capsys):
+def test_serve_warns_when_not_on_loopback_and_only_once_it_listens(monkeypatch, capsys):
     import argparse
 
+    from studygroup.model import model as model_module
     from studygroup.web import serve
 
-    def refuse(host, port):
-        raise studygroup.InputError("not binding in a test")
+    def stop(*args, **kwargs):
+        raise studygroup.InputError("stopped after listening, in a test")
 
-    monkeypatch.setattr(serve, "bind", refuse)
+    monkeypatch.setattr(model_module, "load", stop)
     args = argparse.Namespace(host="0.0.0.0", port=0, model=None, max_tokens=256, warm=False)
-    with pytest.raises(studygroup.InputError):
+    with pytest.raises(studygroup.InputError, match="stopped after listening"):
         serve.main(args)
     assert "warning: listening on 0.0.0.0" in capsys.readouterr().err
     args.host = "127.0.0.1"
-    with pytest.raises(studygroup.InputError):
+    with pytest.raises(studygroup.InputError, match="stopped after listening"):
+        serve.main(args)
+    assert "warning" not in capsys.readouterr().err
+    args.host = "no.such.host.invalid"  # cannot listen there: refused, and no warning first
+    with pytest.raises(studygroup.InputError, match="cannot listen on no.such.host.invalid"):
         serve.main(args)
     assert "warning" not in capsys.readouterr().err
