@@ -27,7 +27,6 @@ from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
 
 from studygroup.errors import InputError, ModelFileError
 from studygroup.gguf.metadata import lookup
-from studygroup.gguf.model_path import resolve_model_path
 from studygroup.gguf.sentencepiece import SPACE, SentencePiece, byte_token_value, escape
 
 FORMAT = "studygroup-tokenizer-5"  # what a cached tokenizer JSON holds; change it when that changes

@@ -1,6 +1,6 @@
 """Multiplying activations by a weight matrix, with the kernel that is fastest for the pass's size.
 
-The model stores every matrix W (in, out) of the paper as (out, in) rows (see `model._fuse`), and
+The model stores every matrix W (in, out) of the paper as (out, in) rows (see `studygroup.model.fusing`), and
 multiplies x·W with `project`. MKL's sgemm, torch's default, is slow on the few rows of the
 short passes explain makes (tens of rows), where oneDNN's matmul is faster on the same weights.
 """

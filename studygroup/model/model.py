@@ -7,22 +7,21 @@ T tokens, H = n_heads query heads, H_kv = n_kv_heads key/value heads, d = d_head
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from studygroup.formulas import attention
-from studygroup.gguf import layout as gguf_layout
 from studygroup.model import heap, threads
 from studygroup.formulas import rope
 from studygroup.formulas import shared_past
 from studygroup.model.linear import onednn_takes, project
 from studygroup.gguf.config import Config
-from studygroup.model.arguments import head_set, token_ids, whole_number
+from studygroup.model.arguments import token_ids, whole_number
 from studygroup.errors import InputError, ModelFileError
 from studygroup.model.interventions import Interventions, PassPlan, each_member_silenced, packed_members_silenced
-from studygroup.model.record import Record, resolve
+from studygroup.model.record import Keeper, resolve
+from studygroup.model.fusing import fuse
 from studygroup.model.run import Run
 from studygroup.gguf.model_path import default_model_path
 from studygroup.gguf.tokenizer import Tokenizer
@@ -51,7 +50,7 @@ class Model:
         self.config, self.tokenizer, self.path = config, tokenizer, path
         self.device, self.dtype = torch.device(device), dtype
         exact = {"rope_freqs"}  # RoPE's frequency divisors stay float32 in the bfloat16 mode
-        self.w = _fuse({k: t.to(device=self.device, dtype=torch.float32 if k in exact else dtype)
+        self.w = fuse({k: t.to(device=self.device, dtype=torch.float32 if k in exact else dtype)
                         for k, t in weights.items()}, config)
         self._rope_cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -101,7 +100,7 @@ class Model:
         ids: (T,) long. Returns logits (B, T or 1, vocab) and the recorded steps {name: tensor}.
         """
         threads.tell_once_if_spinning(self.device.type)
-        c, w, keep, buffers = self.config, self.w, _Keeper(plan.record), _Buffers()
+        c, w, keep, buffers = self.config, self.w, Keeper(plan.record), _Buffers()
         first, x = plan.start or (0, w["embed"][ids].unsqueeze(0))  # (1 or B, T, d_model)
         x = x.expand(plan.batch, -1, -1)  # (B, T, d_model)
         keep("embed", x)
@@ -328,51 +327,6 @@ def _file_name(path: Path | None) -> str:
         return "(the default model, not found now)"
 
 
-def _fuse(w: dict[str, torch.Tensor], c: Config) -> dict[str, torch.Tensor]:
-    """Fuse Q/K/V and gate/up projections into one matrix each (one multiply instead of three).
-
-    Every matrix keeps the paper's (in, out) shape but is stored (out, in) in memory, the layout
-    BLAS and oneDNN multiply fastest (10× for bfloat16 on some CPUs). The separate W_Q, W_K, W_V,
-    W_gate, W_up stay available as views into the fused matrices.
-    """
-    for l in range(c.n_layers):
-        p = f"layers.{l}."
-        for fused, parts in gguf_layout.FUSED.items():  # W_QKV (d_model, (H+2H_kv)·d), W_gate_up (d_model, 2·d_mlp)
-            matrices = [w.pop(p + part) for part in parts]
-            w[p + fused] = _joined_out_in(matrices)
-            w.update(zip((p + part for part in parts), w[p + fused].split([m.shape[1] for m in matrices], dim=1)))
-        w[p + "W_O"], w[p + "W_down"] = _out_in(w[p + "W_O"]), _out_in(w[p + "W_down"])
-    w["unembed"] = _out_in(w["unembed"]) if "unembed" in w else w["embed"].T  # tied: a view of the embedding
-    return w
-
-
-def _out_in(W: torch.Tensor) -> torch.Tensor:
-    """The same (in, out) matrix, stored (out, in) in memory (no copy when it already is)."""
-    return W.T.contiguous().T
-
-
-def _joined_out_in(matrices: list[torch.Tensor]) -> torch.Tensor:
-    """(in, out_k) matrices side by side, (in, Σ out_k), stored (out, in): one copy, or none when
-    their (out, in) rows already lie one after the other in memory (as the weights cache keeps them)."""
-    rows = [W.T for W in matrices]  # (out_k, in) each
-    if _adjacent(rows):
-        whole = (sum(r.shape[0] for r in rows), rows[0].shape[1])  # (Σ out_k, in)
-        return torch.as_strided(rows[0], whole, (whole[1], 1), rows[0].storage_offset()).T
-    return torch.cat(rows, dim=0).T
-
-
-def _adjacent(rows: list[torch.Tensor]) -> bool:
-    """Whether contiguous tensors follow one another in one storage, with the same row width."""
-    first = rows[0]
-    offset = first.storage_offset()
-    for r in rows:
-        if (not r.is_contiguous() or r.shape[1:] != first.shape[1:] or r.storage_offset() != offset
-                or r.untyped_storage().data_ptr() != first.untyped_storage().data_ptr()):
-            return False
-        offset += r.numel()
-    return True
-
-
 class _Buffers:
     """Working tensors that every layer of one pass reuses: a fresh (T, d_mlp) tensor per layer
     is a fresh mapping, paid in page faults (372k per 2,048-token pass before, 5-10% of its time)."""
@@ -386,39 +340,6 @@ class _Buffers:
         if t is None or t.shape != shape or t.dtype != like.dtype or t.device != like.device:
             t = self._t[name] = like.new_empty(shape)
         return t
-
-
-class _Keeper:
-    """Collects recorded steps under their full names, cut to the rows the record asks for."""
-
-    def __init__(self, record: Record):
-        self.record, self.layer, self.steps = record, None, {}
-
-    def name(self, step: str) -> str:
-        return step if self.layer is None else f"layers.{self.layer}.{step}"
-
-    def keeps(self, step: str) -> bool:
-        """Whether the pass keeps this step of the current layer (see Record.keeps)."""
-        return not self.record.empty and self.record.keeps(self.name(step))
-
-    def last_row_suffices(self) -> bool:
-        """Whether nothing kept from the current layer's questions on needs a row but the last."""
-        from studygroup.model.record import KEY_STEPS, LAYER_STEPS
-
-        r = self.record
-        every_row = (set(LAYER_STEPS) | {"resid_final", "final"}) if r.rows == "all" else r.full_rows
-        later = every_row - KEY_STEPS - {"resid_pre", "E"}  # the steps before the questions see every row anyway
-        return r.empty or not any(r.keeps(self.name(s) if s in LAYER_STEPS else s) for s in later)
-
-    def __call__(self, step: str, t: torch.Tensor, is_map: bool = False) -> None:
-        if not self.keeps(step):
-            return
-        if self.record.rows == "last" and step not in self.record.full_rows and t.shape[-2] > 1:
-            t = t[..., -1:, :]
-        t = t.detach().to(self.record.map_dtype if is_map else torch.float32)
-        if t.untyped_storage().nbytes() > t.numel() * t.element_size():
-            t = t.clone()  # a view would keep its whole base tensor alive (all T rows, or fused Q/K/V)
-        self.steps[self.name(step)] = t
 
 
 def load(path: str | Path | None = None, device: str = "cpu", dtype: str | torch.dtype = torch.float32,

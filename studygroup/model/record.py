@@ -187,3 +187,34 @@ def _resolve(record, T: int) -> Record:
     if isinstance(record, str):
         return Record(steps=(record,))
     return Record(steps=tuple(record))
+
+
+class Keeper:
+    """Collects recorded steps under their full names, cut to the rows the record asks for."""
+
+    def __init__(self, record: Record):
+        self.record, self.layer, self.steps = record, None, {}
+
+    def name(self, step: str) -> str:
+        return step if self.layer is None else f"layers.{self.layer}.{step}"
+
+    def keeps(self, step: str) -> bool:
+        """Whether the pass keeps this step of the current layer (see Record.keeps)."""
+        return not self.record.empty and self.record.keeps(self.name(step))
+
+    def last_row_suffices(self) -> bool:
+        """Whether nothing kept from the current layer's questions on needs a row but the last."""
+        r = self.record
+        every_row = (set(LAYER_STEPS) | {"resid_final", "final"}) if r.rows == "all" else r.full_rows
+        later = every_row - KEY_STEPS - {"resid_pre", "E"}  # the steps before the questions see every row anyway
+        return r.empty or not any(r.keeps(self.name(s) if s in LAYER_STEPS else s) for s in later)
+
+    def __call__(self, step: str, t: torch.Tensor, is_map: bool = False) -> None:
+        if not self.keeps(step):
+            return
+        if self.record.rows == "last" and step not in self.record.full_rows and t.shape[-2] > 1:
+            t = t[..., -1:, :]
+        t = t.detach().to(self.record.map_dtype if is_map else torch.float32)
+        if t.untyped_storage().nbytes() > t.numel() * t.element_size():
+            t = t.clone()  # a view would keep its whole base tensor alive (all T rows, or fused Q/K/V)
+        self.steps[self.name(step)] = t

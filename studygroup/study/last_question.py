@@ -52,7 +52,7 @@ def _last_row_logits(model: Model, run, masks=None, gates=None, token: int | Non
     token: return each copy's log-probability of this token instead, (B,) float64, pass by pass
       (every member of 8,191 silenced would otherwise hold 8,191 × 49,152 logits: 1.6 GB).
     on_pass: called with the number of copies after each pass (a progress bar's advance)."""
-    past, T = _past(model, run), run.T
+    past = _past(model, run)
     B = masks.shape[0] if masks is not None else next(iter(gates.values())).shape[0]
     last = torch.tensor(run.token_ids[-1:], device=model.device)  # (1,)
     out = []

@@ -143,7 +143,6 @@ def softmax(ctx: Context, example) -> list[Block]:
 
 
 def _answer_rows(ctx: Context, run, h) -> list[list]:
-    c = ctx.model.config
     W_O_h = ctx.model.W_O_head(h.layer, h.head).float()  # (d_head, d_model)
     sizes = (h.v @ W_O_h).norm(dim=-1)  # (T,) ‖v_j · W_O[h]‖
     w = h.weights[-1]
