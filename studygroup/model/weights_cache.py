@@ -27,8 +27,8 @@ def load_weights(path: str | Path | None = None, cache: bool = True,
     defer_write: on a first load, keep the cache write (~1.5 s for the default model's 0.5 GB) for
       `write_deferred()`, so that a command prints its answer first.
 
-    >>> config, w = load_weights()  # doctest: +SKIP
-    >>> config.n_layers, w["embed"].shape  # doctest: +SKIP
+    >>> config, w = load_weights()
+    >>> config.n_layers, w["embed"].shape
     (30, torch.Size([49152, 576]))
     """
     path = resolve_model_path(path)
@@ -134,7 +134,7 @@ def _fits(config: Config, weights: Mapping[str, torch.Tensor]) -> bool:
 def load_tokenizer(path: str | Path | None = None, cache: bool = True) -> Tokenizer:
     """The tokenizer of a GGUF file (None = the default model), through the disk cache.
 
-    >>> load_tokenizer().encode("Paris is the capital of")  # doctest: +SKIP
+    >>> load_tokenizer().encode("Paris is the capital of")
     [38634, 314, 260, 3575, 282]
     """
     path = resolve_model_path(path)
