@@ -295,14 +295,6 @@ def test_save_refuses_bad_paths(tmp_path):
         figures.check_path(folder)
 
 
-@pytest.mark.parametrize("module", ["figures", "figures_style", "figures_head", "figures_bars", "figures_grid"])
-def test_docstring_examples_run(module):
-    import doctest
-    import importlib
-
-    assert doctest.testmod(importlib.import_module(f"studygroup.views.{module}")).failed == 0
-
-
 def test_figures_leave_matplotlib_settings_alone(tmp_path):
     before = dict(matplotlib.rcParams)
     figures.save(figures.head_figure(synthetic_head(["$a$", "b"])), tmp_path / "h.svg")

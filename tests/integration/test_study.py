@@ -539,17 +539,6 @@ def test_html_escapes_model_and_user_text():
     assert "<script>" not in page and page.count("&lt;script&gt;") == 8  # texts, nav, title, 5 blocks
 
 
-@pytest.mark.parametrize("module", ["study.jsonable", "study.attribution", "study.effects", "study.explain",
-                                    "study.compare", "study.head", "study.model_view", "study.story", "study.lesson",
-                                    "model.estimate"])
-def test_docstring_examples_run(module):
-    import doctest
-    import importlib
-
-    result = doctest.testmod(importlib.import_module(f"studygroup.{module}"))
-    assert result.failed == 0
-
-
 def test_explain_works_inside_inference_mode(model, explained):
     with torch.inference_mode():
         e = study.explain(model, TEXT_B, top=5)

@@ -337,13 +337,3 @@ def test_config_round_trips_through_a_dict():
     assert Config.from_dict(config.to_dict()) == config
     with pytest.raises(ValueError, match="unknown Config fields"):
         Config.from_dict({**config.to_dict(), "extra": 1})
-
-
-@pytest.mark.parametrize("module", ["studygroup.gguf.config", "studygroup.gguf.layout", "studygroup.gguf.container",
-                                    "studygroup.gguf.weights", "studygroup.model.disk_cache"])
-def test_docstring_examples_run(module):
-    import doctest
-    import importlib
-
-    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
-    assert result.failed == 0
