@@ -5,17 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-import studygroup
 from studygroup.formulas import attention
 from conftest import REFERENCE_DIR
 
 
 PROMPTS = json.loads((REFERENCE_DIR / "public.json").read_text())
-
-
-@pytest.fixture(scope="module")
-def model():
-    return studygroup.load()
 
 
 @pytest.mark.parametrize("prompt", PROMPTS, ids=lambda p: f"prompt{p['index']:02d}")

@@ -4,9 +4,7 @@ import json
 import pytest
 import torch
 
-import studygroup
 from studygroup.study import effects
-from studygroup.study import explain as study
 from studygroup.study import compare as study_compare
 from studygroup.study import head as study_head
 from studygroup.study.lesson import lesson
@@ -15,11 +13,6 @@ from conftest import REFERENCE_DIR
 
 PROMPTS = json.loads((REFERENCE_DIR / "public.json").read_text())
 A, B = PROMPTS[0], PROMPTS[1]  # "I have a lot", "Cash or credit card? I have a lot"
-
-
-@pytest.fixture(scope="module")
-def model():
-    return studygroup.load()
 
 
 @pytest.fixture(scope="module")
