@@ -71,7 +71,7 @@ VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
 class Tokenizer:
     """The tokenizer of one GGUF file (byte-level BPE or SentencePiece); ids equal llama.cpp's.
 
-    >>> tok = model.tokenizer
+    >>> tok = model.tokenizer  # model = studygroup.load(): the default model
     >>> tok.encode("I have a lot")
     [57, 457, 253, 2341]
     >>> [tok.readable(i) for i in tok.encode("I have a lot")]
