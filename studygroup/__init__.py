@@ -1,8 +1,8 @@
 """studygroup: the attention layer of a real language model, as a study group you can question.
 
 >>> import studygroup
->>> model = studygroup.load()                       # doctest: +SKIP
->>> run = model.run("Cash or credit card? I have a lot")   # doctest: +SKIP
+>>> model = studygroup.load()
+>>> run = model.run("Cash or credit card? I have a lot")
 
 Names are imported on first use, so that `import studygroup` (and the CLI's start) stays fast.
 """

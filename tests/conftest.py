@@ -1,4 +1,4 @@
-"""Fixtures the whole suite shares: a tiny random Llama written to GGUF, and a private cache dir.
+"""Fixtures the whole suite shares: a tiny random Llama written to GGUF, and the reference outputs.
 
 `write_tiny_gguf` writes the file the way llama.cpp's converter would (Q/K rows permuted for
 interleaved RoPE, GGUF tensor names, byte-level BPE vocabulary) from weights kept in Hugging
@@ -8,7 +8,6 @@ Nothing here imports studygroup: the fixture is an independent account of the fi
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,6 +48,12 @@ HF_TO_GGUF = {
 # gguf cannot quantize K-quants; we write random blocks and set their float16 scales (byte offsets
 # within a block) to small finite values so that every block dequantizes to finite numbers.
 K_QUANT_SCALE_OFFSETS = {Q.Q2_K: (80, 82), Q.Q3_K: (108,), Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (208,)}
+#: Two texts the tiny vocabulary spells in a few tokens, B ending as A: the tiny model's studies.
+TEXT_A, TEXT_B = "the tin", "an ear then the tin"
+#: llama.cpp's and transformers' logits for the default model (README.md there says how they were made).
+REFERENCE_DIR = Path(__file__).resolve().parent / "data" / "reference"
+#: tests/data holds scripts that make reference data (they need llama.cpp): not tests.
+collect_ignore = ["data"]
 QUANTIZABLE = {Q.F16, Q.BF16, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0}  # gguf.quants.quantize does these
 
 
@@ -287,19 +292,6 @@ def _gguf_name(hf_name: str) -> str:
     return HF_TO_GGUF[hf_name]
 
 
-@pytest.fixture(scope="session", autouse=True)
-def private_cache_dir(tmp_path_factory) -> Path:
-    """Point STUDYGROUP_CACHE_DIR at a fresh folder for the session: tests never touch the user's cache."""
-    folder = tmp_path_factory.mktemp("studygroup-cache")
-    before = os.environ.get("STUDYGROUP_CACHE_DIR")
-    os.environ["STUDYGROUP_CACHE_DIR"] = str(folder)
-    yield folder
-    if before is None:
-        os.environ.pop("STUDYGROUP_CACHE_DIR", None)
-    else:
-        os.environ["STUDYGROUP_CACHE_DIR"] = before
-
-
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> TinyModel:
     """The shared tiny model: 2 layers, 4 heads, 2 kv heads, d_head 8, d_model 32, d_mlp 64, F32, tied."""
@@ -308,11 +300,6 @@ def tiny_model(tmp_path_factory) -> TinyModel:
 
 @pytest.fixture(scope="session")
 def reference_dir() -> Path:
-    """llama.cpp's reference outputs (shared/reference beside the repo, or $STUDYGROUP_REFERENCE).
-    Missing data fails the test that asks for it: it must never pass silently."""
-    default = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
-    folder = Path(os.environ.get("STUDYGROUP_REFERENCE", default))
-    if not (folder / "public.json").is_file():
-        pytest.fail(f"reference data not found at {folder}: put shared/reference beside the repo "
-                    "or set STUDYGROUP_REFERENCE to its folder")
-    return folder
+    """llama.cpp's and transformers' outputs for the default model (tests/data/reference, made by
+    tests/data/make_reference.py)."""
+    return REFERENCE_DIR

@@ -65,8 +65,9 @@ class TensorInfo:
 class GGUFFile:
     """A parsed GGUF file: `fields` (key -> Python value), `tensors` (name -> TensorInfo), `raw()`.
 
-    >>> f = read_gguf(default_model_path())  # doctest: +SKIP
-    >>> f.fields["llama.block_count"], f.tensors["token_embd.weight"].shape  # doctest: +SKIP
+    >>> from studygroup.gguf.model_path import default_model_path
+    >>> f = read_gguf(default_model_path())
+    >>> f.fields["llama.block_count"], f.tensors["token_embd.weight"].shape
     (30, (49152, 576))
     """
 
@@ -79,8 +80,9 @@ class GGUFFile:
         """A tensor's bytes, read-only and memory-mapped, in the form `gguf.quants.dequantize` takes:
         F32/F16 as numbers of shape `info.shape`, other types as uint8 (rows, bytes per row).
 
-        >>> f = read_gguf(default_model_path())  # doctest: +SKIP
-        >>> f.raw(f.tensors["blk.0.attn_q.weight"]).shape  # Q4_1: 576 rows of 18 blocks x 20 bytes  # doctest: +SKIP
+        >>> from studygroup.gguf.model_path import default_model_path
+        >>> f = read_gguf(default_model_path())
+        >>> f.raw(f.tensors["blk.0.attn_q.weight"]).shape  # Q4_1: 576 rows of 18 blocks x 20 bytes
         (576, 360)
         """
         if info.qtype in PLAIN_DTYPES:
@@ -97,7 +99,8 @@ def read_gguf(path: str | Path) -> GGUFFile:
     Raises ModelFileError, naming the file and the part that is wrong, for a missing, empty,
     non-GGUF, truncated or malformed file.
 
-    >>> read_gguf(default_model_path()).fields["general.architecture"]  # doctest: +SKIP
+    >>> from studygroup.gguf.model_path import default_model_path
+    >>> read_gguf(default_model_path()).fields["general.architecture"]
     'llama'
     """
     path = Path(path)

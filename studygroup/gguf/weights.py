@@ -38,8 +38,9 @@ def read_weights(path: str | Path) -> tuple[Config, dict[str, torch.Tensor]]:
     `layers.{l}.` attn_norm, W_Q (d_model, n_heads*d_head), W_K and W_V (d_model, n_kv_heads*d_head),
     W_O (n_heads*d_head, d_model), mlp_norm, W_gate and W_up (d_model, d_mlp), W_down (d_mlp, d_model).
 
-    >>> config, w = read_weights(default_model_path())  # doctest: +SKIP
-    >>> w["layers.0.W_Q"].shape  # doctest: +SKIP
+    >>> from studygroup.gguf.model_path import default_model_path
+    >>> config, w = read_weights(default_model_path())
+    >>> w["layers.0.W_Q"].shape
     torch.Size([576, 576])
     """
     file = read_gguf(resolve_model_path(path))

@@ -53,7 +53,7 @@ READ_CHUNK = 16 << 20  # bytes read at a time while hashing a model file
 def cache_dir() -> Path:
     """The folder that holds cache entries (created on first write, not here).
 
-    >>> cache_dir() == Path(os.environ[ENV_VAR])
+    >>> cache_dir() == Path(os.environ.get(ENV_VAR) or platformdirs.user_cache_dir("studygroup"))
     True
     """
     return Path(os.environ.get(ENV_VAR) or platformdirs.user_cache_dir("studygroup"))
@@ -64,6 +64,10 @@ def file_key(path: str | Path) -> str:
 
     The digest is looked up by the file's state (device, inode, size, mtime, ctime); only a state
     seen for the first time hashes the whole file. ModelFileError if the file cannot be read.
+
+    >>> from studygroup.gguf.model_path import default_model_path
+    >>> file_key(default_model_path())
+    'SmolLM2-135M-Instruct.Q4_1-...'
     """
     path = Path(path)
     try:
@@ -141,7 +145,13 @@ def read_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]] |
 
 
 def write_tensors(path: Path, buffer: torch.Tensor) -> None:
-    """Store the bytes of a weights entry (`cache_entry.pack`) atomically at `path`."""
+    """Store the bytes of a weights entry (`cache_entry.pack`) atomically at `path`.
+
+    >>> buffer, _ = cache_entry.pack({"a": torch.zeros(2, 3)}, {"note": "hi"})
+    >>> write_tensors(cache_dir() / "x-0123456789abcdef.weights.safetensors", buffer)
+    >>> read_tensors(cache_dir() / "x-0123456789abcdef.weights.safetensors")[0]["a"].shape
+    torch.Size([2, 3])
+    """
     _write_atomically(path, lambda f: f.write(memoryview(buffer.numpy())))
 
 
@@ -168,7 +178,12 @@ def read_json(path: Path) -> Any | None:
 
 def write_json(path: Path, value: Any, also_keep: str | None = None) -> None:
     """Store a JSON value, with its digest, atomically at `path` (the size bound then spares its
-    key and `also_keep`)."""
+    key and `also_keep`).
+
+    >>> write_json(cache_dir() / "x-0123456789abcdef.tokenizer.json", {"tokens": ["a"]})
+    >>> read_json(cache_dir() / "x-0123456789abcdef.tokenizer.json")
+    {'tokens': ['a']}
+    """
     data = cache_entry.dump_json(value).encode("utf-8")
     _write_atomically(path, lambda f: f.write(data), also_keep)
 
@@ -258,6 +273,9 @@ def prune(keep: str, limit: int | None = None, also_keep: str | None = None) -> 
     """Remove whole keys, least recently used first, until the cache holds at most `limit` bytes
     (default `max_bytes()`); never the keys `keep` and `also_keep`, never a live writer's temporary file (which
     counts against the bound). Returns the keys removed.
+
+    >>> prune(keep="model-0123456789abcdef")
+    []
     """
     limit = max_bytes() if limit is None else limit
     keys: dict[str, list[tuple[Path, os.stat_result]]] = {}

@@ -39,9 +39,9 @@ class Model:
     """Weights, config and tokenizer of one GGUF file; `run` is the entry point.
 
     >>> import studygroup
-    >>> model = studygroup.load()                    # doctest: +SKIP
-    >>> run = model.run("I have a lot")              # doctest: +SKIP
-    >>> model.tokenizer.decode([int(run.logits[-1].argmax())])  # doctest: +SKIP
+    >>> model = studygroup.load()
+    >>> run = model.run("I have a lot")
+    >>> model.tokenizer.decode([int(run.logits[-1].argmax())])
     ' of'
     """
 
@@ -351,8 +351,8 @@ def load(path: str | Path | None = None, device: str = "cpu", dtype: str | torch
     defer_cache_write: a first load leaves writing the weights cache to
       `studygroup.model.weights_cache.write_deferred()` (the CLI prints its answer first).
 
-    >>> model = load()                      # doctest: +SKIP
-    >>> model.config.n_layers, model.config.n_heads, model.config.n_kv_heads  # doctest: +SKIP
+    >>> model = load()
+    >>> model.config.n_layers, model.config.n_heads, model.config.n_kv_heads
     (30, 9, 3)
     """
     from studygroup.model.weights_cache import load_tokenizer

@@ -63,8 +63,8 @@ def direct_contributions(run, token: int) -> LogitParts:
 
     `run` must have recorded NEEDED_STEPS (the default recording does; rows="last" is enough).
 
-    >>> parts = direct_contributions(model.run("I have a lot"), 282)  # doctest: +SKIP
-    >>> abs(parts.total - parts.logit) < 1e-3                          # doctest: +SKIP
+    >>> parts = direct_contributions(model.run("I have a lot"), 282)
+    >>> abs(parts.total - parts.logit) < 1e-3
     True
     """
     missing = [s for s in NEEDED_STEPS if not any(k.endswith(s) for k in run.steps)]

@@ -115,8 +115,8 @@ def compare(model, text_a, text_b, *, top: int = 10, silence_heads: int | str = 
             silence_members: int | str = 24) -> Comparison:
     """Compare the conclusions on two texts (e.g. "I have a lot" and "Cash or credit card? I have a lot").
 
-    >>> c = compare(studygroup.load(), "I have a lot", "Cash or credit card? I have a lot")  # doctest: +SKIP
-    >>> c.word, c.shift[0].prob_a < c.shift[0].prob_b                                       # doctest: +SKIP
+    >>> c = compare(model, "I have a lot", "Cash or credit card? I have a lot")
+    >>> c.word, c.shift[0].prob_a < c.shift[0].prob_b
     ('␣of', True)
     """
     from studygroup.study import story

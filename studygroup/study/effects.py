@@ -45,8 +45,8 @@ def gradient_run(model: Model, ids: list[int], record: Record, on_layer=None) ->
     Returns the Run (no interventions) and estimate (n_layers, n_heads): -∂ log p(t)/∂g_{l,h},
     with t the run's predicted word and g_{l,h} the gate on head (l, h)'s write.
 
-    >>> run, estimate = gradient_run(model, model.ids("I have a lot"), Record())  # doctest: +SKIP
-    >>> estimate.shape                                                           # doctest: +SKIP
+    >>> run, estimate = gradient_run(model, model.ids("I have a lot"), Record())
+    >>> estimate.shape
     torch.Size([30, 9])
 
     on_layer: called after each layer of the forward pass, then as the backward pass reaches each

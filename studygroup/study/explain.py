@@ -59,8 +59,8 @@ def explain(model, text, *, top: int = 10, silence_heads: int | str = 16, silenc
     (or "all"). silence_members: silence every member when T is at most this (or "all"),
     otherwise the members with the largest direct shares.
 
-    >>> e = explain(model, "Cash or credit card? I have a lot")  # doctest: +SKIP
-    >>> e.predicted.token, e.members[-1].token                  # doctest: +SKIP
+    >>> e = explain(model, "Cash or credit card? I have a lot")
+    >>> e.predicted.token, e.members[-1].token
     ('␣of', '␣lot')
     """
     return analyse(model, text, top=top, silence_heads=silence_heads, silence_members=silence_members).explanation

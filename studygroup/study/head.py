@@ -144,8 +144,8 @@ def head_view(model, text, layer: int, head: int, notation: str = "paper", large
     silence_members, silence_heads: the head as it is in a run with these silenced (in every
     head); a silenced member's answer is masked, as the future is.
 
-    >>> v = head_view(studygroup.load(), "I have a lot", layer=0, head=8, notation="columns")  # doctest: +SKIP
-    >>> v.check.agree, len(v.weights), v.orientation.split(",")[0]                          # doctest: +SKIP
+    >>> v = head_view(model, "I have a lot", layer=0, head=8, notation="columns")
+    >>> v.check.agree, len(v.weights), v.orientation.split(",")[0]
     (True, 4, 'columns are members asking (questions)')
     """
     check_notation(notation)

@@ -68,8 +68,8 @@ def lesson(model, top: int = 8, comparison=None) -> Lesson:
 
     comparison: compare(model, TEXT_A, TEXT_B) if already computed (it is the costly part).
 
-    >>> l = lesson(studygroup.load())                          # doctest: +SKIP
-    >>> [s.title for s in l.sections][:2]                      # doctest: +SKIP
+    >>> l = lesson(model)
+    >>> [s.title for s in l.sections][:2]
     ['Two notations', 'The study group and its members: E, and where position enters']
     """
     cmp = comparison or compare(model, TEXT_A, TEXT_B, top=top)

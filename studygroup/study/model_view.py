@@ -69,8 +69,8 @@ def model_view(run, explanation=None) -> ModelView:
     explanation: an Explanation of the same text; its heads (most decisive first) give the ranks.
     Without one, the RANKED heads with the largest |direct contribution| are ranked.
 
-    >>> view = model_view(model.run("I have a lot"))                 # doctest: +SKIP
-    >>> len(view.heads), len(view.heads[0]), view.rows               # doctest: +SKIP
+    >>> view = model_view(model.run("I have a lot"))
+    >>> len(view.heads), len(view.heads[0]), view.rows
     (30, 9, 'all')
     """
     c = run.model.config

@@ -34,8 +34,8 @@ def conclusion(model, text, top: int = 10, silence_members: Sequence[int] = (),
     One pass without recording (two when silencing). `words` lists every word of either top list
     with its probability before and after, so the page can draw the old value as a ghost bar.
 
-    >>> d = conclusion(studygroup.load(), "I have a lot", silence_members=[2])   # doctest: +SKIP
-    >>> d["top"][0]["token"], d["words"][0]["prob_before"] > 0                    # doctest: +SKIP
+    >>> d = conclusion(model, "I have a lot", silence_members=[2])
+    >>> d["top"][0]["token"], d["words"][0]["prob_before"] > 0
     ('␣of', True)
     """
     ids = checked_ids(model, text)
@@ -143,8 +143,9 @@ def report_data(model, text, text_a=None, top: int = 10, heads: int = REPORT_HEA
     The explanation (`explained`: one already computed for `text`, reused), the model view, and the
     `heads` most decisive heads whole in both notations.
 
-    >>> from studygroup.views.report import write_report                          # doctest: +SKIP
-    >>> write_report(report_data(studygroup.load(), "I have a lot"), "r.html")  # doctest: +SKIP
+    >>> from studygroup.views.report import write_report
+    >>> write_report(report_data(model, "I have a lot"), "r.html")
+    PosixPath('r.html')
     """
     e = explained if explained is not None else explanation(model, text, top)
     data = {"kind": "report", "text": text, "explanation": e.to_dict(), "model_view": model_view(model, text, e),

@@ -12,8 +12,8 @@ The panels alone: `head_figure`, `model_view_figure`, `conclusion_figure`. `save
 writes a PNG or an SVG by the extension; `check_path(path)` refuses a bad one before the work.
 
 >>> fig = conclusion_figure([{"token": "␣of", "prob": 0.96}, {"token": "␣on", "prob": 0.017}])
->>> save(fig, "/tmp/conclusion.png")  # doctest: +SKIP
-PosixPath('/tmp/conclusion.png')
+>>> save(fig, "conclusion.png")
+PosixPath('conclusion.png')
 """
 from __future__ import annotations
 

@@ -8,8 +8,10 @@ with no server and no network. In the data, `<`, `>`, `&`, U+2028 and U+2029 are
 random suffix, so any number of views can share one notebook. A short plain-HTML summary
 (escaped) stands in until the script runs, or for good where scripts do not run.
 
-    >>> from studygroup import page_data, report                        # doctest: +SKIP
-    >>> report.write_report(page_data.report_data(model, "I have a lot"), "report.html")  # doctest: +SKIP
+    >>> from studygroup.study import page_data
+    >>> from studygroup.views import report
+    >>> report.write_report(page_data.report_data(model, "I have a lot"), "report.html")
+    PosixPath('report.html')
 """
 from __future__ import annotations
 

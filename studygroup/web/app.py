@@ -222,9 +222,9 @@ def create_app(model, limits: Limits = Limits(), warm: bool = False, hosts=None)
     """The web app over one loaded model. warm: compute the default text's views at start.
     hosts: the Host names it answers (None: any; `serve` passes LOOPBACK_HOSTS on a loopback address).
 
-    >>> from fastapi.testclient import TestClient                                   # doctest: +SKIP
-    >>> client = TestClient(create_app(studygroup.load()))                          # doctest: +SKIP
-    >>> client.post("/api/conclusion", json={"text": "I have a lot"}).json()["top"][0]["token"]  # doctest: +SKIP
+    >>> from fastapi.testclient import TestClient
+    >>> client = TestClient(create_app(model))
+    >>> client.post("/api/conclusion", json={"text": "I have a lot"}).json()["top"][0]["token"]
     '␣of'
     """
     service = Service(model, limits)

@@ -1,6 +1,6 @@
 """Browser fixtures: Debian's chromium driven by Playwright, and a real `studygroup serve` on loopback.
 
-The browser tests FAIL (never skip) when chromium is missing: CI installs it (.ci/run).
+The browser tests FAIL (never skip) when chromium is missing: `make test` installs it.
 The server runs the tiny random model, with tokens that look like markup in its vocabulary, in a
 subprocess started exactly as a user would start it (`python -m studygroup.web.serve --port 0`).
 """
@@ -34,7 +34,8 @@ def screenshots() -> Path:
 @pytest.fixture(scope="session")
 def browser():
     if not Path(CHROMIUM).is_file():
-        pytest.fail(f"chromium not found at {CHROMIUM}: install it (apt-get install chromium) or set STUDYGROUP_CHROMIUM")
+        pytest.fail(f"chromium not found at {CHROMIUM}: `make test` installs it (apt-get install chromium), "
+                    "or set STUDYGROUP_CHROMIUM to a chromium of yours", pytrace=False)
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:

@@ -1,7 +1,7 @@
 """Write tests/data/spm_llama_cpp.json: llama.cpp's token ids for texts on the SentencePiece fixtures.
 
 The ids are llama.cpp's own (llama-cpp-python, vocab only), the reference that
-tests/integration/test_tokenizer_spm.py holds studygroup to; CI has no llama.cpp, so they are kept
+tests/integration/test_sentencepiece.py holds studygroup to; CI has no llama.cpp, so they are kept
 here. Run again whenever conftest.spm_vocab changes (the test checks a digest of the vocabulary):
 
     bash bench/build_llama.sh        # once: llama-cpp-python into .bench/llama

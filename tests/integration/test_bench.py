@@ -21,7 +21,6 @@ TRANSFORMERS_MODES = ("sdpa", "eager", "eager_attn")
 @pytest.fixture(scope="module")
 def quick(tiny_model, tmp_path_factory) -> tuple[dict, str]:
     """(results, printed tables) of `bench/run.py --quick` on the tiny model."""
-    pytest.importorskip("transformers")
     out = tmp_path_factory.mktemp("bench") / "quick.json"
     done = subprocess.run([sys.executable, str(REPO / "bench" / "run.py"), "--quick", "--model", str(tiny_model.path),
                            "--out", str(out)], capture_output=True, text=True, timeout=240, cwd=REPO)

@@ -20,8 +20,8 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA d
 
 
 @pytest.fixture(scope="module")
-def cpu(tiny_model):
-    return studygroup.load(tiny_model.path)
+def cpu(model):
+    return model  # the shared tiny model (tests/integration/conftest.py), on the CPU
 
 
 @pytest.fixture(scope="module")

@@ -8,34 +8,16 @@ import matplotlib
 import numpy as np
 import pytest
 
-import studygroup
 from studygroup.views import figures
 from studygroup.views import figures_grid
 from studygroup.views import figures_style
-from studygroup.study import explain as study
-from studygroup.study import compare as study_compare
 from studygroup.study import head as study_head
 from studygroup.errors import InputError
 from studygroup.views.figures_grid import CELL
 from studygroup.study.model_view import model_view
+from conftest import TEXT_B
 
-TEXT_A, TEXT_B = "the tin", "an ear then the tin"
 SVG = "{http://www.w3.org/2000/svg}"
-
-
-@pytest.fixture(scope="module")
-def model(tiny_model):
-    return studygroup.load(tiny_model.path)
-
-
-@pytest.fixture(scope="module")
-def analysis(model):
-    return study.analyse(model, TEXT_B, top=5)
-
-
-@pytest.fixture(scope="module")
-def comparison(model):
-    return study_compare.compare(model, TEXT_A, TEXT_B, top=5).to_dict()
 
 
 def synthetic_head(tokens, seed=0, notation="paper"):
@@ -236,6 +218,7 @@ def test_conclusion_bars_in_percent():
 
 
 def test_compare_bars_before_after_and_signed_shift(comparison):
+    comparison = comparison.to_dict()
     shift = [{"token": "␣of", "prob_a": 0.5, "prob_b": 0.9}, {"token": "␣on", "prob_a": 0.04, "prob_b": 0.035}]
     fig = figures.conclusion_figure(None, shift, names=("a", "b"))
     assert [p.get_width() for p in fig.axes[0].patches] == pytest.approx([50, 4, 90, 3.5])
@@ -322,14 +305,6 @@ def test_save_refuses_bad_paths(tmp_path):
     folder.mkdir()
     with pytest.raises(InputError, match="folder"):
         figures.check_path(folder)
-
-
-@pytest.mark.parametrize("module", ["figures", "figures_style", "figures_head", "figures_bars", "figures_grid"])
-def test_docstring_examples_run(module):
-    import doctest
-    import importlib
-
-    assert doctest.testmod(importlib.import_module(f"studygroup.views.{module}")).failed == 0
 
 
 def test_figures_leave_matplotlib_settings_alone(tmp_path):

@@ -1,8 +1,6 @@
 """Interventions on the last question only, against a full recomputation with the same masks."""
-import pytest
 import torch
 
-import studygroup
 from studygroup.study import last_question
 from studygroup.formulas.attention import causal_mask
 from studygroup.model.interventions import PassPlan
@@ -14,68 +12,63 @@ from studygroup.model.interventions import PassPlan
 ATOL = 1e-4
 
 
-@pytest.fixture(scope="module")
-def ours(tiny_model):
-    return studygroup.load(tiny_model.path)
-
-
-def ids_of(ours, T, seed):
+def ids_of(model, T, seed):
     g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, ours.config.vocab_size, (T,), generator=g).tolist()
+    return torch.randint(0, model.config.vocab_size, (T,), generator=g).tolist()
 
 
-def full_pass(ours, ids, last_row_keys=None, gates=None):
+def full_pass(model, ids, last_row_keys=None, gates=None):
     """The whole text recomputed, the last row's mask (T,) and head gates changed."""
     T = len(ids)
     mask = causal_mask(T, T)
     if last_row_keys is not None:
         mask[-1] = last_row_keys
-    masks = {l: mask[None, None] for l in range(ours.config.n_layers)}
+    masks = {l: mask[None, None] for l in range(model.config.n_layers)}
     plan = PassPlan(masks=masks, gates=gates or {})
-    return ours.forward(torch.tensor(ids), plan)[0][0, -1]
+    return model.forward(torch.tensor(ids), plan)[0][0, -1]
 
 
-def test_reused_keys_and_values_give_the_same_logits_as_a_full_pass(ours):
-    ids = ids_of(ours, 12, 0)
-    run = ours.run(ids, record=last_question.base_record())
+def test_reused_keys_and_values_give_the_same_logits_as_a_full_pass(model):
+    ids = ids_of(model, 12, 0)
+    run = model.run(ids, record=last_question.base_record())
     groups = [[0], [3], [5, 6, 7], [11], list(range(12))]
-    got = last_question.silenced_members_logits(ours, run, groups)
+    got = last_question.silenced_members_logits(model, run, groups)
     for b, group in enumerate(groups):
         keys = torch.ones(12, dtype=torch.bool)
         keys[group] = False
         if not keys.any():
             keys[-1] = True
-        assert torch.allclose(got[b], full_pass(ours, ids, last_row_keys=keys), atol=ATOL), group
+        assert torch.allclose(got[b], full_pass(model, ids, last_row_keys=keys), atol=ATOL), group
 
 
-def test_silencing_no_one_reproduces_the_run(ours):
-    ids = ids_of(ours, 9, 1)
-    run = ours.run(ids, record=last_question.base_record())
-    got = last_question.silenced_members_logits(ours, run, [[]])
+def test_silencing_no_one_reproduces_the_run(model):
+    ids = ids_of(model, 9, 1)
+    run = model.run(ids, record=last_question.base_record())
+    got = last_question.silenced_members_logits(model, run, [[]])
     assert torch.allclose(got[0], run.logits[-1], atol=ATOL)
 
 
-def test_last_position_head_silencing_equals_a_full_pass_gating_the_last_row(ours):
-    ids = ids_of(ours, 10, 2)
-    run = ours.run(ids, record=last_question.base_record())
+def test_last_position_head_silencing_equals_a_full_pass_gating_the_last_row(model):
+    ids = ids_of(model, 10, 2)
+    run = model.run(ids, record=last_question.base_record())
     heads = [(0, 1), (1, 3), (1, 0)]
-    got = last_question.silenced_heads_logits(ours, run, heads)
+    got = last_question.silenced_heads_logits(model, run, heads)
     for b, (l, h) in enumerate(heads):
-        gate = torch.ones(1, ours.config.n_heads, 10)
+        gate = torch.ones(1, model.config.n_heads, 10)
         gate[0, h, -1] = 0  # this head silent at the last position only
-        expected = ours.forward(torch.tensor(ids), PassPlan(gates={l: gate}))[0][0, -1]
+        expected = model.forward(torch.tensor(ids), PassPlan(gates={l: gate}))[0][0, -1]
         assert torch.allclose(got[b], expected, atol=ATOL), (l, h)
         assert not torch.allclose(got[b], run.logits[-1], atol=1e-6)
 
 
-def test_for_one_member_the_last_question_is_every_question(ours):
-    ids = ids_of(ours, 1, 3)
-    run = ours.run(ids, record=last_question.base_record())
-    got = last_question.silenced_heads_logits(ours, run, [(1, 2)])
+def test_for_one_member_the_last_question_is_every_question(model):
+    ids = ids_of(model, 1, 3)
+    run = model.run(ids, record=last_question.base_record())
+    got = last_question.silenced_heads_logits(model, run, [(1, 2)])
     assert torch.allclose(got[0], run.silence_head(1, 2).logits[-1], atol=ATOL)
 
 
-def test_many_copies_share_the_earlier_members_and_pass_in_groups(ours, monkeypatch):
+def test_many_copies_share_the_earlier_members_and_pass_in_groups(model, monkeypatch):
     """More copies than one pass takes: every copy's logits still equal a full pass, and the
     copies asked over the earlier members' keys without a copy of them per copy."""
     from studygroup.formulas import shared_past
@@ -83,27 +76,27 @@ def test_many_copies_share_the_earlier_members_and_pass_in_groups(ours, monkeypa
     calls = []
     attend = shared_past.attend
     monkeypatch.setattr(shared_past, "attend", lambda *a: calls.append(a[0].shape[0]) or attend(*a))
-    ids = ids_of(ours, 11, 4)
-    run = ours.run(ids, record=last_question.base_record())
+    ids = ids_of(model, 11, 4)
+    run = model.run(ids, record=last_question.base_record())
     groups = [[j % 11] for j in range(last_question.COPIES_PER_PASS + 6)]
-    got = last_question.silenced_members_logits(ours, run, groups)
+    got = last_question.silenced_members_logits(model, run, groups)
     assert got.shape[0] == len(groups)
     assert sorted(set(calls)) == [6, last_question.COPIES_PER_PASS]  # per layer: a full pass, then the rest
     for b in (0, 5, last_question.COPIES_PER_PASS + 5):
         keys = torch.ones(11, dtype=torch.bool)
         keys[groups[b]] = False
-        assert torch.allclose(got[b], full_pass(ours, ids, last_row_keys=keys), atol=ATOL), b
+        assert torch.allclose(got[b], full_pass(model, ids, last_row_keys=keys), atol=ATOL), b
 
 
-def test_one_tokens_log_probability_per_copy_pass_by_pass(ours):
+def test_one_tokens_log_probability_per_copy_pass_by_pass(model):
     """With `token`, each copy's log-probability of it, as from the logits (which are not kept)."""
     from studygroup.study import effects
 
-    ids = ids_of(ours, 9, 5)
-    run = ours.run(ids, record=last_question.base_record())
+    ids = ids_of(model, 9, 5)
+    run = model.run(ids, record=last_question.base_record())
     groups, heads, passes = [[j] for j in range(9)], [(0, 1), (1, 2)], []
     for fn, arg in ((last_question.silenced_members_logits, groups), (last_question.silenced_heads_logits, heads)):
-        got = fn(ours, run, arg, token=7, on_pass=passes.append)
+        got = fn(model, run, arg, token=7, on_pass=passes.append)
         assert got.shape == (len(arg),) and got.dtype == torch.float64
-        assert torch.allclose(got, effects.log_probs(fn(ours, run, arg))[:, 7], atol=1e-9)
+        assert torch.allclose(got, effects.log_probs(fn(model, run, arg))[:, 7], atol=1e-9)
     assert passes == [len(groups), len(heads)]

@@ -12,11 +12,6 @@ from studygroup.model.record import Record
 
 
 @pytest.fixture(scope="module")
-def ours(tiny_model):
-    return studygroup.load(tiny_model.path)
-
-
-@pytest.fixture(scope="module")
 def theirs(tiny_model):
     hf = LlamaForCausalLM(LlamaConfig(**tiny_model.hf_config, attn_implementation="eager"))
     missing, unexpected = hf.load_state_dict(tiny_model.hf_state_dict, strict=False)
@@ -24,44 +19,44 @@ def theirs(tiny_model):
     return hf.eval()
 
 
-def random_ids(ours, T, seed):
+def random_ids(model, T, seed):
     g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, ours.config.vocab_size, (T,), generator=g).tolist()
+    return torch.randint(0, model.config.vocab_size, (T,), generator=g).tolist()
 
 
 @pytest.mark.parametrize("T,seed", [(1, 0), (5, 1), (17, 2), (40, 3)])
-def test_logits_equal_transformers(ours, theirs, T, seed):
-    ids = random_ids(ours, T, seed)
+def test_logits_equal_transformers(model, theirs, T, seed):
+    ids = random_ids(model, T, seed)
     with torch.no_grad():
         expected = theirs(torch.tensor([ids])).logits[0]  # (T, vocab)
     for record in ("none", "default", "all"):
-        got = ours.run(ids, record=record, logits="all").logits
+        got = model.run(ids, record=record, logits="all").logits
         assert got.shape == expected.shape
         assert (got - expected).abs().max() < 1e-4, record
 
 
-def test_last_logits_by_default(ours, theirs):
-    ids = random_ids(ours, 9, 4)
-    run = ours.run(ids)
-    assert run.logits.shape == (1, ours.config.vocab_size)
+def test_last_logits_by_default(model, theirs):
+    ids = random_ids(model, 9, 4)
+    run = model.run(ids)
+    assert run.logits.shape == (1, model.config.vocab_size)
     with torch.no_grad():
         expected = theirs(torch.tensor([ids])).logits[0, -1]
     assert (run.logits[-1] - expected).abs().max() < 1e-4
 
 
-def test_recorded_weights_equal_transformers_attentions(ours, theirs):
-    ids = random_ids(ours, 12, 5)
+def test_recorded_weights_equal_transformers_attentions(model, theirs):
+    ids = random_ids(model, 12, 5)
     with torch.no_grad():
         attn = theirs(torch.tensor([ids]), output_attentions=True).attentions
-    run = ours.run(ids, record="all")
+    run = model.run(ids, record="all")
     for l, expected in enumerate(attn):
         assert (run[f"layers.{l}.weights"] - expected[0]).abs().max() < 1e-5
 
 
-def test_recorded_steps_fit_together(ours):
-    ids = random_ids(ours, 11, 6)
-    run = ours.run(ids, record="all")
-    c = ours.config
+def test_recorded_steps_fit_together(model):
+    ids = random_ids(model, 11, 6)
+    run = model.run(ids, record="all")
+    c = model.config
     for l in range(c.n_layers):
         q, k, v = run[f"layers.{l}.q"], run[f"layers.{l}.k"], run[f"layers.{l}.v"]
         assert q.shape == (c.n_heads, 11, c.d_head) and k.shape == v.shape == (c.n_kv_heads, 11, c.d_head)
@@ -76,29 +71,29 @@ def test_recorded_steps_fit_together(ours):
                               run[f"layers.{l}.resid_mid"], atol=1e-5)
 
 
-def test_last_row_recording_equals_the_full_recording(ours):
-    ids = random_ids(ours, 20, 7)
-    full = ours.run(ids, record="all")
-    last = ours.run(ids, record=studygroup.model.record.Record(steps=("weights", "write", "scores"), rows="last"))
-    for l in range(ours.config.n_layers):
+def test_last_row_recording_equals_the_full_recording(model):
+    ids = random_ids(model, 20, 7)
+    full = model.run(ids, record="all")
+    last = model.run(ids, record=studygroup.model.record.Record(steps=("weights", "write", "scores"), rows="last"))
+    for l in range(model.config.n_layers):
         for s in ("weights", "write", "scores"):
             assert torch.allclose(last[f"layers.{l}.{s}"], full[f"layers.{l}.{s}"][:, -1:], atol=1e-5)
     assert "layers.0.q" not in last
     assert torch.allclose(last.logits, full.logits, atol=1e-5)
 
 
-def test_head_is_recomputed_on_demand_when_not_kept(ours):
-    ids = random_ids(ours, 15, 8)
-    kept = ours.run(ids, record="all").head(1, 3)
-    recomputed = ours.run(ids, record="none").head(1, 3)
+def test_head_is_recomputed_on_demand_when_not_kept(model):
+    ids = random_ids(model, 15, 8)
+    kept = model.run(ids, record="all").head(1, 3)
+    recomputed = model.run(ids, record="none").head(1, 3)
     for name in ("q", "k", "v", "scores", "weights", "output", "write", "k_pre_rope", "q_pre_rope"):
         assert torch.allclose(getattr(kept, name), getattr(recomputed, name), rtol=1e-5, atol=1e-5), name  # float32 rounding: a few ulps
-    assert kept.kv_head == 3 // ours.config.group_size
+    assert kept.kv_head == 3 // model.config.group_size
 
 
-def test_silencing_a_member_a_head_cannot_see_leaves_earlier_questions_unchanged(ours):
-    ids = random_ids(ours, 10, 9)
-    base = ours.run(ids, record="all")
+def test_silencing_a_member_a_head_cannot_see_leaves_earlier_questions_unchanged(model):
+    ids = random_ids(model, 10, 9)
+    base = model.run(ids, record="all")
     j = 6
     quiet = base.silence_member(j, heads=[(1, 2)])
     before, after = base.head(1, 2), quiet.head(1, 2)
@@ -108,24 +103,24 @@ def test_silencing_a_member_a_head_cannot_see_leaves_earlier_questions_unchanged
     assert torch.allclose(quiet.head(0, 2).output, base.head(0, 2).output)  # layer 0 is untouched
 
 
-def test_silencing_every_member_but_the_first_makes_the_weights_one_hot(ours):
-    ids = random_ids(ours, 8, 10)
-    run = ours.run(ids, record="all", silence_members=range(1, 8))
-    for l in range(ours.config.n_layers):
+def test_silencing_every_member_but_the_first_makes_the_weights_one_hot(model):
+    ids = random_ids(model, 8, 10)
+    run = model.run(ids, record="all", silence_members=range(1, 8))
+    for l in range(model.config.n_layers):
         w = run[f"layers.{l}.weights"]
         assert torch.equal(w[..., 0], torch.ones_like(w[..., 0]))
 
 
-def test_silencing_a_head_zeroes_its_write_and_changes_the_logits(ours):
-    ids = random_ids(ours, 9, 11)
-    base = ours.run(ids, record="all")
+def test_silencing_a_head_zeroes_its_write_and_changes_the_logits(model):
+    ids = random_ids(model, 9, 11)
+    base = model.run(ids, record="all")
     quiet = base.silence_head(0, 1)
     assert torch.equal(quiet["layers.0.write"][1], torch.zeros_like(quiet["layers.0.write"][1]))
     assert not torch.allclose(quiet.logits, base.logits, atol=1e-5)
     assert torch.allclose(quiet["layers.0.write"][0], base["layers.0.write"][0])
 
 
-def test_the_last_layer_asks_only_the_last_question_unless_more_is_kept(ours, monkeypatch):
+def test_the_last_layer_asks_only_the_last_question_unless_more_is_kept(model, monkeypatch):
     from studygroup.model.model import Model
     from studygroup.model.record import KEY_STEPS, LAYER_STEPS, Record
 
@@ -137,30 +132,30 @@ def test_the_last_layer_asks_only_the_last_question_unless_more_is_kept(ours, mo
         return out
 
     monkeypatch.setattr(Model, "_attention", spy)
-    ids, L = random_ids(ours, 10, 21), ours.config.n_layers - 1
-    full = ours.run(ids, record="all")
+    ids, L = random_ids(model, 10, 21), model.config.n_layers - 1
+    full = model.run(ids, record="all")
     assert rows == {l: 10 for l in range(L + 1)}
     for record in ("none", Record(steps=("*",), rows="last")):
         rows.clear()
-        run = ours.run(ids, record=record)
+        run = model.run(ids, record=record)
         assert rows == {**{l: 10 for l in range(L)}, L: 1}  # the last layer: the last question only
         assert torch.allclose(run.logits[-1], full.logits[-1], atol=1e-5)
     for step in LAYER_STEPS:  # what the last layer keeps is the same, keys and values for every member
         a, b = run[f"layers.{L}.{step}"], full[f"layers.{L}.{step}"]
         assert torch.allclose(a, b if step in KEY_STEPS else b[..., -1:, :], atol=1e-5), step
     rows.clear()
-    every = ours.run(ids, record="none", logits="all").logits  # (T, vocab)
+    every = model.run(ids, record="none", logits="all").logits  # (T, vocab)
     assert every.shape[0] == 10 and torch.allclose(every[-1], full.logits[-1], atol=1e-5)
     assert rows[L] == 10  # every position's logits need every question
 
 
-def test_full_rows_keeps_chosen_steps_for_every_member_while_the_rest_is_the_last_row(ours):
+def test_full_rows_keeps_chosen_steps_for_every_member_while_the_rest_is_the_last_row(model):
     from studygroup.model.record import KEY_STEPS, Record
 
-    ids, L = random_ids(ours, 10, 22), ours.config.n_layers - 1
-    full = ours.run(ids, record="all")
+    ids, L = random_ids(model, 10, 22), model.config.n_layers - 1
+    full = model.run(ids, record="all")
     for extra in ("resid_pre", "mlp_out"):  # before the last layer's questions, and after them
-        run = ours.run(ids, record=Record(steps=("resid_pre", "mlp_out", "weights", "v"), rows="last",
+        run = model.run(ids, record=Record(steps=("resid_pre", "mlp_out", "weights", "v"), rows="last",
                                           full_rows=KEY_STEPS | {extra}))
         for l in range(L + 1):
             for step in ("resid_pre", "mlp_out", "weights", "v"):
@@ -170,22 +165,22 @@ def test_full_rows_keeps_chosen_steps_for_every_member_while_the_rest_is_the_las
                 assert torch.allclose(got, want if every else want[..., -1:, :], atol=1e-5), (extra, l, step)
 
 
-def test_batched_member_silencing_equals_one_at_a_time(ours):
-    ids = random_ids(ours, 9, 12)
-    batched = ours.silenced_logits(ids, range(9))
+def test_batched_member_silencing_equals_one_at_a_time(model):
+    ids = random_ids(model, 9, 12)
+    batched = model.silenced_logits(ids, range(9))
     for j in range(9):
-        single = ours.run(ids, record="none", silence_members=[j]).logits[-1]
+        single = model.run(ids, record="none", silence_members=[j]).logits[-1]
         assert torch.allclose(batched[j], single, atol=1e-5), j
 
 
-def test_bad_inputs_get_clear_errors(ours):
+def test_bad_inputs_get_clear_errors(model):
     with pytest.raises(InputError, match="empty"):
-        ours.run("")
+        model.run("")
     with pytest.raises(InputError, match="context"):
-        ours.run([1] * (ours.config.context_length + 1))
+        model.run([1] * (model.config.context_length + 1))
     with pytest.raises(InputError, match="vocabulary"):
-        ours.run([ours.config.vocab_size])
-    run = ours.run([1, 2, 3])
+        model.run([model.config.vocab_size])
+    run = model.run([1, 2, 3])
     with pytest.raises(InputError, match="layer 2 does not exist: the model has 2 layers"):
         run.head(2, 0)
     with pytest.raises(InputError, match="head 4 does not exist"):
@@ -195,25 +190,25 @@ def test_bad_inputs_get_clear_errors(ours):
 
 
 @pytest.mark.parametrize("copies_per_pass", [None, 3, 1])
-def test_batched_head_silencing_equals_one_at_a_time(ours, monkeypatch, copies_per_pass):
+def test_batched_head_silencing_equals_one_at_a_time(model, monkeypatch, copies_per_pass):
     from studygroup.study import effects
 
-    ids, token = random_ids(ours, 7, 13), 11
+    ids, token = random_ids(model, 7, 13), 11
     if copies_per_pass is not None:  # passes split: copies joining at several layers, or one copy each
         monkeypatch.setattr(effects, "ROWS_PER_PASS", copies_per_pass * len(ids))
-    heads = [(l, h) for l in range(ours.config.n_layers) for h in range(ours.config.n_heads)][::-1]
-    batched = effects.head_log_probs(ours, ids, token, heads)  # copies join the pass at their layer
-    base = ours.run(ids, record="none")
+    heads = [(l, h) for l in range(model.config.n_layers) for h in range(model.config.n_heads)][::-1]
+    batched = effects.head_log_probs(model, ids, token, heads)  # copies join the pass at their layer
+    base = model.run(ids, record="none")
     for b, (l, h) in enumerate(heads):
         alone = effects.log_probs(base.silence_head(l, h).logits[-1])[token]
         assert torch.allclose(batched[b], alone, atol=1e-5), (l, h)
 
 
-def test_recomputed_head_follows_the_runs_interventions(ours):
-    ids = random_ids(ours, 12, 14)
+def test_recomputed_head_follows_the_runs_interventions(model):
+    ids = random_ids(model, 12, 14)
     for settings in ({"silence_members": [3]}, {"silence_heads": [(1, 2)]}):
-        kept = ours.run(ids, record="all", **settings).head(1, 2)
-        recomputed = ours.run(ids, record="none", **settings).head(1, 2)
+        kept = model.run(ids, record="all", **settings).head(1, 2)
+        recomputed = model.run(ids, record="none", **settings).head(1, 2)
         for name in ("q", "k", "v", "scores", "weights", "output", "write", "mask"):
             a, b = getattr(kept, name).float(), getattr(recomputed, name).float()
             assert torch.allclose(a, b, atol=1e-5), (settings, name, (a - b).abs().max())
@@ -222,12 +217,12 @@ def test_recomputed_head_follows_the_runs_interventions(ours):
 @pytest.mark.parametrize("settings", [{}, {"silence_members": [2, 5]},
                                       {"silence_members": [4], "member_heads": [(1, 2)]}, {"silence_heads": [(0, 1)]}])
 @pytest.mark.parametrize("rows", ["all", "last"])
-def test_maps_on_demand_equal_the_kept_maps(ours, settings, rows):
+def test_maps_on_demand_equal_the_kept_maps(model, settings, rows):
     from studygroup.model.record import Record
 
-    ids, T, c = random_ids(ours, 11, 15), 11, ours.config
-    kept = ours.run(ids, record=Record(rows=rows), **settings)
-    lazy = ours.run(ids, record=Record(rows=rows, maps="on_demand"), **settings)
+    ids, T, c = random_ids(model, 11, 15), 11, model.config
+    kept = model.run(ids, record=Record(rows=rows), **settings)
+    lazy = model.run(ids, record=Record(rows=rows, maps="on_demand"), **settings)
     R = T if rows == "all" else 1
     for l in range(c.n_layers):
         for step in ("scores", "weights"):
@@ -245,10 +240,10 @@ def test_maps_on_demand_equal_the_kept_maps(ours, settings, rows):
                 assert torch.allclose(getattr(a, name).float(), getattr(b, name).float(), rtol=1e-4, atol=1e-5), (l, h, name)
 
 
-def test_maps_on_demand_keep_only_q_and_k_for_the_maps(ours):
+def test_maps_on_demand_keep_only_q_and_k_for_the_maps(model):
     from studygroup.model.record import Record
 
-    run = ours.run(random_ids(ours, 9, 16), record=Record(steps=("layers.1.weights",), maps="on_demand"))
+    run = model.run(random_ids(model, 9, 16), record=Record(steps=("layers.1.weights",), maps="on_demand"))
     assert sorted(run.steps) == ["layers.1.k", "layers.1.q"]
     assert "layers.1.weights" in run and "layers.0.weights" not in run and "layers.1.scores" not in run
     with pytest.raises(KeyError, match="was not recorded"):
@@ -263,16 +258,16 @@ def test_maps_on_demand_keep_only_q_and_k_for_the_maps(ours):
         run.map(1, "output")
 
 
-def test_record_all_computes_long_texts_maps_on_demand(ours, monkeypatch):
+def test_record_all_computes_long_texts_maps_on_demand(model, monkeypatch):
     from studygroup.model import record
 
     assert record.resolve("all", record.FULL_RECORD_MAX_T).maps == "kept"
     assert record.resolve("all", record.FULL_RECORD_MAX_T + 1).maps == "on_demand"
     monkeypatch.setattr(record, "FULL_RECORD_MAX_T", 8)  # the tiny model's context is short
     T = 12
-    run = ours.run(random_ids(ours, T, 17), record="all")
+    run = model.run(random_ids(model, T, 17), record="all")
     w = run["layers.1.weights"]  # (H, T, T)
-    assert w.shape == (ours.config.n_heads, T, T) and torch.allclose(w.sum(-1), torch.ones(ours.config.n_heads, T))
+    assert w.shape == (model.config.n_heads, T, T) and torch.allclose(w.sum(-1), torch.ones(model.config.n_heads, T))
     assert torch.equal(w, w.tril())  # causal
     assert torch.allclose(run.head(1, 2).weights, w[2], atol=1e-6)
 
@@ -282,32 +277,32 @@ def test_record_all_computes_long_texts_maps_on_demand(ours, monkeypatch):
     Record(steps=("weights", "scores"), maps="on_demand"), Record(steps=("layers.1.*",), rows="last"),
     Record(steps=("q", "resid_pre"), rows="last", full_rows=frozenset({"resid_pre"})), "none",
 ])
-def test_what_a_run_will_keep_is_known_before_it_starts(ours, record):
+def test_what_a_run_will_keep_is_known_before_it_starts(model, record):
     from studygroup.model import estimate
     from studygroup.model.record import resolve
 
-    ids = random_ids(ours, 11, 21)
+    ids = random_ids(model, 11, 21)
     for logits in ("last", "all"):
-        run = ours.run(ids, record=record, logits=logits)
+        run = model.run(ids, record=record, logits=logits)
         kept = sum(t.numel() * t.element_size() for t in run.steps.values())
-        assert estimate.recording_bytes(ours.config, len(ids), resolve(record, len(ids)), logits == "all") == kept
+        assert estimate.recording_bytes(model.config, len(ids), resolve(record, len(ids)), logits == "all") == kept
 
 
-def test_a_recording_that_would_not_fit_is_refused_before_the_pass(ours, monkeypatch):
+def test_a_recording_that_would_not_fit_is_refused_before_the_pass(model, monkeypatch):
     from studygroup.model import estimate
 
-    ids = random_ids(ours, 12, 22)
-    need = estimate.recording_bytes(ours.config, 12, Record()) + estimate.activation_bytes(ours.config, 12)
+    ids = random_ids(model, 12, 22)
+    need = estimate.recording_bytes(model.config, 12, Record()) + estimate.activation_bytes(model.config, 12)
     monkeypatch.setattr(estimate, "available_bytes", lambda device: need - 1)
     passes = []
-    monkeypatch.setattr(ours, "forward", lambda *a, **k: passes.append(1))
+    monkeypatch.setattr(model, "forward", lambda *a, **k: passes.append(1))
     with pytest.raises(InputError, match=r"recording this on 12 tokens would keep about .* GiB and .* GiB is free: "
                                          r"keep fewer steps .*rows=\"last\".*maps=\"on_demand\""):
-        ours.run(ids, record="all")
+        model.run(ids, record="all")
     assert passes == []  # refused before any work
     monkeypatch.setattr(estimate, "available_bytes", lambda device: need)
     monkeypatch.undo()
-    assert ours.run(ids, record="all").logits.shape == (1, ours.config.vocab_size)
+    assert model.run(ids, record="all").logits.shape == (1, model.config.vocab_size)
 
 
 def test_free_memory_is_read_here():
@@ -331,18 +326,18 @@ def test_free_memory_is_read_here():
     (lambda m: studygroup.head_view(m, "the tin", 0, 0, largest=-1), "largest=-1"),
     (lambda m: studygroup.head_view(m, "the tin", 1.0, 0), "1.0 is not a layer"),
 ])
-def test_bad_arguments_to_the_api_are_input_errors(ours, call, words):
+def test_bad_arguments_to_the_api_are_input_errors(model, call, words):
     with pytest.raises(InputError, match=re.escape(words)):
-        call(ours)
+        call(model)
 
 
-def test_recording_by_step_name_and_pattern_still_works(ours):
-    run = ours.run("the tin", record=["weights", "layers.1.v"])
+def test_recording_by_step_name_and_pattern_still_works(model):
+    run = model.run("the tin", record=["weights", "layers.1.v"])
     assert {"layers.0.weights", "layers.1.weights", "layers.1.v"} <= set(run.steps) and "layers.0.v" not in run.steps
 
 
-def test_silencing_no_member_in_a_batch_gives_no_rows(ours):
-    assert ours.silenced_logits("the tin", []).shape == (0, ours.config.vocab_size)
+def test_silencing_no_member_in_a_batch_gives_no_rows(model):
+    assert model.silenced_logits("the tin", []).shape == (0, model.config.vocab_size)
 
 
 def test_only_cpu_and_cuda_devices(tiny_model):

@@ -2,7 +2,6 @@
 (The browser tests open these files in chromium with the network cut.)"""
 from __future__ import annotations
 
-import doctest
 import sys
 import types
 import html.parser
@@ -15,7 +14,6 @@ import studygroup
 from conftest import write_tiny_gguf
 from studygroup.study import page_data
 from studygroup.views import report
-from studygroup.web import serve
 
 MARKUP = "a </script><img src=x onerror=alert(1)> & {{7*7}} \u2028 \"q\" 'x' <!-- <s>"
 
@@ -137,11 +135,6 @@ def test_view_data_accepts_explanations_comparisons_and_dicts(model, explanation
         report.view_data({"nothing": 1})
     with pytest.raises(TypeError):
         report.view_data(3)
-
-
-def test_doctests():
-    for module in (report, serve, page_data):
-        assert doctest.testmod(module).failed == 0
 
 
 def test_explanations_render_themselves_in_notebooks(explanation, monkeypatch):

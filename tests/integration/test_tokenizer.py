@@ -148,11 +148,3 @@ def test_json_round_trip(tok):
 def test_token_text_to_bytes_by_type():
     assert token_text_to_bytes("ĠĠ", 1) == b"  "
     assert token_text_to_bytes("Ġ", 3) == "Ġ".encode()  # a control token's text is kept as written
-
-
-def test_docstring_examples_run():
-    import doctest
-
-    from studygroup.gguf import tokenizer
-
-    assert doctest.testmod(tokenizer).failed == 0

@@ -100,7 +100,8 @@ def test_queries_equal_hf_q_proj(tiny_model, tiny):
 
 def test_transformers_gguf_loader_reads_the_fixture_file_as_its_hf_weights(tmp_path, monkeypatch):
     """An independent check of the fixture's permutation: transformers un-permutes it back."""
-    transformers = pytest.importorskip("transformers")
+    import transformers
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     model = write_tiny_gguf(tmp_path / "t.gguf", untied=True, seed=5)
     hf = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path), gguf_file="t.gguf").state_dict()
@@ -336,13 +337,3 @@ def test_config_round_trips_through_a_dict():
     assert Config.from_dict(config.to_dict()) == config
     with pytest.raises(ValueError, match="unknown Config fields"):
         Config.from_dict({**config.to_dict(), "extra": 1})
-
-
-@pytest.mark.parametrize("module", ["studygroup.gguf.config", "studygroup.gguf.layout", "studygroup.gguf.container",
-                                    "studygroup.gguf.weights", "studygroup.model.disk_cache"])
-def test_docstring_examples_run(module):
-    import doctest
-    import importlib
-
-    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
-    assert result.failed == 0

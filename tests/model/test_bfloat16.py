@@ -3,8 +3,6 @@
 Runs everywhere (require_native=False): on a CPU without native bfloat16 it is only slower.
 """
 import json
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,12 +10,7 @@ import torch
 
 import studygroup
 from studygroup.errors import InputError
-
-
-def reference_dir() -> Path:
-    here = Path(os.environ.get("STUDYGROUP_REFERENCE", Path(__file__).resolve().parents[2].parent / "shared" / "reference"))
-    assert (here / "public.json").exists(), f"reference data not found at {here}"
-    return here
+from conftest import REFERENCE_DIR
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +20,8 @@ def fast():
 
 def test_bfloat16_keeps_the_reference_top1_with_a_small_kl(fast):
     kls = []
-    for prompt in json.loads((reference_dir() / "public.json").read_text()):
-        exact = torch.from_numpy(np.load(reference_dir() / f"public_{prompt['index']:02d}_hf.npy")).double()
+    for prompt in json.loads((REFERENCE_DIR / "public.json").read_text()):
+        exact = torch.from_numpy(np.load(REFERENCE_DIR / f"public_{prompt['index']:02d}_hf.npy")).double()
         logits = fast.run(prompt["token_ids"], record="none").logits[-1].double()
         assert int(logits.argmax()) == int(exact.argmax()) == prompt["hf_top1"], prompt["text"]
         p = torch.log_softmax(exact, -1)

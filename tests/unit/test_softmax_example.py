@@ -1,10 +1,8 @@
 """The article's softmax example: the real float64 weights, and a printout that does not round them away."""
-import doctest
 import math
 
 import torch
 
-from studygroup.formulas import softmax_example as module
 from studygroup.formulas.attention import paper
 from studygroup.formulas.softmax_example import softmax_example, weigh
 
@@ -47,8 +45,3 @@ def test_the_weights_are_those_of_the_attention_layer():
 
 def test_weigh_is_softmax():
     assert weigh(["a", "b"], [0.0, 0.0], query="a").weights == (0.5, 0.5)
-
-
-def test_doctests_pass():
-    result = doctest.testmod(module)
-    assert result.attempted >= 3 and result.failed == 0

@@ -1,5 +1,4 @@
 """How torch's workers wait: spin briefly on an idle machine, sleep at once on a busy one."""
-import doctest
 import os
 
 import pytest
@@ -63,7 +62,3 @@ def test_the_cli_chooses_before_it_parses(monkeypatch, capsys):
     monkeypatch.setattr(threads, "set_wait_policy", lambda: calls.append(1) or {})
     assert cli.main(["--no-such-option"]) == 2
     assert calls == [1]
-
-
-def test_doctests():
-    assert doctest.testmod(threads).failed == 0

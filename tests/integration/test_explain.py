@@ -23,25 +23,9 @@ from studygroup.study.lesson import lesson
 from studygroup.model.interventions import PassPlan
 from studygroup.model.record import Record
 from studygroup.study.model_view import model_view
-from conftest import write_tiny_gguf
+from conftest import TEXT_A, TEXT_B, write_tiny_gguf
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "json.md"
-TEXT_A, TEXT_B = "the tin", "an ear then the tin"
-
-
-@pytest.fixture(scope="module")
-def model(tiny_model):
-    return studygroup.load(tiny_model.path)
-
-
-@pytest.fixture(scope="module")
-def explained(model):
-    return study.analyse(model, TEXT_B, top=5)
-
-
-@pytest.fixture(scope="module")
-def compared(model):
-    return study_compare.compare(model, TEXT_A, TEXT_B, top=5)
 
 
 def random_ids(model, T, seed):
@@ -59,16 +43,16 @@ def test_direct_contributions_add_up_to_the_logit(model, T, seed):
         assert abs(parts.total - parts.logit) < 1e-4 * max(1.0, abs(parts.logit))
 
 
-def test_explanation_logit_parts_add_up(explained):
-    e = explained.explanation
+def test_explanation_logit_parts_add_up(analysis):
+    e = analysis.explanation
     p = e.logit_parts
     assert p.logit == pytest.approx(e.predicted.logit)
     assert p.embed + p.heads + p.mlps == pytest.approx(p.logit, abs=1e-4)
     assert sum(map(sum, e.contributions)) == pytest.approx(p.heads, abs=1e-4)
 
 
-def test_member_shares_split_the_head_contributions(explained):
-    run, e = explained.run, explained.explanation
+def test_member_shares_split_the_head_contributions(analysis):
+    run, e = analysis.run, analysis.explanation
     shares = attribution.member_shares(run, e.predicted.id)
     assert float(shares.sum()) == pytest.approx(e.logit_parts.heads, abs=1e-4)
     for h in e.heads:  # each head's listened shares add up to its own contribution
@@ -254,8 +238,8 @@ def test_when_no_head_writes_anything_no_member_or_head_matters(tiny_model):
     assert all(abs(x) < 1e-6 for row in e.contributions for x in row)
 
 
-def test_explain_members_match_one_at_a_time_runs(model, explained):
-    e = explained.explanation
+def test_explain_members_match_one_at_a_time_runs(model, analysis):
+    e = analysis.explanation
     lp = effects.log_probs(model.run(TEXT_B, record="none").last_logits)[e.predicted.id]
     for m in e.members[::3]:
         alone = effects.log_probs(model.run(TEXT_B, record="none", silence_members=[m.index]).last_logits)
@@ -265,8 +249,8 @@ def test_explain_members_match_one_at_a_time_runs(model, explained):
 
 
 # ---- head effects -----------------------------------------------------------------------------
-def test_head_silence_effects_match_one_at_a_time_runs(model, explained):
-    e = explained.explanation
+def test_head_silence_effects_match_one_at_a_time_runs(model, analysis):
+    e = analysis.explanation
     c = model.config
     assert e.heads_silenced == f"all {c.n_layers * c.n_heads}" and len(e.heads) == c.n_layers * c.n_heads
     lp = effects.log_probs(model.run(TEXT_B, record="none").last_logits)[e.predicted.id]
@@ -377,8 +361,8 @@ def test_head_view_matches_the_run(model):
 
 
 # ---- compare ----------------------------------------------------------------------------------
-def test_compare_shift_and_heads(model, compared):
-    c = compared
+def test_compare_shift_and_heads(model, comparison):
+    c = comparison
     assert c.longer == "b" and c.word_id == c.b.predicted.id
     lp_a = effects.log_probs(model.run(TEXT_A, record="none").last_logits)
     lp_b = effects.log_probs(model.run(TEXT_B, record="none").last_logits)
@@ -399,13 +383,13 @@ def test_compare_shift_and_heads(model, compared):
     assert sum(h.change for h in c.heads_by_gap) == pytest.approx(g.heads, abs=1e-4)
 
 
-def test_compare_silences_the_prefix(model, compared):
-    p = compared.prefix
+def test_compare_silences_the_prefix(model, comparison):
+    p = comparison.prefix
     assert p is not None and p.longer == "b" and p.text == "an ear then "
-    assert [compared.b.tokens[j] for j in p.members] == p.tokens and p.members == list(range(len(p.members)))
-    assert p.text.startswith(model.tokenizer.decode(compared.b.token_ids[: len(p.members)]))
+    assert [comparison.b.tokens[j] for j in p.members] == p.tokens and p.members == list(range(len(p.members)))
+    assert p.text.startswith(model.tokenizer.decode(comparison.b.token_ids[: len(p.members)]))
     silenced = model.run(TEXT_B, record="none", silence_members=p.members)
-    assert p.prob_word == pytest.approx(float(torch.softmax(silenced.last_logits.double(), -1)[compared.word_id]))
+    assert p.prob_word == pytest.approx(float(torch.softmax(silenced.last_logits.double(), -1)[comparison.word_id]))
     assert p.toward_shorter == (p.distance_silenced < p.distance_before)
 
 
@@ -424,14 +408,14 @@ def test_texts_that_do_not_end_with_each_other_have_no_prefix(model):
 
 
 # ---- model view -------------------------------------------------------------------------------
-def test_model_view_has_every_head_full_maps_for_short_texts(model, explained):
+def test_model_view_has_every_head_full_maps_for_short_texts(model, analysis):
     run = model.run(TEXT_B)
-    v = model_view(run, explained.explanation)
+    v = model_view(run, analysis.explanation)
     c = model.config
     assert v.rows == "all" and len(v.heads) == c.n_layers and all(len(r) == c.n_heads for r in v.heads)
     assert torch.allclose(torch.tensor(v.heads[1][2].weights), run["layers.1.weights"][2], atol=1e-6)
     assert [g.heads for g in v.kv_groups] == [[0, 1], [2, 3]]
-    ranks = {(e.layer, e.head): r + 1 for r, e in enumerate(explained.explanation.heads)}
+    ranks = {(e.layer, e.head): r + 1 for r, e in enumerate(analysis.explanation.heads)}
     assert all(hm.rank == ranks[(hm.layer, hm.head)] for row in v.heads for hm in row)
     plain = model_view(model.run(TEXT_B, record="none"))  # recomputes what it needs
     assert sorted(hm.rank for row in plain.heads for hm in row if hm.rank) == list(range(1, 9))
@@ -446,14 +430,14 @@ def test_model_view_keeps_the_last_row_for_long_texts(tmp_path):
 
 
 # ---- story ------------------------------------------------------------------------------------
-def test_story_uses_the_real_names_and_numbers(explained, compared):
-    e = explained.explanation
+def test_story_uses_the_real_names_and_numbers(analysis, comparison):
+    e = analysis.explanation
     text = " ".join(e.story)
     assert f"“{e.predicted.token}” ({render_text.percent(e.predicted.prob)})" in text
     top = e.heads[0]
     assert f"head {top.head} of layer {top.layer}" in text and f"{top.silence_effect:+.3f}" in text
     assert f"{e.logit_parts.logit:.2f}" in text
-    assert any(f"“{c.b.predicted.token}”" in s for s in compared.story for c in [compared])
+    assert any(f"“{c.b.predicted.token}”" in s for s in comparison.story for c in [comparison])
 
 
 # ---- JSON -------------------------------------------------------------------------------------
@@ -489,18 +473,18 @@ def round_trip(result) -> dict:
     return data
 
 
-def test_json_round_trips_with_exactly_the_documented_keys(model, explained, compared):
+def test_json_round_trips_with_exactly_the_documented_keys(model, analysis, comparison):
     docs, seen = documented_keys(), set()
-    results = [explained.explanation, compared, study_head.head_view(model, TEXT_B, 0, 1, "columns"),
-               model_view(model.run(TEXT_B), explained.explanation), lesson(model)]
+    results = [analysis.explanation, comparison, study_head.head_view(model, TEXT_B, 0, 1, "columns"),
+               model_view(model.run(TEXT_B), analysis.explanation), lesson(model)]
     for result in results:
         round_trip(result)
         check_documented(result, docs, seen)
     assert seen == set(docs), f"documented but never produced: {set(docs) - seen}"
 
 
-def test_json_has_the_keys_outside_checks_rely_on(model, explained, compared):
-    e = json.loads(explained.explanation.to_json())
+def test_json_has_the_keys_outside_checks_rely_on(model, analysis, comparison):
+    e = json.loads(analysis.explanation.to_json())
     assert {"tokens", "token_ids", "top", "heads", "members", "story"} <= set(e)
     assert set(e["top"][0]) >= {"token", "id", "prob"} and len(e["top"]) == 5
     assert [w["prob"] for w in e["top"]] == sorted((w["prob"] for w in e["top"]), reverse=True)
@@ -509,7 +493,7 @@ def test_json_has_the_keys_outside_checks_rely_on(model, explained, compared):
     h = json.loads(study_head.head_view(model, TEXT_A, 0, 0, "paper").to_json())
     assert {"tokens", "notation", "scores", "weights", "q", "k", "v", "output"} <= set(h)
     assert h["scores"][0][1] is None and h["weights"][0][1] == 0.0
-    c = json.loads(compared.to_json())
+    c = json.loads(comparison.to_json())
     assert set(c["a"]) == set(e) and set(c["shift"][0]) >= {"token", "id", "prob_a", "prob_b"}
 
 
@@ -539,21 +523,10 @@ def test_html_escapes_model_and_user_text():
     assert "<script>" not in page and page.count("&lt;script&gt;") == 8  # texts, nav, title, 5 blocks
 
 
-@pytest.mark.parametrize("module", ["study.jsonable", "study.attribution", "study.effects", "study.explain",
-                                    "study.compare", "study.head", "study.model_view", "study.story", "study.lesson",
-                                    "model.estimate"])
-def test_docstring_examples_run(module):
-    import doctest
-    import importlib
-
-    result = doctest.testmod(importlib.import_module(f"studygroup.{module}"))
-    assert result.failed == 0
-
-
-def test_explain_works_inside_inference_mode(model, explained):
+def test_explain_works_inside_inference_mode(model, analysis):
     with torch.inference_mode():
         e = study.explain(model, TEXT_B, top=5)
-    assert torch.allclose(torch.tensor(e.silence_estimates), torch.tensor(explained.explanation.silence_estimates), atol=1e-5)
+    assert torch.allclose(torch.tensor(e.silence_estimates), torch.tensor(analysis.explanation.silence_estimates), atol=1e-5)
 
 
 def test_compare_of_a_text_with_itself_says_nothing_moved(model):

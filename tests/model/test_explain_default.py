@@ -1,32 +1,18 @@
 """explain, compare, head and the lesson on the default model, against llama.cpp's reference."""
 import json
-import os
-from pathlib import Path
 
 import pytest
 import torch
 
-import studygroup
 from studygroup.study import effects
-from studygroup.study import explain as study
 from studygroup.study import compare as study_compare
 from studygroup.study import head as study_head
 from studygroup.study.lesson import lesson
+from conftest import REFERENCE_DIR
 
 
-def reference() -> list[dict]:
-    here = Path(os.environ.get("STUDYGROUP_REFERENCE", Path(__file__).resolve().parents[2].parent / "shared" / "reference"))
-    assert (here / "public.json").exists(), f"reference data not found at {here} (set STUDYGROUP_REFERENCE)"
-    return json.loads((here / "public.json").read_text())
-
-
-PROMPTS = reference()
+PROMPTS = json.loads((REFERENCE_DIR / "public.json").read_text())
 A, B = PROMPTS[0], PROMPTS[1]  # "I have a lot", "Cash or credit card? I have a lot"
-
-
-@pytest.fixture(scope="module")
-def model():
-    return studygroup.load()
 
 
 @pytest.fixture(scope="module")

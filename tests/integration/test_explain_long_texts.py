@@ -4,15 +4,9 @@ import json
 import pytest
 import torch
 
-import studygroup
 from studygroup.study import effects
 from studygroup.study import last_question
 from studygroup.study import explain as study
-
-
-@pytest.fixture(scope="module")
-def ours(tiny_model):
-    return studygroup.load(tiny_model.path)
 
 
 @pytest.fixture
@@ -20,14 +14,14 @@ def long_after_8(monkeypatch):
     monkeypatch.setattr(study, "LONG_T", 8)
 
 
-def ids_of(ours, T, seed=0):
+def ids_of(model, T, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return torch.randint(3, ours.config.vocab_size, (T,), generator=g).tolist()
+    return torch.randint(3, model.config.vocab_size, (T,), generator=g).tolist()
 
 
-def test_long_path_reports_last_question_effects(ours, long_after_8, capsys):
-    ids = ids_of(ours, 20)
-    a = study.analyse(ours, ids, top=5, silence_heads=4, silence_members=6)
+def test_long_path_reports_last_question_effects(model, long_after_8, capsys):
+    ids = ids_of(model, 20)
+    a = study.analyse(model, ids, top=5, silence_heads=4, silence_members=6)
     e = a.explanation
     assert "last member's questions only" in e.members_silenced and "last position only" in e.heads_silenced
     assert e.scope == study.LAST_QUESTIONS and any(study.LAST_QUESTIONS in s for s in e.story)
@@ -36,17 +30,17 @@ def test_long_path_reports_last_question_effects(ours, long_after_8, capsys):
     silenced = [m for m in e.members if m.effect is not None]
     assert len(silenced) == 6 and len(e.heads) == 4
     token = e.predicted.id
-    base = ours.run(ids, record=last_question.base_record())
+    base = model.run(ids, record=last_question.base_record())
     lp = effects.log_probs(base.last_logits)[token]
-    expected = effects.log_probs(last_question.silenced_members_logits(ours, base, [[m.index] for m in silenced]))[:, token]
+    expected = effects.log_probs(last_question.silenced_members_logits(model, base, [[m.index] for m in silenced]))[:, token]
     assert torch.allclose(torch.tensor([m.effect for m in silenced], dtype=torch.float64), expected - lp, atol=1e-5)
     heads = [(h.layer, h.head) for h in e.heads]
-    expected = effects.log_probs(last_question.silenced_heads_logits(ours, base, heads))[:, token]
+    expected = effects.log_probs(last_question.silenced_heads_logits(model, base, heads))[:, token]
     assert torch.allclose(torch.tensor([h.silence_effect for h in e.heads], dtype=torch.float64), expected - lp, atol=1e-5)
     assert abs(e.logit_parts.total - e.logit_parts.logit) < 1e-3
     json.loads(e.to_json())
 
 
-def test_short_texts_keep_the_every_question_path(ours, long_after_8):
-    e = study.explain(ours, ids_of(ours, 8), top=3)
+def test_short_texts_keep_the_every_question_path(model, long_after_8):
+    e = study.explain(model, ids_of(model, 8), top=3)
     assert e.scope == "in every head" and "last" not in e.members_silenced

@@ -4,10 +4,12 @@ from __future__ import annotations
 import gc
 import json
 import os
+import pwd
 import random
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import platformdirs
 import pytest
@@ -65,6 +67,19 @@ def test_cache_dir_comes_from_the_environment_or_platformdirs(monkeypatch, tmp_p
 
 def test_the_suite_never_uses_the_users_cache(private_cache_dir):
     assert os.environ[cache.ENV_VAR] == str(private_cache_dir)
+
+
+def test_the_suite_never_uses_the_users_home(private_cache_dir):
+    """HOME and every folder found from it are the run's own, here and in a subprocess a test starts."""
+    import matplotlib
+
+    home = Path(os.environ["HOME"])
+    assert home != Path(pwd.getpwuid(os.getuid()).pw_dir) and home.parent == private_cache_dir.parent
+    for folder in (platformdirs.user_cache_dir("studygroup"), matplotlib.get_configdir(), matplotlib.get_cachedir()):
+        assert Path(folder).is_relative_to(home), folder
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.environ['HOME'])"], capture_output=True,
+                           text=True, check=True)
+    assert child.stdout.strip() == str(home)
 
 
 def test_second_load_reads_no_gguf(cache_dir, model, parses):

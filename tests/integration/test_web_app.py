@@ -25,11 +25,6 @@ TEXT = "I have a lot"
 
 
 @pytest.fixture(scope="module")
-def model(tiny_model):
-    return studygroup.load(tiny_model.path)
-
-
-@pytest.fixture(scope="module")
 def client(model):
     with TestClient(create_app(model, Limits(max_tokens=48))) as c:
         yield c
@@ -550,8 +545,8 @@ def test_serve_arguments_and_address_checks():
 
 # ---- the real default model ---------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def real_client():
-    with TestClient(create_app(studygroup.load())) as c:
+def real_client(default_model):
+    with TestClient(create_app(default_model)) as c:
         yield c
 
 
