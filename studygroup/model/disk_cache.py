@@ -129,19 +129,8 @@ def read_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]] |
     >>> read_tensors(Path("/nonexistent.safetensors")) is None
     True
     """
-    adopt(path)
-    if not path.is_file():
-        return None
-    try:
-        mapped = torch.from_file(str(path), shared=False, size=path.stat().st_size, dtype=torch.uint8)  # (N,)
-    except (OSError, RuntimeError):
-        mapped = None
-    found = None if mapped is None else cache_entry.unpack(mapped)
-    if found is None:
-        _damaged(path)
-        return None
-    _used(path)
-    return found
+    return _read(path, lambda p: cache_entry.unpack(
+        torch.from_file(str(p), shared=False, size=p.stat().st_size, dtype=torch.uint8)))  # mapped: (N,)
 
 
 def write_tensors(path: Path, buffer: torch.Tensor) -> None:
@@ -162,12 +151,18 @@ def read_json(path: Path) -> Any | None:
     >>> read_json(Path("/nonexistent.json")) is None
     True
     """
+    return _read(path, lambda p: cache_entry.load_json(p.read_text(encoding="utf-8")))
+
+
+def _read(path: Path, parse) -> Any | None:
+    """parse(path) for an entry (adopted if made under another name): None when absent; when it
+    cannot be read or parse gives None, the entry is damaged: deleted, with a notice."""
     adopt(path)
     if not path.is_file():
         return None
     try:
-        found = cache_entry.load_json(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        found = parse(path)
+    except (OSError, ValueError, RuntimeError):
         found = None
     if found is None:
         _damaged(path)
