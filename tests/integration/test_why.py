@@ -129,3 +129,17 @@ def test_the_command_prints_the_splits_and_json(capsys, tiny_model):
 def test_the_command_refuses_bad_cells_in_one_line(capsys, tiny_model, args, words):
     code, out, err = cli(capsys, "why", TEXT_B, *args, "--model", tiny_model.path)
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and words in err
+
+
+def test_the_web_api_answers_why_and_refuses_bad_cells(model):
+    from fastapi.testclient import TestClient
+
+    from studygroup.web.app import Limits, create_app
+
+    with TestClient(create_app(model, Limits(max_tokens=48))) as client:
+        r = client.post("/api/why", json={"text": TEXT_B, "layer": 1, "head": 2, "query": 4, "key": 1})
+        assert r.status_code == 200 and r.json() == why(model, TEXT_B, 1, 2, 4, 1).to_dict()
+        for body, words in [({"query": 1, "key": 3}, "comes after member 1"), ({"layer": 7}, "layer 7 does not exist"),
+                            ({"query": 40}, "member 40 does not exist")]:
+            r = client.post("/api/why", json={"text": TEXT_B, "layer": 1, "head": 2, "query": 4, "key": 1, **body})
+            assert 400 <= r.status_code < 500 and words in r.json()["error"]
