@@ -23,6 +23,8 @@ _LAZY = {
     "compare": ("studygroup.study.compare", "compare"),
     "head_view": ("studygroup.study.head", "head_view"),
     "model_view": ("studygroup.study.model_view", "model_view"),
+    "why": ("studygroup.study.why", "why"),
+    "roles": ("studygroup.study.roles", "roles"),
 }
 #: Modules reachable as attributes (`studygroup.attention.paper(...)`), by their short names.
 _MODULES = {"attention": "formulas.attention", "masks": "formulas.masks", "rope": "formulas.rope",

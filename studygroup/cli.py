@@ -7,6 +7,8 @@ stderr with exit status 2.
     studygroup compare TEXT_A TEXT_B
     studygroup head [TEXT] --layer L --head H [--notation paper|columns] [--silence-member J] [--silence-head L.H]
     studygroup lesson [--section N] [--html FILE]   (at a terminal: one section at a time)
+    studygroup why [TEXT] --layer L --head H --key J [--query I]
+    studygroup roles [TEXT]
 
 Every command takes --json (print the result as JSON instead), --top K and --model PATH.
 """
@@ -115,6 +117,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--html", default=None, metavar="FILE", help="write the lesson as a self-contained HTML page")
     _common(p, 8, "how many next words the conclusion lists (default 8)")
     p.set_defaults(handler=_lesson)
+    p = sub.add_parser("why", help="why member I listens to member J in one head: the score split into its parts")
+    p.add_argument("text", nargs="?", default=DEFAULT_TEXT)
+    p.add_argument("--layer", type=_integer, required=True)
+    p.add_argument("--head", type=_integer, required=True)
+    p.add_argument("--query", type=_integer, default=None, metavar="I", help="the member asking (default: the last)")
+    p.add_argument("--key", type=_integer, required=True, metavar="J", help="the member answering (J <= I)")
+    _common(p, 20, "how many of the largest part pairs to show (default 20)")
+    p.set_defaults(handler=_why)
+    p = sub.add_parser("roles", help="what each head does: previous, duplicate, induction, sink, local, broad")
+    p.add_argument("text", nargs="?", default=None, help="a text (default: the standard probe, 50 tokens twice)")
+    _common(p, 5, "how many heads to list per role (default 5)")
+    p.set_defaults(handler=_roles)
     from studygroup.web import serve  # light: the web app is imported only when `serve` runs
 
     serve.add_parser(sub)
@@ -207,6 +221,24 @@ def _lesson(args) -> str:
     if args.section is None and sys.stdin.isatty() and sys.stdout.isatty():
         return _page([render_text.lesson(l, n) for n in range(1, len(l.sections) + 1)])
     return render_text.lesson(l, args.section)
+
+
+def _why(args) -> str:
+    from studygroup.views import text as render_text
+    from studygroup.study.why import why
+
+    model = _load(args)
+    query = len(model.ids(args.text)) - 1 if args.query is None else args.query
+    w = why(model, args.text, args.layer, args.head, query, args.key)
+    return w.to_json(indent=2) if args.json else render_text.why(w, shown=min(args.top, 20))
+
+
+def _roles(args) -> str:
+    from studygroup.views import text as render_text
+    from studygroup.study.roles import roles
+
+    r = roles(_load(args), args.text)
+    return r.to_json(indent=2) if args.json else render_text.roles(r, shown=min(args.top, 10))
 
 
 def _page(pages: list[str]) -> str:

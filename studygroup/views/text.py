@@ -5,11 +5,12 @@ a string. Numbers are formatted, never computed.
 """
 from __future__ import annotations
 
+import math
 import textwrap
 
 from studygroup.study.story import percent, signed
 
-__all__ = ["comparison", "explanation", "head_view", "lesson", "lesson_section", "percent", "table"]
+__all__ = ["comparison", "explanation", "head_view", "lesson", "lesson_section", "percent", "roles", "table", "why"]
 
 WIDTH = 100
 GRID_MAX_T = 16  # larger grids show the last question only
@@ -169,3 +170,45 @@ def lesson(l, section: int | None = None) -> str:
     if section < total:
         out += f"next: studygroup lesson --section {section + 1}  ({l.sections[section].title})\n"
     return out
+
+
+WHY_PAIRS_SHOWN = 20
+ROLE_HEADS_SHOWN = 5
+
+
+def why(w, shown: int = WHY_PAIRS_SHOWN) -> str:
+    """The score of one cell, split into content + position and into its largest part pairs."""
+    q, k = w.tokens[w.query], w.tokens[w.key]
+    lines = [f"head {w.layer}.{w.head} (kv head {w.kv_head}): why member {w.query} ({q}) listens to member "
+             f"{w.key} ({k})", f"  score q·k/√d_k = {w.score:.4f}   weight {percent(w.weight)}", "",
+             "content + position:", f"  content   {signed(w.content, 4)}   (before this layer's rotation: distance 0)",
+             f"  position  {signed(w.position, 4)}   (what distance {w.query - w.key} adds through RoPE)",
+             wrap(w.notes[1]), "", f"the largest of {len(w.pairs):,} (query part, key part) pairs:"]
+    top, rest = w.pairs[:shown], w.pairs[shown:]
+    lines.append(table(["query part", "key part", "value"], [[p.query_part, p.key_part, p.value] for p in top]))
+    mass = sum(abs(p.value) for p in w.pairs) or 1.0
+    rest_sum, rest_mass = sum(p.value for p in rest), sum(abs(p.value) for p in rest)
+    lines += [f"  the other {len(rest):,} pairs: {signed(rest_sum, 4)} in all, {percent(rest_mass / mass)} of Σ|value|",
+              f"  all pairs: {w.parts_total:.6f} (the score, in float64)", "", wrap(w.notes[2], indent="")]
+    return "\n".join(lines)
+
+
+def roles(r, shown: int = ROLE_HEADS_SHOWN) -> str:
+    """The heads with the highest score in each role."""
+    from studygroup.study.roles import DEFINITIONS, ROLES
+
+    what = f"the probe: {r.probe}" if r.text is None else f"{len(r.tokens)} members"
+    lines = [wrap(f"what each of the {len(r.heads)} heads does, on {what}; mean over questions "
+                  f"{r.questions[0]}-{r.questions[1]} (duplicate, induction: those with an earlier copy of their token)",
+                  indent=""), ""]
+    for role in ROLES:
+        top = r.top(role, shown)
+        lines.append(f"{role}: {DEFINITIONS[role]}")
+        if not top:
+            lines += ["  (no question has an earlier copy of its token)", ""]
+            continue
+        order = [role, *[x for x in ROLES if x != role]]
+        score = lambda h, x: None if math.isnan(getattr(h.roles, x)) else round(getattr(h.roles, x), 3)  # noqa: E731
+        lines.append(table(["head", *order], [[f"{h.layer}.{h.head}", *[score(h, x) for x in order]] for h in top]))
+        lines.append("")
+    return "\n".join(lines).rstrip()

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
 from studygroup.study import page_data
+from studygroup.study import why as study_why
 from studygroup.views import assets
 from studygroup.errors import InputError, StudyGroupError
 from studygroup.web.guard import (LRU, UNREADABLE_BODY, BodyLimit, Busy, Gate, HostCheck, SecurityHeaders,
@@ -94,6 +95,14 @@ class HeadBody(_Body):
     rows: Literal["auto", "all", "last"] = "auto"
     silence_members: Members = []
     silence_heads: Heads = []
+
+
+class WhyBody(_Body):
+    text: Text
+    layer: Index
+    head: Index
+    query: Index
+    key: Index
 
 
 # ---- the app -------------------------------------------------------------------------------------
@@ -332,3 +341,10 @@ def _routes(app: FastAPI, s: Service) -> None:
         model.check_head(b.layer, b.head)
         return await s.answer(("head", b.text, b.layer, b.head, b.notation, b.rows, members, heads),
                               lambda: page_data.head(model, b.text, b.layer, b.head, b.notation, b.rows, members, heads))
+
+    @app.post("/api/why")
+    async def why(b: WhyBody):
+        s.check_text(b.text)
+        model.check_head(b.layer, b.head)
+        return await s.answer(("why", b.text, b.layer, b.head, b.query, b.key),
+                              lambda: study_why.why(model, b.text, b.layer, b.head, b.query, b.key).to_dict())

@@ -476,7 +476,8 @@ def round_trip(result) -> dict:
 def test_json_round_trips_with_exactly_the_documented_keys(model, analysis, comparison):
     docs, seen = documented_keys(), set()
     results = [analysis.explanation, comparison, study_head.head_view(model, TEXT_B, 0, 1, "columns"),
-               model_view(model.run(TEXT_B), analysis.explanation), lesson(model)]
+               model_view(model.run(TEXT_B), analysis.explanation), lesson(model),
+               studygroup.why(model, TEXT_B, 1, 2, 4, 1), studygroup.roles(model, TEXT_B)]
     for result in results:
         round_trip(result)
         check_documented(result, docs, seen)

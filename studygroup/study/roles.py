@@ -1,0 +1,194 @@
+"""What each head does: role scores, each a mean over the questions of a row of attention weights.
+
+For question i (i >= 1) and its row of weights w_i (summing to 1 over the members 0..i):
+
+- previous: w[i, i−1], the weight on the member just before;
+- duplicate: the weight on earlier members j < i with i's token;
+- induction: the weight on j+1 for every earlier copy j of i's token with j+1 < i (the member that
+  followed the token last time: what an induction head copies forward);
+- sink: the weight on the head's sinks: member 0, and every member that takes >= 0.3 of the weight
+  of >= 80 % of the questions scored;
+- local: the weight on members i−8 … i;
+- broad: the row's entropy over log(i+1), 0 for a row on one member, 1 for a uniform row.
+
+Each is in [0, 1]. Scored over the last min(T, 512) questions (question 0 has only itself);
+`duplicate` and `induction` over those of them that have such an earlier copy (a question with
+none has nothing to find: counted, it would halve an induction head's score on the probe), null
+where none has.
+Without a text, the standard probe: 50 ordinary tokens repeated twice (after the BOS where the
+model adds one), where a head that copies what followed earlier shows itself.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from studygroup.errors import InputError
+from studygroup.gguf.tokenizer import TOKEN_NORMAL
+from studygroup.model.record import Record
+from studygroup.study.explain import checked_ids
+from studygroup.study.jsonable import JSONable
+from studygroup.study.story import brief
+
+ROLES = ("previous", "duplicate", "induction", "sink", "local", "broad")
+#: The questions scored: the last this many (long texts).
+MAX_QUESTIONS = 512
+#: `local`: members i−LOCAL_WINDOW … i.
+LOCAL_WINDOW = 8
+#: A member is a sink when it takes at least SINK_WEIGHT of the weight of SINK_SHARE of the questions.
+SINK_WEIGHT, SINK_SHARE = 0.3, 0.8
+#: The probe: PROBE_LENGTH ordinary tokens drawn with numpy's default_rng(PROBE_SEED), repeated twice.
+PROBE_LENGTH, PROBE_SEED = 50, 0
+
+DEFINITIONS = {
+    "previous": "weight on the member just before",
+    "duplicate": "weight on earlier members with the same token",
+    "induction": "weight on the member after an earlier copy of the same token",
+    "sink": f"weight on attention sinks (member 0, or a member with >= {SINK_WEIGHT} of >= {SINK_SHARE:.0%} of rows)",
+    "local": f"weight on the last {LOCAL_WINDOW + 1} members (i-{LOCAL_WINDOW} … i)",
+    "broad": "entropy of the row over log(i+1): 1 when spread evenly",
+}
+
+
+@dataclass
+class RoleScores(JSONable):
+    """One head's role scores, each a mean over the questions scored, in [0, 1]."""
+
+    previous: float
+    duplicate: float
+    induction: float
+    sink: float
+    local: float
+    broad: float
+
+
+@dataclass
+class HeadRoles(JSONable):
+    layer: int
+    head: int
+    roles: RoleScores
+
+
+@dataclass
+class Roles(JSONable):
+    """Every head's role scores on one text (or the probe). See docs/json.md."""
+
+    text: str | None  # null for the probe
+    probe: str | None  # how the probe was drawn (null for a text)
+    tokens: list[str]
+    token_ids: list[int]
+    questions: list[int]  # [first, last]: the questions scored
+    heads: list[HeadRoles]  # every head, layer by layer
+
+    def __repr__(self) -> str:
+        top = max(self.heads, key=lambda h: h.roles.induction)
+        return brief(self, f"of {len(self.heads)} heads on {len(self.tokens)} members (questions "
+                           f"{self.questions[0]}-{self.questions[1]}); most induction: head {top.layer}.{top.head} "
+                           f"({top.roles.induction:.2f})", ".heads, .to_dict()")
+
+    def top(self, role: str, k: int = 5) -> list[HeadRoles]:
+        """The k heads with the highest score in `role`, highest first (none where it is null)."""
+        scored = [h for h in self.heads if not math.isnan(getattr(h.roles, role))]
+        return sorted(scored, key=lambda h: -getattr(h.roles, role))[:k]
+
+
+def sinks(weights: torch.Tensor) -> list[int]:
+    """Member 0 and the members taking >= SINK_WEIGHT of the weight of >= SINK_SHARE of these rows.
+
+    weights: (R, T), the rows of the questions scored.
+
+    >>> sinks(torch.tensor([[0.5, 0.5, 0.0], [0.2, 0.4, 0.4]]))
+    [0, 1]
+    """
+    heavy = (weights >= SINK_WEIGHT).double().mean(0) >= SINK_SHARE  # (T,)
+    heavy[0] = True
+    return heavy.nonzero()[:, 0].tolist()
+
+
+def role_scores(weights: torch.Tensor, token_ids: list[int]) -> RoleScores:
+    """A head's role scores from its rows of weights: the last R questions of T members.
+
+    weights: (R, T), row r the weights of question i = T − R + r (zero after i); token_ids: (T,).
+    Question 0, if among them, is not scored (it hears only itself).
+
+    >>> previous_only = torch.eye(4).roll(-1, dims=1).tril()  # row i: all on i−1
+    >>> role_scores(previous_only, [5, 6, 5, 6]).previous
+    1.0
+    """
+    R, T = weights.shape
+    i = torch.arange(T - R, T)  # (R,) the questions
+    asked = i >= 1
+    if not bool(asked.any()):
+        raise InputError("roles need at least 2 members: the first member's question hears only itself")
+    w, i = weights[asked].double(), i[asked]  # (Q, T), (Q,)
+    tok, j = torch.tensor(token_ids), torch.arange(T)  # (T,), (T,)
+    same = tok[None, :] == tok[i][:, None]  # (Q, T): member j has question i's token
+    before = j[None, :] < i[:, None]  # (Q, T)
+    after_copy = torch.zeros_like(same)
+    after_copy[:, 1:] = same[:, :-1] & (j[None, :-1] < (i - 1)[:, None])  # j+1 after a copy j < i−1
+    near = (j[None, :] >= (i - LOCAL_WINDOW)[:, None]) & (j[None, :] <= i[:, None])  # (Q, T)
+    entropy = -torch.special.xlogy(w, w).sum(1)  # (Q,)
+    duplicates, copies = same & before, after_copy.any(1)  # (Q, T), (Q,)
+    return RoleScores(
+        previous=_mean(w.gather(1, (i - 1)[:, None])[:, 0]),
+        duplicate=_mean((w * duplicates).sum(1)[duplicates.any(1)]),  # questions with an earlier copy
+        induction=_mean((w * after_copy).sum(1)[copies]),  # questions with an earlier copy j < i−1
+        sink=_mean(w[:, sinks(w)].sum(1)),
+        local=_mean((w * near).sum(1)),
+        broad=_mean(entropy / torch.log(i.double() + 1)),
+    )
+
+
+def _mean(x: torch.Tensor) -> float:
+    """The mean, NaN (null in JSON) over no questions."""
+    return float(x.mean()) if len(x) else math.nan
+
+
+def probe_ids(tokenizer, vocab_size: int, n: int = PROBE_LENGTH, seed: int = PROBE_SEED) -> list[int]:
+    """The standard probe: n ordinary tokens (token type normal: no control, user-defined, unused
+    or byte token) drawn uniformly without replacement by numpy.random.default_rng(seed), the
+    same n again, after the BOS where the model adds one. (2n or 2n + 1,)
+
+    >>> ids = probe_ids(model.tokenizer, model.config.vocab_size)
+    >>> len(ids), ids[:50] == ids[50:]
+    (100, True)
+    """
+    ordinary = [t for t, kind in enumerate(tokenizer.token_types[:vocab_size]) if kind == TOKEN_NORMAL]
+    if len(ordinary) < n:
+        raise InputError(f"the probe draws {n} ordinary tokens and the vocabulary has {len(ordinary)}: give a text")
+    drawn = np.random.default_rng(seed).choice(ordinary, size=n, replace=False).tolist()
+    ids = drawn + drawn
+    return [tokenizer.bos_id, *ids] if tokenizer.add_bos else ids
+
+
+def probe_description(tokenizer) -> str:
+    bos = "after the BOS, " if tokenizer.add_bos else ""
+    return (f"{PROBE_LENGTH} ordinary tokens (token type normal) drawn uniformly without replacement by "
+            f"numpy.random.default_rng({PROBE_SEED}).choice, {bos}repeated twice")
+
+
+def roles(model, text=None) -> Roles:
+    """Every head's role scores on `text` (None: the standard probe), over the last min(T, 512) questions.
+
+    >>> r = roles(model)
+    >>> best = r.top("induction", 1)[0]
+    >>> best.roles.induction > 0.5
+    True
+    """
+    if text is None:
+        ids, probe = probe_ids(model.tokenizer, model.config.vocab_size), probe_description(model.tokenizer)
+    else:
+        ids, probe = checked_ids(model, text), None
+    T = len(ids)
+    if T < 2:
+        raise InputError("roles need at least 2 members: the first member's question hears only itself")
+    R = min(T, MAX_QUESTIONS)
+    run = model.run(ids, record=Record(steps=("weights",), maps="on_demand"))  # each layer's maps computed when read
+    c = model.config
+    heads = [HeadRoles(l, h, role_scores(run.map(l, "weights", heads=[h])[0, -R:], ids))
+             for l in range(c.n_layers) for h in range(c.n_heads)]
+    tokens = run.tokens
+    return Roles(text if isinstance(text, str) else None, probe, tokens, list(ids), [max(1, T - R), T - 1], heads)

@@ -1,0 +1,145 @@
+"""why on a tiny random model: the score split two ways adds up, and equals the head's own score
+and an independent float64 pass from the Hugging Face weights."""
+import math
+
+import pytest
+import torch
+
+import studygroup
+from conftest import TEXT_B
+from studygroup.errors import InputError
+from studygroup.study import head as study_head
+from studygroup.study.why import part_names, why
+
+CELLS = [(1, 2, 4, 1), (1, 0, 3, 3), (0, 3, 2, 0), (1, 3, 4, 0)]  # layer, head, query, key
+
+
+def rms_norm(x, g, eps):
+    return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * g
+
+
+def rope(x, base):
+    """Hugging Face's rotate-half RoPE on (…, T, d), float64."""
+    T, d = x.shape[-2:]
+    inv = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    theta = torch.outer(torch.arange(T, dtype=torch.float64), inv).repeat(1, 2)  # (T, d)
+    x1, x2 = x.chunk(2, -1)
+    return x * theta.cos() + torch.cat([-x2, x1], -1) * theta.sin()
+
+
+def reference_scores(tiny, ids, layer):
+    """Every head's scores at `layer` from a plain float64 Llama pass on the file's HF weights: (H, T, T)."""
+    c, w = tiny.hf_config, {k: v.double() for k, v in tiny.hf_state_dict.items()}
+    H, H_kv, d, eps = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"], c["rms_norm_eps"]
+    T = len(ids)
+    x = w["model.embed_tokens.weight"][ids]  # (T, d_model)
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    for l in range(layer + 1):
+        p = f"model.layers.{l}."
+        E = rms_norm(x, w[p + "input_layernorm.weight"], eps)
+        q = rope((E @ w[p + "self_attn.q_proj.weight"].T).view(T, H, d).transpose(0, 1), c["rope_theta"])
+        k = rope((E @ w[p + "self_attn.k_proj.weight"].T).view(T, H_kv, d).transpose(0, 1), c["rope_theta"])
+        v = (E @ w[p + "self_attn.v_proj.weight"].T).view(T, H_kv, d).transpose(0, 1)
+        k, v = k.repeat_interleave(H // H_kv, 0), v.repeat_interleave(H // H_kv, 0)  # (H, T, d)
+        S = q @ k.mT / math.sqrt(d)  # (H, T, T)
+        if l == layer:
+            return S
+        z = torch.softmax(S.masked_fill(~causal, -math.inf), -1) @ v  # (H, T, d)
+        x = x + z.transpose(0, 1).reshape(T, H * d) @ w[p + "self_attn.o_proj.weight"].T
+        M = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
+        gate, up = M @ w[p + "mlp.gate_proj.weight"].T, M @ w[p + "mlp.up_proj.weight"].T
+        x = x + (torch.nn.functional.silu(gate) * up) @ w[p + "mlp.down_proj.weight"].T
+
+
+@pytest.mark.parametrize("layer, head, query, key", CELLS)
+def test_the_two_splits_add_up_to_the_score(model, tiny_model, layer, head, query, key):
+    w = why(model, TEXT_B, layer, head, query, key)
+    tolerance = 1e-5 * max(1.0, abs(w.score))
+    assert math.fsum(p.value for p in w.pairs) == pytest.approx(w.score, abs=tolerance)
+    assert abs(w.parts_total - w.score) <= tolerance
+    assert w.content + w.position == pytest.approx(w.score, abs=1e-12)
+    view = study_head.head_view(model, TEXT_B, layer, head)
+    assert w.score == pytest.approx(view.scores[query][key], abs=1e-6)
+    assert w.weight == pytest.approx(view.weights[query][key], abs=1e-6)
+    q_pre, k_pre = torch.tensor(view.q_pre_rope[query]).double(), torch.tensor(view.k_pre_rope[key]).double()
+    assert w.content == pytest.approx(float(q_pre @ k_pre) / math.sqrt(len(view.q_pre_rope[0])), abs=1e-6)
+    S = reference_scores(tiny_model, w.token_ids, layer)
+    assert w.score == pytest.approx(float(S[head, query, key]), abs=1e-4)
+
+
+def test_every_pair_is_there_once_largest_first(model):
+    w = why(model, TEXT_B, 1, 2, 4, 1)
+    names = part_names(1, model.config.n_heads)
+    assert w.n_parts == len(names) == 1 + model.config.n_heads + 1
+    assert sorted((p.query_part, p.key_part) for p in w.pairs) == sorted((a, b) for a in names for b in names)
+    sizes = [abs(p.value) for p in w.pairs]
+    assert sizes == sorted(sizes, reverse=True)
+    assert names[:3] == ["embedding", "head 0.0", "head 0.1"] and names[-1] == "MLP 0"
+
+
+def test_at_distance_zero_there_is_no_position(model):
+    w = why(model, TEXT_B, 1, 1, 3, 3)
+    assert abs(w.position) < 1e-5
+
+
+def test_layer_0_has_only_the_embedding(model):
+    w = why(model, TEXT_B, 0, 0, 2, 1)
+    assert [(p.query_part, p.key_part) for p in w.pairs] == [("embedding", "embedding")]
+
+
+@pytest.mark.parametrize("layer, head, query, key, words", [
+    (1, 0, 1, 3, "comes after member 1"), (2, 0, 3, 1, "layer 2 does not exist"),
+    (0, 4, 3, 1, "head 4 does not exist"), (0, 0, 99, 1, "member 99 does not exist"),
+    (0, 0, 3, -1, "member -1 does not exist")])
+def test_bad_cells_are_refused(model, layer, head, query, key, words):
+    with pytest.raises(InputError, match=words):
+        why(model, TEXT_B, layer, head, query, key)
+
+
+def test_the_api_has_why(model):
+    assert studygroup.why(model, TEXT_B, 1, 0, 2, 2).score == why(model, TEXT_B, 1, 0, 2, 2).score
+
+
+def cli(capsys, *argv):
+    from studygroup.cli import main
+
+    code = main([str(a) for a in argv])
+    return code, *capsys.readouterr()
+
+
+def test_the_command_prints_the_splits_and_json(capsys, tiny_model):
+    code, out, err = cli(capsys, "why", TEXT_B, "--layer", 1, "--head", 2, "--query", 4, "--key", 1,
+                         "--model", tiny_model.path)
+    assert code == 0 and err == "" and "content" in out and "position" in out and "meaning vs place" in out
+    assert "the largest of 36 (query part, key part) pairs" in out and len(out.splitlines()) <= 60
+    code, out, _ = cli(capsys, "why", TEXT_B, "--layer", 1, "--head", 2, "--key", 1, "--model", tiny_model.path,
+                       "--json")
+    import json
+
+    data = json.loads(out)
+    assert code == 0 and data["query"] == len(data["tokens"]) - 1 and len(data["pairs"]) == 36
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--layer", 1, "--head", 0, "--query", 1, "--key", 3), "comes after member 1"),
+    (("--layer", 5, "--head", 0, "--key", 0), "layer 5 does not exist"),
+    (("--layer", 0, "--head", 9, "--key", 0), "head 9 does not exist"),
+    (("--layer", 0, "--head", 0, "--query", 50, "--key", 0), "member 50 does not exist"),
+    (("--layer", 0, "--head", 0), "required: --key")])
+def test_the_command_refuses_bad_cells_in_one_line(capsys, tiny_model, args, words):
+    code, out, err = cli(capsys, "why", TEXT_B, *args, "--model", tiny_model.path)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and words in err
+
+
+def test_the_web_api_answers_why_and_refuses_bad_cells(model):
+    from fastapi.testclient import TestClient
+
+    from studygroup.web.app import Limits, create_app
+
+    with TestClient(create_app(model, Limits(max_tokens=48))) as client:
+        r = client.post("/api/why", json={"text": TEXT_B, "layer": 1, "head": 2, "query": 4, "key": 1})
+        assert r.status_code == 200 and r.json() == why(model, TEXT_B, 1, 2, 4, 1).to_dict()
+        for body, words in [({"query": 1, "key": 3}, "comes after member 1"), ({"layer": 7}, "layer 7 does not exist"),
+                            ({"query": 40}, "member 40 does not exist")]:
+            r = client.post("/api/why", json={"text": TEXT_B, "layer": 1, "head": 2, "query": 4, "key": 1, **body})
+            assert 400 <= r.status_code < 500 and words in r.json()["error"]
