@@ -74,6 +74,20 @@ def window(T: int, rows=None, keys=None) -> Window:
     return w
 
 
+def or_last_question(T: int, rows=None, keys=None) -> tuple:
+    """rows and keys as given, or, when neither is and the whole grid of T members is more than
+    a view holds, the last question over every answer: what a bounded text shows by default.
+
+    >>> or_last_question(300)
+    (slice(-1, None, None), None)
+    >>> or_last_question(300, keys=slice(0, 4)), or_last_question(16)
+    ((None, slice(0, 4, None)), (None, None))
+    """
+    if rows is None and keys is None and T * T > MAX_CELLS:
+        return slice(-1, None), None
+    return rows, keys
+
+
 def _members(T: int, part, name: str) -> range:
     """The members a slice or range names, half-open, negatives from the end; WindowError if it
     steps, is empty or reversed, or leaves the text."""
