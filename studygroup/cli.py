@@ -301,10 +301,21 @@ class OutputError(Exception):
 
 def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
     """parse_args, but an argument no command knows is blamed on the command it followed."""
-    args, extras = parser.parse_known_args(argv)
+    args, extras = parser.parse_known_args(_joined_slices(sys.argv[1:] if argv is None else argv))
     if extras:
         raise ArgumentError(f"unrecognized arguments: {' '.join(extras)} (see: {parser.prog} {args.command} --help)")
     return args
+
+
+def _joined_slices(argv: list[str]) -> list[str]:
+    """["--rows", "-1:"] as ["--rows=-1:"]: argparse would take "-1:" for an option."""
+    out = []
+    for a in argv:
+        if out and out[-1] in ("--rows", "--keys") and re.fullmatch(r"-[0-9]+:(-?[0-9]+)?", a):
+            out[-1] += "=" + a
+        else:
+            out.append(a)
+    return out
 
 
 def _print(text: str) -> None:
