@@ -5,7 +5,8 @@ stderr with exit status 2.
 
     studygroup explain [TEXT] [--top K] [--silence-heads N|all] [--silence-members N|all]
     studygroup compare TEXT_A TEXT_B
-    studygroup head [TEXT] --layer L --head H [--notation paper|columns] [--silence-member J] [--silence-head L.H]
+    studygroup head [TEXT] --layer L --head H [--notation paper|columns] [--rows A:B] [--keys C:D] [--full]
+                    [--silence-member J] [--silence-head L.H]
     studygroup lesson [--section N] [--html FILE]   (at a terminal: one section at a time)
     studygroup why [TEXT] --layer L --head H --key J [--query I]
     studygroup roles [TEXT]
@@ -62,6 +63,14 @@ def _layer_head(s: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(f"{s!r} is not LAYER.HEAD, e.g. 24.6") from None
 
 
+def _members_slice(s: str) -> slice:
+    """"A:B" (a Python slice of the members: half-open, either end left out, negatives from the end)."""
+    m = re.fullmatch(r"(-?[0-9]+)?:(-?[0-9]+)?", s)
+    if m is None:
+        raise argparse.ArgumentTypeError(f"{s!r} is not A:B, a slice of the members such as 0:16 or -1:")
+    return slice(*(None if x is None else int(x) for x in m.groups()))
+
+
 def _common(p: argparse.ArgumentParser, top: int, top_help: str) -> None:
     p.add_argument("--model", default=None, metavar="PATH", help="a llama GGUF file (default: SmolLM2-135M-Instruct)")
     p.add_argument("--top", type=_whole(1), default=top, metavar="K", help=top_help)
@@ -105,6 +114,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layer", type=_integer, required=True)  # the model says which exist
     p.add_argument("--head", type=_integer, required=True)
     p.add_argument("--notation", default="paper", help="paper (rows are members) or columns (3Blue1Brown)")
+    p.add_argument("--rows", type=_members_slice, default=None, metavar="A:B",
+                   help="the questions shown: members A to B-1 (Python slice; -1: the last); past 256 members "
+                        "a view needs a window (text: the last question by default)")
+    p.add_argument("--keys", type=_members_slice, default=None, metavar="C:D",
+                   help="the answers shown: members C to D-1 (Python slice; default every member)")
+    p.add_argument("--full", action="store_true",
+                   help="print the whole window as text (by default at most 100 lines of 400 characters)")
     p.add_argument("--silence-member", type=_whole(0), action="append", default=[], metavar="J",
                    help="the head in a run where nobody hears member J (repeatable)")
     p.add_argument("--silence-head", type=_layer_head, action="append", default=[], metavar="L.H",
@@ -194,13 +210,35 @@ def _compare(args) -> str:
 def _head(args) -> str:
     from studygroup.views import text as render_text
     from studygroup.study.head import check_notation, head_view
+    from studygroup.errors import InputError
+    from studygroup.study.window import CLI, WindowError, or_last_question
 
     check_notation(args.notation)
     _check_figures(args)
-    v = head_view(_load(args), args.text, args.layer, args.head, args.notation, largest=args.top,
-                  silence_members=args.silence_member, silence_heads=args.silence_head)
+    model = _load(args)
+    rows, keys = args.rows, args.keys
+    if not args.json:  # text: a long text's last question unless a window is given
+        rows, keys = or_last_question(len(model.tokenize(args.text)), rows, keys)
+    try:
+        v = head_view(model, args.text, args.layer, args.head, args.notation, largest=args.top,
+                      silence_members=args.silence_member, silence_heads=args.silence_head, rows=rows, keys=keys)
+    except WindowError as e:
+        raise InputError(e.spelled(CLI)) from None
+    if args.png is not None or args.svg is not None:
+        _check_figure_window(v)
     _save_figures(args, lambda figures: figures.head_view_figure(v.to_dict()))
-    return v.to_json(indent=2) if args.json else render_text.head_view(v)
+    return v.to_json(indent=2) if args.json else render_text.head_view(v, full=args.full)
+
+
+def _check_figure_window(v) -> None:
+    """The head's figure draws whole rows of the last questions: every answer, questions to the end."""
+    from studygroup.errors import InputError
+
+    T = len(v.tokens)
+    if v.keys_shown != [0, T] or v.rows_shown[1] != T:
+        raise InputError(f"--png/--svg draw the last questions over every answer: with them give --rows A: "
+                         f"(to the end) and no --keys (the window is {v.rows_shown[0]}:{v.rows_shown[1]} × "
+                         f"{v.keys_shown[0]}:{v.keys_shown[1]} of {T} members)")
 
 
 def _lesson(args) -> str:
@@ -295,10 +333,21 @@ class OutputError(Exception):
 
 def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
     """parse_args, but an argument no command knows is blamed on the command it followed."""
-    args, extras = parser.parse_known_args(argv)
+    args, extras = parser.parse_known_args(_joined_slices(sys.argv[1:] if argv is None else argv))
     if extras:
         raise ArgumentError(f"unrecognized arguments: {' '.join(extras)} (see: {parser.prog} {args.command} --help)")
     return args
+
+
+def _joined_slices(argv: list[str]) -> list[str]:
+    """["--rows", "-1:"] as ["--rows=-1:"]: argparse would take "-1:" for an option."""
+    out = []
+    for a in argv:
+        if out and out[-1] in ("--rows", "--keys") and re.fullmatch(r"-[0-9]+:(-?[0-9]+)?", a):
+            out[-1] += "=" + a
+        else:
+            out.append(a)
+    return out
 
 
 def _print(text: str) -> None:

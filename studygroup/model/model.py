@@ -268,6 +268,14 @@ class Model:
         settings = Interventions.make(self, len(ids), silence_members, member_heads, silence_heads)
         return Run.compute(self, ids, settings, resolve(record, len(ids), self.config.n_layers), logits, on_layer)
 
+    def before_pass(self, text_or_ids, silence_members: Sequence[int] = (),
+                    silence_heads: Sequence[tuple[int, int]] = ()) -> Run:
+        """A run of this text whose pass is not made yet: no logits, nothing recorded. Its
+        `head_vectors` make the part of the pass they need (up to one layer), no more."""
+        ids = self.ids(text_or_ids)
+        settings = Interventions.make(self, len(ids), silence_members, None, silence_heads)
+        return Run(self, ids, settings, resolve("none", len(ids)), torch.empty(0, self.config.vocab_size), {})
+
     @torch.inference_mode()
     def silenced_logits(self, text_or_ids, members: Sequence[int], heads=None, kv=None, on_layer=None,
                         packed: bool = False) -> torch.Tensor:

@@ -180,19 +180,33 @@ class Run:
         return self.record.rows == "all" and all(f"layers.{layer}.{s}" in self for s in HEAD_STEPS)
 
     @torch.inference_mode()
+    def head_vectors(self, layer: int, head: int) -> dict[str, torch.Tensor]:
+        """This head's vectors for every member, float32 (T, d_head) each: "q_pre_rope",
+        "k_pre_rope", "q", "k", "v". From the recording, or from a pass that stops after `layer`
+        and keeps that layer's vectors only: no T×T map is built (a window of a long text needs
+        none but its own rows)."""
+        self.model.check_head(layer, head)
+        kv = self.model.config.kv_head_of(head)
+        vectors = ("q_pre_rope", "k_pre_rope", "q", "k", "v")
+        if self.record.rows == "all" and all(f"layers.{layer}.{s}" in self.steps for s in vectors):
+            steps = {n: t[None] for n, t in self.steps.items()}  # as the pass returns them: (1, H, T, d)
+        else:
+            plan = self.interventions.plan(self.model, self.T, Record(steps=vectors, layers=(layer,)),
+                                           stop_after=layer)
+            _, steps = self.model.forward(torch.tensor(self.token_ids, device=self.model.device), plan)
+        return {s: steps[f"layers.{layer}.{s}"][0, kv if s in KEY_STEPS else head].float() for s in vectors}
+
+    @torch.inference_mode()
     def _recompute_head(self, layer: int, head: int, kv: int) -> Head:
         """Run up to `layer` keeping its Q, K, V; then build this head's one T×T map, no other."""
-        vectors = ("q_pre_rope", "k_pre_rope", "q", "k", "v")
-        plan = self.interventions.plan(self.model, self.T, Record(steps=vectors, layers=(layer,)), stop_after=layer)
-        _, steps = self.model.forward(torch.tensor(self.token_ids, device=self.model.device), plan)
-        get = lambda s: steps[f"layers.{layer}.{s}"][0, kv if s in KEY_STEPS else head].float()  # noqa: E731
-        q, k, v = get("q"), get("k"), get("v")  # (T, d_head) each
+        vec = self.head_vectors(layer, head)
+        q, k, v = vec["q"], vec["k"], vec["v"]  # (T, d_head) each
         mask = self.interventions.mask(layer, head, self.T).to(q.device)  # (T, T)
         output, weights = attention.paper(q[None], k[None], v[None], mask=mask)  # (1, T, d_head), (1, T, T)
         W_O_h = self.model.W_O_head(layer, head).float()  # (d_head, d_model)
         silent = (layer, head) in self.interventions.silenced_heads
         write = torch.zeros(self.T, W_O_h.shape[1], device=q.device) if silent else output[0] @ W_O_h  # (T, d_model)
-        return Head(layer, head, kv, get("q_pre_rope"), get("k_pre_rope"), q, k, v,
+        return Head(layer, head, kv, vec["q_pre_rope"], vec["k_pre_rope"], q, k, v,
                     attention.scores(q[None], k[None])[0], weights[0], output[0], write, mask)
 
     def __repr__(self) -> str:

@@ -20,6 +20,7 @@ from studygroup.study.mask_reasons import mask_reasons
 from studygroup.study.explain import checked_ids
 from studygroup.study.ranking import largest_first
 from studygroup.study.story import brief
+from studygroup.study.window import Window, window
 
 NOTATIONS = ("paper", "columns")
 #: How many of a vector's largest entries (by size) a summary keeps.
@@ -85,28 +86,39 @@ class HeadView(JSONable):
     shares_keys_with: list[int]  # the query heads of the same key/value group
     notation: str
     orientation: str
-    scores: list[list[float | None]]  # Q·Kᵀ/√d_k (paper) or Kᵀ·Q/√d_k (columns); masked cells null
-    weights: list[list[float]]  # softmax per row (paper) or per column (columns); masked cells 0
+    rows_shown: list[int]  # [A, B]: the questions (members A to B-1) the grids and q, output, members hold
+    keys_shown: list[int]  # [C, D]: the answers (members C to D-1) the grids and k, v hold
+    scores: list[list[float | None]]  # Q·Kᵀ/√d_k (paper, R × K) or Kᵀ·Q/√d_k (columns, K × R); masked cells null
+    weights: list[list[float]]  # softmax per row (paper) or per column (columns), over every key; masked cells 0
     mask: list[list[bool]]  # True where the question may hear the answer
     mask_reasons: list[list[int]]  # why each cell is or is not heard: codes of mask_reasons.REASONS
-    q: list[list[float]]  # (T, d_head) paper, (d_head, T) columns
-    k: list[list[float]]
+    q: list[list[float]]  # (R, d_head) paper, (d_head, R) columns: the questions shown
+    k: list[list[float]]  # (K, d_head) paper, (d_head, K) columns: the answers shown
     v: list[list[float]]
     q_pre_rope: list[list[float]]
     k_pre_rope: list[list[float]]
-    output: list[list[float]]  # the weighted sums
-    members: list[MemberRow]
+    output: list[list[float]]  # the weighted sums of the questions shown
+    members: list[MemberRow]  # the members whose questions are shown
     check: NotationCheck
     silenced_members: list[int] = field(default_factory=list)  # whose answers nobody heard in this run
     silenced_heads: list[list[int]] = field(default_factory=list)  # [layer, head] pairs that wrote nothing
 
+    @property
+    def is_whole(self) -> bool:
+        """Whether the view holds the whole grid (every question, every answer)."""
+        T = len(self.tokens)
+        return self.rows_shown == [0, T] and self.keys_shown == [0, T]
+
     def __repr__(self) -> str:
         """<HeadView of head 3 of layer 5 (kv head 1) on 4 members, paper notation: …>"""
-        T, d = len(self.tokens), len(self.q[0]) if self.notation == "paper" else len(self.q)
+        T, (a, b), (c, d) = len(self.tokens), self.rows_shown, self.keys_shown
         silenced = f", silenced members {self.silenced_members}" if self.silenced_members else ""
         silenced += f", silenced heads {[tuple(p) for p in self.silenced_heads]}" if self.silenced_heads else ""
+        dh = len(self.q[0]) if self.notation == "paper" else len(self.q)
+        shown = (f"scores and weights {T}×{T}, q k v {T}×{dh}" if self.is_whole else
+                 f"questions {a}:{b} × answers {c}:{d} of {T}×{T}, q {b - a}×{dh}, k v {d - c}×{dh}")
         return brief(self, f"of head {self.head} of layer {self.layer} (kv head {self.kv_head}) on {T} members, "
-                           f"{self.notation} notation: scores and weights {T}×{T}, q k v {T}×{d}{silenced}",
+                           f"{self.notation} notation: {shown}{silenced}",
                      ".weights, .members, .check, .to_dict()")
 
 
@@ -137,9 +149,14 @@ def masked_grid(values: torch.Tensor, mask: torch.Tensor) -> list[list[float | N
 
 
 def head_view(model, text, layer: int, head: int, notation: str = "paper", largest: int = LARGEST,
-              silence_members: Sequence[int] = (), silence_heads: Sequence[tuple[int, int]] = ()) -> HeadView:
-    """One head as a study group, in paper or column notation.
+              silence_members: Sequence[int] = (), silence_heads: Sequence[tuple[int, int]] = (),
+              rows=None, keys=None) -> HeadView:
+    """One head as a study group, in paper or column notation, over a window of its grid.
 
+    rows, keys: the questions and the answers shown, as Python slices over the members (half-open,
+    negatives from the end; None: every member); a view holds at most window.MAX_CELLS cells, so a
+    text past 256 members needs one (rows=slice(-1, None): the last question). Only the window's
+    rows are computed, each over every key (softmax needs the whole row), then cut to the keys.
     largest: how many of each vector's largest entries the member summaries keep.
     silence_members, silence_heads: the head as it is in a run with these silenced (in every
     head); a silenced member's answer is masked, as the future is.
@@ -153,40 +170,85 @@ def head_view(model, text, layer: int, head: int, notation: str = "paper", large
     if isinstance(largest, bool) or not isinstance(largest, int) or largest < 1:
         raise InputError(f"largest={largest!r}: give how many of each vector's largest entries to show (1 or more)")
     ids = checked_ids(model, text)
-    run = model.run(ids, record="none", silence_members=list(silence_members), silence_heads=list(silence_heads))
-    h = run.head(layer, head)  # recomputed up to this layer
-    cols_out, cols_weights, check = _columns(h)
-    t = (lambda m: m.mT) if notation == "columns" else (lambda m: m)  # noqa: E731
-    weights = cols_weights if notation == "columns" else h.weights  # (T, T) in the asked orientation
-    output = cols_out if notation == "columns" else h.output
-    c = model.config
-    group = c.query_heads_of(h.kv_head)
+    w = window(len(ids), rows, keys)  # before the pass: a window too large is refused at once
+    run = model.before_pass(ids, silence_members=list(silence_members), silence_heads=list(silence_heads))
+    vec = run.head_vectors(layer, head)  # (T, d_head) each: a pass up to this layer
+    g = _grids(vec, run.interventions.mask(layer, head, run.T).to(vec["q"].device), w)
     quiet = run.interventions.silenced_members if run.interventions.hides_members(layer, head) else ()
-    reasons = mask_reasons(h.mask, quiet)  # (T, T) paper orientation
+    t = (lambda m: m.mT) if notation == "columns" else (lambda m: m)  # noqa: E731
+    R, K = slice(w.rows.start, w.rows.stop), slice(w.keys.start, w.keys.stop)
+    c = model.config
+    kv = c.kv_head_of(head)
     return HeadView(
         text=text if isinstance(text, str) else None, tokens=run.tokens, token_ids=list(ids), layer=layer, head=head,
-        kv_head=h.kv_head, shares_keys_with=group, notation=notation, orientation=ORIENTATION[notation],
-        scores=masked_grid(t(h.scores), t(h.mask)), weights=weights.tolist(), mask=t(h.mask).tolist(),
-        mask_reasons=t(reasons).tolist(), q=t(h.q).tolist(),
-        k=t(h.k).tolist(), v=t(h.v).tolist(), q_pre_rope=t(h.q_pre_rope).tolist(), k_pre_rope=t(h.k_pre_rope).tolist(),
-        output=output.tolist(), members=_members(h, run.tokens, largest), check=check, **run.interventions.silenced())
+        kv_head=kv, shares_keys_with=c.query_heads_of(kv), notation=notation, orientation=ORIENTATION[notation],
+        rows_shown=[w.rows.start, w.rows.stop], keys_shown=[w.keys.start, w.keys.stop],
+        scores=masked_grid(t(g.scores), t(g.mask)),
+        weights=(g.cols_weights if notation == "columns" else g.weights).tolist(), mask=t(g.mask).tolist(),
+        mask_reasons=t(mask_reasons(g.mask, quiet, rows=w.rows, keys=w.keys)).tolist(),
+        q=t(vec["q"][R]).tolist(), k=t(vec["k"][K]).tolist(), v=t(vec["v"][K]).tolist(),
+        q_pre_rope=t(vec["q_pre_rope"][R]).tolist(), k_pre_rope=t(vec["k_pre_rope"][K]).tolist(),
+        output=(g.cols_output if notation == "columns" else g.output).tolist(),
+        members=_members(vec, g, w.rows, run.tokens, largest), check=g.check(), **run.interventions.silenced())
 
 
-def _columns(h) -> tuple[torch.Tensor, torch.Tensor, NotationCheck]:
-    """attention.columns on Qᵀ, Kᵀ, Vᵀ; compared with the paper result (the run's own weights)."""
-    Q, K, V = h.q.mT[None], h.k.mT[None], h.v.mT[None]  # (1, d_head, T) each: columns are members
-    out, weights = attention.columns(Q, K, V, mask=h.mask.mT)  # (1, d_head, T), (1, T_k, T_q)
-    dw = float((weights[0].mT - h.weights).abs().max())
-    do = float((out[0].mT - h.output).abs().max())
-    agree = dw <= AGREE_ATOL and do <= AGREE_ATOL
-    statement = (f"V softmax(Kᵀ Q / √d_k) with softmax per column gives the transposed weights and outputs of "
-                 f"softmax(Q Kᵀ / √d_k) V with softmax per row: the largest differences on these numbers are "
-                 f"{dw:.1e} (weights) and {do:.1e} (outputs), " + ("float rounding: the same result." if agree else
-                                                                   "larger than float rounding: they DISAGREE."))
-    return out[0], weights[0], NotationCheck(dw, do, agree, statement)
+@dataclass
+class _Grids:
+    """A window's cells in paper orientation (rows are questions): scores, weights, mask (R, K);
+    the questions' weighted sums output (R, d_head) and their loudest answer over every key,
+    listens (R,); the same weights (K, R) and outputs (d_head, R) by attention.columns; the two
+    notations' largest differences."""
+
+    scores: torch.Tensor
+    weights: torch.Tensor
+    mask: torch.Tensor
+    output: torch.Tensor
+    listens: torch.Tensor
+    cols_weights: torch.Tensor
+    cols_output: torch.Tensor
+    weights_difference: float
+    output_difference: float
+
+    def check(self) -> NotationCheck:
+        dw, do = self.weights_difference, self.output_difference
+        agree = dw <= AGREE_ATOL and do <= AGREE_ATOL
+        statement = (f"V softmax(Kᵀ Q / √d_k) with softmax per column gives the transposed weights and outputs of "
+                     f"softmax(Q Kᵀ / √d_k) V with softmax per row: the largest differences on these numbers are "
+                     f"{dw:.1e} (weights) and {do:.1e} (outputs), " + ("float rounding: the same result." if agree else
+                                                                       "larger than float rounding: they DISAGREE."))
+        return NotationCheck(dw, do, agree, statement)
 
 
-def _members(h, tokens: list[str], k: int) -> list[MemberRow]:
-    return [MemberRow(i, tokens[i], vector(h.q[i], k), vector(h.q_pre_rope[i], k), vector(h.k[i], k),
-                      vector(h.k_pre_rope[i], k), vector(h.v[i], k), vector(h.output[i], k), int(h.weights[i].argmax()))
-            for i in range(len(tokens))]
+#: Questions computed at a time, each over every key: BLOCK × T cells live at once.
+BLOCK = 256
+
+
+def _grids(vec: dict[str, torch.Tensor], mask: torch.Tensor, w: Window) -> _Grids:
+    """The window's cells, BLOCK questions at a time, in both notations. vec: (T, d_head) each;
+    mask (T, T) bool."""
+    K = slice(w.keys.start, w.keys.stop)
+    blocks = [slice(i, min(i + BLOCK, w.rows.stop)) for i in range(w.rows.start, w.rows.stop, BLOCK)]
+    parts = [_block(vec, mask[rows], rows, K) for rows in blocks]
+    cat = lambda n, dim=0: torch.cat([p[n] for p in parts], dim=dim)  # noqa: E731
+    return _Grids(cat("scores"), cat("weights"), cat("mask"), cat("output"), cat("listens"),
+                  cat("cols_weights", 1), cat("cols_output", 1),
+                  max(p["dw"] for p in parts), max(p["do"] for p in parts))
+
+
+def _block(vec: dict[str, torch.Tensor], m: torch.Tensor, rows: slice, keys: slice) -> dict:
+    """Questions `rows` over every key, in both notations, cut to `keys`. m: (b, T) their mask."""
+    q, k, v = vec["q"][rows], vec["k"], vec["v"]  # (b, d_head), (T, d_head), (T, d_head)
+    out, weights = attention.paper(q[None], k[None], v[None], mask=m)  # (1, b, d_head), (1, b, T)
+    cols_out, cols_w = attention.columns(q.mT[None], k.mT[None], v.mT[None], mask=m.mT)  # (1, d_head, b), (1, T, b)
+    return {"scores": attention.scores(q[None], k[None])[0][:, keys], "weights": weights[0][:, keys],
+            "mask": m[:, keys], "output": out[0], "listens": weights[0].argmax(-1),
+            "cols_weights": cols_w[0][keys], "cols_output": cols_out[0],
+            "dw": float((cols_w[0].mT - weights[0]).abs().max()), "do": float((cols_out[0].mT - out[0]).abs().max())}
+
+
+def _members(vec: dict[str, torch.Tensor], g: _Grids, rows: range, tokens: list[str], k: int) -> list[MemberRow]:
+    """The members whose questions the window holds, each in short."""
+    return [MemberRow(i, tokens[i], vector(vec["q"][i], k), vector(vec["q_pre_rope"][i], k), vector(vec["k"][i], k),
+                      vector(vec["k_pre_rope"][i], k), vector(vec["v"][i], k), vector(g.output[r], k),
+                      int(g.listens[r]))
+            for r, i in enumerate(rows)]

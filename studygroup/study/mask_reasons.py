@@ -4,7 +4,7 @@ Every view draws a masked cell the same way (hatched, never the colour of a zero
 names its reason in the legend; the reason comes from here, so the views never guess it.
 Codes index REASONS; a cell that may be heard is VISIBLE.
 
-    mask_reasons (T_q, T_k) int: 0 visible, 1 future (causal mask), 2 silenced (a silenced
+    mask_reasons (T_q, T_k) int (or a window's (R, K)): 0 visible, 1 future (causal mask), 2 silenced (a silenced
     member's key), 3 outside_window (a sliding window's past)
 """
 from __future__ import annotations
@@ -17,24 +17,30 @@ REASONS = ("visible", "future", "silenced", "outside_window")
 VISIBLE, FUTURE, SILENCED, OUTSIDE_WINDOW = range(len(REASONS))
 
 
-def mask_reasons(mask: torch.Tensor, silenced: Iterable[int] = (), window: int | None = None) -> torch.Tensor:
-    """The reason of every cell of `mask` (T, T) bool (True: the question may hear the answer).
+def mask_reasons(mask: torch.Tensor, silenced: Iterable[int] = (), window: int | None = None,
+                 rows: range | None = None, keys: range | None = None) -> torch.Tensor:
+    """The reason of every cell of `mask` (R, K) bool (True: the question may hear the answer).
 
+    rows, keys: the members the mask's rows (questions) and columns (answers) are, by default
+    every member of a square grid (R = K = T); a window of a longer grid names its own.
     Question i, answer j (paper orientation, rows are questions): a hidden cell is FUTURE when
     j > i, OUTSIDE_WINDOW when a window of `window` members leaves j behind (i - j >= window),
     else SILENCED when j is one of `silenced`. A hidden cell with none of these reasons is a
-    contradiction (the mask came from somewhere else) and raises ValueError. Returns (T, T) int8.
+    contradiction (the mask came from somewhere else) and raises ValueError. Returns (R, K) int8.
 
     >>> mask_reasons(torch.tensor([[True, False, False], [False, True, False], [False, True, True]]), [0]).tolist()
     [[0, 1, 1], [2, 0, 1], [2, 0, 0]]
+    >>> mask_reasons(torch.tensor([[False, True]]), [0], rows=range(2, 3), keys=range(0, 2)).tolist()
+    [[2, 0]]
     """
-    T = mask.shape[-1]
-    i = torch.arange(T)[:, None]  # (T, 1) questions
-    j = torch.arange(T)[None, :]  # (1, T) answers
+    R, K = mask.shape[-2:]
+    rows, keys = rows if rows is not None else range(R), keys if keys is not None else range(K)
+    i = torch.tensor(rows)[:, None]  # (R, 1) questions
+    j = torch.tensor(keys)[None, :]  # (1, K) answers
     hidden = ~mask.cpu()
-    quiet = torch.zeros(T, dtype=torch.bool)
-    quiet[list(silenced)] = True
-    codes = torch.full((T, T), VISIBLE, dtype=torch.int8)
+    silenced = set(silenced)
+    quiet = torch.tensor([k in silenced for k in keys], dtype=torch.bool)  # (K,)
+    codes = torch.full((R, K), VISIBLE, dtype=torch.int8)
     codes[hidden & quiet[None, :]] = SILENCED
     if window is not None:
         codes[hidden & (i - j >= window)] = OUTSIDE_WINDOW

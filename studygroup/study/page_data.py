@@ -88,28 +88,30 @@ def model_view(model, text, explanation=None, silence_members: Sequence[int] = (
     return d
 
 
-def head(model, text, layer: int, head: int, notation: str = "paper", rows: str = "auto",
+def head(model, text, layer: int, head: int, notation: str = "paper", rows="auto", keys="all",
          silence_members: Sequence[int] = (), silence_heads: Sequence[tuple[int, int]] = ()) -> dict:
-    """One head whole (study_head.head_view) with what each answer contributes to each question.
+    """One head (study_head.head_view) with what each answer contributes to each question.
 
     contributions[i][j] (paper; transposed in "columns") = w_ij · ‖v_j · W_O[h]‖, the size of
     member j's answer in question i's weighted sum as the head writes it. rows: "all" every
-    question, "last" the last member's question only, "auto" all up to FULL_GRID_MAX_T members.
-    silence_members, silence_heads: the head in a run with these silenced.
+    question, "last" the last member's question only, "auto" all up to FULL_GRID_MAX_T members,
+    or [A, B] members A to B-1 (a Python slice: None leaves an end open, negatives count from the
+    end). keys: "all" or [C, D], the answers shown. silence_members, silence_heads: the head in a
+    run with these silenced.
     """
-    view = head_view(model, text, layer, head, notation, silence_members=silence_members, silence_heads=silence_heads)
+    T = len(checked_ids(model, text))
+    chosen = "all" if rows == "all" or (rows == "auto" and T <= FULL_GRID_MAX_T) else "last" if rows in ("auto", "last") else "window"
+    as_slice = lambda w: slice(*w) if isinstance(w, (list, tuple)) else None  # noqa: E731
+    view = head_view(model, text, layer, head, notation, silence_members=silence_members, silence_heads=silence_heads,
+                     rows=slice(-1, None) if chosen == "last" else as_slice(rows), keys=as_slice(keys))
     d = view.to_dict()
     sizes = answer_sizes(model, layer, head, torch.tensor(view.v if notation == "paper" else _t(view.v)))
-    weights = torch.tensor(view.weights, dtype=torch.float32)  # (T, T) in the asked orientation
+    weights = torch.tensor(view.weights, dtype=torch.float32)  # (R, K) or (K, R) in the asked orientation
     contributions = weights * (sizes[None, :] if notation == "paper" else sizes[:, None])
     d["answer_sizes"] = sizes.tolist()
     d["contributions"] = contributions.tolist()
-    T = len(view.tokens)
-    d["rows"] = "all" if rows == "all" or (rows == "auto" and T <= FULL_GRID_MAX_T) else "last"
-    d["questions"] = list(range(T)) if d["rows"] == "all" else [T - 1]
-    if d["rows"] == "last":
-        for name in ("scores", "weights", "mask", "mask_reasons", "contributions"):
-            d[name] = _last_question(d[name], notation)
+    d["rows"] = chosen if chosen != "window" and view.keys_shown == [0, T] else "window"
+    d["questions"] = list(range(*view.rows_shown))
     return d
 
 
@@ -123,11 +125,6 @@ def answer_sizes(model, layer: int, head: int, v: torch.Tensor) -> torch.Tensor:
 
 def _t(m: list[list[float]]) -> list[list[float]]:
     return [list(r) for r in zip(*m)]
-
-
-def _last_question(m: list[list], notation: str) -> list[list]:
-    """The last question only: the last row (paper) or the last column (columns)."""
-    return m[-1:] if notation == "paper" else [r[-1:] for r in m]
 
 
 def info(model, limits: dict | None = None) -> dict:

@@ -13,7 +13,14 @@ from studygroup.study.story import percent, signed
 __all__ = ["comparison", "explanation", "head_view", "lesson", "lesson_section", "percent", "roles", "table", "why"]
 
 WIDTH = 100
-GRID_MAX_T = 16  # larger grids show the last question only
+# head: what a bounded text output shows (the 100-line rule; --full shows all)
+GRID_SIDE = 12  # questions and answers of a grid
+LISTED = 20  # answers of a one-question window
+HEAD_MEMBERS = 6  # members in detail (5 lines each)
+HEAD_ENDS = 10  # first and last members named on the members line
+TOKEN_CHARS = 12  # a token in a grid's margins
+VECTOR_ENTRIES = 8  # largest entries of a vector
+SILENCED_LISTED = 8  # silenced members and heads named
 LISTENED_SHOWN = 5
 HEADS_LISTENING = 3
 
@@ -104,46 +111,107 @@ def _gap_table(c) -> list[str]:
                   [[h.layer, h.head, h.contribution_a, h.contribution_b, h.change] for h in c.heads_by_gap]), ""]
 
 
-def _grid(v, values, caption: str) -> list[str]:
-    T = len(v.tokens)
-    if T > GRID_MAX_T:
-        last = [row[-1] for row in values] if v.notation == "columns" else values[-1]
-        return [f"{caption}, the last question only ({T} members; --json has the whole grid):",
-                table(["index", "answer from", "value"], [[j, t, x] for j, (t, x) in enumerate(zip(v.tokens, last))])]
-    first = "answer \\ question" if v.notation == "columns" else "question \\ answer"
-    return [f"{caption}:", table([first, *v.tokens], [[t, *row] for t, row in zip(v.tokens, values)])]
+def _short(token: str, n: int) -> str:
+    """A token cut to n characters ("…" marks the cut)."""
+    return token if len(token) <= n else token[:n - 1] + "…"
 
 
-def _vec(x) -> str:
-    entries = ", ".join(f"[{e.index}] {e.value:+.3g}" for e in x.largest)
+def _head_members(tokens: list[str], full: bool) -> str:
+    """The members line: every member with --full, else the first and last HEAD_ENDS."""
+    if full or len(tokens) <= 2 * HEAD_ENDS:
+        return _members(tokens)
+    cut = [_short(t, TOKEN_CHARS) for t in tokens]
+    return (f"members ({len(tokens)}): " + " | ".join(cut[:HEAD_ENDS]) + f" | … {len(tokens) - 2 * HEAD_ENDS} more … | "
+            + " | ".join(cut[-HEAD_ENDS:]))
+
+
+def _grid(v, values, caption: str, full: bool) -> list[str]:
+    """A grid of the window: with --full all of it, else its last GRID_SIDE questions and answers
+    (the corner of the last question), with counts of what is left out."""
+    (a, b), (c, d) = v.rows_shown, v.keys_shown
+    paper = v.notation == "paper"
+    grid = values if paper else [list(r) for r in zip(*values)]  # (questions, answers)
+    R, K = (b - a, d - c) if full else (min(GRID_SIDE, b - a), min(GRID_SIDE, d - c))
+    rows, keys = range(b - R, b), range(d - K, d)
+    cut = (lambda t: t) if full else (lambda t: _short(t, TOKEN_CHARS))  # noqa: E731
+    cells = [[grid[i - a][j - c] for j in keys] for i in rows]  # (R, K) questions × answers
+    head, side = ([cut(v.tokens[j]) for j in keys], rows) if paper else ([cut(v.tokens[i]) for i in rows], keys)
+    body = cells if paper else [list(r) for r in zip(*cells)]
+    first = "question \\ answer" if paper else "answer \\ question"
+    left = (b - a - R, d - c - K)
+    note = [] if left == (0, 0) else [f"  (the last {R} questions × last {K} answers of the window: {left[0]} earlier "
+                                      f"questions and {left[1]} earlier answers left out; --full prints them all)"]
+    return [f"{caption}:", table([first, *head], [[cut(v.tokens[x]), *row] for x, row in zip(side, body)]), *note]
+
+
+def _one_question(v, full: bool) -> list[str]:
+    """A window of one question: its answers listed (with --full all, else the LISTED with the
+    largest weights, in order), score and weight side by side."""
+    (a, _), (c, d) = v.rows_shown, v.keys_shown
+    paper = v.notation == "paper"
+    weights = v.weights[0] if paper else [r[0] for r in v.weights]
+    scores = v.scores[0] if paper else [r[0] for r in v.scores]
+    order = range(d - c) if full else sorted(sorted(range(d - c), key=lambda x: -weights[x])[:LISTED])
+    rows = [[c + x, v.tokens[c + x] if full else _short(v.tokens[c + x], 40), scores[x], weights[x]] for x in order]
+    lines = [f"the question of {a} ({_short(v.tokens[a], 40)}) over the answers {c}:{d}"
+             + ("" if full else f", the {len(order)} with the largest weights") + ":",
+             table(["index", "answer from", "score", "weight"], rows)]
+    if len(order) < d - c:
+        rest = sum(weights) - sum(weights[x] for x in order)
+        lines.append(f"  ({d - c - len(order)} more answers hold {rest:.4g} of the weight; --full lists them all)")
+    return lines
+
+
+def _vec(x, full: bool = True) -> str:
+    largest = x.largest if full else x.largest[:VECTOR_ENTRIES]
+    entries = ", ".join(f"[{e.index}] {e.value:+.3g}" for e in largest) + ("" if len(largest) == len(x.largest) else ", …")
     return f"‖{x.norm:.3g}‖ {entries}"
 
 
-def head_view(v) -> str:
-    """One head whole: each member's question, key and answer in short, the grids, the notation check."""
+def _window(v) -> list[str]:
+    """Which part of the grid the view holds, and how to choose another."""
+    (a, b), (c, d), T = v.rows_shown, v.keys_shown, len(v.tokens)
+    if v.is_whole:
+        return []
+    return [wrap(f"window: the questions of members {a}:{b} ({b - a} of {T}) and the answers of members {c}:{d} "
+                 f"({d - c} of {T}); --rows A:B --keys C:D choose another (half-open, negatives count from the end; "
+                 f"at most 256 × 256 cells)", indent="")]
+
+
+def head_view(v, full: bool = False) -> str:
+    """One head over its window: each member's question, key and answer in short, the grids, the
+    notation check. Within 100 lines of at most 400 characters, unless `full`."""
     sums = "each column of weights sums to 1" if v.notation == "columns" else "each row of weights sums to 1"
-    lines = [_members(v.tokens), "",
+    lines = [_head_members(v.tokens, full), "",
              f"layer {v.layer} head {v.head} (key/value head {v.kv_head}, shared by heads {v.shares_keys_with})",
-             f"notation: {v.notation}: {v.orientation}", *_silenced(v), "",
+             f"notation: {v.notation}: {v.orientation}", *_silenced(v, full), *_window(v), "",
              "each member: its question q, the nature of its answer k (before and after RoPE), its answer v,",
-             "and the weighted sum of what it heard (norm, then the largest entries of the 64):"]
-    shown = v.members if len(v.members) <= 2 * GRID_MAX_T else v.members[-GRID_MAX_T:]
+             "and the weighted sum of what it heard (norm, then the largest entries by size):"]
+    shown = v.members if full else v.members[-HEAD_MEMBERS:]
     if len(shown) < len(v.members):
-        lines.append(f"  (the last {len(shown)} of {len(v.members)} members; --json has every member)")
+        lines.append(f"  (the last {len(shown)} of the {len(v.members)} questions shown; --full prints every one)")
     for m in shown:
-        lines += [f"  {m.index:>3} {m.token}  (listens most to {v.tokens[m.listens_most_to]})",
-                  f"      q  {_vec(m.question)}", f"      k  {_vec(m.key)}    before RoPE {_vec(m.key_pre_rope)}",
-                  f"      v  {_vec(m.answer)}", f"      Σ  {_vec(m.weighted_sum)}"]
+        lines += [f"  {m.index:>3} {m.token if full else _short(m.token, 40)}  "
+                  f"(listens most to {m.listens_most_to}: {v.tokens[m.listens_most_to] if full else _short(v.tokens[m.listens_most_to], 40)})",
+                  f"      q  {_vec(m.question, full)}",
+                  f"      k  {_vec(m.key, full)}    before RoPE {_vec(m.key_pre_rope, full)}",
+                  f"      v  {_vec(m.answer, full)}", f"      Σ  {_vec(m.weighted_sum, full)}"]
     score_name = "scores Kᵀ·Q/√d_k" if v.notation == "columns" else "scores Q·Kᵀ/√d_k"
-    lines += ["", *_grid(v, v.scores, f"{score_name} (· = masked: the future)"), "",
-              *_grid(v, v.weights, f"weights ({sums})"), "", wrap(v.check.statement, indent="")]
+    if v.rows_shown[1] - v.rows_shown[0] == 1:
+        lines += ["", *_one_question(v, full)]
+    else:
+        lines += ["", *_grid(v, v.scores, f"{score_name} (· = masked: the future or a silenced member)", full), "",
+                  *_grid(v, v.weights, f"weights ({sums})", full)]
+    lines += ["", wrap(v.check.statement, indent="")]
     return "\n".join(lines)
 
 
-def _silenced(v) -> list[str]:
-    """A line saying what is silenced in the run shown, if anything."""
-    parts = [f"member {j} ({v.tokens[j]}): nobody hears its answer" for j in v.silenced_members]
+def _silenced(v, full: bool = True) -> list[str]:
+    """A line saying what is silenced in the run shown, if anything (with --full, every one)."""
+    parts = [f"member {j} ({_short(v.tokens[j], 24)}): nobody hears its answer" for j in v.silenced_members]
     parts += [f"layer {l} head {h}: writes nothing" for l, h in v.silenced_heads]
+    if not full and len(parts) > SILENCED_LISTED:
+        parts = parts[:SILENCED_LISTED] + [f"and {len(parts) - SILENCED_LISTED} more (--full lists them)"]
     return [wrap("silenced in this run: " + "; ".join(parts), indent="")] if parts else []
 
 

@@ -24,6 +24,7 @@ from starlette.exceptions import HTTPException
 
 from studygroup.study import page_data
 from studygroup.study import why as study_why
+from studygroup.study.window import WEB, WindowError
 from studygroup.views import assets
 from studygroup.errors import InputError, StudyGroupError
 from studygroup.web.guard import (LRU, UNREADABLE_BODY, BodyLimit, Busy, Gate, HostCheck, SecurityHeaders,
@@ -87,12 +88,17 @@ class ModelViewBody(_Body):
     silence_heads: Heads = []
 
 
+#: A window's ends [A, B]: members A to B-1, as a Python slice (null leaves an end open, negatives count from the end).
+Ends = Annotated[list[int | None], Field(min_length=2, max_length=2)]
+
+
 class HeadBody(_Body):
     text: Text
     layer: Index
     head: Index
     notation: Literal["paper", "columns"] = "paper"
-    rows: Literal["auto", "all", "last"] = "auto"
+    rows: Literal["auto", "all", "last"] | Ends = "auto"
+    keys: Literal["all"] | Ends = "all"
     silence_members: Members = []
     silence_heads: Heads = []
 
@@ -258,6 +264,10 @@ def create_app(model, limits: Limits = Limits(), warm: bool = False, hosts=None)
 
 
 def _handlers(app: FastAPI) -> None:
+    @app.exception_handler(WindowError)
+    async def _window(request: Request, exc: WindowError):  # named as this API spells them
+        return error_response(400, exc.spelled(WEB))
+
     @app.exception_handler(StudyGroupError)
     async def _input(request: Request, exc: StudyGroupError):
         return error_response(400, str(exc))
@@ -339,8 +349,9 @@ def _routes(app: FastAPI, s: Service) -> None:
     async def head(b: HeadBody):
         members, heads = s.silenced(b, s.check_text(b.text))
         model.check_head(b.layer, b.head)
-        return await s.answer(("head", b.text, b.layer, b.head, b.notation, b.rows, members, heads),
-                              lambda: page_data.head(model, b.text, b.layer, b.head, b.notation, b.rows, members, heads))
+        rows, keys = (tuple(x) if isinstance(x, list) else x for x in (b.rows, b.keys))
+        return await s.answer(("head", b.text, b.layer, b.head, b.notation, rows, keys, members, heads),
+                              lambda: page_data.head(model, b.text, b.layer, b.head, b.notation, rows, keys, members, heads))
 
     @app.post("/api/why")
     async def why(b: WhyBody):

@@ -53,7 +53,18 @@ def markup_model(tmp_path_factory):
 @pytest.fixture(scope="session")
 def server_url(markup_model):
     """A real server in a subprocess on a free loopback port; its printed URL."""
-    cmd = [sys.executable, "-m", "studygroup.web.serve", "--model", str(markup_model.path), "--port", "0", "--no-warm"]
+    yield from _serve(markup_model.path)
+
+
+@pytest.fixture(scope="session")
+def long_server_url(tmp_path_factory):
+    """A server of a tiny model with a context of 600 that takes texts of up to 600 tokens."""
+    path = write_tiny_gguf(tmp_path_factory.mktemp("long") / "long.gguf", context=600).path
+    yield from _serve(path, "--max-tokens", "600")
+
+
+def _serve(model_path, *extra):
+    cmd = [sys.executable, "-m", "studygroup.web.serve", "--model", str(model_path), "--port", "0", "--no-warm", *extra]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ.copy())
     try:
         deadline, seen = time.time() + 120, []

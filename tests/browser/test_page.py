@@ -272,3 +272,24 @@ def test_silenced_and_future_cells_are_drawn_masked_alike(page, server_url, scre
     page.locator(".sg-head").screenshot(path=str(screenshots / "page-silenced-head.png"))
     page.screenshot(path=str(screenshots / "page-silenced.png"), full_page=True)
     assert_no_markup_ran(page)
+
+
+def test_a_long_text_asks_for_windows_never_the_whole_grid(page, long_server_url):
+    """Past 256 members the head opens on its last question, and "show more" asks for the last
+    256 × 256 of the grid, never every question (a view holds at most 256 × 256 cells)."""
+    bodies = []
+    page.on("request", lambda r: bodies.append(r.post_data) if r.url.endswith("/api/head") else None)
+    page.goto(long_server_url)
+    wait_idle(page)
+    explain(page, " ".join(["the tin can"] * 40))  # 281 members
+    page.locator(".sg-grid-weights[data-rows='1']").wait_for()
+    full = page.locator(".sg-full")
+    assert full.is_visible() and full.inner_text() == "Show the last 256 × 256 of the grid"
+    full.click()
+    page.locator(".sg-grid-weights[data-rows='256'][data-cols='256']").wait_for()
+    shown = page.evaluate(DISPLAYED, "weights")
+    assert shown["rows"] == list(range(25, 281)) and shown["cols"] == list(range(25, 281))
+    assert bodies and not any('"rows":"all"' in b.replace(" ", "") for b in bodies), bodies
+    page.click(".sg-chip[data-index='280'] .sg-chip-main")  # the last question: its 256 answers shown
+    assert page.locator(".sg-member .sg-listen-row[data-index]").count() == 40  # the 40 largest
+    assert page.watch.errors == [], page.watch.errors

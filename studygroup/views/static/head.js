@@ -3,6 +3,15 @@
 (function (sg) {
   "use strict";
 
+  /** Past this many members the page asks for a window of the grid, never the whole of it. */
+  const WINDOW_SIDE = 256;
+
+  /** The members whose answers a head's grids hold (keys_shown [C, D]: C to D-1; every member without it). */
+  sg.shownKeys = (d) => {
+    const [c, e] = d.keys_shown || [0, d.tokens.length];
+    return Array.from({ length: e - c }, (_, x) => c + x);
+  };
+
   const { el, clear, sig4, signed, isSilenced, silencedNote, drawGrid, drawLegend, cellReason, reasonsIn, reasonLegend, VISIBLE } = sg;
 
   sg.mixin(class {
@@ -17,7 +26,7 @@
         const gen = this.gen;
         try {
           this.say("Opening head " + h + " of layer " + l + "\u2026", "busy");
-          const d = await this.post("/head", { text: this.d.text, layer: l, head: h, notation: this.ui.notation, rows: this.ui.rows, ...this.silencing() });
+          const d = await this.post("/head", { text: this.d.text, layer: l, head: h, notation: this.ui.notation, ...this.headWindow(), ...this.silencing() });
           if (gen !== this.gen) return;
           if (this.heads.size > 40) this.heads.delete(this.heads.keys().next().value);
           this.heads.set(key, d);
@@ -27,9 +36,22 @@
       if (this.ui.layer === l && this.ui.head === h) this.renderHead();
     }
 
+    /** The part of the grid to ask for: "auto" (the server: the whole grid of a short text, else the last
+     * question), or, once "Show the full grid" is pressed, every question; past WINDOW_SIDE members (a view
+     * holds at most WINDOW_SIDE² cells) the last WINDOW_SIDE questions × the last WINDOW_SIDE answers. */
+    headWindow() {
+      if (this.ui.rows !== "all") return { rows: this.ui.rows };
+      const T = this.heads.get(this.headKeyWith(this.ui.layer, this.ui.head, "auto"))?.tokens.length || 0;
+      return T > WINDOW_SIDE ? { rows: [-WINDOW_SIDE, null], keys: [-WINDOW_SIDE, null] } : { rows: "all" };
+    }
+
     /** The key of a head as asked now: its place, the orientation, the rows and what is silenced. */
     headKey(l, h) {
-      return [l, h, this.ui.notation, this.ui.rows].join(".") + ":" + JSON.stringify(this.silencing());
+      return this.headKeyWith(l, h, this.ui.rows);
+    }
+
+    headKeyWith(l, h, rows) {
+      return [l, h, this.ui.notation, rows].join(".") + ":" + JSON.stringify(this.silencing());
     }
 
     currentHead() {
@@ -70,6 +92,7 @@
       this.paintHeadControls();
       this.q(".sg-check").textContent = d ? d.check.statement + silencedNote(d) : "";
       this.q(".sg-full").hidden = !(d && d.rows === "last");
+      if (d) this.q(".sg-full").textContent = d.tokens.length > WINDOW_SIDE ? "Show the last " + WINDOW_SIDE + " \u00d7 " + WINDOW_SIDE + " of the grid" : "Show the full grid";
       if (l == null) { figs.hidden = true; empty.textContent = ""; this.renderMemberPanel(); return; }
       const mvShape = this.d.modelView || (this.d.explanation && this.d.explanation.model);
       const group = mvShape ? mvShape.n_heads / mvShape.n_kv_heads : 1;
@@ -97,12 +120,12 @@
       const d = this.currentHead();
       if (!d) return null;
       const paper = d.notation === "paper";
-      const all = d.tokens.map((_, i) => i);
+      const keys = sg.shownKeys(d);
       const matrix = kind === "scores" ? d.scores : d.weights;
       const scale = kind === "scores" ? Math.max(1e-9, ...matrix.flat().filter((x) => x != null).map(Math.abs)) : 1;
       return {
         kind, matrix, mask: d.mask, reasons: d.mask_reasons || null, tokens: d.tokens, scale,
-        rows: paper ? d.questions : all, cols: paper ? all : d.questions,
+        rows: paper ? d.questions : keys, cols: paper ? keys : d.questions,
         questionAxis: paper ? "rows" : "cols",
         rowTitle: paper ? "question from\u2026" : "answer from\u2026",
         colTitle: paper ? "answer from\u2026" : "question from\u2026",

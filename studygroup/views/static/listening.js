@@ -14,11 +14,11 @@
       if (d && i != null && d.questions.includes(i)) {
         const paper = d.notation === "paper", qi = d.questions.indexOf(i);
         asker = d.tokens[i];
-        entries = d.tokens.map((t, j) => {
-          const w = paper ? d.weights[qi][j] : d.weights[j][qi];
-          const c = paper ? d.contributions[qi][j] : d.contributions[j][qi];
-          const ok = paper ? d.mask[qi][j] : d.mask[j][qi];
-          return { index: j, token: t, weight: w, contribution: c, masked: !ok };
+        entries = sg.shownKeys(d).map((j, x) => {
+          const w = paper ? d.weights[qi][x] : d.weights[x][qi];
+          const c = paper ? d.contributions[qi][x] : d.contributions[x][qi];
+          const ok = paper ? d.mask[qi][x] : d.mask[x][qi];
+          return { index: j, token: d.tokens[j], weight: w, contribution: c, masked: !ok };
         }).filter((x) => !x.masked);
       } else if (!d && i != null) {
         const lh = this.listenedHead(), e = this.d.explanation;
