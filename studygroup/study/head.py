@@ -162,7 +162,7 @@ def head_view(model, text, layer: int, head: int, notation: str = "paper", large
     c = model.config
     group = c.query_heads_of(h.kv_head)
     quiet = run.interventions.silenced_members if run.interventions.hides_members(layer, head) else ()
-    reasons = mask_reasons(h.mask, quiet)  # (T, T) paper orientation
+    reasons = mask_reasons(h.mask, quiet, model.config.window_of(layer))  # (T, T) paper orientation
     return HeadView(
         text=text if isinstance(text, str) else None, tokens=run.tokens, token_ids=list(ids), layer=layer, head=head,
         kv_head=h.kv_head, shares_keys_with=group, notation=notation, orientation=ORIENTATION[notation],

@@ -147,3 +147,18 @@ def test_attention_output_agrees_with_the_paper_function_and_the_window(gemma):
     mask = attention.causal_mask(8, 8) & gemma.window_mask(1, 8)
     out, _ = attention.paper(q, k.repeat_interleave(2, 0), v.repeat_interleave(2, 0), mask=mask)
     assert torch.allclose(out, run["layers.1.output"], atol=1e-5)
+
+
+def test_views_name_members_outside_the_window(gemma):
+    from studygroup.study.head import head_view
+    from studygroup.study.mask_reasons import OUTSIDE_WINDOW, VISIBLE
+    from studygroup.study.model_view import model_view
+
+    ids = random_ids(gemma, 9, 11)
+    view = head_view(gemma, ids, 0, 1)
+    assert view.mask_reasons[8][4] == OUTSIDE_WINDOW and view.mask_reasons[8][5] == VISIBLE
+    assert OUTSIDE_WINDOW not in {r for row in head_view(gemma, ids, 5, 1).mask_reasons for r in row}
+    mv = model_view(gemma.run(ids))
+    local = mv.mask_reasons if mv.heads[0][0].mask_reasons is None else mv.heads[0][0].mask_reasons
+    glob = mv.mask_reasons if mv.heads[5][0].mask_reasons is None else mv.heads[5][0].mask_reasons
+    assert local[8][4] == OUTSIDE_WINDOW and glob[8][4] == VISIBLE
