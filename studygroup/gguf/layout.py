@@ -54,8 +54,7 @@ def name_map(n_layers: int, *, tied: bool, rope_freqs: bool = False, arch: Archi
 def paper_shape(name: str, c: Config) -> tuple[int, ...]:
     """Shape of our tensor `name` (paper layout, (in, out) for matrices).
 
-    >>> from studygroup.gguf.architectures import LLAMA, LLAMA_LAYER, Architecture
-from studygroup.gguf.config import Config
+    >>> from studygroup.gguf.config import Config
     >>> c = Config(2, 4, 2, 32, 8, 64, 64, 1e4, 1e-5, 268)
     >>> paper_shape("layers.1.W_K", c)
     (32, 16)
@@ -75,8 +74,7 @@ from studygroup.gguf.config import Config
 def file_shape(name: str, c: Config) -> tuple[int, ...]:
     """Numpy shape the file stores our tensor `name` in: (out, in) for the transposed ones.
 
-    >>> from studygroup.gguf.architectures import LLAMA, LLAMA_LAYER, Architecture
-from studygroup.gguf.config import Config
+    >>> from studygroup.gguf.config import Config
     >>> file_shape("layers.0.W_K", Config(2, 4, 2, 32, 8, 64, 64, 1e4, 1e-5, 268))  # k_proj: (16, 32)
     (16, 32)
     """
@@ -117,8 +115,7 @@ def to_paper_layout(name: str, stored: torch.Tensor, c: Config) -> torch.Tensor:
     A matrix the paper multiplies as (in, out) is the transpose of the file's (out, in) rows, kept
     as they lie in memory (the layout BLAS multiplies fastest, and the cache stores): no copy.
 
-    >>> from studygroup.gguf.architectures import LLAMA, LLAMA_LAYER, Architecture
-from studygroup.gguf.config import Config
+    >>> from studygroup.gguf.config import Config
     >>> c = Config(1, 1, 1, 4, 4, 8, 8, 1e4, 1e-5, 10)
     >>> to_paper_layout("layers.0.W_up", torch.zeros(8, 4), c).shape  # (d_mlp, d_model) -> (d_model, d_mlp)
     torch.Size([4, 8])
