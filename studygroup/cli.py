@@ -72,7 +72,7 @@ def _members_slice(s: str) -> slice:
 
 
 def _common(p: argparse.ArgumentParser, top: int, top_help: str) -> None:
-    p.add_argument("--model", default=None, metavar="PATH", help="a llama GGUF file (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--model", default=None, metavar="PATH", help="a GGUF file (llama or gemma3), or gemma-3-270m (default: SmolLM2-135M-Instruct)")
     p.add_argument("--top", type=_whole(1), default=top, metavar="K", help=top_help)
     p.add_argument("--json", action="store_true", help="print the result as JSON (see docs/json.md)")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda, where available")

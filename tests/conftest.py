@@ -234,6 +234,88 @@ def write_tiny_gguf(path, *, arch: str = "llama", tensor_type: Q = Q.F32, untied
     return TinyModel(path, hf_config, as_torch(stored_values), as_torch(floats), tokens, merges, tensor_type)
 
 
+# Gemma 3's HF names -> GGUF names, as llama.cpp's converter (Gemma3Model) maps them: four norms per
+# layer (before and after attention and the MLP) and a per-head norm of q and k.
+GEMMA3_HF_TO_GGUF = {
+    "model.embed_tokens.weight": "token_embd.weight",
+    "model.norm.weight": "output_norm.weight",
+    "model.layers.{l}.input_layernorm.weight": "blk.{l}.attn_norm.weight",
+    "model.layers.{l}.self_attn.q_proj.weight": "blk.{l}.attn_q.weight",
+    "model.layers.{l}.self_attn.k_proj.weight": "blk.{l}.attn_k.weight",
+    "model.layers.{l}.self_attn.v_proj.weight": "blk.{l}.attn_v.weight",
+    "model.layers.{l}.self_attn.o_proj.weight": "blk.{l}.attn_output.weight",
+    "model.layers.{l}.self_attn.q_norm.weight": "blk.{l}.attn_q_norm.weight",
+    "model.layers.{l}.self_attn.k_norm.weight": "blk.{l}.attn_k_norm.weight",
+    "model.layers.{l}.post_attention_layernorm.weight": "blk.{l}.post_attention_norm.weight",
+    "model.layers.{l}.pre_feedforward_layernorm.weight": "blk.{l}.ffn_norm.weight",
+    "model.layers.{l}.post_feedforward_layernorm.weight": "blk.{l}.post_ffw_norm.weight",
+    "model.layers.{l}.mlp.gate_proj.weight": "blk.{l}.ffn_gate.weight",
+    "model.layers.{l}.mlp.up_proj.weight": "blk.{l}.ffn_up.weight",
+    "model.layers.{l}.mlp.down_proj.weight": "blk.{l}.ffn_down.weight",
+}
+
+
+def write_tiny_gemma3_gguf(path, *, seed: int = 0, n_layers: int = 6, n_heads: int = 4, n_kv_heads: int = 2,
+                           d_model: int = 64, d_head: int = 32, d_mlp: int = 96, context: int = 64,
+                           sliding_window: int = 4, rope_base: float = 1e6, rms_eps: float = 1e-6,
+                           tensor_type: Q = Q.F32) -> TinyModel:
+    """Write a tiny random Gemma 3 to `path` as llama.cpp's converter (Gemma3Model) would, and return it.
+
+    Unlike a Llama: no Q/K row permutation (llama.cpp applies Gemma's RoPE rotate-half style); every
+    norm weight is stored as 1 + w (Gemma's RMSNorm multiplies by 1 + w; the converter adds the 1,
+    transformers' GGUF loader subtracts it); d_model need not be n_heads · d_head. Layer 5 is global,
+    the others local with `sliding_window`. `hf_config` holds Gemma3TextConfig's arguments, with
+    query_pre_attn_scalar = d_head (llama.cpp scales queries by 1/√d_head for every Gemma 3 but the 27B).
+    """
+    path, rng = Path(path), np.random.default_rng(seed)
+    tokens, types, scores = spm_vocab()
+    hf_config = dict(vocab_size=len(tokens), hidden_size=d_model, intermediate_size=d_mlp,
+                     num_hidden_layers=n_layers, num_attention_heads=n_heads, num_key_value_heads=n_kv_heads,
+                     head_dim=d_head, max_position_embeddings=context, rms_norm_eps=rms_eps,
+                     sliding_window=sliding_window, query_pre_attn_scalar=d_head, tie_word_embeddings=True,
+                     hidden_activation="gelu_pytorch_tanh", bos_token_id=1, eos_token_id=2, pad_token_id=0,
+                     rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": rope_base},
+                                      "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}})
+    shapes = {"model.embed_tokens.weight": (len(tokens), d_model), "model.norm.weight": (d_model,)}
+    layer = {"input_layernorm.weight": (d_model,), "self_attn.q_proj.weight": (n_heads * d_head, d_model),
+             "self_attn.k_proj.weight": (n_kv_heads * d_head, d_model),
+             "self_attn.v_proj.weight": (n_kv_heads * d_head, d_model),
+             "self_attn.o_proj.weight": (d_model, n_heads * d_head), "self_attn.q_norm.weight": (d_head,),
+             "self_attn.k_norm.weight": (d_head,), "post_attention_layernorm.weight": (d_model,),
+             "pre_feedforward_layernorm.weight": (d_model,), "post_feedforward_layernorm.weight": (d_model,),
+             "mlp.gate_proj.weight": (d_mlp, d_model), "mlp.up_proj.weight": (d_mlp, d_model),
+             "mlp.down_proj.weight": (d_model, d_mlp)}
+    for l in range(n_layers):
+        shapes.update({f"model.layers.{l}.{k}": v for k, v in layer.items()})
+    # HF's Gemma norm weights are w in (1 + w): near 0
+    floats = {n: (0.1 * rng.standard_normal(s) if len(s) == 1 else rng.standard_normal(s) * (1.0 if "embed" in n else 0.3))
+              .astype(np.float32) for n, s in shapes.items()}
+    writer = gguf.GGUFWriter(str(path), "gemma3")
+    keys = {k: v for k, v in tiny_metadata("gemma3", {**hf_config, "rope_theta": rope_base}, "default", True,
+                                             tokens, types, []).items()
+            if k not in ("tokenizer.ggml.merges", f"gemma3.rope.dimension_count")}
+    keys |= {"general.name": "tiny-random-gemma3", "gemma3.attention.key_length": d_head,
+             "gemma3.attention.value_length": d_head, "gemma3.attention.sliding_window": sliding_window,
+             "tokenizer.ggml.model": "llama", "tokenizer.ggml.scores": scores, "tokenizer.ggml.unknown_token_id": 0,
+             "tokenizer.ggml.add_space_prefix": False}
+    for key, value in keys.items():
+        _add_value(writer, key, value)
+    stored_values = {}
+    for hf_name, w in floats.items():
+        parts = hf_name.split(".")
+        key = ".".join(parts[:2] + ["{l}"] + parts[3:]) if parts[:2] == ["model", "layers"] else hf_name
+        gguf_name = GEMMA3_HF_TO_GGUF[key].format(l=parts[2] if "{l}" in key else "")
+        stored, values = encode(w + 1 if w.ndim == 1 else w, tensor_type if w.ndim == 2 else Q.F32, rng)
+        stored_values[hf_name] = values - 1 if w.ndim == 1 else values  # what transformers' loader gives
+        writer.add_tensor(gguf_name, stored, raw_dtype=None if tensor_type in (Q.F32, Q.F16) or w.ndim == 1 else tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    as_torch = lambda arrays: {k: torch.from_numpy(np.ascontiguousarray(v, np.float32)) for k, v in arrays.items()}
+    return TinyModel(path, hf_config, as_torch(stored_values), as_torch(floats), tokens, [], tensor_type)
+
+
 def tiny_metadata(arch, hf, pre, add_bos, tokens, types, merges) -> dict:
     """The metadata llama.cpp's converter writes for a Llama, as {key: value}."""
     return {
@@ -296,6 +378,13 @@ def _gguf_name(hf_name: str) -> str:
 def tiny_model(tmp_path_factory) -> TinyModel:
     """The shared tiny model: 2 layers, 4 heads, 2 kv heads, d_head 8, d_model 32, d_mlp 64, F32, tied."""
     return write_tiny_gguf(tmp_path_factory.mktemp("tiny") / "tiny.gguf")
+
+
+@pytest.fixture(scope="session")
+def tiny_gemma3(tmp_path_factory) -> TinyModel:
+    """A tiny Gemma 3: 6 layers (5 local with a window of 4, layer 5 global), 4 heads, 2 kv heads,
+    d_model 64, d_head 32, d_mlp 96, F32, SentencePiece vocabulary without a space prefix."""
+    return write_tiny_gemma3_gguf(tmp_path_factory.mktemp("tiny_gemma3") / "tiny-gemma3.gguf")
 
 
 @pytest.fixture(scope="session")

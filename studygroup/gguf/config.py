@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from studygroup.errors import ModelFileError
+from studygroup.gguf.architectures import ARCHITECTURES, Architecture, supported
 from studygroup.gguf.metadata import REQUIRED, lookup
 
 DEFAULT_ROPE_BASE = 10000.0  # llama.cpp's default when `{arch}.rope.freq_base` is absent
@@ -39,6 +40,27 @@ class Config:
     rms_eps: float  # ε inside RMSNorm's square root
     vocab_size: int  # rows of the embedding
     name: str = ""  # general.name, for display only
+    architecture: str = "llama"  # general.architecture: the family (studygroup.gguf.architectures)
+    sliding_window: int = 0  # members a local layer sees, the latest ones (0: no local layers)
+
+    @property
+    def arch(self) -> Architecture:
+        """The family's description (norms, gate, local layers)."""
+        return ARCHITECTURES[self.architecture]
+
+    def window_of(self, layer: int) -> int | None:
+        """How many of the latest members `layer` sees (None: every earlier member).
+
+        >>> c = Config(12, 4, 1, 64, 16, 128, 64, 1e6, 1e-6, 300, architecture="gemma3", sliding_window=8)
+        >>> c.window_of(0), c.window_of(5)
+        (8, None)
+        """
+        return self.sliding_window if self.sliding_window and self.arch.is_local(layer) else None
+
+    def rope_base_of(self, layer: int) -> float:
+        """RoPE base θ of `layer`: the local layers' own where the family has one, else rope_base."""
+        local = self.arch.local_rope_base
+        return local if local is not None and self.arch.is_local(layer) else self.rope_base
 
     @property
     def group_size(self) -> int:
@@ -97,6 +119,8 @@ def config_from_gguf(fields: Mapping[str, Any]) -> Config:
     8
     """
     arch = lookup(fields, "general.architecture", str, "?")
+    if arch not in ARCHITECTURES:
+        raise ModelFileError(f"the model's architecture is {arch!r}; studygroup reads {supported()}")
     _check_supported(fields, arch)
     sizes = {name: lookup(fields, f"{arch}.{key}", int, REQUIRED) for name, key in REQUIRED_KEYS.items()}
     sizes["n_kv_heads"] = lookup(fields, f"{arch}.attention.head_count_kv", int, sizes["n_heads"])
@@ -107,6 +131,9 @@ def config_from_gguf(fields: Mapping[str, Any]) -> Config:
         rope_base=lookup(fields, f"{arch}.rope.freq_base", float, DEFAULT_ROPE_BASE),
         rms_eps=lookup(fields, f"{arch}.attention.layer_norm_rms_epsilon", float, DEFAULT_RMS_EPS),
         name=str(lookup(fields, "general.name", default="")),
+        architecture=arch,
+        sliding_window=(lookup(fields, f"{arch}.attention.sliding_window", int, REQUIRED)
+                        if ARCHITECTURES[arch].global_every else 0),
     )
     _check_config(config)
     return config
@@ -123,6 +150,9 @@ def _check_config(c: Config) -> None:
                              "heads; query heads must be a multiple of key/value heads")
     if c.d_head % 2:
         raise ModelFileError(f"d_head = {c.d_head} is odd; RoPE turns dimensions in pairs")
+    if c.sliding_window < 0 or (c.arch.global_every and c.sliding_window == 0):
+        raise ModelFileError(f"the model file gives sliding_window = {c.sliding_window}; a {c.architecture} "
+                             "model's local layers need a positive window")
     if not (c.rope_base > 0 and c.rms_eps > 0):
         raise ModelFileError(f"rope_base = {c.rope_base} and rms_eps = {c.rms_eps} must be positive")
 

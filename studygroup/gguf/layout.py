@@ -5,7 +5,8 @@ Two layout facts live here, each in one small function with a test of its own:
 1. **GGUF lists dimensions in reverse.** GGUF (like ggml) writes `ne[0]`, the length of a row,
    first. A matrix shown as `[576, 49152]` by GGUF tools is the numpy/torch array `(49152, 576)`:
    49152 rows of 576 numbers. See `numpy_shape`.
-2. **llama.cpp permutes the rows of W_Q and W_K.** Hugging Face's Llama applies RoPE "rotate-half"
+2. **llama.cpp permutes the rows of W_Q and W_K** of a Llama (not of a Gemma, whose RoPE llama.cpp
+   applies rotate-half style: `Architecture.permuted_qk`). Hugging Face's Llama applies RoPE "rotate-half"
    style: within a head, dimension i turns together with dimension i + d_head/2. llama.cpp turns
    neighbours (2i, 2i+1) instead, so its converter reorders each head's output rows from
    [halves] to [interleaved pairs]. `unpermute_rope_rows` undoes this, so our Q and K equal
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from studygroup.gguf.architectures import LLAMA, LLAMA_LAYER, Architecture
 from studygroup.gguf.config import Config
 
 # Our name -> GGUF name. Layer names take the layer index: "layers.{l}.W_Q" <-> "blk.{l}.attn_q.weight".
@@ -27,17 +29,7 @@ GLOBAL_NAMES = {
     "unembed": "output.weight",  # absent when the embedding is tied (the model then uses embed.T)
     "rope_freqs": "rope_freqs.weight",  # Llama 3.1/3.2 only: RoPE frequency divisors, (d_head/2,)
 }
-LAYER_NAMES = {
-    "attn_norm": "attn_norm.weight",
-    "W_Q": "attn_q.weight",
-    "W_K": "attn_k.weight",
-    "W_V": "attn_v.weight",
-    "W_O": "attn_output.weight",
-    "mlp_norm": "ffn_norm.weight",
-    "W_gate": "ffn_gate.weight",
-    "W_up": "ffn_up.weight",
-    "W_down": "ffn_down.weight",
-}
+LAYER_NAMES = LLAMA_LAYER  # a Llama layer; other families: `Architecture.layer_names`
 # Stored (out, in) like torch.nn.Linear.weight; ours are (in, out).
 TRANSPOSED = frozenset({"unembed", "W_Q", "W_K", "W_V", "W_O", "W_gate", "W_up", "W_down"})
 # Projections the model multiplies as one matrix (studygroup.model.model), and the cache stores joined.
@@ -46,8 +38,8 @@ FUSED = {"W_QKV": ("W_Q", "W_K", "W_V"), "W_gate_up": ("W_gate", "W_up")}
 ROPE_PERMUTED = {"W_Q": "n_heads", "W_K": "n_kv_heads"}
 
 
-def name_map(n_layers: int, *, tied: bool, rope_freqs: bool = False) -> dict[str, str]:
-    """GGUF tensor name -> our name, for every tensor a Llama file of `n_layers` holds.
+def name_map(n_layers: int, *, tied: bool, rope_freqs: bool = False, arch: Architecture = LLAMA) -> dict[str, str]:
+    """GGUF tensor name -> our name, for every tensor a file of `n_layers` holds (a Llama by default).
 
     >>> name_map(1, tied=True)["blk.0.attn_q.weight"]
     'layers.0.W_Q'
@@ -55,7 +47,7 @@ def name_map(n_layers: int, *, tied: bool, rope_freqs: bool = False) -> dict[str
     present = {"unembed": not tied, "rope_freqs": rope_freqs}
     names = {gguf: ours for ours, gguf in GLOBAL_NAMES.items() if present.get(ours, True)}
     for l in range(n_layers):
-        names.update({f"blk.{l}.{gguf}": f"layers.{l}.{ours}" for ours, gguf in LAYER_NAMES.items()})
+        names.update({f"blk.{l}.{gguf}": f"layers.{l}.{ours}" for ours, gguf in arch.layer_names.items()})
     return names
 
 
@@ -71,6 +63,7 @@ def paper_shape(name: str, c: Config) -> tuple[int, ...]:
     shapes = {
         "embed": (c.vocab_size, c.d_model), "unembed": (c.d_model, c.vocab_size),
         "final_norm": (c.d_model,), "attn_norm": (c.d_model,), "mlp_norm": (c.d_model,),
+        "post_attn_norm": (c.d_model,), "post_mlp_norm": (c.d_model,), "q_norm": (c.d_head,), "k_norm": (c.d_head,),
         "rope_freqs": (c.d_head // 2,),
         "W_Q": (c.d_model, q), "W_K": (c.d_model, kv), "W_V": (c.d_model, kv), "W_O": (q, c.d_model),
         "W_gate": (c.d_model, c.d_mlp), "W_up": (c.d_model, c.d_mlp), "W_down": (c.d_mlp, c.d_model),
@@ -129,7 +122,7 @@ def to_paper_layout(name: str, stored: torch.Tensor, c: Config) -> torch.Tensor:
     """
     kind = name.rsplit(".", 1)[-1]
     assert tuple(stored.shape) == file_shape(name, c), f"{name}: {tuple(stored.shape)} != {file_shape(name, c)}"
-    if kind in ROPE_PERMUTED:
+    if kind in ROPE_PERMUTED and c.arch.permuted_qk:
         stored = unpermute_rope_rows(stored, getattr(c, ROPE_PERMUTED[kind]))
     stored = stored.to(torch.float32).contiguous()
     out = stored.T if kind in TRANSPOSED else stored  # (in, out) over (out, in) rows

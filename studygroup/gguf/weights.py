@@ -17,13 +17,13 @@ import torch
 from gguf import GGMLQuantizationType as Q
 
 from studygroup.gguf import layout as gguf_layout
+from studygroup.gguf.architectures import ARCHITECTURES, supported
 from studygroup.gguf.config import Config, config_from_gguf
 from studygroup.errors import ModelFileError
 from studygroup.gguf.container import GGUFFile, TensorInfo, read_gguf
 from studygroup.gguf.metadata import lookup
 from studygroup.gguf.model_path import resolve_model_path
 
-ARCHITECTURE = "llama"
 # Tensor types we dequantize, all with gguf's own `gguf.quants.dequantize`.
 SUPPORTED_TYPES = frozenset({Q.F32, Q.F16, Q.BF16, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0,
                              Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K})
@@ -49,40 +49,40 @@ def read_weights(path: str | Path) -> tuple[Config, dict[str, torch.Tensor]]:
         config = config_from_gguf(file.fields)
         _check_layers_fit(config, len(file.tensors))
         names = gguf_layout.name_map(config.n_layers, tied="output.weight" not in file.tensors,
-                                     rope_freqs="rope_freqs.weight" in file.tensors)
-        _check_tensor_names(set(file.tensors), names)
+                                     rope_freqs="rope_freqs.weight" in file.tensors, arch=config.arch)
+        _check_tensor_names(set(file.tensors), names, config.architecture)
         weights = {ours: _load_tensor(file, file.tensors[name], ours, config) for name, ours in names.items()}
     return config, weights
 
 
 def _check_architecture(fields: Mapping[str, Any]) -> None:
-    """Only `general.architecture = llama` files (SmolLM2, Llama 2/3, TinyLlama, Mistral) are read."""
+    """Only the families of `studygroup.gguf.architectures` are read."""
     arch = lookup(fields, "general.architecture")
     if arch is None:
         raise ModelFileError("the file has no general.architecture key; re-convert it with llama.cpp")
-    if arch != ARCHITECTURE:
-        raise ModelFileError(f"the model's architecture is {arch!r}; studygroup reads only 'llama' "
-                             "models (SmolLM2, Llama 2/3, TinyLlama, Mistral)")
+    if arch not in ARCHITECTURES:
+        raise ModelFileError(f"the model's architecture is {arch!r}; studygroup reads {supported()}")
 
 
 def _check_layers_fit(config: Config, n_tensors: int) -> None:
-    """block_count must fit the tensors the file holds (a layer has len(LAYER_NAMES)): a damaged
+    """block_count must fit the tensors the file holds (a layer has len(arch.layer_names)): a damaged
     count would otherwise make billions of names before any tensor is looked at."""
-    per_layer = len(gguf_layout.LAYER_NAMES)
+    per_layer = len(config.arch.layer_names)
     if config.n_layers * per_layer > n_tensors:
         raise ModelFileError(f"block_count = {config.n_layers} layers would need at least "
                              f"{config.n_layers * per_layer} tensors; the file holds {n_tensors}")
 
 
-def _check_tensor_names(found: set[str], expected: Mapping[str, str]) -> None:
-    """The file must hold exactly the tensors a Llama of its config has."""
+def _check_tensor_names(found: set[str], expected: Mapping[str, str], arch: str = "llama") -> None:
+    """The file must hold exactly the tensors a model of its family and config has."""
+    family = "a Llama" if arch == "llama" else f"an {arch!r}" if arch[0] in "aeiou" else f"a {arch!r}"
     missing = sorted(set(expected) - found)
     if missing:
-        raise ModelFileError(f"the file lacks {len(missing)} tensor(s) a Llama model needs, "
-                             f"e.g. {', '.join(missing[:3])}; it is incomplete or not a Llama model")
+        raise ModelFileError(f"the file lacks {len(missing)} tensor(s) {family} model needs, "
+                             f"e.g. {', '.join(missing[:3])}; it is incomplete or not {family} model")
     extra = sorted(found - set(expected))
     if extra:
-        raise ModelFileError(f"the file holds {len(extra)} tensor(s) a plain Llama model does not have, "
+        raise ModelFileError(f"the file holds {len(extra)} tensor(s) {family} model does not have, "
                              f"e.g. {', '.join(extra[:3])}; studygroup cannot use this variant")
 
 

@@ -1,18 +1,22 @@
 """A Llama-family model: the forward pass as one top-to-bottom story, recording what is asked.
 
+Other families (Gemma 3) differ as data (`studygroup.gguf.architectures`): a norm whose weight the
+family lacks is not applied, the MLP's gate is the family's, local layers see a window of members.
+
 Row-vector convention, as in the paper: a token's embedding is a row, ``Q = E·W_Q`` with
 W_Q (d_model, n_heads·d_head). Shapes: B texts (1 unless silencing members in a batch),
 T tokens, H = n_heads query heads, H_kv = n_kv_heads key/value heads, d = d_head.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
 from studygroup.formulas import attention
-from studygroup.model import heap, threads
+from studygroup.model import heap, packaged, threads
 from studygroup.formulas import rope
 from studygroup.formulas import shared_past
 from studygroup.model.linear import onednn_takes, project
@@ -25,7 +29,6 @@ from studygroup.model.fusing import fuse
 from studygroup.model.run import Run
 from studygroup.gguf.model_path import default_model_path
 from studygroup.gguf.tokenizer import Tokenizer
-from studygroup.gguf.weights import ARCHITECTURE
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -33,6 +36,28 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     x32 = x.float()
     normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
     return (normed * weight.float()).to(x.dtype)
+
+
+def norm_scale(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm as a scale per element: weight / sqrt(mean(x²) + eps), so that
+    rms_norm(x) = x · norm_scale(x). (…, d_model) -> (…, d_model), float32.
+
+    Held at its value in a run, it makes a norm linear: a sum of writes normed is the sum of
+    each write times this scale (how a head's write passes Gemma's norm after attention).
+
+    >>> x, g = torch.tensor([[3.0, 4.0]]), torch.tensor([1.0, 2.0])
+    >>> torch.allclose(x * norm_scale(x, g, 1e-6), rms_norm(x, g, 1e-6))
+    True
+    """
+    x32 = x.float()
+    return torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps) * weight.float()
+
+
+#: The MLP gate's nonlinearity by `Architecture.gate`: (gate, in place?) -> tensor.
+GATES = {
+    "silu": lambda gate, inplace: torch.nn.functional.silu(gate, inplace=inplace),  # SwiGLU
+    "gelu_tanh": lambda gate, inplace: torch.nn.functional.gelu(gate, approximate="tanh"),  # GeGLU
+}
 
 
 class Model:
@@ -52,12 +77,14 @@ class Model:
         exact = {"rope_freqs"}  # RoPE's frequency divisors stay float32 in the bfloat16 mode
         self.w = fuse({k: t.to(device=self.device, dtype=torch.float32 if k in exact else dtype)
                         for k, t in weights.items()}, config)
-        self._rope_cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._rope_cache: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.embed_scale = math.sqrt(config.d_model) if config.arch.embed_scale else None
+        self.gate = GATES[config.arch.gate]
 
     def __repr__(self) -> str:
         c = self.config
         file = f", file {_file_name(self.path)}"
-        return (f"<Model {c.name or 'unnamed'} ({ARCHITECTURE}): {c.n_layers} layers × {c.n_heads} heads "
+        return (f"<Model {c.name or 'unnamed'} ({c.architecture}): {c.n_layers} layers × {c.n_heads} heads "
                 f"({c.n_kv_heads} kv heads), d_model {c.d_model}, d_head {c.d_head}, vocab {c.vocab_size}, "
                 f"context {c.context_length}, {str(self.dtype).removeprefix('torch.')} on {self.device}{file}>")
 
@@ -101,11 +128,12 @@ class Model:
         """
         threads.tell_once_if_spinning(self.device.type)
         c, w, keep, buffers = self.config, self.w, Keeper(plan.record), _Buffers()
-        first, x = plan.start or (0, w["embed"][ids].unsqueeze(0))  # (1 or B, T, d_model)
+        first, x = plan.start or (0, self._embed(ids).unsqueeze(0))  # (1 or B, T, d_model)
         x = x.expand(plan.batch, -1, -1)  # (B, T, d_model)
         keep("embed", x)
         P = next(iter(plan.past.values()))[0].shape[-2] if plan.past else 0
-        cos, sin = self._angles(len(ids), P) if plan.positions is None else self._angles_at(plan.positions)
+        angles = {base: self._angles(len(ids), P, base) if plan.positions is None else self._angles_at(plan.positions, base)
+                  for base in {c.rope_base_of(l) for l in range(c.n_layers)}}  # {θ: (cos, sin)}, one per RoPE base
         asked = slice(-1, None) if plan.asked is None else plan.asked  # the rows that predict
         shortcut = False
         for l in range(first, c.n_layers if plan.stop_after is None else plan.stop_after + 1):
@@ -118,6 +146,7 @@ class Model:
             # In the last layer only the asked questions predict: unless more is kept, the other
             # rows give their keys and values and nothing else.
             shortcut = l == c.n_layers - 1 and not plan.all_logits and keep.last_row_suffices()
+            cos, sin = angles[c.rope_base_of(l)]
             attn_out = self._attention(l, E, cos, sin, plan, keep, asked if shortcut else None)  # (B, T or R, d_model)
             x = (x[:, asked] if shortcut else x) + attn_out
             keep("resid_mid", x)
@@ -136,8 +165,15 @@ class Model:
         keep("final", final)
         return project(final, w["unembed"]), keep.steps  # (B, T or R, vocab)
 
+    def _embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """Token embeddings, times √d_model where the family scales them (Gemma). (T,) -> (T, d_model)"""
+        x = self.w["embed"][ids]  # (T, d_model)
+        return x if self.embed_scale is None else x * torch.tensor(self.embed_scale, dtype=x.dtype)
+
     def _attention(self, l: int, E, cos, sin, plan: PassPlan, keep, rows=None) -> torch.Tensor:
-        """Q, K, V; RoPE; grouped-query attention; each head's write through W_O.
+        """Q, K, V; per-head q/k norm where the family has it; RoPE; grouped-query attention; each
+        head's write through W_O (and through the norm after attention, its scale held, where the
+        family has one).
 
         E (B, T, d_model) -> (B, R, d_model): R = T questions, or only those of `rows` (an index:
         the last member's question alone, say); every member still gives its key and value."""
@@ -152,6 +188,9 @@ class Model:
             q, k, v = project(E, W_QKV).split([H * d, H_kv * d, H_kv * d], -1)  # (B, T, H·d | H_kv·d)
         q, k, v = (t.view(B, t.shape[1], -1, d).transpose(1, 2) for t in (q, k, v))
         keep("q_pre_rope", q), keep("k_pre_rope", k), keep("v", v)  # (B, H, R, d), (B, H_kv, T, d)
+        if f"layers.{l}.q_norm" in w:  # per-head RMSNorm of q and k (Gemma 3), over d
+            q, k = rms_norm(q, w[f"layers.{l}.q_norm"], c.rms_eps), rms_norm(k, w[f"layers.{l}.k_norm"], c.rms_eps)
+            keep("q_normed", q), keep("k_normed", k)
         asking = slice(None) if rows is None else rows
         q, k = rope.apply(q, cos[asking], sin[asking]), rope.apply(k, cos, sin)
         keep("q", q), keep("k", k)
@@ -160,29 +199,76 @@ class Model:
             if l in plan.past:  # earlier members' keys and values, unchanged: (1, H_kv, P, d) each
                 k, v = (torch.cat([p.expand(B, -1, -1, -1), t], dim=2) for p, t in zip(plan.past[l], (k, v)))
             mask = plan.masks.get(l, "causal")  # (B, 1|H, T, P + T) or "causal"
-            if isinstance(mask, str) and isinstance(asking, torch.Tensor):  # "causal" would align the rows at the end
-                mask = attention.causal_mask(T, k.shape[-2], device=E.device)  # (T, P + T)
+            window = self._window(l, plan, T, k.shape[-2], asking)  # (R, P + T) or None
+            if isinstance(mask, str) and (isinstance(asking, torch.Tensor) or window is not None):
+                mask = attention.causal_mask(T, k.shape[-2], device=E.device)  # (T, P + T): "causal" aligns rows at the end
             mask = mask if isinstance(mask, str) else mask[..., asking, :]  # (B, 1|H, R, P + T)
+            mask = mask if window is None else mask & window  # members outside the window masked
             z = self._attend(q, k, v, mask, keep)  # (B, H, R, d)
         if l in plan.gates:
             g = plan.gates[l]  # (B, H) for every row, or (B, H, T) per row
             z = z * (g[:, :, None, None] if g.dim() == 2 else g[..., asking, None]).to(z.dtype)  # silenced: writes nothing
         W_O = w[f"layers.{l}.W_O"]  # (H·d, d_model)
-        if keep.keeps("write"):
-            kept = z[:, :, -1:] if keep.record.rows == "last" else z
-            keep("write", torch.einsum("bhtd,hdm->bhtm", kept, self.W_O_heads(l)))  # (B, H, R, d_model)
         attn_out = project(z.transpose(1, 2).reshape(B, q.shape[2], H * d), W_O)  # (B, R, d_model)
+        scale = None
+        if f"layers.{l}.post_attn_norm" in w:  # Gemma: the heads' sum is normed before the residual
+            keep("attn_pre_norm", attn_out)
+            scale = norm_scale(attn_out, w[f"layers.{l}.post_attn_norm"], c.rms_eps)  # (B, R, d_model)
+            attn_out = (attn_out.float() * scale).to(attn_out.dtype)
+        if keep.keeps("write"):
+            last = keep.record.rows == "last"
+            write = torch.einsum("bhtd,hdm->bhtm", z[:, :, -1:] if last else z, self.W_O_heads(l))  # (B, H, R, d_model)
+            keep("write", write if scale is None else write * (scale[:, None, -1:] if last else scale[:, None]))
         keep("attn_out", attn_out)
         return attn_out
 
-    @staticmethod
-    def _over_shared_past(l: int, q, k, v, plan: PassPlan, keep) -> torch.Tensor | None:
+    def _window(self, l: int, plan: PassPlan, T: int, K: int, asking) -> torch.Tensor | None:
+        """(R, K) bool: the keys inside each asked row's window, in a local layer whose window
+        leaves some member out; None otherwise. A row at position p sees keys at p - W + 1 … p.
+
+        Positions: keys 0 … P - 1 (the reused past) then the rows' own (P …, or plan.positions)."""
+        W = self.config.window_of(l)
+        if W is None:
+            return None
+        P = K - T
+        if plan.positions is None:
+            if K <= W:
+                return None
+            keys = torch.arange(K, device=self.device)  # (K,)
+        else:
+            keys = torch.cat([torch.arange(P, device=self.device), plan.positions.to(self.device)])  # (K,)
+            if int(keys.max()) < W:
+                return None
+        rows = keys[P:][asking]  # (R,)
+        return (rows[:, None] - keys[None, :]) < W  # (R, K)
+
+    def window_mask(self, l: int, T: int) -> torch.Tensor | None:
+        """(T, T) bool: the keys inside each member's window in layer l (None: no member is left out).
+
+        >>> model.window_mask(0, 4) is None  # the default model has no local layers
+        True
+        """
+        W = self.config.window_of(l)
+        if W is None or T <= W:
+            return None
+        i = torch.arange(T, device=self.device)
+        return (i[:, None] - i[None, :]) < W  # (T, T)
+
+    def write_scale(self, l: int, attn_pre_norm: torch.Tensor) -> torch.Tensor | None:
+        """The held scale a head's write passes on its way to the residual stream: the norm after
+        attention's weight / rms of the heads' sum (Gemma); None where the family has no such norm.
+        attn_pre_norm (…, d_model) -> (…, d_model)."""
+        g = self.w.get(f"layers.{l}.post_attn_norm")
+        return None if g is None else norm_scale(attn_pre_norm, g, self.config.rms_eps)
+
+    def _over_shared_past(self, l: int, q, k, v, plan: PassPlan, keep) -> torch.Tensor | None:
         """Copies of ONE new member over earlier members they share (`plan.past`), the mask the
         same in every head: `shared_past.attend`, without a copy of the past per copy. None
         where that is not the case (or the maps are recorded): the general path then runs."""
         mask = plan.masks.get(l)  # (B, 1, 1, P + 1) or None
         if (l not in plan.past or q.shape[2] != 1 or k.shape[2] != 1 or keep.keeps("scores") or keep.keeps("weights")
-                or (mask is not None and (mask.dim() != 4 or mask.shape[1] != 1))):
+                or (mask is not None and (mask.dim() != 4 or mask.shape[1] != 1))
+                or self._window(l, plan, 1, plan.past[l][0].shape[-2] + 1, slice(None)) is not None):
             return None
         visible = None if mask is None else mask[:, 0, -1].expand(q.shape[0], -1)  # (B, P + 1)
         z = shared_past.attend(q, k, v, *plan.past[l], visible)  # (B, H, 1, d)
@@ -211,7 +297,8 @@ class Model:
         return z
 
     def _mlp(self, l: int, x: torch.Tensor, buffers: "_Buffers") -> torch.Tensor:
-        """SwiGLU: (silu(x·W_gate) ⊙ x·W_up)·W_down. (B, T, d_model) -> (B, T, d_model)
+        """SwiGLU: (silu(x·W_gate) ⊙ x·W_up)·W_down (GeGLU with tanh GELU for Gemma, and its norm
+        after the MLP). (B, T, d_model) -> (B, T, d_model)
 
         Without autograd (which cannot differentiate through out= or in place), its two wide
         intermediates live in buffers every layer reuses (oneDNN's product, in a small pass, is
@@ -222,22 +309,29 @@ class Model:
         reuse = not grad and not onednn_takes(x, W_gate_up)
         gate_up = project(x, W_gate_up, out=buffers.get("gate_up", shape, x) if reuse else None)
         gate, up = gate_up.chunk(2, dim=-1)  # (B, T, d_mlp) each
-        h = torch.mul(torch.nn.functional.silu(gate, inplace=not grad), up,
-                      out=None if grad else buffers.get("h", gate.shape, x))  # (B, T, d_mlp)
-        return project(h, W_down)
+        h = torch.mul(self.gate(gate, not grad), up, out=None if grad else buffers.get("h", gate.shape, x))  # (B, T, d_mlp)
+        out = project(h, W_down)  # (B, T, d_model)
+        post = self.w.get(f"layers.{l}.post_mlp_norm")
+        return out if post is None else rms_norm(out, post, self.config.rms_eps)
 
-    def _angles_at(self, positions: torch.Tensor):
+    def _angles_at(self, positions: torch.Tensor, base: float | None = None):
         """cos, sin (T, d_head) at each row's position: positions (T,) long."""
-        cos, sin = self._angles(int(positions.max()) + 1)
+        cos, sin = self._angles(int(positions.max()) + 1, 0, base)
         return cos[positions], sin[positions]
 
-    def _angles(self, T: int, offset: int = 0):
-        if (T, offset) not in self._rope_cache:
+    def _angles(self, T: int, offset: int = 0, base: float | None = None):
+        """cos, sin (T, d_head) for positions offset … offset + T - 1 at RoPE base `base` (None:
+        rope_base). Llama 3.1's frequency divisors (rope_freqs) apply at rope_base."""
+        c = self.config
+        base = c.rope_base if base is None else base
+        if (T, offset, base) not in self._rope_cache:
             with torch.inference_mode(False):  # plain tensors, so that a pass with autograd may reuse them
-                cos, sin = rope.angles(T, self.config.d_head, self.config.rope_base, device=self.device, offset=offset,
-                                       freq_divisors=self.w.get("rope_freqs"))
-            self._rope_cache = {(T, offset): (cos, sin)}  # one entry: long texts would pile up otherwise
-        return self._rope_cache[(T, offset)]
+                cos, sin = rope.angles(T, c.d_head, base, device=self.device, offset=offset,
+                                       freq_divisors=self.w.get("rope_freqs") if base == c.rope_base else None)
+            # one (T, offset) at a time: long texts would pile up otherwise
+            self._rope_cache = {k: v for k, v in self._rope_cache.items() if k[:2] == (T, offset)}
+            self._rope_cache[(T, offset, base)] = (cos, sin)
+        return self._rope_cache[(T, offset, base)]
 
     # ---- weights by head ----------------------------------------------------------------------
     def W_O_heads(self, l: int) -> torch.Tensor:
@@ -352,7 +446,8 @@ class _Buffers:
 
 def load(path: str | Path | None = None, device: str = "cpu", dtype: str | torch.dtype = torch.float32,
          cache: bool = True, require_native: bool = True, defer_cache_write: bool = False) -> Model:
-    """Load a Llama-family GGUF file (None: the default SmolLM2-135M-Instruct) as a Model.
+    """Load a GGUF file (None: the default SmolLM2-135M-Instruct; "gemma-3-270m": Gemma 3 270M from
+    its packages, `studygroup.model.packaged`) as a Model.
 
     dtype: float32 (exact, the default) or bfloat16 (the fast mode: on a CPU only where it
       multiplies bfloat16 natively, AVX512-BF16 or AMX, unless require_native=False).
@@ -370,6 +465,7 @@ def load(path: str | Path | None = None, device: str = "cpu", dtype: str | torch
     if dtype == torch.bfloat16 and device.type == "cpu" and require_native and not native_bfloat16():
         raise InputError("bfloat16 is not native on this CPU (no AVX512-BF16 or AMX): it would run slower "
                          "than float32; use --dtype float32")
+    path = packaged.model_file(path)  # a packaged model's name ("gemma-3-270m") -> its assembled file
     config, weights = load_weights(path, cache=cache, defer_write=defer_cache_write)
     heap.use_own_mappings_for_large_blocks()
     return Model(config, weights, load_tokenizer(path, cache=cache), path, device, dtype)

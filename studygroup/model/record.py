@@ -31,6 +31,14 @@ LAYER_STEPS: dict[str, str] = {
     "resid_post": "(R, d_model) residual stream leaving the layer",
 }
 
+#: Steps only some families have, recorded once per layer where they exist (Gemma 3).
+FAMILY_STEPS: dict[str, str] = {
+    "q_normed": "(n_heads, R, d_head) the questions after the per-head RMSNorm, before the rotation",
+    "k_normed": "(n_kv_heads, T, d_head) the natures of the answers after the per-head RMSNorm",
+    "attn_pre_norm": "(R, d_model) the heads' writes summed, before the norm after attention; "
+                     "`write` and `attn_out` are after it (its scale held per member)",
+}
+
 #: Steps recorded once per run.
 RUN_STEPS: dict[str, str] = {
     "embed": "(R, d_model) token embeddings, the residual stream's start",
@@ -39,7 +47,7 @@ RUN_STEPS: dict[str, str] = {
 }
 
 #: Steps whose rows are keys (every member), not questions: never cut to the last row.
-KEY_STEPS = frozenset({"k_pre_rope", "k", "v"})
+KEY_STEPS = frozenset({"k_pre_rope", "k_normed", "k", "v"})
 
 #: Steps that hold a T×T map per head.
 MAP_STEPS = frozenset({"scores", "weights"})
@@ -167,7 +175,7 @@ def _check_steps(steps: tuple[str, ...], n_layers: int) -> None:
     """
     from studygroup.errors import InputError
 
-    every = names(n_layers)
+    every = [*names(n_layers), *(f"layers.0.{s}" for s in FAMILY_STEPS)]
     for p in steps:
         if not isinstance(p, str) or not any(fnmatch.fnmatchcase(n, p) or n.rsplit(".", 1)[-1] == p for n in every):
             known = ", ".join(["embed", *LAYER_STEPS, "resid_final", "final"])
@@ -205,9 +213,9 @@ class Keeper:
     def last_row_suffices(self) -> bool:
         """Whether nothing kept from the current layer's questions on needs a row but the last."""
         r = self.record
-        every_row = (set(LAYER_STEPS) | {"resid_final", "final"}) if r.rows == "all" else r.full_rows
+        every_row = (set(LAYER_STEPS) | set(FAMILY_STEPS) | {"resid_final", "final"}) if r.rows == "all" else r.full_rows
         later = every_row - KEY_STEPS - {"resid_pre", "E"}  # the steps before the questions see every row anyway
-        return r.empty or not any(r.keeps(self.name(s) if s in LAYER_STEPS else s) for s in later)
+        return r.empty or not any(r.keeps(self.name(s) if s in LAYER_STEPS or s in FAMILY_STEPS else s) for s in later)
 
     def __call__(self, step: str, t: torch.Tensor, is_map: bool = False) -> None:
         if not self.keeps(step):

@@ -156,10 +156,17 @@ class Run:
 
     def _rows_mask(self, layer: int, heads: list[int], R: int):
         """What the last R questions of these heads could see: "causal", or (h, R, T) bool."""
-        if not any(self.interventions.hides_members(layer, h) for h in heads):
+        if not any(self.interventions.hides_members(layer, h) for h in heads) and self.model.window_mask(layer, self.T) is None:
             return "causal"
-        masks = [self.interventions.mask(layer, h, self.T)[self.T - R:] for h in heads]  # (R, T) each
+        masks = [self.head_mask(layer, h)[self.T - R:] for h in heads]  # (R, T) each
         return torch.stack(masks).to(self.model.device)  # (h, R, T)
+
+    def head_mask(self, layer: int, head: int) -> torch.Tensor:
+        """(T, T) bool: which keys each question of this head could see in this run (silenced
+        members and, in a local layer, members outside its window left out)."""
+        mask = self.interventions.mask(layer, head, self.T).to(self.model.device)  # (T, T)
+        window = self.model.window_mask(layer, self.T)  # (T, T) or None
+        return mask if window is None else mask & window
 
     def head(self, layer: int, head: int) -> Head:
         """One head whole. Taken from the recording, or recomputed (that head only) if not kept."""
@@ -173,8 +180,7 @@ class Run:
                 return self.map(layer, s, heads=[head])[0].float()
             return self.steps[f"layers.{layer}.{s}"][kv if s in KEY_STEPS else head].float()
 
-        mask = self.interventions.mask(layer, head, self.T).to(self.model.device)  # (T, T)
-        return Head(layer, head, kv, *(get(s) for s in HEAD_STEPS), mask)
+        return Head(layer, head, kv, *(get(s) for s in HEAD_STEPS), self.head_mask(layer, head))
 
     def _has_whole(self, layer: int) -> bool:
         return self.record.rows == "all" and all(f"layers.{layer}.{s}" in self for s in HEAD_STEPS)
@@ -191,21 +197,27 @@ class Run:
         if self.record.rows == "all" and all(f"layers.{layer}.{s}" in self.steps for s in vectors):
             steps = {n: t[None] for n, t in self.steps.items()}  # as the pass returns them: (1, H, T, d)
         else:
-            plan = self.interventions.plan(self.model, self.T, Record(steps=vectors, layers=(layer,)),
-                                           stop_after=layer)
+            record = Record(steps=(*vectors, "attn_pre_norm"), layers=(layer,))
+            plan = self.interventions.plan(self.model, self.T, record, stop_after=layer)
             _, steps = self.model.forward(torch.tensor(self.token_ids, device=self.model.device), plan)
-        return {s: steps[f"layers.{layer}.{s}"][0, kv if s in KEY_STEPS else head].float() for s in vectors}
+        out = {s: steps[f"layers.{layer}.{s}"][0, kv if s in KEY_STEPS else head].float() for s in vectors}
+        pre_norm = steps.get(f"layers.{layer}.attn_pre_norm")  # (1, T, d_model) where the family has that norm
+        if pre_norm is not None:
+            out["attn_pre_norm"] = pre_norm[0].float()
+        return out
 
     @torch.inference_mode()
     def _recompute_head(self, layer: int, head: int, kv: int) -> Head:
         """Run up to `layer` keeping its Q, K, V; then build this head's one T×T map, no other."""
         vec = self.head_vectors(layer, head)
         q, k, v = vec["q"], vec["k"], vec["v"]  # (T, d_head) each
-        mask = self.interventions.mask(layer, head, self.T).to(q.device)  # (T, T)
+        mask = self.head_mask(layer, head)  # (T, T)
         output, weights = attention.paper(q[None], k[None], v[None], mask=mask)  # (1, T, d_head), (1, T, T)
         W_O_h = self.model.W_O_head(layer, head).float()  # (d_head, d_model)
         silent = (layer, head) in self.interventions.silenced_heads
         write = torch.zeros(self.T, W_O_h.shape[1], device=q.device) if silent else output[0] @ W_O_h  # (T, d_model)
+        if "attn_pre_norm" in vec:  # families with a norm after attention: its scale held, as in the pass
+            write = write * self.model.write_scale(layer, vec["attn_pre_norm"])
         return Head(layer, head, kv, vec["q_pre_rope"], vec["k_pre_rope"], q, k, v,
                     attention.scores(q[None], k[None])[0], weights[0], output[0], write, mask)
 

@@ -173,7 +173,7 @@ def head_view(model, text, layer: int, head: int, notation: str = "paper", large
     w = window(len(ids), rows, keys)  # before the pass: a window too large is refused at once
     run = model.before_pass(ids, silence_members=list(silence_members), silence_heads=list(silence_heads))
     vec = run.head_vectors(layer, head)  # (T, d_head) each: a pass up to this layer
-    g = _grids(vec, run.interventions.mask(layer, head, run.T).to(vec["q"].device), w)
+    g = _grids(vec, run.head_mask(layer, head), w)  # silenced members and a local layer's window left out
     quiet = run.interventions.silenced_members if run.interventions.hides_members(layer, head) else ()
     t = (lambda m: m.mT) if notation == "columns" else (lambda m: m)  # noqa: E731
     R, K = slice(w.rows.start, w.rows.stop), slice(w.keys.start, w.keys.stop)
@@ -185,7 +185,7 @@ def head_view(model, text, layer: int, head: int, notation: str = "paper", large
         rows_shown=[w.rows.start, w.rows.stop], keys_shown=[w.keys.start, w.keys.stop],
         scores=masked_grid(t(g.scores), t(g.mask)),
         weights=(g.cols_weights if notation == "columns" else g.weights).tolist(), mask=t(g.mask).tolist(),
-        mask_reasons=t(mask_reasons(g.mask, quiet, rows=w.rows, keys=w.keys)).tolist(),
+        mask_reasons=t(mask_reasons(g.mask, quiet, model.config.window_of(layer), rows=w.rows, keys=w.keys)).tolist(),
         q=t(vec["q"][R]).tolist(), k=t(vec["k"][K]).tolist(), v=t(vec["v"][K]).tolist(),
         q_pre_rope=t(vec["q_pre_rope"][R]).tolist(), k_pre_rope=t(vec["k_pre_rope"][K]).tolist(),
         output=(g.cols_output if notation == "columns" else g.output).tolist(),

@@ -50,7 +50,12 @@ def mask_reasons(mask: torch.Tensor, silenced: Iterable[int] = (), window: int |
     return codes
 
 
-def reasons_of_head(interventions, layer: int, head: int, T: int) -> torch.Tensor:
-    """(T, T) int8: the reasons of this head's grid in a run with these interventions."""
+def reasons_of_head(interventions, layer: int, head: int, T: int, window: int | None = None) -> torch.Tensor:
+    """(T, T) int8: the reasons of this head's grid in a run with these interventions, in a layer
+    whose questions see only the last `window` members (None: every earlier member)."""
     silenced = interventions.silenced_members if interventions.hides_members(layer, head) else ()
-    return mask_reasons(interventions.mask(layer, head, T), silenced)
+    mask = interventions.mask(layer, head, T).cpu()  # (T, T)
+    if window is not None:
+        i = torch.arange(T)
+        mask = mask & ((i[:, None] - i[None, :]) < window)
+    return mask_reasons(mask, silenced, window)

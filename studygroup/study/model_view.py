@@ -88,16 +88,18 @@ def model_view(run, explanation=None) -> ModelView:
 
 
 def _mask_reasons(run, rows: str) -> tuple[list[list[int]], dict]:
-    """The reasons every head shares (R, T), and {(layer, head): (R, T)} for the heads that differ
-    (members silenced in some heads only)."""
+    """The reasons most heads share (R, T), and {(layer, head): (R, T)} for the heads that differ
+    (members silenced in some heads only; local layers whose window leaves members out)."""
     c, T, iv = run.model.config, run.T, run.interventions
     cut = (lambda m: m) if rows == "all" else (lambda m: m[-1:])  # noqa: E731
     pairs = [(l, h) for l in range(c.n_layers) for h in range(c.n_heads)]
-    hiding = {p for p in pairs if iv.hides_members(*p)}
-    most_hide = 2 * len(hiding) >= len(pairs)
-    typical = next(p for p in pairs if (p in hiding) == most_hide)
-    shared = cut(reasons_of_head(iv, *typical, T)).tolist()
-    own = {p: cut(reasons_of_head(iv, *p, T)).tolist() for p in pairs if (p in hiding) != (typical in hiding)}
+    window = {l: w if (w := c.window_of(l)) is not None and w < T else None for l in range(c.n_layers)}
+    kind = {(l, h): (iv.hides_members(l, h), window[l]) for l, h in pairs}  # pairs of one kind share reasons
+    counts = {k: sum(1 for p in pairs if kind[p] == k) for k in set(kind.values())}
+    most = max(counts, key=lambda k: (counts[k], k[0], k[1] is None))
+    typical = next(p for p in pairs if kind[p] == most)
+    shared = cut(reasons_of_head(iv, *typical, T, window[typical[0]])).tolist()
+    own = {p: cut(reasons_of_head(iv, *p, T, window[p[0]])).tolist() for p in pairs if kind[p] != most}
     return shared, own
 
 

@@ -257,7 +257,7 @@ def test_non_finite_weights_are_refused(tiny_model, tmp_path):
 
 def test_architecture_other_than_llama(tmp_path):
     model = write_tiny_gguf(tmp_path / "gpt2.gguf", arch="gpt2")
-    with pytest.raises(ModelFileError, match="architecture is 'gpt2'.*only 'llama'"):
+    with pytest.raises(ModelFileError, match="architecture is 'gpt2'; studygroup reads 'llama'.*'gemma3'"):
         read_weights(model.path)
 
 

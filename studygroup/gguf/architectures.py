@@ -1,0 +1,93 @@
+"""The model families studygroup reads, each described once as data.
+
+One `Architecture` says everything in which a family's forward pass differs from Llama's: which
+tensors a layer holds (a norm whose tensor a family lacks is simply not applied), how the file
+lays out W_Q and W_K, the MLP's gate nonlinearity, whether embeddings are scaled, and which
+layers see only a window of the latest members. What the file does not say (Gemma 3's layer
+pattern and its local layers' RoPE base) is fixed by the architecture in llama.cpp and
+transformers alike, and written here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping
+
+# Our name -> GGUF name within `blk.{l}.`: what every Llama-family layer holds.
+LLAMA_LAYER = {
+    "attn_norm": "attn_norm.weight",
+    "W_Q": "attn_q.weight",
+    "W_K": "attn_k.weight",
+    "W_V": "attn_v.weight",
+    "W_O": "attn_output.weight",
+    "mlp_norm": "ffn_norm.weight",
+    "W_gate": "ffn_gate.weight",
+    "W_up": "ffn_up.weight",
+    "W_down": "ffn_down.weight",
+}
+# Gemma 3 adds a norm after attention and after the MLP (on their writes, before the residual
+# sum) and an RMSNorm over each head's q and k (llama.cpp's names).
+GEMMA3_EXTRA = {
+    "post_attn_norm": "post_attention_norm.weight",
+    "post_mlp_norm": "post_ffw_norm.weight",
+    "q_norm": "attn_q_norm.weight",
+    "k_norm": "attn_k_norm.weight",
+}
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """How one family's forward pass differs from Llama's, as data.
+
+    >>> ARCHITECTURES["gemma3"].is_local(5), ARCHITECTURES["gemma3"].is_local(4)
+    (False, True)
+    """
+
+    name: str  # general.architecture, and the prefix of the family's metadata keys
+    examples: str  # models of this family, for messages
+    layer_names: Mapping[str, str]  # our tensor name -> GGUF name within blk.{l}.
+    permuted_qk: bool  # llama.cpp's converter permuted W_Q/W_K rows for interleaved RoPE (see layout)
+    gate: str  # the MLP gate's nonlinearity: "silu" (SwiGLU) or "gelu_tanh" (GeGLU, tanh GELU)
+    embed_scale: bool = False  # embeddings multiplied by √d_model before the first layer
+    global_every: int = 0  # 0: every layer sees every member; k: layer l sees every member only when
+    #                        l % k == k - 1, the others only the last `sliding_window` (local layers)
+    local_rope_base: float | None = None  # RoPE base θ of the local layers (None: rope_base everywhere)
+    norm_note: str = ""  # how the file stores norm weights, where it matters
+
+    def is_local(self, layer: int) -> bool:
+        """Whether `layer` sees only a window of the latest members."""
+        return self.global_every > 0 and layer % self.global_every != self.global_every - 1
+
+
+LLAMA = Architecture(
+    name="llama", examples="SmolLM2, Llama 2/3, TinyLlama, Mistral",
+    layer_names=MappingProxyType(LLAMA_LAYER), permuted_qk=True, gate="silu")
+
+# Gemma 3 (llama.cpp's LLM_ARCH_GEMMA3, transformers' Gemma3ForCausalLM): every sixth layer global
+# (llama.cpp: set_swa_pattern(6); transformers: sliding_window_pattern 6), local layers' RoPE base
+# 10,000 (llama.cpp: rope_freq_base_train_swa; transformers: rope_local_base_freq). Rotate-half
+# RoPE (llama.cpp's NEOX type): the converter leaves W_Q/W_K rows as they are. Queries are scaled
+# by 1/√d_head (llama.cpp's f_attention_scale for every size but the 27B; transformers:
+# query_pre_attn_scalar = 256 = d_head), no logit softcapping in Gemma 3.
+GEMMA3 = Architecture(
+    name="gemma3", examples="Gemma 3 270M, 1B (text)",
+    layer_names=MappingProxyType(LLAMA_LAYER | GEMMA3_EXTRA), permuted_qk=False, gate="gelu_tanh",
+    embed_scale=True, global_every=6, local_rope_base=10000.0,
+    norm_note="Gemma's RMSNorm multiplies by (1 + w); llama.cpp's converter stores 1 + w, so the "
+              "file's weights are the gains as they are (transformers subtracts the 1 on loading)")
+
+ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType({a.name: a for a in (LLAMA, GEMMA3)})
+
+
+def architecture(name: str) -> Architecture:
+    """The Architecture named `name` (general.architecture), or KeyError.
+
+    >>> architecture("gemma3").gate
+    'gelu_tanh'
+    """
+    return ARCHITECTURES[name]
+
+
+def supported() -> str:
+    """The families studygroup reads, for messages: "'llama' (SmolLM2, …), 'gemma3' (…)"."""
+    return ", ".join(f"{a.name!r} ({a.examples})" for a in ARCHITECTURES.values())
