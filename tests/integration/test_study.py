@@ -561,3 +561,14 @@ def test_compare_of_a_text_with_itself_says_nothing_moved(model):
     c = studygroup.compare(model, TEXT_A, TEXT_A)
     line = next(s for s in c.story if "The conclusion stays" in s)
     assert "leaves its probability at" in line and "lowers" not in line and "raises" not in line
+
+
+# ---- the five measures, each against a direct recomputation ------------------------------------
+def test_member_silenced_in_one_head_equals_a_run_with_that_mask(model):
+    ids = random_ids(model, 9, 11)
+    token = int(model.run(ids, record="none").last_logits.argmax())
+    silenced = [(1, 2, 0), (0, 3, 4), (1, 0, 8), (0, 0, 8), (1, 2, 5)]
+    got = effects.member_in_head_log_probs(model, ids, token, silenced)
+    for (l, h, j), lp in zip(silenced, got):
+        alone = model.run(ids, record="none", silence_members=[j], member_heads={(l, h)}).last_logits
+        assert float(lp) == pytest.approx(float(effects.log_probs(alone)[token]), abs=1e-5)
