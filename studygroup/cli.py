@@ -3,7 +3,7 @@
 Every error studygroup raises on purpose, and every bad argument, is printed as one line on
 stderr with exit status 2.
 
-    studygroup explain [TEXT] [--top K] [--silence-heads N|all] [--silence-members N|all]
+    studygroup explain [TEXT] [--top K] [--measure-heads N|all] [--measure-members N|all]
     studygroup compare TEXT_A TEXT_B
     studygroup head [TEXT] --layer L --head H [--notation paper|columns] [--rows A:B] [--keys C:D] [--full]
                     [--silence-member J] [--silence-head L.H]
@@ -86,10 +86,12 @@ def _figures(p: argparse.ArgumentParser) -> None:
 
 
 def _silencing(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--silence-heads", type=_count_or_all, default=16, metavar="N|all",
-                   help="how many candidate heads to silence exactly (default 16; all: every head, slower)")
-    p.add_argument("--silence-members", type=_count_or_all, default=24, metavar="N|all",
-                   help="silence every member up to N tokens, else the N with the largest direct shares (default 24)")
+    p.add_argument("--measure-heads", "--silence-heads", dest="silence_heads", type=_count_or_all, default=None,
+                   metavar="N|all", help="how many heads to measure exactly, each silenced alone (default: every head "
+                   "up to 12 tokens, else candidates until 16 in a row are small; all: every head, slower)")
+    p.add_argument("--measure-members", "--silence-members", dest="silence_members", type=_count_or_all, default=None,
+                   metavar="N|all", help="measure every member up to N tokens, else the N with the largest direct "
+                   "shares (default: every member up to 24 tokens, else 24)")
 
 
 def build_parser() -> argparse.ArgumentParser:

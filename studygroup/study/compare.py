@@ -111,8 +111,8 @@ class Comparison(JSONable):
         return brief(self, f"of {texts}: {found}", ".story, .shift, .heads, .members, .a, .b, .to_dict()")
 
 
-def compare(model, text_a, text_b, *, top: int = 10, silence_heads: int | str = 16,
-            silence_members: int | str = 24) -> Comparison:
+def compare(model, text_a, text_b, *, top: int = 10, silence_heads: int | str | None = None,
+            silence_members: int | str | None = None) -> Comparison:
     """Compare the conclusions on two texts (e.g. "I have a lot" and "Cash or credit card? I have a lot").
 
     >>> c = compare(model, "I have a lot", "Cash or credit card? I have a lot")

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import torch
 
+from studygroup.formulas import masks as masks_
 from studygroup.model.interventions import PassPlan
 from studygroup.model.model import Model, rms_norm
 from studygroup.model.record import Record
@@ -176,44 +177,76 @@ def head_log_probs(model: Model, ids: list[int], token: int, heads: Sequence[tup
     at most ROWS_PER_PASS rows. resid_pre: {layer: (T, d_model)} from a recorded run (or None: one
     extra pass records it). bar: a Progress advanced after each layer of each pass.
     """
-    if not heads:
+    def gates(copies, joined, device):
+        g = torch.ones(joined, model.config.n_heads, device=device)  # (B by layer l, H)
+        g[[b for b, _ in copies], [heads[i][1] for _, i in copies]] = 0
+        return g
+    return _joined_log_probs(model, ids, token, [l for l, _ in heads], resid_pre, bar, gates=gates)
+
+
+def member_in_head_log_probs(model: Model, ids: list[int], token: int, silenced: Sequence[tuple[int, int, int]],
+                             resid_pre: dict[int, torch.Tensor] | None = None, bar=None) -> torch.Tensor:
+    """log p(token) with member j silenced in head (l, h) only, for each (l, h, j) of `silenced`:
+    (len(silenced),) float64.
+
+    One copy per (head, member), joining the batched pass at layer l (nothing changes before it)
+    with the mask changed in that one head of that one layer: every question of head (l, h) stops
+    hearing member j; the other heads and layers keep the causal mask.
+    """
+    T = len(ids)
+
+    def masks(copies, joined, device):
+        m = torch.ones(joined, model.config.n_heads, T, T, dtype=torch.bool, device=device).tril_()  # (B, H, T, T) causal
+        each = masks_.each_member_masks(T, [silenced[i][2] for _, i in copies], device=device)  # (B_l, T, T)
+        m[[b for b, _ in copies], [silenced[i][1] for _, i in copies]] = each
+        return m
+    for l, h, j in silenced:
+        model.check_head(l, h), model.check_member(j, T)
+    return _joined_log_probs(model, ids, token, [l for l, _, _ in silenced], resid_pre, bar, masks=masks)
+
+
+def _joined_log_probs(model: Model, ids: list[int], token: int, layers: Sequence[int],
+                      resid_pre: dict[int, torch.Tensor] | None, bar, gates=None, masks=None) -> torch.Tensor:
+    """log p(token) for copies of the text that each change one layer, layers[b], and join a
+    batched pass there. gates / masks(copies, joined, device): the layer's (B, H) gates or
+    (B, H, T, T) masks for the `joined` copies in the pass by then, `copies` the (row, index)
+    pairs of those joining at it. -> (len(layers),) float64."""
+    if not layers:
         return torch.empty(0, dtype=torch.float64)
     c, w = model.config, model.w
     ids_t = torch.tensor(ids, device=model.device)
-    order = sorted(range(len(heads)), key=lambda b: heads[b])  # by layer: copies join in this order
+    order = sorted(range(len(layers)), key=lambda b: layers[b])  # by layer: copies join in this order
     per_pass = max(1, ROWS_PER_PASS // len(ids))
     groups = [order[i:i + per_pass] for i in range(0, len(order), per_pass)]
-    layers = sum(c.n_layers - heads[g[0]][0] for g in groups) + (c.n_layers if resid_pre is None else 0)
-    on_layer = _layers_of(bar, layers)
+    on_layer = _layers_of(bar, sum(c.n_layers - layers[g[0]] for g in groups) + (c.n_layers if resid_pre is None else 0))
     if resid_pre is None:
         _, steps = model.forward(ids_t, PassPlan(record=Record(steps=("resid_pre",)), on_layer=on_layer))
         resid_pre = {l: steps[f"layers.{l}.resid_pre"][0] for l in range(c.n_layers)}
-    finals = torch.empty(len(heads), c.d_model, device=model.device, dtype=model.dtype)  # (B, d_model)
+    finals = torch.empty(len(layers), c.d_model, device=model.device, dtype=model.dtype)  # (B, d_model)
     with torch.inference_mode():
         for group in groups:
-            finals[group] = _heads_silenced_final(model, ids_t, [heads[b] for b in group], resid_pre, on_layer)
+            changes = {}
+            for l in sorted({layers[b] for b in group}):
+                copies = [(r, b) for r, b in enumerate(group) if layers[b] == l]
+                joined = sum(1 for b in group if layers[b] <= l)
+                changes[l] = (gates or masks)(copies, joined, model.device)
+            finals[group] = _joined_final(model, ids_t, [layers[b] for b in group], resid_pre, changes,
+                                          "gates" if gates else "masks", on_layer)
         logits = rms_norm(finals, w["final_norm"], c.rms_eps) @ w["unembed"]  # (B, vocab)
     return log_probs(logits)[:, token]
 
 
-def _heads_silenced_final(model: Model, ids_t: torch.Tensor, heads: list[tuple[int, int]],
-                          resid_pre: dict[int, torch.Tensor], on_layer=None) -> torch.Tensor:
-    """One pass, one copy per head (sorted by layer), each joining at its head's layer with that
-    head silenced there. Returns the last layer's residual stream at the last position: (B, d_model)."""
+def _joined_final(model: Model, ids_t: torch.Tensor, layers: list[int], resid_pre: dict[int, torch.Tensor],
+                  changes: dict[int, torch.Tensor], kind: str, on_layer=None) -> torch.Tensor:
+    """One pass, one copy per entry of `layers` (sorted), each joining at its layer with the clean
+    residual stream; changes {layer: gates or masks} as `kind` says. Returns the last layer's
+    residual stream at the last position: (B, d_model)."""
     c, last = model.config, model.config.n_layers - 1
-    layers = [l for l, _ in heads]
     joining = {l: resid_pre[l].to(model.dtype)[None].expand(layers.count(l), -1, -1)  # (B_l, T, d_model)
                for l in sorted(set(layers))}
     first = layers[0]
-    gates = {}
-    for l in joining:
-        joined = sum(1 for m in layers if m <= l)
-        g = torch.ones(joined, c.n_heads, device=model.device)  # (B by layer l, H)
-        rows = [b for b, m in enumerate(layers) if m == l]
-        g[rows, [heads[b][1] for b in rows]] = 0
-        gates[l] = g
-    plan = PassPlan(gates=gates, start=(first, joining.pop(first)), joining=joining,
-                   record=Record(steps=("resid_post",), rows="last", layers=(last,)), stop_after=last,
-                   on_layer=on_layer)
+    plan = PassPlan(start=(first, joining.pop(first)), joining=joining,
+                    record=Record(steps=("resid_post",), rows="last", layers=(last,)), stop_after=last,
+                    on_layer=on_layer, **{kind: changes})
     _, steps = model.forward(ids_t, plan)
     return steps[f"layers.{last}.resid_post"][:, -1].to(model.dtype)  # (B, d_model)

@@ -44,6 +44,19 @@ LISTEN_ALL_MAX_T = 64
 LISTEN_TOP = 32
 #: Past this many members, explain takes the last-question strategy.
 LONG_T = 512
+#: Up to this many members explain measures every head exactly by default (its own work within
+#: about 5 s warm on 2 cores: bench/explain_complete.py); past it, candidates in order until
+#: STOP_AFTER heads in a row each move log p(t) by less than half the fifth-largest effect.
+HEADS_ALL_MAX_T = 12
+STOP_AFTER = 16
+#: Up to this many members explain measures every member by default; past it, the MEMBERS_TOP
+#: largest by |direct share|.
+MEMBERS_ALL_MAX_T = 24
+MEMBERS_TOP = 24
+#: effect_in_head is measured for the first LISTENED_MEASURED members (by contribution) that each
+#: of the HEADS_WITH_MEMBERS most decisive heads listened to.
+HEADS_WITH_MEMBERS = 3
+LISTENED_MEASURED = 5
 #: Where a silenced member is removed, by strategy.
 EVERY_QUESTION = "in every head"
 LAST_QUESTIONS = "for the last member's questions only"
@@ -52,12 +65,15 @@ __all__ = ["Analysis", "Explanation", "HeadEffect", "Listened", "LogitSum", "Mem
            "analyse", "explain"]
 
 
-def explain(model, text, *, top: int = 10, silence_heads: int | str = 16, silence_members: int | str = 24) -> Explanation:
+def explain(model, text, *, top: int = 10, silence_heads: int | str | None = None,
+            silence_members: int | str | None = None) -> Explanation:
     """Explain the next-word prediction for `text` (or token ids).
 
-    top: how many next words to list. silence_heads: how many candidate heads to silence exactly
-    (or "all"). silence_members: silence every member when T is at most this (or "all"),
-    otherwise the members with the largest direct shares.
+    top: how many next words to list. silence_heads: how many heads to measure exactly (or "all");
+    None: every head where that fits the time budget (T <= HEADS_ALL_MAX_T), else candidates in
+    order until STOP_AFTER in a row fall below half the fifth-largest effect. silence_members: measure
+    every member when T is at most this (or "all"), otherwise the members with the largest direct
+    shares; None: every member up to MEMBERS_ALL_MAX_T, else MEMBERS_TOP.
 
     >>> e = explain(model, "Cash or credit card? I have a lot")
     >>> e.predicted.token, e.members[-1].token
@@ -66,7 +82,8 @@ def explain(model, text, *, top: int = 10, silence_heads: int | str = 16, silenc
     return analyse(model, text, top=top, silence_heads=silence_heads, silence_members=silence_members).explanation
 
 
-def analyse(model, text, *, top: int = 10, silence_heads: int | str = 16, silence_members: int | str = 24) -> Analysis:
+def analyse(model, text, *, top: int = 10, silence_heads: int | str | None = None,
+            silence_members: int | str | None = None) -> Analysis:
     """explain(), keeping the run: one recorded pass, then the strategy's silencing passes."""
     _check_count("top", top, allow_all=False)
     _check_count("silence_heads", silence_heads)
@@ -81,10 +98,12 @@ def analyse(model, text, *, top: int = 10, silence_heads: int | str = 16, silenc
     words = top_words(run, lp, top)
     heads, heads_said = strategy.heads(run, token, lp[token], parts.heads, estimate, silence_heads)
     members, members_said = strategy.members(run, token, lp[token], silence_members)
+    missed = _estimate_missed_by(heads)
     e = Explanation(text=text if isinstance(text, str) else None, tokens=run.tokens, token_ids=list(ids),
                     predicted=words[0], top=words, heads=heads, heads_silenced=heads_said, members=members,
-                    members_silenced=members_said, logit_parts=_logit_sum(parts),
-                    contributions=parts.heads.tolist(),
+                    members_silenced=members_said, heads_measured=len(heads),
+                    members_measured=sum(m.shown_effect is not None for m in members), estimate_missed_by=missed,
+                    logit_parts=_logit_sum(parts), contributions=parts.heads.tolist(),
                     silence_estimates=[] if estimate is None else estimate.tolist(),
                     model=model_info(model), scope=strategy.scope)
     e.story = story.explain_story(e)
@@ -92,7 +111,8 @@ def analyse(model, text, *, top: int = 10, silence_heads: int | str = 16, silenc
 
 
 class EveryQuestion:
-    """Silencing for every question: a pass with a gradient, then the whole text rerun in batches."""
+    """Silencing for every question: a pass with a gradient, then the whole text rerun in batches.
+    The last-question measures come too (one row per copy: cheap)."""
 
     scope = EVERY_QUESTION
 
@@ -105,7 +125,7 @@ class EveryQuestion:
         if not self.show:
             return
         c, T = self.model.config, len(self.ids)
-        heads, members = _count(silence_heads, c.n_layers * c.n_heads), _count(silence_members, T)
+        heads, members = _count(silence_heads, c.n_layers * c.n_heads, T), _members_count(silence_members, T)
         need = explain_needs(c, T, heads, members, effects.ROWS_PER_PASS)
         say(f"explaining {T} members: {need} (a pass with a gradient, then {heads} heads and {members} members "
             f"silenced exactly, in batched passes)", stream)
@@ -118,29 +138,34 @@ class EveryQuestion:
 
     def heads(self, run, token: int, lp_t, direct, estimate, silence_heads) -> tuple[list[HeadEffect], str]:
         c = run.model.config
-        total = c.n_layers * c.n_heads
-        n = _count(silence_heads, total)
-        chosen = candidates(direct, estimate, n)
         resid_pre = {l: run[f"layers.{l}.resid_pre"] for l in range(c.n_layers)} if "layers.0.resid_pre" in run else None
-        with Progress(1, f"silencing {n} heads, layer by layer", show=self.show and n > 0) as bar:
-            lps = effects.head_log_probs(run.model, run.token_ids, token, chosen, resid_pre, bar)  # (n,)
-        said = (f"all {total}" if n == total else "none" if n == 0 else
-                f"top {n} of {total}, alternately by |direct contribution| and by |first-order estimate of the silence effect|")
-        return _head_effects(run, token, lp_t, direct, chosen, lps, estimate), said
+        order = candidates(direct, estimate, c.n_layers * c.n_heads)
+
+        def measure(chosen, bar=None):
+            return effects.head_log_probs(run.model, run.token_ids, token, chosen, resid_pre, bar)  # (n,)
+        n = _count(silence_heads, c.n_layers * c.n_heads, run.T)
+        label = (f"silencing {n} heads" if silence_heads is not None or run.T <= HEADS_ALL_MAX_T else
+                 f"silencing candidate heads in batches of {STOP_AFTER}")
+        with Progress(1, label + ", layer by layer", show=self.show and n > 0) as bar:
+            chosen, lps = measured_heads(order, silence_heads, run.T, lp_t, lambda h: measure(h, bar))
+        last = last_question.silenced_heads_logits(run.model, run, chosen, token) if chosen else []
+        out = _head_effects(run, token, lp_t, direct, chosen, lps, last, estimate)
+        _measure_in_head(run, token, lp_t, out[:HEADS_WITH_MEMBERS], resid_pre)
+        how = "alternately by |direct contribution| and by |first-order estimate of the silence effect|"
+        return out, _heads_said(len(chosen), c.n_layers * c.n_heads, silence_heads, how, "at every position",
+                                _estimate_missed_by(out))
 
     def members(self, run, token: int, lp_t, silence_members) -> tuple[list[MemberEffect], str]:
         T = run.T
         shares = attribution.member_shares(run, token)  # (T,)
-        if silence_members == "all" or T <= silence_members:
-            chosen, said = list(range(T)), f"all {T}"
-        elif silence_members == 0:
-            chosen, said = [], "none"
-        else:
-            chosen = sorted(largest_first(shares)[:silence_members])
-            said = f"top {silence_members} of {T} by |direct share| (the others were not silenced)"
+        n = _members_count(silence_members, T)
+        chosen = list(range(T)) if n == T else sorted(largest_first(shares)[:n])
+        said = ("none" if n == 0 else f"all {T}" if n == T else
+                f"top {n} of {T} by |direct share| (the others were not silenced)")
         with Progress(1, f"silencing {len(chosen)} members, layer by layer", show=self.show and bool(chosen)) as bar:
             lps = effects.member_log_probs(run.model, run.token_ids, token, chosen, effects.keys_and_values(run), bar)
-        return _member_effects(run, lp_t, shares, chosen, lps), said
+        last = last_question.silenced_members_logits(run.model, run, [[j] for j in chosen], token) if chosen else []
+        return _member_effects(run, lp_t, shares, chosen, lps, last), said + f", each silenced {EVERY_QUESTION}"
 
 
 class LastQuestion:
@@ -154,7 +179,7 @@ class LastQuestion:
     def announce(self, silence_heads, silence_members, stream=None) -> None:
         """Print what the run will need before a large run starts."""
         c, T = self.model.config, len(self.ids)
-        heads, members = _count(silence_heads, c.n_layers * c.n_heads), _count(silence_members, T)
+        heads, members = _count(silence_heads, c.n_layers * c.n_heads, T), _members_count(silence_members, T)
         need = long_explain_needs(c, T, heads + members, last_question.COPIES_PER_PASS)
         say(f"explaining {T} members: {need} (one pass, then one row for each of {heads} silenced heads "
             f"and {members} silenced members)", stream)
@@ -167,25 +192,96 @@ class LastQuestion:
 
     def heads(self, run, token: int, lp_t, direct, estimate, silence_heads) -> tuple[list[HeadEffect], str]:
         c = run.model.config
-        total = c.n_layers * c.n_heads
-        n = _count(silence_heads, total)
-        chosen = heads_largest_first(direct)[:n]
-        with Progress(n, f"silencing {n} heads at the last position") as bar:
-            lps = last_question.silenced_heads_logits(run.model, run, chosen, token, bar.advance) if n else []
-        said = "none" if n == 0 else f"top {n} of {total} by |direct contribution|, each silenced at the last position only"
-        return _head_effects(run, token, lp_t, direct, chosen, lps, None), said
+        with Progress(1, "silencing heads at the last position") as bar:
+            def measure(chosen):
+                bar.total += len(chosen)
+                return last_question.silenced_heads_logits(run.model, run, chosen, token, bar.advance)
+            chosen, lps = measured_heads(heads_largest_first(direct), silence_heads, run.T, lp_t, measure)
+        out = _head_effects(run, token, lp_t, direct, chosen, None, lps, None)
+        return out, _heads_said(len(chosen), c.n_layers * c.n_heads, silence_heads, "by |direct contribution|",
+                                "at the last position only", None)
 
     def members(self, run, token: int, lp_t, silence_members) -> tuple[list[MemberEffect], str]:
         T = run.T
         shares = attribution.member_shares(run, token)  # (T,)
-        n = _count(silence_members, T)
+        n = _members_count(silence_members, T)
         chosen = sorted(largest_first(shares)[:n])
         with Progress(n, f"silencing {n} members for the last questions") as bar:
             groups = [[j] for j in chosen]
             lps = last_question.silenced_members_logits(run.model, run, groups, token, bar.advance) if n else []
-        said = (f"{'all' if n == T else f'top {n} of'} {T}" + ("" if n == T else " by |direct share|")
+        said = ("none" if n == 0 else f"{'all' if n == T else f'top {n} of'} {T}" + ("" if n == T else " by |direct share|")
                 + f", each silenced {LAST_QUESTIONS} (every member's keys and values reused)")
-        return _member_effects(run, lp_t, shares, chosen, lps), said
+        return _member_effects(run, lp_t, shares, chosen, None, lps), said
+
+
+def measured_heads(order: list[tuple[int, int]], setting, T: int, lp_t, measure) -> tuple[list, torch.Tensor]:
+    """The heads to measure exactly, in candidate `order`, and their log p(t) once silenced.
+
+    setting: a number or "all" (that many of `order`); None: all of them up to HEADS_ALL_MAX_T
+    members, else batches of STOP_AFTER in order until STOP_AFTER heads in a row each moved log p(t)
+    by less than half the fifth-largest |effect| measured. measure(heads) -> (len(heads),) log p(t).
+    """
+    if setting is not None or T <= HEADS_ALL_MAX_T:
+        chosen = order[:_count(setting, len(order), T)]
+        return chosen, measure(chosen) if chosen else torch.empty(0, dtype=torch.float64)
+    chosen, lps = [], []
+    while len(chosen) < len(order):
+        batch = order[len(chosen):len(chosen) + STOP_AFTER]
+        chosen += batch
+        lps += [float(x) for x in measure(batch)]
+        if quiet_run(torch.tensor(lps, dtype=torch.float64) - float(lp_t)) >= STOP_AFTER:
+            break
+    return chosen, torch.tensor(lps, dtype=torch.float64)
+
+
+def quiet_run(effects_in_order: torch.Tensor) -> int:
+    """How many of the last effects in a row are each below half the fifth-largest |effect|.
+
+    >>> quiet_run(torch.tensor([-1.0, 0.9, 0.8, 0.7, 0.6, 0.1, -0.2, 0.5]))
+    0
+    >>> quiet_run(torch.tensor([-1.0, 0.9, 0.8, 0.7, 0.6, 0.1, -0.2, 0.25]))
+    3
+    """
+    size = effects_in_order.abs()
+    if len(size) < 5:
+        return 0
+    below = (size < size.sort(descending=True).values[4] / 2).tolist()
+    run = 0
+    for b in reversed(below):
+        if not b:
+            break
+        run += 1
+    return run
+
+
+def _heads_said(n: int, total: int, setting, how: str, where: str, missed: float | None) -> str:
+    """Which heads were measured, how, and what is known of the rest, in words."""
+    if n == 0:
+        return "none"
+    if n == total:
+        return f"all {total}, each silenced {where}"
+    chose = (f"candidates in order ({how}) until {STOP_AFTER} in a row were each below half the fifth-largest effect"
+             if setting is None else f"the top {n} candidates ({how})")
+    known = ("" if missed is None else f"; the first-order estimate missed by up to {missed:.3g} on the heads it was "
+             f"checked against")
+    return (f"{n} of {total} heads measured exactly, each silenced {where}: {chose}{known}, "
+            f"so an untested head may still matter")
+
+
+def _estimate_missed_by(heads: list[HeadEffect]) -> float | None:
+    """The largest |silence_estimate - silence_effect| over the heads that have both (None: none has)."""
+    gaps = [abs(h.silence_estimate - h.silence_effect) for h in heads
+            if h.silence_estimate is not None and h.silence_effect is not None]
+    return max(gaps) if gaps else None
+
+
+def _measure_in_head(run, token: int, lp_t, heads: list[HeadEffect], resid_pre) -> None:
+    """Fill effect_in_head for the first LISTENED_MEASURED members each of `heads` listened to."""
+    cells = [(h, x) for h in heads for x in h.listened[:LISTENED_MEASURED]]
+    silenced = [(h.layer, h.head, x.index) for h, x in cells]
+    lps = effects.member_in_head_log_probs(run.model, run.token_ids, token, silenced, resid_pre)  # (n,)
+    for (_, x), s in zip(cells, lps):
+        x.effect_in_head = float(s - lp_t)
 
 
 def checked_ids(model, text_or_ids) -> list[int]:
@@ -195,9 +291,18 @@ def checked_ids(model, text_or_ids) -> list[int]:
     return model.ids(text_or_ids)
 
 
-def _count(n: int | str, total: int) -> int:
-    """How many of `total` a silence_heads / silence_members setting silences."""
+def _count(n: int | str | None, total: int, T: int) -> int:
+    """How many of `total` heads a silence_heads setting measures (None: all where affordable, else
+    at least STOP_AFTER)."""
+    if n is None:
+        return total if T <= HEADS_ALL_MAX_T else min(STOP_AFTER, total)
     return total if n == "all" else min(n, total)
+
+
+def _members_count(n: int | str | None, T: int) -> int:
+    """How many of T members a silence_members setting measures: all when T is at most n."""
+    n = (T if T <= MEMBERS_ALL_MAX_T else MEMBERS_TOP) if n is None else n
+    return T if n == "all" or T <= n else n
 
 
 def recording(T: int) -> Record:
@@ -210,7 +315,7 @@ def recording(T: int) -> Record:
 
 
 def _check_count(name: str, value, allow_all: bool = True) -> None:
-    if allow_all and value == "all":
+    if allow_all and (value == "all" or value is None):
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < (1 if name == "top" else 0):
         least = 1 if name == "top" else 0
@@ -251,19 +356,23 @@ def candidates(direct: torch.Tensor, estimate: torch.Tensor, n: int) -> list[tup
     return as_heads(chosen, direct.shape[1])
 
 
-def _head_effects(run, token: int, lp_t, direct, chosen, lps, estimate) -> list[HeadEffect]:
-    """The chosen heads' effects from their silenced log-probabilities, most decisive first."""
+def _head_effects(run, token: int, lp_t, direct, chosen, lps, lps_last, estimate) -> list[HeadEffect]:
+    """The chosen heads' effects from their silenced log-probabilities, most decisive first.
+    lps: silenced at every position (or None); lps_last: at the last position only (or None)."""
     H = run.model.config.n_heads
     rank = {i: r + 1 for r, i in enumerate(largest_first(direct))}
     u = attribution.direction_for(run, token)
-    out = [_head_effect(run, l, h, u, float(direct[l, h]), float(s - lp_t), float(s.exp()),
+    every = [None] * len(chosen) if lps is None else [float(s - lp_t) for s in lps]
+    last = [None] * len(chosen) if lps_last is None else [float(s - lp_t) for s in lps_last]
+    prob = [None] * len(chosen) if lps is None else [float(s.exp()) for s in lps]
+    out = [_head_effect(run, l, h, u, float(direct[l, h]), e, e_last, p,
                         None if estimate is None else float(estimate[l, h]), rank[l * H + h])
-           for (l, h), s in zip(chosen, lps)]
-    out.sort(key=lambda e: -abs(e.silence_effect))
+           for (l, h), e, e_last, p in zip(chosen, every, last, prob)]
+    out.sort(key=lambda e: -abs(e.shown_effect))
     return out
 
 
-def _head_effect(run, l: int, h: int, u, direct: float, effect: float, prob: float, est, rank: int) -> HeadEffect:
+def _head_effect(run, l: int, h: int, u, direct: float, effect, effect_last, prob, est, rank: int) -> HeadEffect:
     c = run.model.config
     kv = c.kv_head_of(h)
     weights = run[f"layers.{l}.weights"][h, -1].float()  # (T,)
@@ -277,15 +386,18 @@ def _head_effect(run, l: int, h: int, u, direct: float, effect: float, prob: flo
                          float(weights[j] * reads[j])) for j in order]
     q_norm = float(run[f"layers.{l}.q"][h, -1].norm())
     return HeadEffect(layer=l, head=h, kv_head=kv, logit_contribution=direct, silence_effect=effect,
-                      silence_estimate=est, prob_silenced=prob, rank_by_contribution=rank, question_norm=q_norm,
+                      silence_effect_last_position=effect_last, silence_estimate=est, prob_silenced=prob, rank_by_contribution=rank, question_norm=q_norm,
                       listened=listened)
 
 
-def _member_effects(run, lp_t, shares: torch.Tensor, chosen: list[int], lps) -> list[MemberEffect]:
-    """Every member in reading order, with the effect of those silenced (chosen) and their rank."""
-    effect = {j: float(s - lp_t) for j, s in zip(chosen, lps)}
-    prob = {j: float(s.exp()) for j, s in zip(chosen, lps)}
-    ranks = {j: r + 1 for r, j in enumerate(sorted(effect, key=lambda j: -abs(effect[j])))}
+def _member_effects(run, lp_t, shares: torch.Tensor, chosen: list[int], lps, lps_last) -> list[MemberEffect]:
+    """Every member in reading order, with the effects of those silenced (chosen) and their rank.
+    lps: silenced for every question (or None); lps_last: for the last member's question only (or None)."""
+    effect = {} if lps is None else {j: float(s - lp_t) for j, s in zip(chosen, lps)}
+    last = {} if lps_last is None else {j: float(s - lp_t) for j, s in zip(chosen, lps_last)}
+    prob = {} if lps is None else {j: float(s.exp()) for j, s in zip(chosen, lps)}
+    shown = effect if lps is not None else last
+    ranks = {j: r + 1 for r, j in enumerate(sorted(shown, key=lambda j: -abs(shown[j])))}
     tokens = run.tokens
-    return [MemberEffect(j, tokens[j], effect.get(j), prob.get(j), float(shares[j]), ranks.get(j))
+    return [MemberEffect(j, tokens[j], effect.get(j), last.get(j), prob.get(j), float(shares[j]), ranks.get(j))
             for j in range(run.T)]

@@ -27,6 +27,7 @@ class Listened(JSONable):
     answer_size: float  # ‖v_j · W_O[h]‖: the size of its answer as the head writes it
     contribution: float  # weight × answer_size
     logit_share: float  # w_{T-1, j} (v_j · W_O[h]) · direction: its part of the head's direct contribution
+    effect_in_head: float | None = None  # change in log p(t) with this member silenced in this head only; None if not measured
 
 
 @dataclass
@@ -37,24 +38,36 @@ class HeadEffect(JSONable):
     head: int
     kv_head: int
     logit_contribution: float  # direct share of the predicted word's logit
-    silence_effect: float | None  # exact change in log p(t) with the head silenced; None if not computed
+    silence_effect: float | None  # change in log p(t) with the head's write zeroed at every position; None if not measured
+    silence_effect_last_position: float | None  # … zeroed at the last position only; None if not measured
     silence_estimate: float | None  # first-order estimate of silence_effect (one gradient); None for long texts
-    prob_silenced: float | None  # p(t) with the head silenced
+    prob_silenced: float | None  # p(t) with the head's write zeroed at every position (with silence_effect)
     rank_by_contribution: int  # 1 = largest |logit_contribution| of all heads
     question_norm: float  # ‖q_{T-1}‖ of this head
     listened: list[Listened] = field(default_factory=list)  # largest contribution first
 
+    @property
+    def shown_effect(self) -> float | None:
+        """silence_effect where measured, else silence_effect_last_position: the measure heads are ranked by."""
+        return self.silence_effect if self.silence_effect is not None else self.silence_effect_last_position
+
 
 @dataclass
 class MemberEffect(JSONable):
-    """What silencing one member in every head does to the conclusion."""
+    """What silencing one member does to the conclusion, measured two ways."""
 
     index: int
     token: str
-    effect: float | None  # change in log p(t); None if this member was not silenced
-    prob_silenced: float | None
+    effect: float | None  # change in log p(t), the member silenced in every head for every question; None if not measured
+    effect_last_question: float | None  # … silenced for the last member's question only; None if not measured
+    prob_silenced: float | None  # p(t) with the member silenced for every question (with effect)
     direct_share: float  # its answers' direct share of the logit, summed over every head's last question
-    rank: int | None  # 1 = largest |effect|
+    rank: int | None  # 1 = largest |effect| (|effect_last_question| where effect is not measured)
+
+    @property
+    def shown_effect(self) -> float | None:
+        """effect where measured, else effect_last_question: the measure the member's rank follows."""
+        return self.effect if self.effect is not None else self.effect_last_question
 
 
 @dataclass
@@ -87,10 +100,13 @@ class Explanation(JSONable):
     token_ids: list[int]
     predicted: Word
     top: list[Word]
-    heads: list[HeadEffect]  # the heads silenced exactly, most decisive (largest |silence_effect|) first
-    heads_silenced: str  # which heads were silenced, in words
+    heads: list[HeadEffect]  # every head measured exactly, most decisive first
+    heads_silenced: str  # which heads were measured, how, and what is known of the rest, in words
     members: list[MemberEffect]  # every member, in reading order
     members_silenced: str
+    heads_measured: int  # how many heads have silence_effect (or, past LONG_T, silence_effect_last_position)
+    members_measured: int  # how many members have effect (or, past LONG_T, effect_last_question)
+    estimate_missed_by: float | None  # the largest |silence_estimate - silence_effect| over the heads measured
     logit_parts: LogitSum
     contributions: list[list[float]]  # (n_layers, n_heads) direct contribution of every head
     silence_estimates: list[list[float]]  # (n_layers, n_heads) first-order silence effect of every head
@@ -102,9 +118,9 @@ class Explanation(JSONable):
         """<Explanation of “I have a lot” (4 members): next word “␣of” (87%); most decisive head …>"""
         of = f"of {clipped(self.text)} ({len(self.tokens)} members)" if self.text is not None else f"of {len(self.tokens)} members"
         found = f"next word {quote(self.predicted.token)} ({percent(self.predicted.prob)})"
-        if self.heads and self.heads[0].silence_effect is not None:
+        if self.heads and self.heads[0].shown_effect is not None:
             h = self.heads[0]
-            found += f"; most decisive head {h.head} of layer {h.layer} (silenced: log p {signed(h.silence_effect, 3)})"
+            found += f"; most decisive head {h.head} of layer {h.layer} (silenced: log p {signed(h.shown_effect, 3)})"
         return brief(self, f"{of}: {found}", ".story, .top, .heads, .members, .to_dict()")
 
 

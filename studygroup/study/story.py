@@ -5,6 +5,8 @@ result; nothing is claimed that the result does not hold.
 """
 from __future__ import annotations
 
+import math
+
 
 def percent(p: float) -> str:
     """Probabilities as percentages: one decimal under 10%, none above (see UI.md).
@@ -75,21 +77,54 @@ def _conclusion(e) -> str:
     return f"The group concludes that the next word is {quote(e.predicted.token)} ({percent(e.predicted.prob)}){ahead}."
 
 
+def _head_measure(e) -> tuple[str, str]:
+    """(the field the heads are ranked by, how it silences), for the story's sentences."""
+    if e.heads and e.heads[0].silence_effect is None:
+        return "silence_effect_last_position", " at the last position only"
+    return "silence_effect", " at every position"
+
+
 def _decisive_head(e) -> list[str]:
     if not e.heads:
         return []
     h, w = e.heads[0], e.predicted
-    where = "" if e.scope == "in every head" else " at the last position"
-    lines = [f"The most decisive head tested is head {h.head} of layer {h.layer}: silencing it{where} "
-             f"{_moves(f'the probability of {quote(w.token)}', w.prob, h.prob_silenced)} (log-probability {signed(h.silence_effect, 3)}), and its write "
+    name, where = _head_measure(e)
+    total = e.model.n_layers * e.model.n_heads
+    which = "of all heads" if e.heads_measured == total else "of the heads measured"
+    lines = [_coverage(e),
+             f"The most decisive head {which} is head {h.head} of layer {h.layer}: silencing it{where} "
+             f"{_moves(f'the probability of {quote(w.token)}', w.prob, _silenced_prob(w.prob, h.shown_effect))} "
+             f"({name} {signed(h.shown_effect, 3)}), and its write "
              f"adds {signed(h.logit_contribution, 2)} directly to that word's logit ({e.logit_parts.logit:.2f} in all)."]
     first = next((x for x in e.heads if x.rank_by_contribution == 1), None)
     if first is not None and first is not h:
         lines.append(f"By direct contribution alone, head {first.head} of layer {first.layer} comes first "
                      f"({signed(first.logit_contribution, 2)} to the logit), yet silencing it changes the log-probability "
-                     f"by {signed(first.silence_effect, 3)}: a head's write also changes what later layers compute, "
+                     f"by {signed(first.shown_effect, 3)}: a head's write also changes what later layers compute, "
                      f"so the two measures can disagree.")
     return lines + _listening(h, e.tokens[-1])
+
+
+def _coverage(e) -> str:
+    """How many heads and members were measured exactly, how, and what is known of the rest."""
+    total = e.model.n_layers * e.model.n_heads
+    _, where = _head_measure(e)
+    heads = (f"All {total} heads were measured exactly (each silenced{where})" if e.heads_measured == total else
+             f"{e.heads_measured} of {total} heads were measured exactly (each silenced{where})")
+    if e.heads_measured < total:
+        if e.estimate_missed_by is not None:
+            heads += (f"; the first-order estimate that chose them missed by up to {e.estimate_missed_by:.3g} on the "
+                      f"heads it was checked against, so an untested head may still matter")
+        else:
+            heads += ", chosen by direct contribution, so an untested head may still matter"
+    T = len(e.tokens)
+    members = "every member" if e.members_measured == T else f"{e.members_measured} of {T} members"
+    return heads + f"; {members} {'was' if e.members_measured == 1 else 'were'} silenced {e.scope}."
+
+
+def _silenced_prob(p: float, effect: float) -> float:
+    """p(t) after a change of `effect` in log p(t)."""
+    return p * math.exp(effect)
 
 
 def _listening(h, asker: str) -> list[str]:
@@ -116,13 +151,14 @@ def _members(e) -> list[str]:
     if not ranked:
         return []
     w = e.predicted
-    parts = [f"without {quote(m.token)} (member {m.index}) it {_verb(m.effect)} {percent(m.prob_silenced)} "
-             f"({signed(m.effect, 3)})" for m in ranked[:2]]
+    name = "effect" if ranked[0].effect is not None else "effect_last_question"
+    parts = [f"without {quote(m.token)} (member {m.index}) it {_verb(m.shown_effect)} "
+             f"{percent(_silenced_prob(w.prob, m.shown_effect))} ({name} {signed(m.shown_effect, 3)})" for m in ranked[:2]]
     lines = [f"Silencing one member at a time, {e.scope}, moves the probability of {quote(w.token)} "
              f"({percent(w.prob)}) most like this: " + "; ".join(parts) + "."]
-    raising = [m for m in ranked[2:] if m.effect > 0][:1]  # the member the group does better without
+    raising = [m for m in ranked[2:] if m.shown_effect > 0][:1]  # the member the group does better without
     lines += [f"Of the others, silencing {quote(m.token)} (member {m.index}) raises it most, to "
-              f"{percent(m.prob_silenced)} ({signed(m.effect, 3)})." for m in raising]
+              f"{percent(_silenced_prob(w.prob, m.shown_effect))} ({signed(m.shown_effect, 3)})." for m in raising]
     return lines
 
 
@@ -186,7 +222,7 @@ def _compare_gap(c) -> list[str]:
 def _compare_members(c) -> list[str]:
     lines = []
     if c.members:
-        named = " and ".join(f"{quote(m.token)} (member {m.index}, {signed(m.effect, 3)})" for m in c.members[:2])
+        named = " and ".join(f"{quote(m.token)} (member {m.index}, {signed(m.shown_effect, 3)})" for m in c.members[:2])
         lines.append(f"In text {c.longer}, silencing one member in every head moves the log-probability of "
                      f"{quote(c.word)} most for {named}.")
     p = c.prefix

@@ -65,20 +65,26 @@ def explanation(e) -> str:
     """The members, the conclusion, the decisive heads and whom they listened to, the members, the story."""
     w = e.predicted.token
     lines = [_members(e.tokens), "", "the group's conclusion (next word):", *_conclusion(e.top), ""]
-    lines += ["which heads decided it:", f"  (silenced one at a time: {e.heads_silenced})",
-              table(["rank", "layer", "head", "direct contribution to logit", "silence effect (log-prob)",
-                     f"p({w}) silenced", "rank by contribution"],
-                    [[r + 1, h.layer, h.head, h.logit_contribution, h.silence_effect, percent(h.prob_silenced),
-                      h.rank_by_contribution] for r, h in enumerate(e.heads)]), ""]
+    lines += ["which heads decided it:", wrap(f"(measured one at a time: {e.heads_silenced})"),
+              "  silence_effect: the head's write zeroed at every position; silence_effect_last_position: at the "
+              "last position only (· = not measured)",
+              table(["rank", "layer", "head", "direct contribution to logit", "silence_effect",
+                     "silence_effect_last_position", f"p({w}) silenced", "rank by contribution"],
+                    [[r + 1, h.layer, h.head, h.logit_contribution, h.silence_effect, h.silence_effect_last_position,
+                      None if h.prob_silenced is None else percent(h.prob_silenced), h.rank_by_contribution]
+                     for r, h in enumerate(e.heads)]), ""]
     for h in e.heads[:HEADS_LISTENING]:
         lines += [f"layer {h.layer} head {h.head}: the last member {e.tokens[-1]} asks (‖q‖ = {h.question_norm:.3g}) "
-                  f"and listens to:",
-                  table(["member", "index", "weight", "‖v·W_O‖", "weight × ‖v·W_O‖"],
-                        [[m.token, m.index, m.weight, m.answer_size, m.contribution] for m in h.listened[:LISTENED_SHOWN]],
-                        indent="    "), ""]
-    lines += ["which members decided it:", f"  (silenced one at a time, each in every head: {e.members_silenced})",
-              table(["index", "member", "effect (log-prob)", f"p({w}) silenced", "rank"],
-                    [[m.index, m.token, m.effect, None if m.prob_silenced is None else percent(m.prob_silenced), m.rank]
+                  f"and listens to (effect_in_head: the member silenced in this head only):",
+                  table(["member", "index", "weight", "‖v·W_O‖", "weight × ‖v·W_O‖", "effect_in_head"],
+                        [[m.token, m.index, m.weight, m.answer_size, m.contribution, m.effect_in_head]
+                         for m in h.listened[:LISTENED_SHOWN]], indent="    "), ""]
+    lines += ["which members decided it:", wrap(f"(silenced one at a time: {e.members_silenced})"),
+              "  effect: the member silenced in every head, for every question; effect_last_question: for the last "
+              "member's question only (· = not measured)",
+              table(["index", "member", "effect", "effect_last_question", f"p({w}) silenced", "rank"],
+                    [[m.index, m.token, m.effect, m.effect_last_question,
+                      None if m.prob_silenced is None else percent(m.prob_silenced), m.rank]
                      for m in e.members]), "", "the story:", *[wrap(s) for s in e.story]]
     return "\n".join(lines)
 
@@ -97,8 +103,9 @@ def comparison(c) -> str:
                    [[h.layer, h.head, h.contribution_a, h.contribution_b, h.change] for h in c.heads]), "",
              *_gap_table(c),
              f"members of text {c.longer} by the effect of silencing them on log p({c.word}):",
-             table(["index", "member", "effect (log-prob)", "p silenced"],
-                   [[m.index, m.token, m.effect, percent(m.prob_silenced)] for m in c.members[:8]]), "",
+             table(["index", "member", "effect", "effect_last_question", "p silenced"],
+                   [[m.index, m.token, m.effect, m.effect_last_question,
+                     None if m.prob_silenced is None else percent(m.prob_silenced)] for m in c.members[:8]]), "",
              "the story:", *[wrap(s) for s in c.story]]
     return "\n".join(lines)
 

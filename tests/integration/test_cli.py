@@ -29,14 +29,15 @@ def test_explain_prints_members_conclusion_heads_members_and_story(capsys, tiny)
     for title in ("members (4): t | he | ␣t | in", "the group's conclusion", "which heads decided it",
                   "which members decided it", "the story:"):
         assert title in out
-    assert "silenced one at a time: all 8" in out
+    assert "measured one at a time: all 8, each silenced at every position" in out
+    assert "silenced one at a time: all 4, each silenced in every head" in out
 
 
 def test_explain_json(capsys, tiny):
     code, out, _ = cli(capsys, "explain", "the tin", "--model", tiny, "--top", 4, "--silence-heads", 2, "--json")
     data = json.loads(out)
     assert code == 0 and len(data["top"]) == 4 and len(data["heads"]) == 2
-    assert data["tokens"] == ["t", "he", "␣t", "in"] and data["heads_silenced"].startswith("top 2 of 8")
+    assert data["tokens"] == ["t", "he", "␣t", "in"] and data["heads_silenced"].startswith("2 of 8 heads measured exactly")
     assert [m["index"] for m in data["members"]] == [0, 1, 2, 3]
 
 

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 import studygroup
 from studygroup.study import attribution
 from studygroup.study import effects
+from studygroup.study import last_question
 from studygroup.views import lesson_html as render_html
 from studygroup.views import text as render_text
 from studygroup.study import explain as study
@@ -252,7 +253,8 @@ def test_explain_members_match_one_at_a_time_runs(model, analysis):
 def test_head_silence_effects_match_one_at_a_time_runs(model, analysis):
     e = analysis.explanation
     c = model.config
-    assert e.heads_silenced == f"all {c.n_layers * c.n_heads}" and len(e.heads) == c.n_layers * c.n_heads
+    assert e.heads_silenced.startswith(f"all {c.n_layers * c.n_heads}") and len(e.heads) == c.n_layers * c.n_heads
+    assert e.heads_measured == c.n_layers * c.n_heads
     lp = effects.log_probs(model.run(TEXT_B, record="none").last_logits)[e.predicted.id]
     for h in e.heads:
         alone = effects.log_probs(model.run(TEXT_B, record="none", silence_heads=[(h.layer, h.head)]).last_logits)
@@ -278,7 +280,9 @@ def test_long_texts_record_the_last_row_and_still_explain(tmp_path):
 
 def test_fewer_heads_silenced_says_so(model):
     e = study.explain(model, TEXT_B, silence_heads=3)
-    assert len(e.heads) == 3 and e.heads_silenced.startswith("top 3 of 8")
+    assert len(e.heads) == 3 and e.heads_silenced.startswith("3 of 8 heads measured exactly")
+    assert "an untested head may still matter" in e.heads_silenced and e.heads_measured == 3
+    assert e.estimate_missed_by == max(abs(h.silence_estimate - h.silence_effect) for h in e.heads)
     direct = torch.tensor(e.contributions)
     best = int(direct.abs().argmax())
     assert (best // 4, best % 4) in {(h.layer, h.head) for h in e.heads}  # the first candidate is the top direct one
@@ -535,3 +539,63 @@ def test_compare_of_a_text_with_itself_says_nothing_moved(model):
     c = studygroup.compare(model, TEXT_A, TEXT_A)
     line = next(s for s in c.story if "The conclusion stays" in s)
     assert "leaves its probability at" in line and "lowers" not in line and "raises" not in line
+
+
+# ---- the five measures, each against a direct recomputation ------------------------------------
+def test_member_silenced_in_one_head_equals_a_run_with_that_mask(model):
+    ids = random_ids(model, 9, 11)
+    token = int(model.run(ids, record="none").last_logits.argmax())
+    silenced = [(1, 2, 0), (0, 3, 4), (1, 0, 8), (0, 0, 8), (1, 2, 5)]
+    got = effects.member_in_head_log_probs(model, ids, token, silenced)
+    for (l, h, j), lp in zip(silenced, got):
+        alone = model.run(ids, record="none", silence_members=[j], member_heads={(l, h)}).last_logits
+        assert float(lp) == pytest.approx(float(effects.log_probs(alone)[token]), abs=1e-5)
+
+
+def test_last_question_measures_equal_the_last_row_recomputed(model, explained):
+    e, run = explained.explanation, explained.run
+    token = e.predicted.id
+    lp = effects.log_probs(run.last_logits)[token]
+    base = model.run(TEXT_B, record=last_question.base_record())
+    members = effects.log_probs(last_question.silenced_members_logits(model, base, [[m.index] for m in e.members]))
+    assert [m.effect_last_question for m in e.members] == pytest.approx((members[:, token] - lp).tolist(), abs=1e-5)
+    heads = effects.log_probs(last_question.silenced_heads_logits(model, base, [(h.layer, h.head) for h in e.heads]))
+    assert [h.silence_effect_last_position for h in e.heads] == pytest.approx((heads[:, token] - lp).tolist(), abs=1e-5)
+
+
+def test_effect_in_head_equals_a_run_with_the_member_silenced_in_that_head(model, explained):
+    e = explained.explanation
+    lp = effects.log_probs(model.run(TEXT_B, record="none").last_logits)[e.predicted.id]
+    measured = [(h, x) for h in e.heads for x in h.listened if x.effect_in_head is not None]
+    assert len(measured) == study.HEADS_WITH_MEMBERS * study.LISTENED_MEASURED
+    assert {(h.layer, h.head) for h, _ in measured} == {(h.layer, h.head) for h in e.heads[:study.HEADS_WITH_MEMBERS]}
+    for h, x in measured:
+        alone = model.run(TEXT_B, record="none", silence_members=[x.index], member_heads={(h.layer, h.head)})
+        assert x.effect_in_head == pytest.approx(float(effects.log_probs(alone.last_logits)[e.predicted.id] - lp), abs=1e-5)
+
+
+def test_the_default_is_complete_and_equals_measuring_everything(model, explained):
+    e, c = explained.explanation, model.config
+    assert len(e.tokens) <= study.HEADS_ALL_MAX_T and e.heads_measured == c.n_layers * c.n_heads
+    assert e.members_measured == len(e.tokens) and any("All 8 heads were measured exactly" in s for s in e.story)
+    full = study.explain(model, TEXT_B, top=5, silence_heads="all", silence_members="all")
+    assert json.loads(full.to_json()) == json.loads(e.to_json())
+
+
+def test_past_the_budget_heads_are_tested_until_sixteen_in_a_row_are_small(model, monkeypatch):
+    monkeypatch.setattr(study, "HEADS_ALL_MAX_T", 4)
+    monkeypatch.setattr(study, "STOP_AFTER", 2)  # the tiny model has 8 heads
+    e = study.explain(model, TEXT_B, top=3)
+    order = study.candidates(torch.tensor(e.contributions), torch.tensor(e.silence_estimates), 8)
+    measured = {(h.layer, h.head): h.silence_effect for h in e.heads}
+    assert e.heads_measured == len(measured) and list(measured) != [] and set(measured) == set(order[:len(measured)])
+    tested = torch.tensor([measured[x] for x in order[:len(measured)]])
+    assert len(measured) == 8 or study.quiet_run(tested) >= 2
+    if len(measured) < 8:  # it stopped at the first batch that ended the quiet run
+        assert study.quiet_run(tested[:-2]) < 2 and "until 2 in a row" in e.heads_silenced
+
+
+def test_quiet_run_counts_the_small_effects_at_the_end():
+    assert study.quiet_run(torch.tensor([0.5, 0.4])) == 0  # fewer than five: no fifth-largest
+    assert study.quiet_run(torch.tensor([1.0, -1.0, 1.0, 1.0, 1.0, 0.1, -0.1, 0.6])) == 0
+    assert study.quiet_run(torch.tensor([1.0, -1.0, 1.0, 1.0, 1.0, 0.6, -0.1, 0.4])) == 2

@@ -27,16 +27,18 @@ def test_long_path_reports_last_question_effects(model, long_after_8, capsys):
     assert e.scope == study.LAST_QUESTIONS and any(study.LAST_QUESTIONS in s for s in e.story)
     assert a.run.record.rows == "last" and "layers.0.q" in a.run and a.run["layers.0.weights"].shape[1] == 1
     assert "explaining 20 members" in capsys.readouterr().err
-    silenced = [m for m in e.members if m.effect is not None]
-    assert len(silenced) == 6 and len(e.heads) == 4
+    silenced = [m for m in e.members if m.effect_last_question is not None]
+    assert len(silenced) == 6 and len(e.heads) == 4 and e.members_measured == 6 and e.heads_measured == 4
+    assert all(m.effect is None and m.prob_silenced is None for m in e.members)  # not measured past LONG_T
+    assert all(h.silence_effect is None and h.prob_silenced is None for h in e.heads)
     token = e.predicted.id
     base = model.run(ids, record=last_question.base_record())
     lp = effects.log_probs(base.last_logits)[token]
     expected = effects.log_probs(last_question.silenced_members_logits(model, base, [[m.index] for m in silenced]))[:, token]
-    assert torch.allclose(torch.tensor([m.effect for m in silenced], dtype=torch.float64), expected - lp, atol=1e-5)
+    assert torch.allclose(torch.tensor([m.effect_last_question for m in silenced], dtype=torch.float64), expected - lp, atol=1e-5)
     heads = [(h.layer, h.head) for h in e.heads]
     expected = effects.log_probs(last_question.silenced_heads_logits(model, base, heads))[:, token]
-    assert torch.allclose(torch.tensor([h.silence_effect for h in e.heads], dtype=torch.float64), expected - lp, atol=1e-5)
+    assert torch.allclose(torch.tensor([h.silence_effect_last_position for h in e.heads], dtype=torch.float64), expected - lp, atol=1e-5)
     assert abs(e.logit_parts.total - e.logit_parts.logit) < 1e-3
     json.loads(e.to_json())
 

@@ -31,8 +31,10 @@ def test_the_article_texts_are_what_the_reference_says(comparison):
 def test_explain_numbers_hold_together(model, comparison):
     e = comparison.b
     assert abs(e.logit_parts.total - e.logit_parts.logit) < 1e-3
-    assert len(e.heads) == 16 and e.heads_silenced.startswith("top 16 of 270")
-    assert [m.index for m in e.members] == list(range(10)) and e.members_silenced == "all 10"
+    # the article's sentence: every head measured by default, so no decisive head is left untested
+    assert len(e.heads) == 270 and e.heads_measured == 270 and e.heads_silenced.startswith("all 270")
+    assert [(h.layer, h.head) for h in e.heads[:5]] == [(24, 6), (24, 8), (24, 7), (1, 0), (1, 4)]
+    assert [m.index for m in e.members] == list(range(10)) and e.members_silenced.startswith("all 10")
     top = e.heads[0]  # its silence effect is the one a plain run with that head silenced gives
     quiet = model.run(B["text"], record="none", silence_heads=[(top.layer, top.head)])
     lp = effects.log_probs(quiet.last_logits)[e.predicted.id]

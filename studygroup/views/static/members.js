@@ -9,11 +9,13 @@
       const box = clear(this.q(".sg-chips"));
       const e = this.d.explanation;
       this.tokens().forEach((t, j) => {
-        const effect = e && e.members[j] && e.members[j].effect;
+        const m = e && e.members[j];
         const main = el("button", { cls: "sg-chip-main", attrs: { type: "button", "aria-label": "member " + j + ": " + t },
           on: { click: () => this.select(j) } }, [tokenNode(t)]);
-        if (effect != null) main.title = "member " + j + "; silencing it in every head changes log p(" + e.predicted.token + ") by " + signed(effect, 3);
-        else main.title = "member " + j;
+        const said = [];
+        if (m && m.effect != null) said.push("effect (silenced in every head, for every question) " + signed(m.effect, 3));
+        if (m && m.effect_last_question != null) said.push("effect_last_question (silenced for the last member's question only) " + signed(m.effect_last_question, 3));
+        main.title = "member " + j + (said.length ? "; change in log p(" + e.predicted.token + "): " + said.join("; ") : "");
         const mute = el("button", { cls: "sg-mute", attrs: { type: "button", "aria-pressed": this.ui.members.has(j), "aria-label": "silence member " + j, title: "silence member " + j },
           text: "\u2298", on: { click: () => this.toggleMember(j) } });
         const chip = el("span", { cls: "sg-chip", attrs: { role: "listitem" }, data: { index: j } }, [main, mute]);

@@ -15,11 +15,14 @@
       for (const s of sentences) box.appendChild(this.sentence(s, tokens));
       if (!e.heads.length) return;
       dec.appendChild(el("h3", { text: "Decisive heads" }));
-      dec.appendChild(el("p", { cls: "sg-hint", text: "Silenced one at a time (" + e.heads_silenced + "): change in log p(" + e.predicted.token + ")." }));
+      const every = e.heads[0].silence_effect != null;  // past 512 members: the last position only
+      const name = every ? "silence_effect" : "silence_effect_last_position";
+      dec.appendChild(el("p", { cls: "sg-hint", text: name + ": change in log p(" + e.predicted.token + ") with the head's write zeroed " +
+        (every ? "at every position" : "at the last position only") + ". Measured one at a time: " + e.heads_silenced + "." }));
       const list = el("ol", { cls: "sg-declist" });
       for (const h of e.heads.slice(0, 8)) {
         list.appendChild(el("li", {}, [el("button", { attrs: { type: "button" }, on: { click: () => this.openHead(h.layer, h.head) } },
-          ["layer " + h.layer + " head " + h.head + " (kv " + h.kv_head + "): " + signed(h.silence_effect, 3)])]));
+          ["layer " + h.layer + " head " + h.head + " (kv " + h.kv_head + "): " + signed(every ? h.silence_effect : h.silence_effect_last_position, 3)])]));
       }
       dec.appendChild(list);
     }
