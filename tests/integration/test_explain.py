@@ -552,8 +552,8 @@ def test_member_silenced_in_one_head_equals_a_run_with_that_mask(model):
         assert float(lp) == pytest.approx(float(effects.log_probs(alone)[token]), abs=1e-5)
 
 
-def test_last_question_measures_equal_the_last_row_recomputed(model, explained):
-    e, run = explained.explanation, explained.run
+def test_last_question_measures_equal_the_last_row_recomputed(model, analysis):
+    e, run = analysis.explanation, analysis.run
     token = e.predicted.id
     lp = effects.log_probs(run.last_logits)[token]
     base = model.run(TEXT_B, record=last_question.base_record())
@@ -563,8 +563,8 @@ def test_last_question_measures_equal_the_last_row_recomputed(model, explained):
     assert [h.silence_effect_last_position for h in e.heads] == pytest.approx((heads[:, token] - lp).tolist(), abs=1e-5)
 
 
-def test_effect_in_head_equals_a_run_with_the_member_silenced_in_that_head(model, explained):
-    e = explained.explanation
+def test_effect_in_head_equals_a_run_with_the_member_silenced_in_that_head(model, analysis):
+    e = analysis.explanation
     lp = effects.log_probs(model.run(TEXT_B, record="none").last_logits)[e.predicted.id]
     measured = [(h, x) for h in e.heads for x in h.listened if x.effect_in_head is not None]
     assert len(measured) == study.HEADS_WITH_MEMBERS * study.LISTENED_MEASURED
@@ -574,8 +574,8 @@ def test_effect_in_head_equals_a_run_with_the_member_silenced_in_that_head(model
         assert x.effect_in_head == pytest.approx(float(effects.log_probs(alone.last_logits)[e.predicted.id] - lp), abs=1e-5)
 
 
-def test_the_default_is_complete_and_equals_measuring_everything(model, explained):
-    e, c = explained.explanation, model.config
+def test_the_default_is_complete_and_equals_measuring_everything(model, analysis):
+    e, c = analysis.explanation, model.config
     assert len(e.tokens) <= study.HEADS_ALL_MAX_T and e.heads_measured == c.n_layers * c.n_heads
     assert e.members_measured == len(e.tokens) and any("All 8 heads were measured exactly" in s for s in e.story)
     full = study.explain(model, TEXT_B, top=5, silence_heads="all", silence_members="all")
