@@ -103,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     _silencing(p)
     _figures(p)
     p.add_argument("--html", default=None, metavar="FILE", help="also write a self-contained HTML report")
+    p.add_argument("--full", action="store_true", help="list every measured head and member (default: the most decisive)")
     p.set_defaults(handler=_explain)
     p = sub.add_parser("compare", help="what a longer context does to the conclusion, and who accounts for it")
     p.add_argument("text_a")
@@ -195,7 +196,7 @@ def _explain(args) -> str:
         from studygroup.views import report
 
         report.write_report(page_data.report_data(model, args.text, top=args.top, explained=e), args.html)
-    return e.to_json(indent=2) if args.json else render_text.explanation(e)
+    return e.to_json(indent=2) if args.json else render_text.explanation(e, full=args.full)
 
 
 def _compare(args) -> str:

@@ -45,7 +45,7 @@ from studygroup.progress import say
 ENV_VAR = "STUDYGROUP_CACHE_DIR"
 MAX_GB_ENV_VAR = "STUDYGROUP_CACHE_MAX_GB"
 DEFAULT_MAX_GB = 4.0
-FORMAT_VERSION = 2  # bump when what an entry holds changes: old entries then miss instead of misleading
+FORMAT_VERSION = 3  # bump when what an entry holds changes: old entries then miss instead of misleading
 STALE_TEMP_SECONDS = 3600  # temporary files older than this are leftovers of a crash
 READ_CHUNK = 16 << 20  # bytes read at a time while hashing a model file
 
@@ -80,10 +80,20 @@ def file_key(path: str | Path) -> str:
             content = known["digest"]
         else:
             content = source_digest(path)
-            write_json(source, {"state": state, "digest": content}, also_keep=f"{stem}-{content[:16]}")
+            write_json(source, {"state": state, "digest": content}, also_keep=_entry_key(stem, content))
     except OSError as e:  # refused, or a file that cannot be read (/proc/self/mem): before any other check
         raise ModelFileError(f"cannot read the model file {path}: {e.strerror or e}") from None
-    return f"{stem}-{content[:16]}"
+    return _entry_key(stem, content)
+
+
+def _entry_key(stem: str, content: str) -> str:
+    """An entry's key: the file's stem and 16 hex digits standing for its content and FORMAT_VERSION
+    (entries of another format then miss, rather than fail their digest).
+
+    >>> _entry_key("m", "0" * 32) == _entry_key("m", "0" * 32) != _entry_key("m", "1" * 32)
+    True
+    """
+    return f"{stem}-{cache_entry.digest(f'v{FORMAT_VERSION}|{content}'.encode())[:16]}"
 
 
 def source_digest(path: Path) -> str:

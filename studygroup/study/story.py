@@ -118,8 +118,9 @@ def _coverage(e) -> str:
         else:
             heads += ", chosen by direct contribution, so an untested head may still matter"
     T = len(e.tokens)
-    members = "every member" if e.members_measured == T else f"{e.members_measured} of {T} members"
-    return heads + f"; {members} {'was' if e.members_measured == 1 else 'were'} silenced {e.scope}."
+    members = (f"each of the {T} members was" if e.members_measured == T else
+               f"{e.members_measured} of {T} members {'was' if e.members_measured == 1 else 'were'}")
+    return heads + f"; {members} silenced {e.scope}."
 
 
 def _silenced_prob(p: float, effect: float) -> float:

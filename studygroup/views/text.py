@@ -23,6 +23,9 @@ VECTOR_ENTRIES = 8  # largest entries of a vector
 SILENCED_LISTED = 8  # silenced members and heads named
 LISTENED_SHOWN = 5
 HEADS_LISTENING = 3
+# explain: the rows its tables show (--full shows all)
+HEADS_SHOWN = 12
+MEMBERS_SHOWN = 24
 
 
 def bar(p: float, width: int = 40) -> str:
@@ -61,8 +64,11 @@ def _conclusion(words) -> list[str]:
     return [f"  {w.token:>16}  {percent(w.prob):>6}  {bar(w.prob)}" for w in words]
 
 
-def explanation(e) -> str:
-    """The members, the conclusion, the decisive heads and whom they listened to, the members, the story."""
+def explanation(e, full: bool = False) -> str:
+    """The members, the conclusion, the decisive heads and whom they listened to, the members, the story.
+
+    Unless `full`, the tables show the HEADS_SHOWN most decisive heads and, on a text of more than
+    MEMBERS_SHOWN members, the MEMBERS_SHOWN measured members that matter most, and count the rest."""
     w = e.predicted.token
     lines = [_members(e.tokens), "", "the group's conclusion (next word):", *_conclusion(e.top), ""]
     lines += ["which heads decided it:", wrap(f"(measured one at a time: {e.heads_silenced})"),
@@ -72,7 +78,8 @@ def explanation(e) -> str:
                      "silence_effect_last_position", f"p({w}) silenced", "rank by contribution"],
                     [[r + 1, h.layer, h.head, h.logit_contribution, h.silence_effect, h.silence_effect_last_position,
                       None if h.prob_silenced is None else percent(h.prob_silenced), h.rank_by_contribution]
-                     for r, h in enumerate(e.heads)]), ""]
+                     for r, h in enumerate(e.heads if full else e.heads[:HEADS_SHOWN])]),
+              *_more(len(e.heads) - (len(e.heads) if full else HEADS_SHOWN), "heads measured"), ""]
     for h in e.heads[:HEADS_LISTENING]:
         lines += [f"layer {h.layer} head {h.head}: the last member {e.tokens[-1]} asks (‖q‖ = {h.question_norm:.3g}) "
                   f"and listens to (effect_in_head: the member silenced in this head only):",
@@ -85,8 +92,26 @@ def explanation(e) -> str:
               table(["index", "member", "effect", "effect_last_question", f"p({w}) silenced", "rank"],
                     [[m.index, m.token, m.effect, m.effect_last_question,
                       None if m.prob_silenced is None else percent(m.prob_silenced), m.rank]
-                     for m in e.members]), "", "the story:", *[wrap(s) for s in e.story]]
+                     for m in _members_shown(e.members, full)]),
+              *_more(len(e.members) - len(_members_shown(e.members, full)), "members"),
+              "", "the story:", *[wrap(s) for s in e.story]]
     return "\n".join(lines)
+
+
+def _members_shown(members: list, full: bool) -> list:
+    """Every member in reading order, or past MEMBERS_SHOWN the measured ones by rank."""
+    if full or len(members) <= MEMBERS_SHOWN:
+        return members
+    return sorted((m for m in members if m.rank is not None), key=lambda m: m.rank)[:MEMBERS_SHOWN]
+
+
+def _more(n: int, what: str) -> list[str]:
+    """The line that counts what a table left out, or nothing.
+
+    >>> _more(3, "heads measured")
+    ['  … and 3 more heads measured: --full lists them all, --json gives every number']
+    """
+    return [f"  … and {n} more {what}: --full lists them all, --json gives every number"] if n > 0 else []
 
 
 def comparison(c) -> str:
