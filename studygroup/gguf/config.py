@@ -39,7 +39,7 @@ class Config:
     rope_base: float  # RoPE base θ: dimension pair i turns by position * θ^(-2i/d_head)
     rms_eps: float  # ε inside RMSNorm's square root
     vocab_size: int  # rows of the embedding
-    name: str = ""  # general.name, for display only
+    name: str = ""  # for display only: general.basename and size_label, else general.name
     architecture: str = "llama"  # general.architecture: the family (studygroup.gguf.architectures)
     sliding_window: int = 0  # members a local layer sees, the latest ones (0: no local layers)
 
@@ -130,13 +130,29 @@ def config_from_gguf(fields: Mapping[str, Any]) -> Config:
         **sizes,
         rope_base=lookup(fields, f"{arch}.rope.freq_base", float, DEFAULT_ROPE_BASE),
         rms_eps=lookup(fields, f"{arch}.attention.layer_norm_rms_epsilon", float, DEFAULT_RMS_EPS),
-        name=str(lookup(fields, "general.name", default="")),
+        name=display_name(fields),
         architecture=arch,
         sliding_window=(lookup(fields, f"{arch}.attention.sliding_window", int, REQUIRED)
                         if ARCHITECTURES[arch].global_every else 0),
     )
     _check_config(config)
     return config
+
+
+def display_name(fields: Mapping[str, Any]) -> str:
+    """How a model is named to a person: `general.basename` and `general.size_label` where the file
+    has them (as llama.cpp's converter writes them), else `general.name`.
+
+    >>> display_name({"general.name": "Smollm2 135M 8k Lc100K Mix1 Ep2", "general.basename": "smollm2",
+    ...               "general.size_label": "135M"})
+    'smollm2 135M'
+    >>> display_name({"general.name": "tiny-random-llama"})
+    'tiny-random-llama'
+    """
+    basename = lookup(fields, "general.basename", str)
+    if not basename:
+        return str(lookup(fields, "general.name", default=""))
+    return " ".join(filter(None, (basename, lookup(fields, "general.size_label", str))))
 
 
 def _check_config(c: Config) -> None:
