@@ -4,11 +4,12 @@ Every error studygroup raises on purpose, and every bad argument, is printed as 
 stderr with exit status 2.
 
     studygroup explain [TEXT] [--top K] [--measure-heads N|all] [--measure-members N|all]
+                       [--silence-member J] [--silence-head L.H]
     studygroup compare TEXT_A TEXT_B
     studygroup head [TEXT] --layer L --head H [--notation paper|columns] [--rows A:B] [--keys C:D] [--full]
                     [--silence-member J] [--silence-head L.H]
     studygroup lesson [--section N] [--html FILE]   (at a terminal: one section at a time)
-    studygroup why [TEXT] --layer L --head H --key J [--query I]
+    studygroup why [TEXT] --layer L --head H --key J [--query I] [--silence-member J] [--silence-head L.H]
     studygroup roles [TEXT]
 
 Every command takes --json (print the result as JSON instead), --top K and --model PATH.
@@ -94,6 +95,14 @@ def _silencing(p: argparse.ArgumentParser) -> None:
                    "shares (default: every member up to 24 tokens, else 24)")
 
 
+def _interventions(p: argparse.ArgumentParser, shown: str) -> None:
+    """--silence-member J and --silence-head L.H (repeatable): `shown` in a run with them silenced."""
+    p.add_argument("--silence-member", type=_whole(0), action="append", default=[], metavar="J",
+                   help=f"{shown} in a run where nobody hears member J, in every head (repeatable)")
+    p.add_argument("--silence-head", type=_layer_head, action="append", default=[], metavar="L.H",
+                   help=f"{shown} in a run where head H of layer L writes nothing (repeatable)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="studygroup", description="The attention layer of a real model, as a study group.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -104,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     _figures(p)
     p.add_argument("--html", default=None, metavar="FILE", help="also write a self-contained HTML report")
     p.add_argument("--full", action="store_true", help="list every measured head and member (default: the most decisive)")
+    _interventions(p, "explain the conclusion")
     p.set_defaults(handler=_explain)
     p = sub.add_parser("compare", help="what a longer context does to the conclusion, and who accounts for it")
     p.add_argument("text_a")
@@ -124,10 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the answers shown: members C to D-1 (Python slice; default every member)")
     p.add_argument("--full", action="store_true",
                    help="print the whole window as text (by default at most 100 lines of 400 characters)")
-    p.add_argument("--silence-member", type=_whole(0), action="append", default=[], metavar="J",
-                   help="the head in a run where nobody hears member J (repeatable)")
-    p.add_argument("--silence-head", type=_layer_head, action="append", default=[], metavar="L.H",
-                   help="the head in a run where head H of layer L writes nothing (repeatable)")
+    _interventions(p, "the head")
     _common(p, 4, "how many of each vector's largest entries to show (default 4)")
     _figures(p)
     p.set_defaults(handler=_head)
@@ -142,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--head", type=_integer, required=True)
     p.add_argument("--query", type=_integer, default=None, metavar="I", help="the member asking (default: the last)")
     p.add_argument("--key", type=_integer, required=True, metavar="J", help="the member answering (J <= I)")
+    _interventions(p, "the score")
     _common(p, 20, "how many of the largest part pairs to show (default 20)")
     p.set_defaults(handler=_why)
     p = sub.add_parser("roles", help="what each head does: previous, duplicate, induction, sink, local, broad")
@@ -189,7 +197,8 @@ def _explain(args) -> str:
     _check_figures(args)
     model = _load(args)
     e = explain(model, args.text, top=args.top, silence_heads=args.silence_heads,
-                silence_members=args.silence_members)
+                silence_members=args.silence_members, silenced_members=args.silence_member,
+                silenced_heads=args.silence_head)
     _save_figures(args, lambda figures: figures.explain_figure(e.to_dict()))
     if args.html is not None:
         from studygroup.study import page_data
@@ -270,7 +279,8 @@ def _why(args) -> str:
 
     model = _load(args)
     query = len(model.ids(args.text)) - 1 if args.query is None else args.query
-    w = why(model, args.text, args.layer, args.head, query, args.key)
+    w = why(model, args.text, args.layer, args.head, query, args.key, silenced_members=args.silence_member,
+            silenced_heads=args.silence_head)
     return w.to_json(indent=2) if args.json else render_text.why(w, shown=min(args.top, 20))
 
 

@@ -8,6 +8,7 @@ Nothing here imports studygroup: the fixture is an independent account of the fi
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -372,6 +373,52 @@ def _gguf_name(hf_name: str) -> str:
     if parts[:2] == ["model", "layers"]:
         return HF_TO_GGUF[".".join(parts[:2] + ["{l}"] + parts[3:])].format(l=parts[2])
     return HF_TO_GGUF[hf_name]
+
+
+def _rms_norm64(x, g, eps):
+    return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * g
+
+
+def rope64(x, base):
+    """Hugging Face's rotate-half RoPE on (…, T, d), float64."""
+    T, d = x.shape[-2:]
+    inv = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    theta = torch.outer(torch.arange(T, dtype=torch.float64), inv).repeat(1, 2)  # (T, d)
+    x1, x2 = x.chunk(2, -1)
+    return x * theta.cos() + torch.cat([-x2, x1], -1) * theta.sin()
+
+
+def reference_llama(tiny: "TinyModel", ids, silenced_members=(), silenced_heads=(), layer=None):
+    """A plain float64 Llama pass on the file's HF weights, written from the paper, not from studygroup:
+    the last position's log-probabilities (vocab,), or with `layer` that layer's scores (H, T, T).
+
+    silenced_members: keys no question hears, in every head (a question left with no key hears
+    itself); silenced_heads: (layer, head) pairs whose output is zeroed before o_proj."""
+    c, w = tiny.hf_config, {k: v.double() for k, v in tiny.hf_state_dict.items()}
+    H, H_kv, d, eps = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"], c["rms_norm_eps"]
+    T = len(ids)
+    x = w["model.embed_tokens.weight"][ids]  # (T, d_model)
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    mask[:, list(silenced_members)] = False
+    mask |= ~mask.any(-1, keepdim=True) & torch.eye(T, dtype=torch.bool)
+    for l in range(c["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        E = _rms_norm64(x, w[p + "input_layernorm.weight"], eps)
+        q = rope64((E @ w[p + "self_attn.q_proj.weight"].T).view(T, H, d).transpose(0, 1), c["rope_theta"])
+        k = rope64((E @ w[p + "self_attn.k_proj.weight"].T).view(T, H_kv, d).transpose(0, 1), c["rope_theta"])
+        v = (E @ w[p + "self_attn.v_proj.weight"].T).view(T, H_kv, d).transpose(0, 1)
+        k, v = k.repeat_interleave(H // H_kv, 0), v.repeat_interleave(H // H_kv, 0)  # (H, T, d)
+        S = q @ k.mT / math.sqrt(d)  # (H, T, T)
+        if l == layer:
+            return S
+        z = torch.softmax(S.masked_fill(~mask, -math.inf), -1) @ v  # (H, T, d)
+        z[[h for m, h in silenced_heads if m == l]] = 0
+        x = x + z.transpose(0, 1).reshape(T, H * d) @ w[p + "self_attn.o_proj.weight"].T
+        M = _rms_norm64(x, w[p + "post_attention_layernorm.weight"], eps)
+        gate, up = M @ w[p + "mlp.gate_proj.weight"].T, M @ w[p + "mlp.up_proj.weight"].T
+        x = x + (torch.nn.functional.silu(gate) * up) @ w[p + "mlp.down_proj.weight"].T
+    final = _rms_norm64(x[-1], w["model.norm.weight"], eps)  # (d_model,)
+    return torch.log_softmax(final @ w.get("lm_head.weight", w["model.embed_tokens.weight"]).T, -1)  # (vocab,)
 
 
 @pytest.fixture(scope="session")

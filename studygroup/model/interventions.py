@@ -123,3 +123,18 @@ def packed_members_silenced(config, ids: list[int], members: Sequence[int], head
     ends = torch.tensor([T - j for j in members], device=device).cumsum(0) - 1  # (B,) each copy's last row
     ids_t = torch.tensor(ids, device=device)[positions]  # (N,)
     return ids_t, PassPlan(masks=per_layer, positions=positions, asked=ends)
+
+
+def each_added(base: Interventions, copies: Sequence[Interventions], T: int, n_layers: int, n_heads: int,
+               device=None) -> PassPlan:
+    """One pass over B = len(copies) copies of the text, copy b silencing what `base` and copies[b]
+    silence together (members in every head): masks {layer: (B, 1, T, T)}, gates {layer: (B, H)}."""
+    if any(i.member_heads is not None for i in (base, *copies)):
+        raise ValueError("each_added silences members in every head: give member_heads=None")
+    members = [set(base.silenced_members) | set(c.silenced_members) for c in copies]
+    masks = {}
+    if any(members):
+        mask = torch.stack([masks_.member_mask(T, m, device=device) for m in members])  # (B, T, T)
+        masks = masks_.per_layer(mask, None, n_layers, n_heads)
+    gates = head_gates([base.silenced_heads | c.silenced_heads for c in copies], n_heads, device)
+    return PassPlan(masks=masks, gates=gates)

@@ -20,7 +20,7 @@ from studygroup.formulas import masks as masks_
 from studygroup.model.interventions import PassPlan
 from studygroup.model.model import Model, rms_norm
 from studygroup.model.record import Record
-from studygroup.model.interventions import Interventions
+from studygroup.model.interventions import Interventions, each_added
 from studygroup.model.run import Run
 
 #: Rows (copies × tokens) one batched member-silencing pass may hold, to bound its memory.
@@ -40,10 +40,11 @@ def log_probs(logits: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(logits.double(), dim=-1)
 
 
-def gradient_run(model: Model, ids: list[int], record: Record, on_layer=None) -> tuple[Run, torch.Tensor]:
+def gradient_run(model: Model, ids: list[int], record: Record, on_layer=None,
+                 interventions: Interventions = Interventions()) -> tuple[Run, torch.Tensor]:
     """One pass that records `record`, and the first-order silencing estimate of every head.
 
-    Returns the Run (no interventions) and estimate (n_layers, n_heads): -∂ log p(t)/∂g_{l,h},
+    Returns the Run (with `interventions`, none by default) and estimate (n_layers, n_heads): -∂ log p(t)/∂g_{l,h},
     with t the run's predicted word and g_{l,h} the gate on head (l, h)'s write.
 
     >>> run, estimate = gradient_run(model, model.ids("I have a lot"), Record())
@@ -59,12 +60,14 @@ def gradient_run(model: Model, ids: list[int], record: Record, on_layer=None) ->
         if on_layer is not None:
             for g in gates.values():
                 g.register_hook(lambda grad: _called(on_layer))
-        plan = PassPlan(gates=gates, record=record, on_layer=on_layer)
+        base = interventions.plan(model, len(ids), record)
+        plan = PassPlan(masks=base.masks, gates={l: g * base.gates[l] if l in base.gates else g for l, g in gates.items()},
+                        record=record, on_layer=on_layer)
         logits, steps = model.forward(torch.tensor(ids, device=model.device), plan)
         last = log_probs(logits[0, -1])  # (vocab,)
         last[int(last.argmax())].backward()
     estimate = -torch.stack([gates[l].grad[0] for l in range(c.n_layers)]).float().cpu()  # (L, H)
-    run = Run(model, ids, Interventions(), record, logits[0].detach().float(), {k: v[0] for k, v in steps.items()})
+    run = Run(model, ids, interventions, record, logits[0].detach().float(), {k: v[0] for k, v in steps.items()})
     return run, estimate
 
 
@@ -164,6 +167,26 @@ def keys_and_values(run: Run) -> dict[int, tuple[torch.Tensor, torch.Tensor]] | 
     if run.interventions != Interventions() or not all(f"layers.{l}.{s}" in run for l in range(n) for s in ("k", "v")):
         return None
     return {l: (run[f"layers.{l}.k"], run[f"layers.{l}.v"]) for l in range(n)}
+
+
+def added_log_probs(model: Model, ids: list[int], token: int, base: Interventions,
+                    copies: Sequence[Interventions], bar=None) -> torch.Tensor:
+    """log p(token) in a run that silences what `base` and copies[b] silence together, for each b:
+    (len(copies),) float64. Every copy runs the whole text (batched, at most ROWS_PER_PASS rows a
+    pass): the way to measure on top of a run that already silences something."""
+    c, T = model.config, len(ids)
+    out = torch.empty(len(copies), dtype=torch.float64)
+    per_pass = max(1, ROWS_PER_PASS // T)
+    starts = range(0, len(copies), per_pass)
+    on_layer = _layers_of(bar, len(starts) * c.n_layers)
+    ids_t = torch.tensor(ids, device=model.device)
+    with torch.inference_mode():
+        for a in starts:
+            plan = each_added(base, copies[a:a + per_pass], T, c.n_layers, c.n_heads, model.device)
+            plan.on_layer = on_layer
+            logits, _ = model.forward(ids_t, plan)  # (B, 1, vocab)
+            out[a:a + per_pass] = log_probs(logits[:, -1])[:, token].cpu()
+    return out
 
 
 def head_log_probs(model: Model, ids: list[int], token: int, heads: Sequence[tuple[int, int]],

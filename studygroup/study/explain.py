@@ -22,11 +22,14 @@ The result says what was done, in `heads_silenced`, `members_silenced` and `scop
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from studygroup.errors import InputError
 from studygroup.model.estimate import explain as explain_needs
 from studygroup.model.estimate import long_explain as long_explain_needs
+from studygroup.model.interventions import Interventions
 from studygroup.model.record import KEY_STEPS, Record
 from studygroup.progress import Progress, say
 from studygroup.study import attribution, effects, last_question, story
@@ -66,30 +69,39 @@ __all__ = ["Analysis", "Explanation", "HeadEffect", "Listened", "LogitSum", "Mem
 
 
 def explain(model, text, *, top: int = 10, silence_heads: int | str | None = None,
-            silence_members: int | str | None = None) -> Explanation:
+            silence_members: int | str | None = None, silenced_members: Sequence[int] = (),
+            silenced_heads: Sequence[tuple[int, int]] = ()) -> Explanation:
     """Explain the next-word prediction for `text` (or token ids).
 
     top: how many next words to list. silence_heads: how many heads to measure exactly (or "all");
     None: every head where that fits the time budget (T <= HEADS_ALL_MAX_T), else candidates in
     order until STOP_AFTER in a row fall below half the fifth-largest effect. silence_members: measure
     every member when T is at most this (or "all"), otherwise the members with the largest direct
-    shares; None: every member up to MEMBERS_ALL_MAX_T, else MEMBERS_TOP.
+    shares; None: every member up to MEMBERS_ALL_MAX_T, else MEMBERS_TOP. silenced_members,
+    silenced_heads: explain the run with these silenced (members in every head, heads at every
+    position; up to LONG_T members); every measure is then taken on top of them.
 
     >>> e = explain(model, "Cash or credit card? I have a lot")
     >>> e.predicted.token, e.members[-1].token
     ('␣of', '␣lot')
     """
-    return analyse(model, text, top=top, silence_heads=silence_heads, silence_members=silence_members).explanation
+    return analyse(model, text, top=top, silence_heads=silence_heads, silence_members=silence_members,
+                   silenced_members=silenced_members, silenced_heads=silenced_heads).explanation
 
 
 def analyse(model, text, *, top: int = 10, silence_heads: int | str | None = None,
-            silence_members: int | str | None = None) -> Analysis:
+            silence_members: int | str | None = None, silenced_members: Sequence[int] = (),
+            silenced_heads: Sequence[tuple[int, int]] = ()) -> Analysis:
     """explain(), keeping the run: one recorded pass, then the strategy's silencing passes."""
     _check_count("top", top, allow_all=False)
     _check_count("silence_heads", silence_heads)
     _check_count("silence_members", silence_members)
     ids = checked_ids(model, text)
-    strategy = (LastQuestion if len(ids) > LONG_T else EveryQuestion)(model, ids)
+    chosen = Interventions.make(model, len(ids), silenced_members, heads=silenced_heads)
+    if chosen != Interventions() and len(ids) > LONG_T:
+        raise InputError(f"explain silences members or heads in texts of up to {LONG_T} members; this one has "
+                         f"{len(ids)}: shorten it, or explain it without --silence-member/--silence-head")
+    strategy = (LastQuestion if len(ids) > LONG_T else EveryQuestion)(model, ids, chosen)
     strategy.announce(silence_heads, silence_members)
     run, estimate = strategy.base_run()
     lp = effects.log_probs(run.last_logits)  # (vocab,)
@@ -105,7 +117,7 @@ def analyse(model, text, *, top: int = 10, silence_heads: int | str | None = Non
                     members_measured=sum(m.shown_effect is not None for m in members), estimate_missed_by=missed,
                     logit_parts=_logit_sum(parts), contributions=parts.heads.tolist(),
                     silence_estimates=[] if estimate is None else estimate.tolist(),
-                    model=model_info(model), scope=strategy.scope)
+                    model=model_info(model), scope=strategy.scope, **chosen.silenced())
     e.story = story.explain_story(e)
     return Analysis(e, run)
 
@@ -116,8 +128,8 @@ class EveryQuestion:
 
     scope = EVERY_QUESTION
 
-    def __init__(self, model, ids: list[int]):
-        self.model, self.ids = model, ids
+    def __init__(self, model, ids: list[int], chosen: Interventions = Interventions()):
+        self.model, self.ids, self.chosen = model, ids, chosen  # chosen: what the explained run silences
         self.show = len(ids) > FULL_RECORD_MAX_T  # long enough to say what it will need, and show progress
 
     def announce(self, silence_heads, silence_members, stream=None) -> None:
@@ -134,7 +146,8 @@ class EveryQuestion:
         """The recorded run and the first-order silence estimate of every head, (n_layers, n_heads)."""
         with Progress(2 * self.model.config.n_layers, "a pass with a gradient, forward then backward",
                       show=self.show) as bar:
-            return effects.gradient_run(self.model, self.ids, recording(len(self.ids)), on_layer=bar.advance)
+            return effects.gradient_run(self.model, self.ids, recording(len(self.ids)), on_layer=bar.advance,
+                                        interventions=self.chosen)
 
     def heads(self, run, token: int, lp_t, direct, estimate, silence_heads) -> tuple[list[HeadEffect], str]:
         c = run.model.config
@@ -142,15 +155,20 @@ class EveryQuestion:
         order = candidates(direct, estimate, c.n_layers * c.n_heads)
 
         def measure(chosen, bar=None):
+            if self.chosen != Interventions():  # on top of the explained run's silencing
+                added = [Interventions(silenced_heads=frozenset({p})) for p in chosen]
+                return effects.added_log_probs(run.model, run.token_ids, token, self.chosen, added, bar)  # (n,)
             return effects.head_log_probs(run.model, run.token_ids, token, chosen, resid_pre, bar)  # (n,)
         n = _count(silence_heads, c.n_layers * c.n_heads, run.T)
         label = (f"silencing {n} heads" if silence_heads is not None or run.T <= HEADS_ALL_MAX_T else
                  f"silencing candidate heads in batches of {STOP_AFTER}")
         with Progress(1, label + ", layer by layer", show=self.show and n > 0) as bar:
             chosen, lps = measured_heads(order, silence_heads, run.T, lp_t, lambda h: measure(h, bar))
-        last = last_question.silenced_heads_logits(run.model, run, chosen, token) if chosen else []
+        clean = self.chosen == Interventions()  # the last-position and in-head measures reuse the clean run
+        last = last_question.silenced_heads_logits(run.model, run, chosen, token) if chosen and clean else None
         out = _head_effects(run, token, lp_t, direct, chosen, lps, last, estimate)
-        _measure_in_head(run, token, lp_t, out[:HEADS_WITH_MEMBERS], resid_pre)
+        if clean:
+            _measure_in_head(run, token, lp_t, out[:HEADS_WITH_MEMBERS], resid_pre)
         how = "alternately by |direct contribution| and by |first-order estimate of the silence effect|"
         return out, _heads_said(len(chosen), c.n_layers * c.n_heads, silence_heads, how, "at every position",
                                 _estimate_missed_by(out))
@@ -162,9 +180,15 @@ class EveryQuestion:
         chosen = list(range(T)) if n == T else sorted(largest_first(shares)[:n])
         said = ("none" if n == 0 else f"all {T}" if n == T else
                 f"top {n} of {T} by |direct share| (the others were not silenced)")
+        clean = self.chosen == Interventions()
         with Progress(1, f"silencing {len(chosen)} members, layer by layer", show=self.show and bool(chosen)) as bar:
-            lps = effects.member_log_probs(run.model, run.token_ids, token, chosen, effects.keys_and_values(run), bar)
-        last = last_question.silenced_members_logits(run.model, run, [[j] for j in chosen], token) if chosen else []
+            if clean:
+                lps = effects.member_log_probs(run.model, run.token_ids, token, chosen, effects.keys_and_values(run), bar)
+            else:  # on top of the explained run's silencing
+                added = [Interventions(silenced_members=(j,)) for j in chosen]
+                lps = effects.added_log_probs(run.model, run.token_ids, token, self.chosen, added, bar)
+        last = (last_question.silenced_members_logits(run.model, run, [[j] for j in chosen], token)
+                if chosen and clean else None)
         return _member_effects(run, lp_t, shares, chosen, lps, last), said + f", each silenced {EVERY_QUESTION}"
 
 
@@ -173,7 +197,7 @@ class LastQuestion:
 
     scope = LAST_QUESTIONS
 
-    def __init__(self, model, ids: list[int]):
+    def __init__(self, model, ids: list[int], chosen: Interventions = Interventions()):
         self.model, self.ids = model, ids
 
     def announce(self, silence_heads, silence_members, stream=None) -> None:

@@ -59,9 +59,11 @@ def conclusion(model, text, top: int = 10, silence_members: Sequence[int] = (),
     return out
 
 
-def explanation(model, text, top: int = 10):
-    """study.explain on `text`: the Explanation object (its .to_dict() is the API's payload)."""
-    return explain(model, text, top=top)
+def explanation(model, text, top: int = 10, silence_members: Sequence[int] = (),
+                silence_heads: Sequence[tuple[int, int]] = ()):
+    """study.explain on `text` (in a run with these silenced): the Explanation object (its .to_dict()
+    is the API's payload)."""
+    return explain(model, text, top=top, silenced_members=silence_members, silenced_heads=silence_heads)
 
 
 def comparison(model, text_a, text_b, top: int = 10):

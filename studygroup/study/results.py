@@ -113,6 +113,8 @@ class Explanation(JSONable):
     model: ModelInfo
     story: list[str] = field(default_factory=list)
     scope: str = "in every head"  # where a silenced member is removed (long texts: the last questions only)
+    silenced_members: list[int] = field(default_factory=list)  # members nobody hears in the run explained
+    silenced_heads: list[list[int]] = field(default_factory=list)  # [layer, head] pairs writing nothing in it
 
     def __repr__(self) -> str:
         """<Explanation of “I have a lot” (4 members): next word “␣of” (87%); most decisive head …>"""

@@ -169,6 +169,7 @@ def explain_story(e) -> list[str]:
     p = e.logit_parts
     return [
         _members_line(e.tokens),
+        *_silenced_line(e),
         f"In each of the {n_heads} heads every member asks a question (Q); each answer (V) is weighed by how "
         f"well its nature (K) matches the question (Q·K/√d_k, then softmax over the question's row).",
         _conclusion(e),
@@ -177,6 +178,16 @@ def explain_story(e) -> list[str]:
         f"The logit of {quote(e.predicted.token)}, {p.logit:.2f}, adds up from the embedding ({signed(p.embed, 2)}), "
         f"the {n_heads} heads' writes ({signed(p.heads, 2)}) and the {n_layers} MLPs ({signed(p.mlps, 2)}).",
     ]
+
+
+def _silenced_line(e) -> list[str]:
+    """What the explained run silences, if anything: every number then is that run's."""
+    parts = [f"member {j} ({quote(e.tokens[j])}) is silenced in every head" for j in e.silenced_members]
+    parts += [f"head {h} of layer {l} writes nothing" for l, h in e.silenced_heads]
+    if not parts:
+        return []
+    return [f"In this run {', and '.join(parts)}: the conclusion and every effect below are this run's, "
+            f"measured on top of that silencing."]
 
 
 def _text(e) -> str:

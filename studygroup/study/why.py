@@ -13,12 +13,14 @@ Both are computed in float64 from the run's own recorded float32 numbers.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import torch
 
 from studygroup.errors import InputError
 from studygroup.formulas import attention, rope
+from studygroup.model.interventions import Interventions
 from studygroup.model.record import Record
 from studygroup.study.explain import checked_ids
 from studygroup.study.jsonable import JSONable
@@ -61,6 +63,8 @@ class Why(JSONable):
     n_parts: int  # parts per member: 1 + layer·n_heads + layer
     pairs: list[PartPair]  # every (query part, key part) pair, largest |value| first
     notes: list[str]  # the two splits in words
+    silenced_members: list[int] = field(default_factory=list)  # members nobody hears in this run
+    silenced_heads: list[list[int]] = field(default_factory=list)  # [layer, head] pairs writing nothing in it
 
     def __repr__(self) -> str:
         return brief(self, f"of head {self.layer}.{self.head}: member {self.query} listens to member {self.key} "
@@ -116,12 +120,15 @@ def rms_scale(x: torch.Tensor, eps: float) -> float:
     return float(torch.rsqrt(x.double().pow(2).mean() + eps))
 
 
-def why(model, text, layer: int, head: int, query: int, key: int) -> Why:
+def why(model, text, layer: int, head: int, query: int, key: int, silenced_members: Sequence[int] = (),
+        silenced_heads: Sequence[tuple[int, int]] = ()) -> Why:
     """Why member `query` (i) listens to member `key` (j) in head `head` of layer `layer`.
 
     The score q_i·k_j/√d_k split into content + position, and into every (query part, key part)
     pair of the residual stream's parts (see the module's docstring). A question hears only the
     members up to itself, so key <= query; the text after member i changes nothing and is not run.
+    silenced_members, silenced_heads: the score in a run with these silenced (members in every
+    head; a silenced key is refused: nobody hears it, so its score decides nothing).
 
     >>> w = why(model, "I have a lot", layer=2, head=0, query=3, key=1)
     >>> abs(w.content + w.position - w.score) < 1e-5, len(w.pairs) == w.n_parts ** 2
@@ -133,7 +140,13 @@ def why(model, text, layer: int, head: int, query: int, key: int) -> Why:
     if j > i:
         raise InputError(f"member {j} comes after member {i}: a question hears only the members up to itself "
                          f"(0-{i}); give a key of {i} or less, or a later query")
-    run = model.run(ids[:i + 1], record=_record(layer))
+    chosen = Interventions.make(model, len(ids), silenced_members, heads=silenced_heads)
+    before = Interventions(tuple(m for m in chosen.silenced_members if m <= i), None, chosen.silenced_heads)
+    if not before.mask(layer, head, i + 1)[i, j]:  # (members after i change nothing up to i)
+        raise InputError(f"member {j} is silenced in this run: member {i}'s question does not hear it, so its "
+                         f"score decides nothing; give another key, or leave member {j} heard")
+    run = model.run(ids[:i + 1], record=_record(layer), silence_members=before.silenced_members,
+                    silence_heads=sorted(before.silenced_heads))
     score, weight, content = _score(run, layer, head, i, j)
     values = _pair_values(model, run, layer, head, i, j)  # (P, P) float64
     names = part_names(layer, model.config.n_heads)
@@ -142,7 +155,7 @@ def why(model, text, layer: int, head: int, query: int, key: int) -> Why:
     tokens = [model.tokenizer.readable(t) for t in ids]
     return Why(text if isinstance(text, str) else None, tokens, list(ids), layer, head, model.config.kv_head_of(head),
                i, j, score, weight, content, score - content, total, len(names), pairs,
-               _notes(layer, model.config.n_heads, i, j, score, content, total, len(names)))
+               _notes(layer, model.config.n_heads, i, j, score, content, total, len(names)), **chosen.silenced())
 
 
 def _record(layer: int) -> Record:

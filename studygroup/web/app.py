@@ -76,6 +76,11 @@ class ConclusionBody(TextBody):
     silence_heads: Heads = []
 
 
+class ExplainBody(TextBody):
+    silence_members: Members = []
+    silence_heads: Heads = []
+
+
 class CompareBody(_Body):
     text_a: Text
     text_b: Text
@@ -109,6 +114,8 @@ class WhyBody(_Body):
     head: Index
     query: Index
     key: Index
+    silence_members: Members = []
+    silence_heads: Heads = []
 
 
 # ---- the app -------------------------------------------------------------------------------------
@@ -322,8 +329,11 @@ def _routes(app: FastAPI, s: Service) -> None:
                               lambda: page_data.conclusion(model, b.text, b.top, members, heads))
 
     @app.post("/api/explain")
-    async def explain(b: TextBody):
-        s.check_text(b.text)
+    async def explain(b: ExplainBody):
+        members, heads = s.silenced(b, s.check_text(b.text))
+        if members or heads:  # a run with these silenced: not the text's own explanation, not remembered
+            return await s.answer(("explain", b.text, b.top, members, heads), lambda: page_data.explanation(
+                model, b.text, b.top, members, heads).to_dict())
         return await s.answer(("explain", b.text, b.top), lambda: s.explanation(b.text, b.top).to_dict())
 
     @app.post("/api/compare")
@@ -355,7 +365,8 @@ def _routes(app: FastAPI, s: Service) -> None:
 
     @app.post("/api/why")
     async def why(b: WhyBody):
-        s.check_text(b.text)
+        members, heads = s.silenced(b, s.check_text(b.text))
         model.check_head(b.layer, b.head)
-        return await s.answer(("why", b.text, b.layer, b.head, b.query, b.key),
-                              lambda: study_why.why(model, b.text, b.layer, b.head, b.query, b.key).to_dict())
+        return await s.answer(("why", b.text, b.layer, b.head, b.query, b.key, members, heads),
+                              lambda: study_why.why(model, b.text, b.layer, b.head, b.query, b.key, members,
+                                                    heads).to_dict())

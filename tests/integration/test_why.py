@@ -6,49 +6,12 @@ import pytest
 import torch
 
 import studygroup
-from conftest import TEXT_B
+from conftest import TEXT_B, reference_llama
 from studygroup.errors import InputError
 from studygroup.study import head as study_head
 from studygroup.study.why import part_names, why
 
 CELLS = [(1, 2, 4, 1), (1, 0, 3, 3), (0, 3, 2, 0), (1, 3, 4, 0)]  # layer, head, query, key
-
-
-def rms_norm(x, g, eps):
-    return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * g
-
-
-def rope(x, base):
-    """Hugging Face's rotate-half RoPE on (…, T, d), float64."""
-    T, d = x.shape[-2:]
-    inv = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
-    theta = torch.outer(torch.arange(T, dtype=torch.float64), inv).repeat(1, 2)  # (T, d)
-    x1, x2 = x.chunk(2, -1)
-    return x * theta.cos() + torch.cat([-x2, x1], -1) * theta.sin()
-
-
-def reference_scores(tiny, ids, layer):
-    """Every head's scores at `layer` from a plain float64 Llama pass on the file's HF weights: (H, T, T)."""
-    c, w = tiny.hf_config, {k: v.double() for k, v in tiny.hf_state_dict.items()}
-    H, H_kv, d, eps = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"], c["rms_norm_eps"]
-    T = len(ids)
-    x = w["model.embed_tokens.weight"][ids]  # (T, d_model)
-    causal = torch.ones(T, T, dtype=torch.bool).tril()
-    for l in range(layer + 1):
-        p = f"model.layers.{l}."
-        E = rms_norm(x, w[p + "input_layernorm.weight"], eps)
-        q = rope((E @ w[p + "self_attn.q_proj.weight"].T).view(T, H, d).transpose(0, 1), c["rope_theta"])
-        k = rope((E @ w[p + "self_attn.k_proj.weight"].T).view(T, H_kv, d).transpose(0, 1), c["rope_theta"])
-        v = (E @ w[p + "self_attn.v_proj.weight"].T).view(T, H_kv, d).transpose(0, 1)
-        k, v = k.repeat_interleave(H // H_kv, 0), v.repeat_interleave(H // H_kv, 0)  # (H, T, d)
-        S = q @ k.mT / math.sqrt(d)  # (H, T, T)
-        if l == layer:
-            return S
-        z = torch.softmax(S.masked_fill(~causal, -math.inf), -1) @ v  # (H, T, d)
-        x = x + z.transpose(0, 1).reshape(T, H * d) @ w[p + "self_attn.o_proj.weight"].T
-        M = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
-        gate, up = M @ w[p + "mlp.gate_proj.weight"].T, M @ w[p + "mlp.up_proj.weight"].T
-        x = x + (torch.nn.functional.silu(gate) * up) @ w[p + "mlp.down_proj.weight"].T
 
 
 @pytest.mark.parametrize("layer, head, query, key", CELLS)
@@ -63,7 +26,7 @@ def test_the_two_splits_add_up_to_the_score(model, tiny_model, layer, head, quer
     assert w.weight == pytest.approx(view.weights[query][key], abs=1e-6)
     q_pre, k_pre = torch.tensor(view.q_pre_rope[query]).double(), torch.tensor(view.k_pre_rope[key]).double()
     assert w.content == pytest.approx(float(q_pre @ k_pre) / math.sqrt(len(view.q_pre_rope[0])), abs=1e-6)
-    S = reference_scores(tiny_model, w.token_ids, layer)
+    S = reference_llama(tiny_model, w.token_ids, layer=layer)
     assert w.score == pytest.approx(float(S[head, query, key]), abs=1e-4)
 
 

@@ -1,0 +1,105 @@
+"""--silence-member J and --silence-head L.H on explain and why: the run they show, and every
+measure taken on top of it, against an independent float64 pass (tests/conftest.py: reference_llama)."""
+import json
+
+import pytest
+import torch
+
+from conftest import TEXT_B, reference_llama
+from studygroup.errors import InputError
+from studygroup.study import explain as study
+from studygroup.study.why import why
+from .test_why import cli
+
+MEMBER, HEAD = 2, (0, 1)
+
+
+@pytest.fixture(scope="module")
+def silenced(model):
+    """explain TEXT_B with MEMBER and HEAD silenced, every head and member measured."""
+    return study.explain(model, TEXT_B, top=5, silenced_members=[MEMBER], silenced_heads=[HEAD])
+
+
+def test_the_conclusion_is_the_silenced_runs(model, tiny_model, silenced):
+    lp = reference_llama(tiny_model, silenced.token_ids, [MEMBER], [HEAD])  # (vocab,)
+    assert silenced.predicted.id == int(lp.argmax())
+    for w in silenced.top:
+        assert w.prob == pytest.approx(float(lp[w.id].exp()), abs=1e-5)
+    assert silenced.silenced_members == [MEMBER] and silenced.silenced_heads == [list(HEAD)]
+    clean = reference_llama(tiny_model, silenced.token_ids)
+    assert not torch.allclose(lp, clean, atol=1e-4)  # the silencing changes the run
+
+
+def test_head_effects_are_measured_on_top_of_the_silencing(model, tiny_model, silenced):
+    t, ids = silenced.predicted.id, silenced.token_ids
+    base = float(reference_llama(tiny_model, ids, [MEMBER], [HEAD])[t])
+    c = model.config
+    assert silenced.heads_measured == c.n_layers * c.n_heads
+    for h in silenced.heads:
+        alone = float(reference_llama(tiny_model, ids, [MEMBER], [HEAD, (h.layer, h.head)])[t])
+        assert h.silence_effect == pytest.approx(alone - base, abs=1e-4)
+        assert h.silence_effect_last_position is None  # measured for the clean run only
+    assert next(h for h in silenced.heads if (h.layer, h.head) == HEAD).silence_effect == pytest.approx(0, abs=1e-6)
+
+
+def test_member_effects_are_measured_on_top_of_the_silencing(model, tiny_model, silenced):
+    t, ids = silenced.predicted.id, silenced.token_ids
+    base = float(reference_llama(tiny_model, ids, [MEMBER], [HEAD])[t])
+    for m in silenced.members:
+        alone = float(reference_llama(tiny_model, ids, {MEMBER, m.index}, [HEAD])[t])
+        assert m.effect == pytest.approx(alone - base, abs=1e-4)
+
+
+def test_the_story_and_the_text_say_what_is_silenced(silenced):
+    from studygroup.views import text as render_text
+
+    assert any(s.startswith(f"In this run member {MEMBER} (") for s in silenced.story)
+    out = render_text.explanation(silenced)
+    assert f"silenced in this run: member {MEMBER} " in out and f"layer {HEAD[0]} head {HEAD[1]}: writes nothing" in out
+
+
+def test_why_explains_the_score_of_the_silenced_run(model, tiny_model):
+    w = why(model, TEXT_B, 1, 2, 4, 1, silenced_members=[3], silenced_heads=[(0, 2)])
+    S = reference_llama(tiny_model, w.token_ids[:5], [3], [(0, 2)], layer=1)
+    assert w.score == pytest.approx(float(S[2, 4, 1]), abs=1e-4)
+    assert w.score != pytest.approx(why(model, TEXT_B, 1, 2, 4, 1).score, abs=1e-4)
+    assert w.silenced_members == [3] and w.silenced_heads == [[0, 2]]
+    with pytest.raises(InputError, match="member 1 is silenced in this run"):
+        why(model, TEXT_B, 1, 2, 4, 1, silenced_members=[1])
+
+
+@pytest.mark.parametrize("command", [("explain", TEXT_B), ("why", TEXT_B, "--layer", 1, "--head", 2, "--key", 1)])
+def test_the_commands_take_the_flags(capsys, tiny_model, command):
+    code, out, err = cli(capsys, *command, "--silence-member", 3, "--silence-head", "0.2", "--json",
+                         "--model", tiny_model.path)
+    d = json.loads(out)
+    assert code == 0 and d["silenced_members"] == [3] and d["silenced_heads"] == [[0, 2]]
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--silence-member", 99), "member 99 does not exist"), (("--silence-member", -1), "too small"),
+    (("--silence-head", "5.0"), "layer 5 does not exist"), (("--silence-head", "0.9"), "head 9 does not exist"),
+    (("--silence-head", "x"), "is not LAYER.HEAD")])
+@pytest.mark.parametrize("command", [("explain", TEXT_B), ("why", TEXT_B, "--layer", 1, "--head", 2, "--key", 0)])
+def test_bad_values_are_refused_in_one_line(capsys, tiny_model, command, args, words):
+    code, out, err = cli(capsys, *command, *args, "--model", tiny_model.path)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and words in err
+
+
+def test_the_web_api_takes_them_and_refuses_bad_ones(model, silenced):
+    from fastapi.testclient import TestClient
+
+    from studygroup.web.app import Limits, create_app
+
+    quiet = {"silence_members": [MEMBER], "silence_heads": [list(HEAD)]}
+    with TestClient(create_app(model, Limits(max_tokens=48))) as client:
+        r = client.post("/api/explain", json={"text": TEXT_B, "top": 5, **quiet})
+        assert r.status_code == 200 and r.json() == silenced.to_dict()
+        r = client.post("/api/why", json={"text": TEXT_B, "layer": 1, "head": 2, "query": 4, "key": 1, **quiet})
+        assert r.status_code == 200 and r.json()["silenced_members"] == [MEMBER]
+        for path, extra in (("/api/explain", {}), ("/api/why", {"layer": 1, "head": 2, "query": 4, "key": 1})):
+            for bad, words in (({"silence_members": [99]}, "member 99 does not exist"),
+                               ({"silence_heads": [[0, 9]]}, "head 9 does not exist"),
+                               ({"silence_heads": [[0]]}, "")):
+                r = client.post(path, json={"text": TEXT_B, **extra, **bad})
+                assert 400 <= r.status_code < 500 and words in json.dumps(r.json())
