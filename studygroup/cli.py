@@ -5,7 +5,7 @@ stderr with exit status 2.
 
     studygroup explain [TEXT] [--top K] [--measure-heads N|all] [--measure-members N|all]
                        [--silence-member J] [--silence-head L.H]
-    studygroup compare TEXT_A TEXT_B
+    studygroup compare TEXT_A TEXT_B [--silence-member J] [--silence-head L.H]
     studygroup head [TEXT] --layer L --head H [--notation paper|columns] [--rows A:B] [--keys C:D] [--full]
                     [--silence-member J] [--silence-head L.H]
     studygroup lesson [--section N] [--html FILE]   (at a terminal: one section at a time)
@@ -120,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("text_b")
     _common(p, 10, "how many next words of each text to list (default 10)")
     _silencing(p)
+    _interventions(p, "compare the conclusions (member J of each text)")
     _figures(p)
     p.set_defaults(handler=_compare)
     p = sub.add_parser("head", help="one head as a full study group")
@@ -214,7 +215,8 @@ def _compare(args) -> str:
 
     _check_figures(args)
     c = compare(_load(args), args.text_a, args.text_b, top=args.top, silence_heads=args.silence_heads,
-                silence_members=args.silence_members)
+                silence_members=args.silence_members, silenced_members=args.silence_member,
+                silenced_heads=args.silence_head)
     _save_figures(args, lambda figures: figures.compare_figure(c.to_dict()))
     return c.to_json(indent=2) if args.json else render_text.comparison(c)
 

@@ -14,10 +14,13 @@ predicted word w. Then:
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 
+from studygroup.errors import InputError
+from studygroup.model.interventions import Interventions
 from studygroup.study import attribution
 from studygroup.study import effects
 from studygroup.study.jsonable import JSONable
@@ -112,8 +115,12 @@ class Comparison(JSONable):
 
 
 def compare(model, text_a, text_b, *, top: int = 10, silence_heads: int | str | None = None,
-            silence_members: int | str | None = None) -> Comparison:
+            silence_members: int | str | None = None, silenced_members: Sequence[int] = (),
+            silenced_heads: Sequence[tuple[int, int]] = ()) -> Comparison:
     """Compare the conclusions on two texts (e.g. "I have a lot" and "Cash or credit card? I have a lot").
+
+    silenced_members, silenced_heads: compare the runs with these silenced in both texts (member J
+    of each text, in every head; each head at every position), as explain does.
 
     >>> c = compare(model, "I have a lot", "Cash or credit card? I have a lot")
     >>> c.word, c.shift[0].prob_a < c.shift[0].prob_b
@@ -121,13 +128,14 @@ def compare(model, text_a, text_b, *, top: int = 10, silence_heads: int | str | 
     """
     from studygroup.study import story
 
-    options = dict(top=top, silence_heads=silence_heads, silence_members=silence_members)
-    A, B = analyse(model, text_a, **options), analyse(model, text_b, **options)
+    options = dict(top=top, silence_heads=silence_heads, silence_members=silence_members,
+                   silenced_members=silenced_members, silenced_heads=silenced_heads)
+    A, B = (_analysed(model, name, text, options) for name, text in (("text a", text_a), ("text b", text_b)))
     longer = _longer(text_a, text_b, A.run.T, B.run.T)
     L = B if longer == "b" else A
     w = L.explanation.predicted.id
     lp_a, lp_b = effects.log_probs(A.run.last_logits), effects.log_probs(B.run.last_logits)  # (vocab,)
-    prefix, lp_silenced = _prefix(model, text_a, text_b, longer, L.run, lp_a, lp_b, w)
+    prefix, lp_silenced = _prefix(model, text_a, text_b, longer, L.run, lp_a, lp_b, w, L.run.interventions)
     shift = _shift(model, A.explanation, B.explanation, lp_a, lp_b, lp_silenced)
     rival = max((s for s in shift if s.id != w), key=lambda s: abs(s.change), default=None)
     parts = lambda t: (attribution.direct_contributions(A.run, t), attribution.direct_contributions(B.run, t))  # noqa: E731
@@ -182,12 +190,21 @@ def _head_shifts(heads_a: torch.Tensor, heads_b: torch.Tensor) -> list[HeadShift
             for l, h in heads_largest_first(change)[:HEADS_SHOWN]]
 
 
+def _analysed(model, name: str, text, options: dict):
+    """analyse(text), an error naming the text it is about."""
+    try:
+        return analyse(model, text, **options)
+    except InputError as e:
+        raise InputError(f"{name}: {e}") from None
+
+
 def _ranked_members(e: Explanation) -> list[MemberEffect]:
     return sorted((m for m in e.members if m.rank is not None), key=lambda m: m.rank)
 
 
-def _prefix(model, text_a, text_b, longer: str, run, lp_a, lp_b, w: int):
-    """Silence the longer text's extra members together; None when neither text ends with the other."""
+def _prefix(model, text_a, text_b, longer: str, run, lp_a, lp_b, w: int, chosen: Interventions):
+    """Silence the longer text's extra members together (beside what `chosen` silences); None when
+    neither text ends with the other."""
     long_text, short_text = (text_b, text_a) if longer == "b" else (text_a, text_b)
     if not (isinstance(long_text, str) and isinstance(short_text, str) and long_text.endswith(short_text)):
         return None, None
@@ -195,7 +212,8 @@ def _prefix(model, text_a, text_b, longer: str, run, lp_a, lp_b, w: int):
     members = prefix_members(model, run.token_ids, len(prefix.encode("utf-8")))
     if not members:
         return None, None
-    silenced = model.run(run.token_ids, record="none", silence_members=members)
+    silenced = model.run(run.token_ids, record="none", silence_members=sorted({*members, *chosen.silenced_members}),
+                         silence_heads=sorted(chosen.silenced_heads))
     lp_s = effects.log_probs(silenced.last_logits)  # (vocab,)
     lp_long, lp_short = (lp_b, lp_a) if longer == "b" else (lp_a, lp_b)
     before, after = total_variation(lp_long, lp_short), total_variation(lp_s, lp_short)

@@ -66,9 +66,10 @@ def explanation(model, text, top: int = 10, silence_members: Sequence[int] = (),
     return explain(model, text, top=top, silenced_members=silence_members, silenced_heads=silence_heads)
 
 
-def comparison(model, text_a, text_b, top: int = 10):
-    """study_compare.compare(text_a, text_b): the Comparison object."""
-    return compare(model, text_a, text_b, top=top)
+def comparison(model, text_a, text_b, top: int = 10, silence_members: Sequence[int] = (),
+               silence_heads: Sequence[tuple[int, int]] = ()):
+    """study_compare.compare(text_a, text_b) (in runs with these silenced): the Comparison object."""
+    return compare(model, text_a, text_b, top=top, silenced_members=silence_members, silenced_heads=silence_heads)
 
 
 def model_view(model, text, explanation=None, silence_members: Sequence[int] = (),

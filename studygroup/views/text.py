@@ -121,7 +121,7 @@ def comparison(c) -> str:
                                                         "a, prefix silenced"] if silenced else [])
     rows = [[s.token, percent(s.prob_a), percent(s.prob_b), f"{signed(100 * s.change, 1)} pts"]
             + ([percent(s.prob_prefix_silenced)] if silenced else []) for s in c.shift]
-    lines = [f"a: {_members(c.a.tokens)}", f"b: {_members(c.b.tokens)}", "",
+    lines = [f"a: {_members(c.a.tokens)}", *_silenced(c.a), f"b: {_members(c.b.tokens)}", *_silenced(c.b), "",
              f"the shift (a → b) in the next word:", table(header, rows), "",
              f"heads whose direct contribution to the logit of {c.word} changed most (b - a):",
              table(["layer", "head", "in a", "in b", "change"],
@@ -280,7 +280,7 @@ def why(w, shown: int = WHY_PAIRS_SHOWN) -> str:
     """The score of one cell, split into content + position and into its largest part pairs."""
     q, k = w.tokens[w.query], w.tokens[w.key]
     lines = [f"head {w.layer}.{w.head} (kv head {w.kv_head}): why member {w.query} ({q}) listens to member "
-             f"{w.key} ({k})", f"  score q·k/√d_k = {w.score:.4f}   weight {percent(w.weight)}", "",
+             f"{w.key} ({k})", *_silenced(w), f"  score q·k/√d_k = {w.score:.4f}   weight {percent(w.weight)}", "",
              "content + position:", f"  content   {signed(w.content, 4)}   (before this layer's rotation: distance 0)",
              f"  position  {signed(w.position, 4)}   (what distance {w.query - w.key} adds through RoPE)",
              wrap(w.notes[1]), "", f"the largest of {len(w.pairs):,} (query part, key part) pairs:"]

@@ -85,6 +85,8 @@ class CompareBody(_Body):
     text_a: Text
     text_b: Text
     top: Top = 10
+    silence_members: Members = []
+    silence_heads: Heads = []
 
 
 class ModelViewBody(_Body):
@@ -338,15 +340,15 @@ def _routes(app: FastAPI, s: Service) -> None:
 
     @app.post("/api/compare")
     async def compare(b: CompareBody):
-        s.check_text(b.text_a, "text_a")
-        s.check_text(b.text_b, "text_b")
+        members, heads = s.silenced(b, min(s.check_text(b.text_a, "text_a"), s.check_text(b.text_b, "text_b")))
 
         def work():
-            c = page_data.comparison(model, b.text_a, b.text_b, b.top)
-            s.remember(b.text_a, b.top, c.a), s.remember(b.text_b, b.top, c.b)
+            c = page_data.comparison(model, b.text_a, b.text_b, b.top, members, heads)
+            if not (members or heads):  # the texts' own explanations
+                s.remember(b.text_a, b.top, c.a), s.remember(b.text_b, b.top, c.b)
             return c.to_dict()
 
-        return await s.answer(("compare", b.text_a, b.text_b, b.top), work)
+        return await s.answer(("compare", b.text_a, b.text_b, b.top, members, heads), work)
 
     @app.post("/api/model_view")
     async def model_view(b: ModelViewBody):

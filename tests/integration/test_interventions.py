@@ -5,8 +5,9 @@ import json
 import pytest
 import torch
 
-from conftest import TEXT_B, reference_llama
+from conftest import TEXT_A, TEXT_B, reference_llama
 from studygroup.errors import InputError
+from studygroup.study import compare as study_compare
 from studygroup.study import explain as study
 from studygroup.study.why import why
 from .test_why import cli
@@ -58,6 +59,19 @@ def test_the_story_and_the_text_say_what_is_silenced(silenced):
     assert f"silenced in this run: member {MEMBER} " in out and f"layer {HEAD[0]} head {HEAD[1]}: writes nothing" in out
 
 
+def test_compare_compares_the_silenced_runs(model, tiny_model):
+    c = study_compare.compare(model, TEXT_A, TEXT_B, top=5, silenced_members=[1], silenced_heads=[(1, 3)])
+    for e in (c.a, c.b):
+        lp = reference_llama(tiny_model, e.token_ids, [1], [(1, 3)])
+        assert e.silenced_members == [1] and e.silenced_heads == [[1, 3]]
+        assert [w.prob for w in e.top] == pytest.approx([float(lp[w.id].exp()) for w in e.top], abs=1e-5)
+    quiet = reference_llama(tiny_model, c.b.token_ids, {1, *c.prefix.members}, [(1, 3)])
+    assert c.prefix.prob_word == pytest.approx(float(quiet[c.word_id].exp()), abs=1e-5)
+    T_a = len(c.a.tokens)
+    with pytest.raises(InputError, match=f"text a: member {T_a} does not exist"):
+        study_compare.compare(model, TEXT_A, TEXT_B, silenced_members=[T_a])
+
+
 def test_why_explains_the_score_of_the_silenced_run(model, tiny_model):
     w = why(model, TEXT_B, 1, 2, 4, 1, silenced_members=[3], silenced_heads=[(0, 2)])
     S = reference_llama(tiny_model, w.token_ids[:5], [3], [(0, 2)], layer=1)
@@ -68,19 +82,24 @@ def test_why_explains_the_score_of_the_silenced_run(model, tiny_model):
         why(model, TEXT_B, 1, 2, 4, 1, silenced_members=[1])
 
 
-@pytest.mark.parametrize("command", [("explain", TEXT_B), ("why", TEXT_B, "--layer", 1, "--head", 2, "--key", 1)])
+@pytest.mark.parametrize("command", [("explain", TEXT_B), ("why", TEXT_B, "--layer", 1, "--head", 2, "--key", 1),
+                                     ("compare", TEXT_A, TEXT_B)])
 def test_the_commands_take_the_flags(capsys, tiny_model, command):
-    code, out, err = cli(capsys, *command, "--silence-member", 3, "--silence-head", "0.2", "--json",
+    code, out, err = cli(capsys, *command, "--silence-member", 0, "--silence-head", "0.2", "--json",
                          "--model", tiny_model.path)
     d = json.loads(out)
-    assert code == 0 and d["silenced_members"] == [3] and d["silenced_heads"] == [[0, 2]]
+    for run in (d["a"], d["b"]) if command[0] == "compare" else (d,):
+        assert code == 0 and run["silenced_members"] == [0] and run["silenced_heads"] == [[0, 2]]
+    code, out, err = cli(capsys, *command, "--silence-member", 0, "--silence-head", "0.2", "--model", tiny_model.path)
+    assert code == 0 and "member 0" in out and len(out.splitlines()) <= 100
 
 
 @pytest.mark.parametrize("args, words", [
     (("--silence-member", 99), "member 99 does not exist"), (("--silence-member", -1), "too small"),
     (("--silence-head", "5.0"), "layer 5 does not exist"), (("--silence-head", "0.9"), "head 9 does not exist"),
     (("--silence-head", "x"), "is not LAYER.HEAD")])
-@pytest.mark.parametrize("command", [("explain", TEXT_B), ("why", TEXT_B, "--layer", 1, "--head", 2, "--key", 0)])
+@pytest.mark.parametrize("command", [("explain", TEXT_B), ("why", TEXT_B, "--layer", 1, "--head", 2, "--key", 0),
+                                     ("compare", TEXT_A, TEXT_B)])
 def test_bad_values_are_refused_in_one_line(capsys, tiny_model, command, args, words):
     code, out, err = cli(capsys, *command, *args, "--model", tiny_model.path)
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and words in err
@@ -97,9 +116,13 @@ def test_the_web_api_takes_them_and_refuses_bad_ones(model, silenced):
         assert r.status_code == 200 and r.json() == silenced.to_dict()
         r = client.post("/api/why", json={"text": TEXT_B, "layer": 1, "head": 2, "query": 4, "key": 1, **quiet})
         assert r.status_code == 200 and r.json()["silenced_members"] == [MEMBER]
-        for path, extra in (("/api/explain", {}), ("/api/why", {"layer": 1, "head": 2, "query": 4, "key": 1})):
+        r = client.post("/api/compare", json={"text_a": TEXT_A, "text_b": TEXT_B, **quiet})
+        assert r.status_code == 200 and r.json()["b"]["silenced_heads"] == [list(HEAD)]
+        texts = {"text": TEXT_B}
+        for path, extra in (("/api/explain", texts), ("/api/why", {**texts, "layer": 1, "head": 2, "query": 4, "key": 1}),
+                            ("/api/compare", {"text_a": TEXT_A, "text_b": TEXT_B})):
             for bad, words in (({"silence_members": [99]}, "member 99 does not exist"),
                                ({"silence_heads": [[0, 9]]}, "head 9 does not exist"),
                                ({"silence_heads": [[0]]}, "")):
-                r = client.post(path, json={"text": TEXT_B, **extra, **bad})
+                r = client.post(path, json={**extra, **bad})
                 assert 400 <= r.status_code < 500 and words in json.dumps(r.json())
