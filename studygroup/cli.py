@@ -196,6 +196,11 @@ def _explain(args) -> str:
     from studygroup.study.explain import explain
 
     _check_figures(args)
+    if args.html is not None and (args.silence_member or args.silence_head):
+        from studygroup.errors import InputError
+
+        raise InputError("--html writes the text's own views, with nothing silenced: leave out --silence-member "
+                         "and --silence-head, or --html")
     model = _load(args)
     e = explain(model, args.text, top=args.top, silence_heads=args.silence_heads,
                 silence_members=args.silence_members, silenced_members=args.silence_member,

@@ -105,6 +105,12 @@ def test_bad_values_are_refused_in_one_line(capsys, tiny_model, command, args, w
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and words in err
 
 
+def test_explain_will_not_write_a_report_of_a_silenced_run(capsys, tiny_model, tmp_path):
+    code, out, err = cli(capsys, "explain", TEXT_B, "--silence-member", 1, "--html", tmp_path / "r.html",
+                         "--model", tiny_model.path)
+    assert code == 2 and out == "" and "--html writes the text's own views" in err and not (tmp_path / "r.html").exists()
+
+
 def test_the_web_api_takes_them_and_refuses_bad_ones(model, silenced):
     from fastapi.testclient import TestClient
 
