@@ -388,13 +388,13 @@ def rope64(x, base):
     return x * theta.cos() + torch.cat([-x2, x1], -1) * theta.sin()
 
 
-def reference_llama(tiny: "TinyModel", ids, silenced_members=(), silenced_heads=(), layer=None, head_gate=0.0):
+def reference_llama(tiny: "TinyModel", ids, silenced_members=(), silenced_heads=(), layer=None, gates=None):
     """A plain float64 Llama pass on the file's HF weights, written from the paper, not from studygroup:
     the last position's log-probabilities (vocab,), or with `layer` that layer's scores (H, T, T).
 
     silenced_members: keys no question hears, in every head (a question left with no key hears
-    itself); silenced_heads: (layer, head) pairs whose output is multiplied by `head_gate` (0: zeroed)
-    before o_proj."""
+    itself); silenced_heads: (layer, head) pairs whose output is zeroed before o_proj; gates:
+    {(layer, head): g}, heads whose output is multiplied by g there."""
     c, w = tiny.hf_config, {k: v.double() for k, v in tiny.hf_state_dict.items()}
     H, H_kv, d, eps = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"], c["rms_norm_eps"]
     T = len(ids)
@@ -413,7 +413,9 @@ def reference_llama(tiny: "TinyModel", ids, silenced_members=(), silenced_heads=
         if l == layer:
             return S
         z = torch.softmax(S.masked_fill(~mask, -math.inf), -1) @ v  # (H, T, d)
-        z[[h for m, h in silenced_heads if m == l]] *= head_gate
+        z[[h for m, h in silenced_heads if m == l]] = 0
+        for (m, h), g in (gates or {}).items():
+            z[h] *= g if m == l else 1
         x = x + z.transpose(0, 1).reshape(T, H * d) @ w[p + "self_attn.o_proj.weight"].T
         M = _rms_norm64(x, w[p + "post_attention_layernorm.weight"], eps)
         gate, up = M @ w[p + "mlp.gate_proj.weight"].T, M @ w[p + "mlp.up_proj.weight"].T
