@@ -82,8 +82,8 @@ def find(home: Path | None = None, env=None) -> tuple[list[Found], list[str]]:
         else:
             items = _grouped(store, _gguf_files(root, skipped))
         for item in items:
-            key = tuple(_real(p) for p in item.paths) or (store, item.name, item.problem)
-            if key not in seen_files:  # one file reached by two names (HF revisions, two roots) once
+            key = (store, item.name, tuple(_real(p) for p in item.paths), item.problem)
+            if key not in seen_files:  # one file under one name once (HF revisions link to one blob)
                 seen_files.add(key)
                 found.append(item)
     return found, skipped

@@ -75,10 +75,12 @@ def model_file(model: str | Path | None) -> str | Path | None:
     >>> model_file("no/such/model.gguf")
     'no/such/model.gguf'
     """
-    if model is None or isinstance(model, Path) or model == "" or _is_path(model):
+    if model is None or isinstance(model, Path) or model == "" or _exists(model):
         return model
     if model.lower().startswith(OLLAMA_PREFIX):
         return _ollama(model[len(OLLAMA_PREFIX):])
+    if "/" in model or "\\" in model or model.lower().endswith(".gguf"):
+        return model  # a path, not a name: resolve_model_path says it does not exist
     if model.lower() == DEFAULT_NAME:
         return None
     if model.lower() in packaged.PACKAGED:
@@ -86,9 +88,13 @@ def model_file(model: str | Path | None) -> str | Path | None:
     return _by_name(model)
 
 
-def _is_path(model: str) -> bool:
-    """An existing file, or a string that can only be a path (a missing one: its error names it)."""
-    return Path(model).expanduser().exists() or "/" in model or "\\" in model or model.lower().endswith(".gguf")
+def _exists(model: str) -> bool:
+    """Whether `model` is the path of something that exists (resolve_model_path says what is wrong
+    with a path that cannot be looked at)."""
+    try:
+        return Path(model).expanduser().exists()
+    except (OSError, RuntimeError, ValueError):
+        return True
 
 
 def _ollama(name: str) -> Path:
