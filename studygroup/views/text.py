@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import textwrap
 
+from studygroup.study.mask_reasons import OUTSIDE_WINDOW
 from studygroup.study.story import percent, signed
 
 __all__ = ["comparison", "explanation", "head_view", "lesson", "lesson_section", "models", "percent", "roles", "table", "why"]
@@ -229,6 +230,7 @@ def head_view(v, full: bool = False) -> str:
                   f"      k  {_vec(m.key, full)}    before RoPE {_vec(m.key_pre_rope, full)}",
                   f"      v  {_vec(m.answer, full)}", f"      Σ  {_vec(m.weighted_sum, full)}"]
     score_name = "scores Kᵀ·Q/√d_k" if v.notation == "columns" else "scores Q·Kᵀ/√d_k"
+    lines += _outside_window(v)
     if v.rows_shown[1] - v.rows_shown[0] == 1:
         lines += ["", *_one_question(v, full)]
     else:
@@ -236,6 +238,15 @@ def head_view(v, full: bool = False) -> str:
                   *_grid(v, v.weights, f"weights ({sums})", full)]
     lines += ["", wrap(v.check.statement, indent="")]
     return "\n".join(lines)
+
+
+def _outside_window(v) -> list[str]:
+    """A line naming the answers a local layer's sliding window leaves out, if the view holds any."""
+    n = sum(r == OUTSIDE_WINDOW for row in v.mask_reasons for r in row)
+    if not n:
+        return []
+    return [wrap(f"layer {v.layer} is a local layer: each question hears only the latest members (a sliding "
+                 f"window), so {n} cells shown are masked as outside the window (weight 0), not as the future", indent="")]
 
 
 def _silenced(v, full: bool = True) -> list[str]:
