@@ -50,7 +50,11 @@ def roots(home: Path | None = None, env=None) -> list[tuple[str, Path]]:
     []
     """
     env = os.environ if env is None else env
-    home = Path.home() if home is None else home
+    if home is None:
+        try:
+            home = Path.home()
+        except RuntimeError:  # no $HOME and no entry in the password database
+            home = Path("/nonexistent")
     candidates = [("ollama", env.get("OLLAMA_MODELS")), ("ollama", home / ".ollama/models"),
                   ("ollama", OLLAMA_SERVICE),
                   ("lm studio", home / ".lmstudio/models"), ("lm studio", home / ".cache/lm-studio/models"),
