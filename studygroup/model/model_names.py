@@ -113,6 +113,7 @@ def _ollama(name: str) -> Path:
 def _by_name(name: str) -> Path:
     """The one model `studygroup models` shows whose name is `name`, else contains it (any case)."""
     found, _ = stores.find()
+    found = [stores.Found("packaged", n, ()) for n in (DEFAULT_NAME, *packaged.PACKAGED)] + found
     key = name.lower()
     match = [f for f in found if f.name.lower() == key] or [f for f in found if key in f.name.lower()]
     if not match:
@@ -121,6 +122,8 @@ def _by_name(name: str) -> Path:
     if len(match) > 1:
         names = ", ".join(f"{f.name} ({f.store})" for f in match[:10])
         raise ModelFileError(f"{len(match)} models match {name!r}: {names}; give more of the name or the path")
+    if match[0].store == "packaged":
+        return model_file(match[0].name)
     return _file_of(match[0])
 
 

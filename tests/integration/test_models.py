@@ -197,6 +197,7 @@ def test_resolution_order(home, tmp_path, monkeypatch, tiny_model):
     # 4. a listed name: whole (any case), else the one name holding it
     assert Path(model_names.model_file("TINY-LMS")) == home / ".lmstudio/models/pub/repo/tiny-lms.gguf"
     assert Path(model_names.model_file("y-h")).name == "tiny-hf.gguf"
+    assert model_names.model_file("SMOLLM2") is None and model_names.model_file("gemma-3") == "packaged gemma-3-270m"
 
 
 @pytest.mark.parametrize("model, message", [
