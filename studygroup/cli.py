@@ -11,6 +11,7 @@ stderr with exit status 2.
     studygroup lesson [--section N] [--html FILE]   (at a terminal: one section at a time)
     studygroup why [TEXT] --layer L --head H --key J [--query I] [--silence-member J] [--silence-head L.H]
     studygroup roles [TEXT]
+    studygroup models [--full]   (the GGUF models on this disk)
 
 Every command takes --json (print the result as JSON instead), --top K and --model PATH.
 """
@@ -73,7 +74,9 @@ def _members_slice(s: str) -> slice:
 
 
 def _common(p: argparse.ArgumentParser, top: int, top_help: str) -> None:
-    p.add_argument("--model", default=None, metavar="PATH", help="a GGUF file (llama or gemma3), or gemma-3-270m (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--model", default=None, metavar="MODEL",
+                   help="a GGUF file, ollama:NAME[:TAG], gemma-3-270m, or a name `studygroup models` shows "
+                        "(default: SmolLM2-135M-Instruct)")
     p.add_argument("--top", type=_whole(1), default=top, metavar="K", help=top_help)
     p.add_argument("--json", action="store_true", help="print the result as JSON (see docs/json.md)")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda, where available")
@@ -157,6 +160,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("text", nargs="?", default=None, help="a text (default: the standard probe, 50 tokens twice)")
     _common(p, 5, "how many heads to list per role (default 5)")
     p.set_defaults(handler=_roles)
+    p = sub.add_parser("models", help="the GGUF models on this disk (Ollama, LM Studio, Hugging Face, llama.cpp) "
+                       "and whether studygroup reads them")
+    p.add_argument("--json", action="store_true", help="print the list as JSON (see docs/json.md)")
+    p.add_argument("--full", action="store_true", help="list every model and reason in full")
+    p.set_defaults(handler=_models)
     from studygroup.web import serve  # light: the web app is imported only when `serve` runs
 
     serve.add_parser(sub)
@@ -297,6 +305,18 @@ def _roles(args) -> str:
 
     r = roles(_load(args), args.text)
     return r.to_json(indent=2) if args.json else render_text.roles(r, shown=min(args.top, 10))
+
+
+def _models(args) -> str:
+    import json
+
+    from studygroup.model.model_names import listing
+    from studygroup.views import text as render_text
+
+    listed, skipped = listing()
+    if args.json:
+        return json.dumps({"models": [m.to_dict() for m in listed], "skipped": skipped}, indent=2)
+    return render_text.models(listed, skipped, full=args.full)
 
 
 def _page(pages: list[str]) -> str:

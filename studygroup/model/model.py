@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from studygroup.formulas import attention
-from studygroup.model import heap, packaged, threads
+from studygroup.model import heap, model_names, threads
 from studygroup.formulas import rope
 from studygroup.formulas import shared_past
 from studygroup.model.linear import onednn_takes, project
@@ -447,7 +447,8 @@ class _Buffers:
 def load(path: str | Path | None = None, device: str = "cpu", dtype: str | torch.dtype = torch.float32,
          cache: bool = True, require_native: bool = True, defer_cache_write: bool = False) -> Model:
     """Load a GGUF file (None: the default SmolLM2-135M-Instruct; "gemma-3-270m": Gemma 3 270M from
-    its packages, `studygroup.model.packaged`) as a Model.
+    its packages; "ollama:NAME[:TAG]" or a name `studygroup models` lists: see
+    `studygroup.model.model_names`) as a Model.
 
     dtype: float32 (exact, the default) or bfloat16 (the fast mode: on a CPU only where it
       multiplies bfloat16 natively, AVX512-BF16 or AMX, unless require_native=False).
@@ -465,7 +466,7 @@ def load(path: str | Path | None = None, device: str = "cpu", dtype: str | torch
     if dtype == torch.bfloat16 and device.type == "cpu" and require_native and not native_bfloat16():
         raise InputError("bfloat16 is not native on this CPU (no AVX512-BF16 or AMX): it would run slower "
                          "than float32; use --dtype float32")
-    path = packaged.model_file(path)  # a packaged model's name ("gemma-3-270m") -> its assembled file
+    path = model_names.model_file(path)  # "gemma-3-270m", "ollama:gemma3:270m", a listed name -> its file
     config, weights = load_weights(path, cache=cache, defer_write=defer_cache_write)
     heap.use_own_mappings_for_large_blocks()
     return Model(config, weights, load_tokenizer(path, cache=cache), path, device, dtype)

@@ -56,11 +56,15 @@ def model_file(path: str | Path | None) -> str | Path | None:
     return path
 
 
+def assembled_path(name: str) -> Path:
+    """Where the packaged model `name`'s file is kept once joined (it may not be there yet)."""
+    return disk_cache.cache_dir() / MODELS_FOLDER / PACKAGED[name].file
+
+
 def assembled(name: str) -> Path:
     """The packaged model `name`'s file, joined from its packages' parts on first use and checked
     against its sha256 (later uses check its size). ModelFileError naming the fix otherwise."""
-    spec = PACKAGED[name]
-    target = disk_cache.cache_dir() / MODELS_FOLDER / spec.file
+    spec, target = PACKAGED[name], assembled_path(name)
     if target.is_file() and target.stat().st_size == spec.size:
         return target
     parts = [_part(spec, dist, inside) for dist, inside in spec.parts]

@@ -118,7 +118,7 @@ def analyse(model, text, *, top: int = 10, silence_heads: int | str | None = Non
                     logit_parts=_logit_sum(parts), contributions=parts.heads.tolist(),
                     silence_estimates=[] if estimate is None else estimate.tolist(),
                     model=model_info(model), scope=strategy.scope, **chosen.silenced())
-    e.story = story.explain_story(e)
+    e.story = story.explain_story(e, norm_after_attention="post_attn_norm" in model.config.arch.layer_names)
     return Analysis(e, run)
 
 

@@ -163,8 +163,9 @@ def _members(e) -> list[str]:
     return lines
 
 
-def explain_story(e) -> list[str]:
-    """The Explanation `e` as a few sentences: members, conclusion, decisive head, members, logit."""
+def explain_story(e, norm_after_attention: bool = False) -> list[str]:
+    """The Explanation `e` as a few sentences: members, conclusion, decisive head, members, logit.
+    `norm_after_attention`: the model norms the sum of the heads' writes (Gemma), which the story says."""
     n_heads, n_layers = e.model.n_layers * e.model.n_heads, e.model.n_layers
     p = e.logit_parts
     return [
@@ -174,6 +175,7 @@ def explain_story(e) -> list[str]:
         f"well its nature (K) matches the question (Q·K/√d_k, then softmax over the question's row).",
         _conclusion(e),
         *_decisive_head(e),
+        *(_norm_after_attention() if norm_after_attention and e.heads else []),
         *_members(e),
         f"The logit of {quote(e.predicted.token)}, {p.logit:.2f}, adds up from the embedding ({signed(p.embed, 2)}), "
         f"the {n_heads} heads' writes ({signed(p.heads, 2)}) and the {n_layers} MLPs ({signed(p.mlps, 2)}).",
@@ -188,6 +190,12 @@ def _silenced_line(e) -> list[str]:
         return []
     return [f"In this run {', and '.join(parts)}: the conclusion and every effect below are this run's, "
             f"measured on top of that silencing."]
+
+
+def _norm_after_attention() -> list[str]:
+    return ["In this model a norm acts on the sum of a layer's head writes before it reaches the residual stream, "
+            "so silencing one head also rescales what the other heads of its layer write; the direct "
+            "contributions hold that norm's scale at its value in this run."]
 
 
 def _text(e) -> str:

@@ -7,6 +7,7 @@
    earlier head's write and each earlier MLP's write. With each member's RMSNorm scale held at
    its value in the run, q_i = RoPE_i(rms_i · (Σ_a a_i) ⊙ g · W_Q[h]) is linear in the parts, and
    so is k_j; the score is then Σ_{a,b} q_i(a)·k_j(b)/√d_k over every (query part, key part) pair.
+   A family that norms each head's q and k (Gemma 3) has that norm's scale held at its value too.
 
 Both are computed in float64 from the run's own recorded float32 numbers.
 """
@@ -29,6 +30,7 @@ from studygroup.study.story import brief
 #: Steps of the layers before L that add up the residual stream, and the steps of layer L read.
 PART_STEPS = ("write", "mlp_out")
 LAYER_STEPS = ("resid_pre", "q_pre_rope", "k_pre_rope", "q", "k", "weights")
+HEAD_NORMED = ("q_normed", "k_normed")  # q and k before the rotation, in a family that norms them per head
 NOT_MEANING_VS_PLACE = ("This is not \"meaning vs place\": q and k are made from the residual stream, which "
                         "already carries position from earlier layers (their heads attend by position too); "
                         "content is only the score without this layer's rotation.")
@@ -97,12 +99,15 @@ def residual_parts(run, layer: int, rows: list[int]) -> torch.Tensor:
 
 
 def rotated(parts: torch.Tensor, scale: float, gain: torch.Tensor, W: torch.Tensor, cos: torch.Tensor,
-            sin: torch.Tensor) -> torch.Tensor:
-    """Each part's question (or key) at one position, the RMSNorm scale held: RoPE(a · scale ⊙ g · W).
+            sin: torch.Tensor, head_gain: torch.Tensor | None = None, eps: float = 0.0) -> torch.Tensor:
+    """Each part's question (or key) at one position, the RMSNorm scale held: RoPE(a · scale ⊙ g · W);
+    with `head_gain` (Gemma's per-head norm), RoPE(p · rms(Σ p) ⊙ head_gain) for p = a · scale ⊙ g · W.
 
-    parts (P, d_model), gain (d_model,), W (d_model, d_head), cos and sin (d_head,) -> (P, d_head)
+    parts (P, d_model), gain (d_model,), W (d_model, d_head), cos, sin, head_gain (d_head,) -> (P, d_head)
     """
     projected = (parts * scale * gain) @ W  # (P, d_head)
+    if head_gain is not None:  # the scale of the whole q (or k), held: linear in the parts again
+        projected = projected * rms_scale(projected.sum(0), eps) * head_gain.double()
     return rope.apply(projected, cos[None], sin[None])  # (P, d_head)
 
 
@@ -145,7 +150,7 @@ def why(model, text, layer: int, head: int, query: int, key: int, silenced_membe
     if not before.mask(layer, head, i + 1)[i, j]:  # (members after i change nothing up to i)
         raise InputError(f"member {j} is silenced in this run: member {i}'s question does not hear it, so its "
                          f"score decides nothing; give another key, or leave member {j} heard")
-    run = model.run(ids[:i + 1], record=_record(layer), silence_members=before.silenced_members,
+    run = model.run(ids[:i + 1], record=_record(layer, _head_norms(model, layer)), silence_members=before.silenced_members,
                     silence_heads=sorted(before.silenced_heads))
     score, weight, content = _score(run, layer, head, i, j)
     values = _pair_values(model, run, layer, head, i, j)  # (P, P) float64
@@ -158,10 +163,12 @@ def why(model, text, layer: int, head: int, query: int, key: int, silenced_membe
                _notes(layer, model.config.n_heads, i, j, score, content, total, len(names)), **chosen.silenced())
 
 
-def _record(layer: int) -> Record:
-    """The embedding, every earlier layer's writes, and this layer's input, q, k and weights."""
+def _record(layer: int, head_norms: bool) -> Record:
+    """The embedding, every earlier layer's writes, and this layer's input, q, k (normed per head
+    where the family does) and weights."""
     steps = [f"layers.{l}.{s}" for l in range(layer) for s in PART_STEPS]
-    return Record(steps=("embed", *steps, *(f"layers.{layer}.{s}" for s in LAYER_STEPS)))
+    own = LAYER_STEPS + (HEAD_NORMED if head_norms else ())
+    return Record(steps=("embed", *steps, *(f"layers.{layer}.{s}" for s in own)))
 
 
 def _score(run, layer: int, head: int, i: int, j: int) -> tuple[float, float, float]:
@@ -169,7 +176,9 @@ def _score(run, layer: int, head: int, i: int, j: int) -> tuple[float, float, fl
     kv = run.model.config.kv_head_of(head)
     q, k = run["q", layer][head], run["k", layer][kv]  # (T, d_head) each
     score = float(attention.scores(q[None], k[None], validate=False)[0, i, j])
-    q_pre, k_pre = run["q_pre_rope", layer][head, i].double(), run["k_pre_rope", layer][kv, j].double()  # (d_head,)
+    before = HEAD_NORMED if _head_norms(run.model, layer) else ("q_pre_rope", "k_pre_rope")  # before the rotation
+    q_pre, k_pre = (run[f"layers.{layer}.{before[0]}"][head, i].double(),
+                    run[f"layers.{layer}.{before[1]}"][kv, j].double())  # (d_head,)
     content = float(q_pre @ k_pre) / math.sqrt(q_pre.shape[0])
     return score, float(run["weights", layer][head, i, j]), content
 
@@ -182,13 +191,22 @@ def _pair_values(model, run, layer: int, head: int, i: int, j: int) -> torch.Ten
     W_Q = w[f"layers.{layer}.W_Q"][:, head * d:(head + 1) * d].double()  # (d_model, d_head)
     W_K = w[f"layers.{layer}.W_K"][:, kv * d:(kv + 1) * d].double()  # (d_model, d_head)
     gain = w[f"layers.{layer}.attn_norm"].double()  # (d_model,)
-    cos, sin = rope.angles(i + 1, d, c.rope_base, freq_divisors=w.get("rope_freqs"))  # (i + 1, d_head), float32 as the pass
+    base = c.rope_base_of(layer)  # Gemma's local layers turn with their own base
+    divisors = w.get("rope_freqs") if base == c.rope_base else None
+    cos, sin = rope.angles(i + 1, d, base, freq_divisors=divisors)  # (i + 1, d_head), float32 as the pass
     cos, sin = cos.double(), sin.double()
     resid = run["resid_pre", layer]  # (T, d_model)
     parts = residual_parts(run, layer, [i, j])  # (P, 2, d_model)
-    q = rotated(parts[:, 0], rms_scale(resid[i], c.rms_eps), gain, W_Q, cos[i], sin[i])  # (P, d_head)
-    k = rotated(parts[:, 1], rms_scale(resid[j], c.rms_eps), gain, W_K, cos[j], sin[j])  # (P, d_head)
+    q = rotated(parts[:, 0], rms_scale(resid[i], c.rms_eps), gain, W_Q, cos[i], sin[i],
+                w.get(f"layers.{layer}.q_norm"), c.rms_eps)  # (P, d_head)
+    k = rotated(parts[:, 1], rms_scale(resid[j], c.rms_eps), gain, W_K, cos[j], sin[j],
+                w.get(f"layers.{layer}.k_norm"), c.rms_eps)  # (P, d_head)
     return pair_values(q, k)  # (P, P)
+
+
+def _head_norms(model, layer: int) -> bool:
+    """Whether the family norms each head's q and k (Gemma 3)."""
+    return f"layers.{layer}.q_norm" in model.w
 
 
 def _sorted_pairs(values: torch.Tensor, names: list[str]) -> list[PartPair]:

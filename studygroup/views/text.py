@@ -8,9 +8,10 @@ from __future__ import annotations
 import math
 import textwrap
 
+from studygroup.study.mask_reasons import OUTSIDE_WINDOW
 from studygroup.study.story import percent, signed
 
-__all__ = ["comparison", "explanation", "head_view", "lesson", "lesson_section", "percent", "roles", "table", "why"]
+__all__ = ["comparison", "explanation", "head_view", "lesson", "lesson_section", "models", "percent", "roles", "table", "why"]
 
 WIDTH = 100
 # head: what a bounded text output shows (the 100-line rule; --full shows all)
@@ -229,6 +230,7 @@ def head_view(v, full: bool = False) -> str:
                   f"      k  {_vec(m.key, full)}    before RoPE {_vec(m.key_pre_rope, full)}",
                   f"      v  {_vec(m.answer, full)}", f"      Σ  {_vec(m.weighted_sum, full)}"]
     score_name = "scores Kᵀ·Q/√d_k" if v.notation == "columns" else "scores Q·Kᵀ/√d_k"
+    lines += _outside_window(v)
     if v.rows_shown[1] - v.rows_shown[0] == 1:
         lines += ["", *_one_question(v, full)]
     else:
@@ -236,6 +238,15 @@ def head_view(v, full: bool = False) -> str:
                   *_grid(v, v.weights, f"weights ({sums})", full)]
     lines += ["", wrap(v.check.statement, indent="")]
     return "\n".join(lines)
+
+
+def _outside_window(v) -> list[str]:
+    """A line naming the answers a local layer's sliding window leaves out, if the view holds any."""
+    n = sum(r == OUTSIDE_WINDOW for row in v.mask_reasons for r in row)
+    if not n:
+        return []
+    return [wrap(f"layer {v.layer} is a local layer: each question hears only the latest members (a sliding "
+                 f"window), so {n} cells shown are masked as outside the window (weight 0), not as the future", indent="")]
 
 
 def _silenced(v, full: bool = True) -> list[str]:
@@ -312,3 +323,51 @@ def roles(r, shown: int = ROLE_HEADS_SHOWN) -> str:
         lines.append(table(["head", *order], [[f"{h.layer}.{h.head}", *[score(h, x) for x in order]] for h in top]))
         lines.append("")
     return "\n".join(lines).rstrip()
+
+
+MODELS_SHOWN = 80  # models listed without --full
+SKIPPED_SHOWN = 5  # folders skipped, named without --full
+REASON_CHARS = 200  # a reason cut to this without --full
+
+
+def models(listed, skipped: list[str], full: bool = False) -> str:
+    """`studygroup models`: one row per model (Listed, studygroup.model.model_names), then why the
+    unreadable ones are not read and which folders were skipped."""
+    shown = listed if full else listed[:MODELS_SHOWN]
+    rows = [[m.name, m.store, m.summary.title or "?", m.summary.architecture or "?", _count(m.summary.parameters),
+             m.summary.quantization or "?", m.summary.context_length, _bytes(m.summary.size),
+             "yes" if m.summary.readable else "no"] for m in shown]
+    lines = [f"GGUF models on this disk ({len(listed)}); --model takes the name, ollama:NAME[:TAG] or a path:",
+             table(["name", "where", "model", "family", "params", "quant", "context", "size", "reads"], rows)]
+    lines += _more(len(listed) - len(shown), "models")
+    notes = [m for m in shown if m.summary.reason]
+    if notes:
+        lines += ["", "why not, and notes:"]
+        lines += [f"  {m.name}: {m.summary.reason if full else _short(m.summary.reason, REASON_CHARS)}" for m in notes]
+    if skipped:
+        lines += ["", f"skipped ({len(skipped)}):"]
+        lines += [f"  {_short(s, REASON_CHARS) if not full else s}" for s in (skipped if full else skipped[:SKIPPED_SHOWN])]
+        lines += _more(len(skipped) - SKIPPED_SHOWN if not full else 0, "folders skipped")
+    return "\n".join(lines)
+
+
+def _count(n: int | None) -> str:
+    """A parameter count as people write it: 268M, 3.9B.
+
+    >>> _count(268_098_176), _count(3_880_000_000), None
+    ('268M', '3.9B', None)
+    """
+    if n is None:
+        return "?"
+    return f"{n / 1e9:.2g}B" if n >= 1e9 else f"{n / 1e6:.3g}M" if n >= 1e6 else f"{n / 1e3:.3g}k"
+
+
+def _bytes(n: int | None) -> str:
+    """A file size in MB or GB (10^6, 10^9 bytes).
+
+    >>> _bytes(253_113_024), _bytes(3_338_801_504)
+    ('253 MB', '3.3 GB')
+    """
+    if n is None:
+        return "?"
+    return f"{n / 1e9:.2g} GB" if n >= 1e9 else f"{n / 1e6:.3g} MB"

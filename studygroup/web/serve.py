@@ -30,7 +30,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1: this machine only; others get a warning)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free port)")
-    p.add_argument("--model", default=None, metavar="PATH", help="a llama GGUF file (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--model", default=None, metavar="MODEL",
+                   help="a GGUF file, ollama:NAME[:TAG], gemma-3-270m, or a name `studygroup models` shows")
     p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, metavar="N",
                    help=f"longest text the app takes, in tokens (default {DEFAULT_MAX_TOKENS}; never past the model's context)")
     p.add_argument("--no-warm", dest="warm", action="store_false",
