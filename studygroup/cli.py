@@ -289,7 +289,7 @@ def _lesson_on_text(args) -> str:
         layer, head = ls.default_head(model, text, [(e.layer, e.head) for e in explanation(model, text).heads])
     else:
         layer, head = args.head
-    d = ls.lesson_sections(model, text, layer, head)
+    d = ls.lesson_sections(model, text, layer, head).to_dict()
     if args.json:
         return json.dumps(d["sections"][args.section - 1] if args.section else d, ensure_ascii=False, indent=2)
     shown = [d["sections"][args.section - 1]] if args.section else d["sections"]

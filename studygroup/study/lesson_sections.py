@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 
 import torch
 
@@ -23,6 +24,7 @@ from studygroup.formulas import attention
 from studygroup.formulas.softmax_example import softmax_example
 from studygroup.model.record import Record
 from studygroup.study.explain import checked_ids, top_words
+from studygroup.study.jsonable import JSONable
 from studygroup.study.lesson_blocks import drawn_form_error
 from studygroup.study.roles import sinks
 from studygroup.study.story import percent, quote
@@ -34,6 +36,21 @@ SINK_REST = 0.5
 #: Past this many members the T × T score grid is left out (the chosen row and pair stay).
 GRID_MAX_T = 64
 TOP = 5
+
+
+@dataclass
+class LessonSections(JSONable):
+    """The lesson on one text for one head. See docs/json.md ("LessonSections")."""
+
+    text: str
+    tokens: list[str]
+    layer: int
+    head: int
+    query: int  # the question followed
+    key: int  # the answer followed
+    silenced_members: list[int]
+    silenced_heads: list[list[int]]
+    sections: list[dict]  # in SECTIONS order: name, title, formula_paper, formula_columns, says, numbers
 
 
 def _floats(x: torch.Tensor) -> list:
@@ -73,12 +90,12 @@ def _shorter(text: str) -> str | None:
 
 
 def lesson_sections(model, text: str, layer: int, head: int, query: int | None = None, key: int | None = None,
-                    silence_members=(), silence_heads=()) -> dict:
+                    silence_members=(), silence_heads=()) -> LessonSections:
     """Every section's numbers for `text`, head `head` of layer `layer`, question `query` (default:
     the last member) and answer `key` (default: the one it weighs most). See docs/json.md ("lesson").
 
     >>> d = lesson_sections(model, "I have a lot", 0, 0)
-    >>> [s["name"] for s in d["sections"]][:3]
+    >>> [s["name"] for s in d.sections][:3]
     ['members', 'embedding', 'layer_input']
     """
     model.check_head(layer, head)
@@ -93,9 +110,8 @@ def lesson_sections(model, text: str, layer: int, head: int, query: int | None =
     sections = [globals()["_" + name](**ctx) for name in SECTIONS]
     for s, name in zip(sections, SECTIONS):
         s["name"] = name
-    return {"text": text, "tokens": run.tokens, "layer": layer, "head": head, "query": i, "key": j,
-            "silenced_members": sorted(set(silence_members)), "silenced_heads": sorted([list(p) for p in set(map(tuple, silence_heads))]),
-            "sections": sections}
+    return LessonSections(text, run.tokens, layer, head, i, j, sorted({int(m) for m in silence_members}),
+                          sorted([int(a), int(b)] for a, b in {tuple(p) for p in silence_heads}), sections)
 
 
 def _section(title: str, paper: str, columns: str, says: list[str], **numbers) -> dict:

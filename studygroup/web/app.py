@@ -379,7 +379,7 @@ def _routes(app: FastAPI, s: Service) -> None:
             layer, head = model.check_head(b.layer, b.head)
         return await s.answer(("lesson", b.text, layer, head, b.query, b.key, members, heads),
                               lambda: lesson_sections.lesson_sections(model, b.text, layer, head, b.query, b.key,
-                                                                      members, heads))
+                                                                      members, heads).to_dict())
 
     @app.post("/api/why")
     async def why(b: WhyBody):
