@@ -234,8 +234,9 @@
       t.appendChild(el("tr", { cls: "sg-sum" }, [el("td", { attrs: { colspan: 3 }, text: "\u00f7 \u221ad_k = " + sig4(s.sqrt_d_k) + ": the score" }), num(s.score, path + "score")]));
       const wrap = el("div", { cls: "sg-lesson-split" }, [el("div", { cls: "sg-lesson-scroll" }, [t])]);
       if (s.grid) wrap.appendChild(el("figure", {}, [el("figcaption", { text: this.lesson.notation === "paper"
-        ? "Scores: row i is question i, column j is answer j; hatched: the future (masked)" : "Scores transposed: column i is question i, row j is answer j; hatched: the future (masked)" }),
-        this.matrixCanvas(s.grid, d.tokens, d.tokens, "scores")]));
+        ? "Scores: row i is question i, column j is answer j; outlined: the pair above; hatched: the future (masked)"
+        : "Scores transposed: column i is question i, row j is answer j; outlined: the pair above; hatched: the future (masked)" }),
+        this.matrixCanvas(s.grid, d.tokens, d.tokens, "scores", [d.query, d.key])]));
       body.appendChild(wrap);
     }
 
@@ -291,7 +292,7 @@
     }
 
     /** rows (R × C, null masked) with row labels (and column labels); transposed in the video's notation. */
-    matrixCanvas(rows, rowLabels, colLabels, scale) {
+    matrixCanvas(rows, rowLabels, colLabels, scale, mark) {
       const paper = this.lesson.notation === "paper";
       const R = paper ? rows.length : rows[0].length, C = paper ? rows[0].length : rows.length;
       const at = (r, c) => (paper ? rows[r][c] : rows[c][r]);
@@ -307,6 +308,10 @@
         const v = at(r, k);
         ctx.fillStyle = v == null ? masked : sg.rgb(scale === "weights" ? sg.weightColor(v) : sg.divergingColor(v, M));
         ctx.fillRect(pad + k * cell, head + r * cell, cell, cell);
+      }
+      if (mark) { // the pair followed, outlined: [row, column] in the paper's orientation
+        const [r, k] = paper ? mark : [mark[1], mark[0]];
+        ctx.strokeStyle = "#111"; ctx.lineWidth = 2; ctx.strokeRect(pad + k * cell + 1, head + r * cell + 1, cell - 2, cell - 2);
       }
       ctx.fillStyle = "#1d2026"; ctx.font = "11px " + sg.MONO; ctx.textBaseline = "middle";
       const labels = (list, vertical) => (list || []).forEach((t, i) => {
