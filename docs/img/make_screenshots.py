@@ -100,11 +100,14 @@ def main() -> None:
     out = Path(names[0]) if names else HERE / "page.png"
     proc, url = start_server()
     try:
-        shoot_lesson(url) if lesson else shoot(url, out)
+        if lesson:
+            shoot_lesson(url)
+        else:
+            shoot(url, out)
+            print(f"wrote {out}")
     finally:
         proc.terminate()
         proc.wait(10)
-    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

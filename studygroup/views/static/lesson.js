@@ -225,13 +225,20 @@
     }
 
     lesson_scores(body, s, d, path) {
-      const t = el("table", { cls: "sg-lesson-terms" }, [el("caption", { text: "q_" + d.query + " \u00b7 k_" + d.key + ", term by term (" + s.terms.length + " terms)" }),
-        el("tr", {}, [el("th", { text: "t" }), el("th", { text: "q_" + d.query + "[t]" }), el("th", { text: "k_" + d.key + "[t]" }), el("th", { text: "product" })])]);
       const q = d.sections[NAMES.indexOf("qkv")], qp = "sections." + NAMES.indexOf("qkv") + ".";
-      s.terms.forEach((x, i) => t.appendChild(el("tr", {}, [el("td", { text: String(i) }), num(q.q[d.query][i], qp + "q." + d.query + "." + i),
-        num(q.k[d.key][i], qp + "k." + d.key + "." + i), num(x, path + "terms." + i)])));
-      t.appendChild(el("tr", { cls: "sg-sum" }, [el("td", { attrs: { colspan: 3 }, text: "sum q\u00b7k" }), num(s.dot, path + "dot")]));
-      t.appendChild(el("tr", { cls: "sg-sum" }, [el("td", { attrs: { colspan: 3 }, text: "\u00f7 \u221ad_k = " + sig4(s.sqrt_d_k) + ": the score" }), num(s.score, path + "score")]));
+      const header = () => el("tr", {}, [el("th", { text: "t" }), el("th", { text: "q_" + d.query + "[t]" }), el("th", { text: "k_" + d.key + "[t]" }), el("th", { text: "product" })]);
+      const t = el("div", { cls: "sg-lesson-terms" }, [el("p", { cls: "sg-label", text: "q_" + d.query + " \u00b7 k_" + d.key + ", term by term (" + s.terms.length + " terms, 16 to a column)" })]);
+      const blocks = el("div", { cls: "sg-lesson-blocks" });
+      for (let a = 0; a < s.terms.length; a += 16) {
+        const part = el("table", {}, [header()]);
+        s.terms.slice(a, a + 16).forEach((x, n) => { const i = a + n; part.appendChild(el("tr", {}, [el("td", { text: String(i) }), num(q.q[d.query][i], qp + "q." + d.query + "." + i),
+          num(q.k[d.key][i], qp + "k." + d.key + "." + i), num(x, path + "terms." + i)])); });
+        blocks.appendChild(part);
+      }
+      t.appendChild(blocks);
+      t.appendChild(el("table", {}, [
+        el("tr", { cls: "sg-sum" }, [el("td", { text: "sum of the products: q\u00b7k" }), num(s.dot, path + "dot")]),
+        el("tr", { cls: "sg-sum" }, [el("td", { text: "\u00f7 \u221ad_k = " + sig4(s.sqrt_d_k) + ": the score" }), num(s.score, path + "score")])]));
       const wrap = el("div", { cls: "sg-lesson-split" }, [el("div", { cls: "sg-lesson-scroll" }, [t])]);
       if (s.grid) wrap.appendChild(el("figure", {}, [el("figcaption", { text: this.lesson.notation === "paper"
         ? "Scores: row i is question i, column j is answer j; outlined: the pair above; hatched: the future (masked)"
