@@ -159,10 +159,12 @@ def _layer_input(model, run, h, i, j, text) -> dict:
 def _qkv(model, run, h, i, j, text) -> dict:
     T, d = h.q.shape
     d_model = run[f"layers.{h.layer}.E"].shape[1]
+    normed = f"layers.{h.layer}.q_norm" in model.w  # Gemma 3: a per-head RMSNorm of q and k before RoPE
+    then = "q and k then normalised per head (RMSNorm over d_head) and turned by RoPE" if normed else \
+        "q and k then turned by RoPE"
     return _section(
         "Questions Q, natures of the answers K, answers V",
-        f"Q = E·W_Q, K = E·W_K, V = E·W_V: E (T × {d_model}) times W_Q, W_K, W_V ({d_model} × {d}) gives T × {d}; "
-        "q and k then turned by RoPE",
+        f"Q = E·W_Q, K = E·W_K, V = E·W_V: E (T × {d_model}) times W_Q, W_K, W_V ({d_model} × {d}) gives T × {d}; {then}",
         f"Q = W_Qᵀ·E, K = W_Kᵀ·E, V = W_Vᵀ·E: ({d} × {d_model}) times E ({d_model} × T) gives {d} × T",
         [f"W_Q, W_K and W_V are d_model × d_head = {d_model} × {d} matrices of head {h.head} (its keys and answers "
          f"are shared with its key/value group: key/value head {h.kv_head}). Each member's question, key and answer "

@@ -108,3 +108,15 @@ def test_bad_requests_are_refused_in_one_line(client):
     assert r.status_code == 400 and "99" in r.json()["error"]
     r = client.post("/api/lesson", json={"text": TEXT, "layer": 9, "head": 0})
     assert r.status_code == 400 and "layer 9 does not exist" in r.json()["error"]
+
+
+def test_a_gemma_lesson_names_its_per_head_norm(tiny_gemma3, model):
+    import studygroup
+
+    gemma = studygroup.load(tiny_gemma3.path, cache=False)
+    d = ls.lesson_sections(gemma, "the tin", 0, 0)
+    qkv = d.sections[ls.SECTIONS.index("qkv")]
+    assert "normalised per head" in qkv["formula_paper"]
+    assert np.allclose(qkv["q"], np64(gemma.run("the tin", record="all").head(0, 0).q), atol=1e-6)
+    llama = ls.lesson_sections(model, "the tin", 0, 0).sections[ls.SECTIONS.index("qkv")]
+    assert "normalised per head" not in llama["formula_paper"]
