@@ -7,7 +7,7 @@ stderr with exit status 2.
     studygroup compare TEXT_A TEXT_B
     studygroup head [TEXT] --layer L --head H [--notation paper|columns] [--rows A:B] [--keys C:D] [--full]
                     [--silence-member J] [--silence-head L.H]
-    studygroup lesson [--section N] [--html FILE]   (at a terminal: one section at a time)
+    studygroup lesson [TEXT] [--head L.H] [--section N] [--html FILE]   (at a terminal: one section at a time)
     studygroup why [TEXT] --layer L --head H --key J [--query I]
     studygroup roles [TEXT]
 
