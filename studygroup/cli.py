@@ -8,7 +8,7 @@ stderr with exit status 2.
     studygroup compare TEXT_A TEXT_B [--silence-member J] [--silence-head L.H]
     studygroup head [TEXT] --layer L --head H [--notation paper|columns] [--rows A:B] [--keys C:D] [--full]
                     [--silence-member J] [--silence-head L.H]
-    studygroup lesson [--section N] [--html FILE]   (at a terminal: one section at a time)
+    studygroup lesson [TEXT] [--head L.H] [--section N] [--html FILE]   (at a terminal: one section at a time)
     studygroup why [TEXT] --layer L --head H --key J [--query I] [--silence-member J] [--silence-head L.H]
     studygroup roles [TEXT]
     studygroup models [--full]   (the GGUF models on this disk)
@@ -143,6 +143,10 @@ def build_parser() -> argparse.ArgumentParser:
     _figures(p)
     p.set_defaults(handler=_head)
     p = sub.add_parser("lesson", help="the article's walkthrough with the real model's numbers")
+    p.add_argument("text", nargs="?", default=None,
+                   help="a text of yours: the page's sections on it, for one head (without: the article's two texts)")
+    p.add_argument("--head", type=_layer_head, default=None, metavar="L.H",
+                   help="with TEXT: the head followed (default: the most decisive not resting on a sink)")
     p.add_argument("--section", type=int, default=None, metavar="N", help="show section N only")
     p.add_argument("--html", default=None, metavar="FILE", help="write the lesson as a self-contained HTML page")
     _common(p, 8, "how many next words the conclusion lists (default 8)")
@@ -273,6 +277,8 @@ def _lesson(args) -> str:
     from studygroup.views import text as render_text
     from studygroup.study.lesson import check_section, lesson
 
+    if args.text is not None or args.head is not None:
+        return _lesson_on_text(args)
     if args.section is not None:
         check_section(args.section)
     if args.html is not None:
@@ -286,6 +292,33 @@ def _lesson(args) -> str:
     if args.section is None and sys.stdin.isatty() and sys.stdout.isatty():
         return _page([render_text.lesson(l, n) for n in range(1, len(l.sections) + 1)])
     return render_text.lesson(l, args.section)
+
+
+def _lesson_on_text(args) -> str:
+    """`lesson TEXT`: the page's sections (study.lesson_sections), the same numbers as /api/lesson."""
+    import json
+    import textwrap
+
+    from studygroup.errors import InputError
+    from studygroup.study import lesson_sections as ls
+    from studygroup.study.page_data import explanation
+
+    if args.html is not None:
+        raise InputError("--html writes the article's lesson: give it without TEXT")
+    n = len(ls.SECTIONS)
+    if args.section is not None and not 1 <= args.section <= n:
+        raise InputError(f"section {args.section} does not exist: the lesson on a text has {n} sections (1-{n})")
+    model, text = _load(args), args.text if args.text is not None else DEFAULT_TEXT
+    if args.head is None:
+        layer, head = ls.default_head(model, text, [(e.layer, e.head) for e in explanation(model, text).heads])
+    else:
+        layer, head = args.head
+    d = ls.lesson_sections(model, text, layer, head).to_dict()
+    if args.json:
+        return json.dumps(d["sections"][args.section - 1] if args.section else d, ensure_ascii=False, indent=2)
+    shown = [d["sections"][args.section - 1]] if args.section else d["sections"]
+    return "\n\n".join(f"{d['sections'].index(s) + 1}. {s['title']}\n  paper: {s['formula_paper']}\n  video: "
+                        f"{s['formula_columns']}\n" + "\n".join(textwrap.fill(x, 160, initial_indent="  ", subsequent_indent="  ") for x in s["says"]) for s in shown)
 
 
 def _why(args) -> str:

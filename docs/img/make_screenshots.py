@@ -8,6 +8,11 @@ I have a lot"), scrolls so that the model view and the open head fill the window
 
     .venv/bin/python docs/img/make_screenshots.py            # writes docs/img/page.png
     .venv/bin/python docs/img/make_screenshots.py out.png    # writes out.png
+    .venv/bin/python docs/img/make_screenshots.py --lesson   # writes docs/img/lesson-*.png
+
+With --lesson it opens Lesson mode on "I have a lot" (the default head: the most decisive head that
+is not resting on a sink) and saves the lesson's card at the sections LESSON_SECTIONS, 1440 wide,
+as 256-colour PNGs.
 """
 from __future__ import annotations
 
@@ -15,6 +20,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from urllib.parse import quote
 
 from playwright.sync_api import sync_playwright
 
@@ -24,6 +31,8 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 SIZE = {"width": 1440, "height": 900}
 LAYER, HEAD = 24, 6
+LESSON_TEXT = "I have a lot"
+LESSON_SECTIONS = ("scores", "softmax")
 
 
 def start_server() -> tuple[subprocess.Popen, str]:
@@ -68,15 +77,37 @@ def shoot(url: str, out: Path) -> None:
         browser.close()
 
 
+def shoot_lesson(url: str) -> None:
+    """docs/img/lesson-<section>.png: the lesson's card at each of LESSON_SECTIONS."""
+    from PIL import Image
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport=SIZE)
+        for name in LESSON_SECTIONS:
+            page.goto(f"{url}#mode=lesson&section={name}&text={quote(LESSON_TEXT)}")
+            page.locator(f".sg-lesson-body[data-section='{name}'] h2").wait_for(timeout=600_000)
+            out = HERE / f"lesson-{name}.png"
+            page.locator(".sg-lesson").screenshot(path=str(out))
+            Image.open(out).convert("RGB").quantize(256).save(out, optimize=True)
+            print(f"wrote {out}")
+        browser.close()
+
+
 def main() -> None:
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "page.png"
+    lesson = "--lesson" in sys.argv[1:]
+    names = [a for a in sys.argv[1:] if a != "--lesson"]
+    out = Path(names[0]) if names else HERE / "page.png"
     proc, url = start_server()
     try:
-        shoot(url, out)
+        if lesson:
+            shoot_lesson(url)
+        else:
+            shoot(url, out)
+            print(f"wrote {out}")
     finally:
         proc.terminate()
         proc.wait(10)
-    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ SCRIPTS = (
     "head.js",        # one head: its score and weight grids
     "listening.js",   # the selected member's question: weights and contributions
     "saving.js",      # PNG and JSON downloads
+    "lesson.js",      # Lesson mode: the article's sections on the text, one head; the state in the URL
     "mount.js",       # StudyGroup.mount and the page's automatic start
 )
 #: The other files the page is made of, and their media types.

@@ -15,6 +15,7 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 td.masked { background: MASKED_BACKGROUND; }
 pre { background: #f6f6f6; padding: 0.75rem; overflow-x: auto; white-space: pre-wrap; }
 nav ol { columns: 2; }
+p.steps { display: flex; gap: 1.5rem; font-size: 0.9rem; }
 """.replace("MASKED_BACKGROUND", colours.mask_css())
 
 
@@ -40,13 +41,22 @@ def _block(b) -> str:
     return f"<table><caption>{escape(b.caption)}</caption><tr>{head}</tr>{body}</table>"
 
 
+def _steps(n: int, last: int) -> str:
+    """Links under section n: back to the one before, the contents, on to the next."""
+    back = f'<a href="#s{n - 1}" rel="prev">← back: section {n - 1}</a>' if n > 1 else ""
+    on = f'<a href="#s{n + 1}" rel="next">next: section {n + 1} →</a>' if n < last else ""
+    return f'<p class="steps">{back}<a href="#contents">contents</a>{on}</p>'
+
+
 def lesson_html(lesson) -> str:
     """The Lesson as a complete HTML document (str)."""
     texts = " and ".join(f"“{escape(t)}”" for t in lesson.texts)
     nav = "".join(f'<li><a href="#s{s.number}">{escape(s.title)}</a></li>' for s in lesson.sections)
+    last = len(lesson.sections)
     sections = "".join(f'<section id="s{s.number}"><h2>{s.number}. {escape(s.title)}</h2>'
-                       + "".join(_block(b) for b in s.blocks) + "</section>" for s in lesson.sections)
+                       + "".join(_block(b) for b in s.blocks) + _steps(s.number, last) + "</section>"
+                       for s in lesson.sections)
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>If attention were a study group'
             f"</title><style>{STYLE}</style></head><body><h1>If attention were a study group</h1>"
             f"<p>The attention layer of a real model on {texts}, following head {lesson.head} of layer "
-            f"{lesson.layer}.</p><nav><ol>{nav}</ol></nav>{sections}</body></html>\n")
+            f"{lesson.layer}.</p><nav id='contents'><ol>{nav}</ol></nav>{sections}</body></html>\n")

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
 from studygroup.study import page_data
+from studygroup.study import lesson_sections
 from studygroup.study import why as study_why
 from studygroup.study.window import WEB, WindowError
 from studygroup.views import assets
@@ -106,6 +107,16 @@ class HeadBody(_Body):
     notation: Literal["paper", "columns"] = "paper"
     rows: Literal["auto", "all", "last"] | Ends = "auto"
     keys: Literal["all"] | Ends = "all"
+    silence_members: Members = []
+    silence_heads: Heads = []
+
+
+class LessonBody(_Body):
+    text: Text
+    layer: Index | None = None  # with head; None: the most decisive head not resting on a sink
+    head: Index | None = None
+    query: Index | None = None
+    key: Index | None = None
     silence_members: Members = []
     silence_heads: Heads = []
 
@@ -364,6 +375,23 @@ def _routes(app: FastAPI, s: Service) -> None:
         rows, keys = (tuple(x) if isinstance(x, list) else x for x in (b.rows, b.keys))
         return await s.answer(("head", b.text, b.layer, b.head, b.notation, rows, keys, members, heads),
                               lambda: page_data.head(model, b.text, b.layer, b.head, b.notation, rows, keys, members, heads))
+
+    @app.post("/api/lesson")
+    async def lesson(b: LessonBody):
+        T = s.check_text(b.text)
+        members, heads = s.silenced(b, T)
+        if (b.layer is None) != (b.head is None):
+            raise InputError("give both layer and head, or neither (the most decisive head not resting on a sink)")
+        if b.layer is None:
+            def choose():  # explain's order (cached for the page's other views), then the sink rule
+                ranked = [(e.layer, e.head) for e in s.explanation(b.text, 10).heads]
+                return lesson_sections.default_head(model, b.text, ranked)
+            layer, head = await s.gate.run(choose)
+        else:
+            layer, head = model.check_head(b.layer, b.head)
+        return await s.answer(("lesson", b.text, layer, head, b.query, b.key, members, heads),
+                              lambda: lesson_sections.lesson_sections(model, b.text, layer, head, b.query, b.key,
+                                                                      members, heads).to_dict())
 
     @app.post("/api/why")
     async def why(b: WhyBody):

@@ -81,7 +81,17 @@ def test_lesson_sections_json_and_html(capsys, tiny, tmp_path):
     page = tmp_path / "lesson.html"
     code, out, _ = cli(capsys, "lesson", "--model", tiny, "--html", page)
     assert code == 0 and str(page) in out
-    assert page.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    html = page.read_text(encoding="utf-8")
+    assert html.startswith("<!DOCTYPE html>")
+    assert '<a href="#s4" rel="prev">' in html and '<a href="#s6" rel="next">' in html  # section 5 goes back and on
+    assert html.count('href="#contents"') == 8 and "id='contents'" in html
+
+
+def test_lesson_on_a_text_prints_its_sections(capsys, tiny):
+    code, out, _ = cli(capsys, "lesson", "the tin", "--head", "1.2", "--model", tiny)
+    assert code == 0 and out.startswith("1. The study group: its members")
+    assert "8. The conclusion, and how context changes it" in out and "√d_k = √8 = 2.828" in out
+    assert max(len(line) for line in out.splitlines()) <= 400 and len(out.splitlines()) <= 100
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -102,6 +112,8 @@ def test_lesson_sections_json_and_html(capsys, tiny, tmp_path):
     (["head", "the tin", "--layer", "0", "--head", "0", "--silence-head", "2.0"], "layer 2 does not exist"),
     (["lesson", "--section", "9"], "section 9 does not exist"),
     (["lesson", "--section", "0"], "section 0 does not exist"),
+    (["lesson", "the tin", "--section", "9"], "section 9 does not exist"),
+    (["lesson", "the tin", "--html", "x.html"], "--html writes the article's lesson"),
     (["explain", "the tin", "--top", "0"], "--top"),
     (["explain", "the tin", "--silence-heads", "some"], "--silence-heads"),
     (["frobnicate"], "invalid choice"),

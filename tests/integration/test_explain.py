@@ -21,6 +21,7 @@ from studygroup.study import compare as study_compare
 from studygroup.study import head as study_head
 from studygroup.errors import InputError, NotationError
 from studygroup.study.lesson import lesson
+from studygroup.study.lesson_sections import lesson_sections
 from studygroup.model.interventions import PassPlan
 from studygroup.model.record import Record
 from studygroup.study.model_view import model_view
@@ -480,7 +481,7 @@ def round_trip(result) -> dict:
 def test_json_round_trips_with_exactly_the_documented_keys(model, analysis, comparison):
     docs, seen = documented_keys(), set()
     results = [analysis.explanation, comparison, study_head.head_view(model, TEXT_B, 0, 1, "columns"),
-               model_view(model.run(TEXT_B), analysis.explanation), lesson(model),
+               model_view(model.run(TEXT_B), analysis.explanation), lesson(model), lesson_sections(model, TEXT_B, 1, 2),
                studygroup.why(model, TEXT_B, 1, 2, 4, 1), studygroup.roles(model, TEXT_B)]
     for result in results:
         round_trip(result)

@@ -7,6 +7,7 @@
   const instances = [];
   function mount(root, opts) {
     const inst = new sg.Instance(root, opts || {});
+    if (inst.api) inst.buildLesson(); // Lesson mode is the page's (it asks /api/lesson)
     instances.push(inst);
     return inst;
   }

@@ -1,0 +1,263 @@
+"""The lesson's sections on any text, for one head: the numbers the page and `studygroup lesson
+TEXT --json` show, from one pass of the model (one source for both).
+
+The sections, in the article's order (SECTIONS): the members; E at layer 0 and where position
+enters; the chosen head's input at its layer; Q, K and V; the scores Q·Kᵀ/√d_k with one dot
+product term by term; the softmax of one row beside the article's 100/1/1,000 example; the
+weighted sum of the answers; the conclusion and how context changes it. Each section gives its
+formula in both notations (rows: the paper; columns: 3Blue1Brown's video) and sentences that state
+the numbers it shows.
+
+The default head is the most decisive one (explain's order) that is not resting on a sink: the
+chosen question gives < SINK_REST of its weight to the head's sinks (study.roles.sinks).
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import torch
+
+from studygroup.errors import InputError
+from studygroup.formulas import attention
+from studygroup.formulas.softmax_example import softmax_example
+from studygroup.model.record import Record
+from studygroup.study.explain import checked_ids, top_words
+from studygroup.study.jsonable import JSONable
+from studygroup.study.lesson_blocks import drawn_form_error
+from studygroup.study.roles import sinks
+from studygroup.study.story import percent, quote
+
+#: The sections' names, in order (the page's URL and the JSON use them).
+SECTIONS = ("members", "embedding", "layer_input", "qkv", "scores", "softmax", "weighted_sum", "conclusion")
+#: A head rests on a sink when its sinks take at least this share of the question's weight.
+SINK_REST = 0.5
+#: Past this many members the T × T score grid is left out (the chosen row and pair stay).
+GRID_MAX_T = 64
+TOP = 5
+
+
+@dataclass
+class LessonSections(JSONable):
+    """The lesson on one text for one head. See docs/json.md ("LessonSections")."""
+
+    text: str
+    tokens: list[str]
+    layer: int
+    head: int
+    query: int  # the question followed
+    key: int  # the answer followed
+    silenced_members: list[int]
+    silenced_heads: list[list[int]]
+    sections: list[dict]  # in SECTIONS order: name, title, formula_paper, formula_columns, says, numbers
+
+
+def _floats(x: torch.Tensor) -> list:
+    return x.double().tolist()
+
+
+def sink_share(weights: torch.Tensor, i: int) -> tuple[list[int], float]:
+    """The head's sinks (roles.sinks over its rows) and the weight question i gives them.
+
+    weights: (T, T) the head's weights, rows are questions.
+
+    >>> sink_share(torch.tensor([[1.0, 0.0], [0.9, 0.1]]), 1)
+    ([0], 0.8999999761581421)
+    """
+    s = sinks(weights)
+    return s, float(weights[i, s].sum())
+
+
+def default_head(model, text: str, ranked: list[tuple[int, int]], i: int = -1) -> tuple[int, int]:
+    """The first head of `ranked` (most decisive first) not resting on a sink for question i;
+    the first of `ranked` if every one rests on a sink."""
+    run = model.run(checked_ids(model, text), record="none")
+    i = i % run.T
+    for l, h in ranked:
+        if sink_share(run.head(l, h).weights, i)[1] < SINK_REST:
+            return l, h
+    return ranked[0]
+
+
+def _shorter(text: str) -> str | None:
+    """The text without its first sentence (or first word): the context the conclusion is compared with."""
+    parts = re.split(r"(?<=[.?!])\s+", text.strip(), maxsplit=1)
+    if len(parts) == 2 and parts[1]:
+        return parts[1]
+    words = text.strip().split(maxsplit=1)
+    return words[1] if len(words) == 2 else None
+
+
+def lesson_sections(model, text: str, layer: int, head: int, query: int | None = None, key: int | None = None,
+                    silence_members=(), silence_heads=()) -> LessonSections:
+    """Every section's numbers for `text`, head `head` of layer `layer`, question `query` (default:
+    the last member) and answer `key` (default: the one it weighs most). See docs/json.md ("lesson").
+
+    >>> d = lesson_sections(model, "I have a lot", 0, 0)
+    >>> [s["name"] for s in d.sections][:3]
+    ['members', 'embedding', 'layer_input']
+    """
+    model.check_head(layer, head)
+    ids = checked_ids(model, text)
+    T = len(ids)
+    i = T - 1 if query is None else model.check_member(query, T)
+    record = Record(steps=("layers.0.E", f"layers.{layer}.E", f"layers.{layer}.resid_pre"))
+    run = model.run(ids, record=record, silence_members=list(silence_members), silence_heads=list(silence_heads))
+    h = run.head(layer, head)
+    j = int(h.weights[i].argmax()) if key is None else model.check_member(key, T)
+    ctx = dict(model=model, run=run, h=h, i=i, j=j, text=text)
+    sections = [globals()["_" + name](**ctx) for name in SECTIONS]
+    for s, name in zip(sections, SECTIONS):
+        s["name"] = name
+    return LessonSections(text, run.tokens, layer, head, i, j, sorted({int(m) for m in silence_members}),
+                          sorted([int(a), int(b)] for a, b in {tuple(p) for p in silence_heads}), sections)
+
+
+def _section(title: str, paper: str, columns: str, says: list[str], **numbers) -> dict:
+    return {"title": title, "formula_paper": paper, "formula_columns": columns, "says": says, **numbers}
+
+
+def _members(model, run, h, i, j, text) -> dict:
+    return _section(
+        "The study group: its members", "one row per member: T rows", "one column per member: T columns",
+        [f"The text has {run.T} members, one per token: {', '.join(quote(t) for t in run.tokens)}.",
+         f"The question followed is member {i}'s ({quote(run.tokens[i])}); the answer followed is member {j}'s "
+         f"({quote(run.tokens[j])})."], T=run.T)
+
+
+def _embedding(model, run, h, i, j, text) -> dict:
+    E0 = run["layers.0.E"]  # (T, d_model)
+    d_model = E0.shape[1]
+    return _section(
+        "E at layer 0: the token embedding, and where position enters",
+        f"E is T × d_model = {run.T} × {d_model}: row i is member i", f"E is d_model × T = {d_model} × {run.T}: column i is member i",
+        [f"Each member enters as its token's embedding, normalised (RMSNorm): a vector of d_model = {d_model} numbers. "
+         f"Member {i}'s has norm {float(E0[i].norm()):.4g}; member {j}'s {float(E0[j].norm()):.4g}.",
+         "This model adds no position embedding: a token's E is the same wherever it stands (a model with "
+         "learned positions has E = token + position, literally). Position enters inside attention, by RoPE: "
+         "each question q and each key k is turned by an angle set by its member's position, so a score depends "
+         "on how far apart the two members are.",
+         f"Here RoPE changes the score of the pair ({i}, {j}) in this head from "
+         f"{float(attention.scores(h.q_pre_rope[None], h.k_pre_rope[None])[0, i, j]):.4g} (unturned) to "
+         f"{float(h.scores[i, j]):.4g}."],
+        d_model=d_model, query_row=_floats(E0[i]), key_row=_floats(E0[j]), norms=_floats(E0.norm(dim=-1)))
+
+
+def _layer_input(model, run, h, i, j, text) -> dict:
+    E = run[f"layers.{h.layer}.E"]  # (T, d_model)
+    earlier = ("Layer 0: nothing has been written yet, so the input is E itself." if h.layer == 0 else
+               f"It is not the token embedding: it is E plus what the {h.layer} earlier layer{'s' * (h.layer > 1)} wrote (the residual "
+               f"stream), normalised (RMSNorm). Member {i}'s row has norm {float(E[i].norm()):.4g}.")
+    return _section(
+        f"The input of layer {h.layer}: the normalised residual stream",
+        f"E (layer {h.layer}) is T × d_model: row i is member i", f"E (layer {h.layer}) is d_model × T: column i is member i",
+        [f"Head {h.head} of layer {h.layer} reads the members as its layer's input, not as layer 0's E. {earlier}"],
+        query_row=_floats(E[i]), key_row=_floats(E[j]), norms=_floats(E.norm(dim=-1)))
+
+
+def _qkv(model, run, h, i, j, text) -> dict:
+    T, d = h.q.shape
+    d_model = run[f"layers.{h.layer}.E"].shape[1]
+    normed = f"layers.{h.layer}.q_norm" in model.w  # Gemma 3: a per-head RMSNorm of q and k before RoPE
+    then = "q and k then normalised per head (RMSNorm over d_head) and turned by RoPE" if normed else \
+        "q and k then turned by RoPE"
+    return _section(
+        "Questions Q, natures of the answers K, answers V",
+        f"Q = E·W_Q, K = E·W_K, V = E·W_V: E (T × {d_model}) times W_Q, W_K, W_V ({d_model} × {d}) gives T × {d}; {then}",
+        f"Q = W_Qᵀ·E, K = W_Kᵀ·E, V = W_Vᵀ·E: ({d} × {d_model}) times E ({d_model} × T) gives {d} × T",
+        [f"W_Q, W_K and W_V are d_model × d_head = {d_model} × {d} matrices of head {h.head} (its keys and answers "
+         f"are shared with its key/value group: key/value head {h.kv_head}). Each member's question, key and answer "
+         f"is a vector of d_head = {d} numbers.",
+         f"Member {i}'s question q_{i} has norm {float(h.q[i].norm()):.4g}; member {j}'s key k_{j} "
+         f"{float(h.k[j].norm()):.4g} and answer v_{j} {float(h.v[j].norm()):.4g}."],
+        d_head=d, q=_floats(h.q), k=_floats(h.k), v=_floats(h.v))
+
+
+def _scores(model, run, h, i, j, text) -> dict:
+    d = h.q.shape[1]
+    terms = h.q[i].double() * h.k[j].double()  # (d_head,)
+    dot = float(terms.sum())
+    grid = [[float(h.scores[a, b]) if h.mask[a, b] else None for b in range(run.T)] for a in range(run.T)] \
+        if run.T <= GRID_MAX_T else None
+    says = [f"The score of answer j for question i is q_i · k_j / √d_k, with √d_k = √{d} = {math.sqrt(d):.4g}.",
+            f"For the pair ({i}, {j}): q_{i} · k_{j} = Σ of {d} products = {dot:.4g}; divided by {math.sqrt(d):.4g} "
+            f"that is {dot / math.sqrt(d):.4g} (the model's score: {float(h.scores[i, j]):.4g}).",
+            "A member cannot hear the members after it: those cells are masked (the future), not zero."]
+    if grid is None:
+        says.append(f"The whole grid ({run.T} × {run.T}) is left out here; the head view draws it.")
+    return _section(
+        "Scores: Q·Kᵀ/√d_k", "scores = Q·Kᵀ/√d_k: T × T, row i is question i",
+        "scores = Kᵀ·Q/√d_k: T × T, column i is question i", says,
+        sqrt_d_k=math.sqrt(d), terms=_floats(terms), dot=dot, score=float(h.scores[i, j]), grid=grid)
+
+
+def _softmax(model, run, h, i, j, text) -> dict:
+    row_s, row_w = h.scores[i], h.weights[i]  # (T,)
+    seen = h.mask[i]
+    ex = softmax_example()
+    sink_members, share = sink_share(h.weights, i)
+    rests = share >= SINK_REST
+    says = [f"Softmax turns question {i}'s scores into weights between 0 and 1 that sum to 1 "
+            f"(here {float(row_w.sum()):.6f}). Its scores run from {float(row_s[seen].min()):.4g} to "
+            f"{float(row_s[seen].max()):.4g}; member {j} gets weight {float(row_w[j]):.4g}.",
+            f"The article's example: scores 1, 1, 1, 100 give “lot” weight {ex.alone.weights[-1]:.6g}; with four "
+            f"members scoring 1,000 in front, each of those gets {ex.after_question.weights[0]:.4g} and “lot” "
+            f"{ex.after_question.weights[-1]:.4g}. "
+            + ("The real scores are far smaller, so the weights are less extreme." if float(row_s[seen].abs().max()) < 50
+               else "The real scores are as large as the article's."),
+            f"This head's sinks (members {sink_members}) take {share:.4g} of question {i}'s weight"
+            + (": the head rests on a sink, and its weights say little about meaning." if rests else ".")]
+    example = [{"context": g.context, "members": list(g.members), "scores": list(g.scores), "weights": list(g.weights)}
+               for g in (ex.alone, ex.after_question)]
+    return _section(
+        "Softmax of one question's scores", "softmax per row: row i of the weights sums to 1",
+        "softmax per column: column i of the weights sums to 1", says,
+        scores=[float(x) if m else None for x, m in zip(row_s, seen)], weights=_floats(row_w),
+        sinks=sink_members, sink_weight=share, rests_on_sink=rests, example=example)
+
+
+def _weighted_sum(model, run, h, i, j, text) -> dict:
+    by_hand = h.weights[i].double() @ h.v.double()  # (T,) @ (T, d_head) -> (d_head,)
+    W_O_h = model.W_O_head(h.layer, h.head).float()  # (d_head, d_model)
+    sizes = (h.v @ W_O_h).norm(dim=-1)  # (T,)
+    Q, K, V = h.q.mT[None], h.k.mT[None], h.v.mT[None]  # (1, d_head, T): the video's columns
+    return _section(
+        "The weighted sum of the answers", "output_i = Σ_j w_ij v_j: output = weights · V (T × d_head)",
+        "output_i = Σ_j v_j w_ji: output = V · weights (d_head × T), so V softmax(KᵀQ/√d_k)",
+        [f"Question {i}'s conclusion in this head is Σ_j w_ij v_j, {h.v.shape[1]} numbers; computed by hand it "
+         f"differs from the model's own by {float((by_hand - h.output[i].double()).abs().max()):.1e}.",
+         f"Member {j}'s part is w·v_{j} with w = {float(h.weights[i, j]):.4g}; through the output projection W_O "
+         f"its size is w × ‖v_{j}·W_O‖ = {float(h.weights[i, j] * sizes[j]):.4g}.",
+         "In columns the answers stand as V (d_head × T) and must multiply the weights from the left. As drawn in "
+         "the video, softmax(KᵀQ/√d_k)·V does not fit the shapes: " + drawn_form_error(Q, K, V)],
+        output=_floats(h.output[i]), contributions=_floats(h.weights[i] * sizes))
+
+
+def _conclusion(model, run, h, i, j, text) -> dict:
+    full = _top(model, text, run)
+    shorter = _shorter(text)
+    other = _top(model, shorter) if shorter else None
+    says = [f"After every layer, the group's most likely next word is {quote(full[0]['token'])} "
+            f"({percent(full[0]['prob'])})."]
+    if other:
+        says.append(f"Without “{text[:len(text) - len(shorter)].strip()}” in front (“{shorter}”), it is "
+                    f"{quote(other[0]['token'])} ({percent(other[0]['prob'])}): the context changes the conclusion"
+                    + (" and keeps its first word." if other[0]["token"] == full[0]["token"] else "."))
+    return _section(
+        "The conclusion, and how context changes it", "the last member's row of the last layer gives the next word",
+        "the last member's column of the last layer gives the next word", says,
+        top=full, shorter_text=shorter, shorter_top=other)
+
+
+def _top(model, text: str, run=None) -> list[dict]:
+    run = run or model.run(checked_ids(model, text), record="none")
+    lp = torch.log_softmax(run.last_logits.double().flatten(), -1)  # (vocab,)
+    return [{"token": w.token, "id": w.id, "prob": w.prob} for w in top_words(run, lp, TOP)]
+
+
+def check_section_name(name: str) -> int:
+    """The index of a section by name; InputError naming the sections otherwise."""
+    if name not in SECTIONS:
+        raise InputError(f"section {name!r} does not exist: the sections are {', '.join(SECTIONS)}")
+    return SECTIONS.index(name)

@@ -1,0 +1,353 @@
+/* Lesson mode: the article's walkthrough as sections, on the real numbers of the text in the box,
+ * for one head (POST /api/lesson; study/lesson_sections.py is their one source, shared with
+ * `studygroup lesson TEXT --json`). → next, ← back, Esc leaves, whenever focus is not in a text
+ * field. The page's state (text, mode, section, head, question, answer, notation, silencing)
+ * lives in the URL's hash, so reopening the URL shows the same thing. Every number drawn carries
+ * data-path (its place in the API's answer) and data-value (its exact value). */
+(function (sg) {
+  "use strict";
+
+  const { el, clear, sig4, percent } = sg;
+  const NAMES = ["members", "embedding", "layer_input", "qkv", "scores", "softmax", "weighted_sum", "conclusion"];
+  const SHORT = ["Members", "E, layer 0", "Layer input", "Q, K, V", "Scores", "Softmax", "Weighted sum", "Conclusion"];
+  const CELL = 12; // px of one drawn number
+
+  /** The state in a hash such as #mode=lesson&section=scores&head=3.2&text=… (null where absent). */
+  function readHash(hash) {
+    const p = new URLSearchParams(String(hash || "").replace(/^#/, ""));
+    const ints = (s) => (s ? s.split(",").filter((x) => x !== "").map(Number).filter((n) => Number.isInteger(n) && n >= 0) : []);
+    const pair = (s) => { const m = /^(\d+)\.(\d+)$/.exec(s || ""); return m ? [+m[1], +m[2]] : null; };
+    const int = (s) => (s != null && /^\d+$/.test(s) ? +s : null);
+    return { text: p.get("text"), mode: p.get("mode") === "lesson" ? "lesson" : "explore",
+      section: Math.max(0, NAMES.indexOf(p.get("section"))), head: pair(p.get("head")), query: int(p.get("q")), key: int(p.get("k")),
+      notation: p.get("notation") === "columns" ? "columns" : "paper",
+      members: ints(p.get("silence")), heads: (p.get("silence_heads") || "").split(",").map(pair).filter(Boolean) };
+  }
+
+  const isField = (t) => t && (t.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(t.tagName));
+  const num = (v, path, text) => el("td", { cls: "sg-num", text: text != null ? text : sig4(v), data: v == null ? {} : { path, value: v } });
+
+  sg.mixin(class {
+    /** Adds the Explore/Lesson switch and the lesson's card to a page view; restores the URL's state. */
+    buildLesson() {
+      const s = readHash(location.hash);
+      this.lesson = { on: s.mode === "lesson", section: s.section, head: s.head, query: s.query, key: s.key, notation: s.notation, data: null, gen: 0 };
+      this.pendingUrl = s;
+      const sw = el("div", { cls: "sg-modes", attrs: { role: "group", "aria-label": "mode" } }, [
+        el("button", { attrs: { type: "button" }, data: { mode: "explore" }, text: "Explore" }),
+        el("button", { attrs: { type: "button" }, data: { mode: "lesson" }, text: "Lesson" })]);
+      sw.addEventListener("click", (e) => { const b = e.target.closest("button"); if (b) this.setMode(b.dataset.mode); });
+      this.q(".sg-header").appendChild(sw);
+      const card = el("section", { cls: "sg-card sg-lesson", attrs: { "aria-label": "lesson" } }, [
+        el("div", { cls: "sg-lesson-nav" }), el("div", { cls: "sg-lesson-pick" }), el("div", { cls: "sg-lesson-body", attrs: { "aria-live": "polite" } })]);
+      this.q(".sg-layout").after(card);
+      document.addEventListener("keydown", (e) => this.lessonKey(e));
+      window.addEventListener("hashchange", () => { if (location.hash !== this.hashWritten) this.restoreHash(); });
+      this.showMode();
+    }
+
+    lessonKey(e) {
+      if (!this.lesson.on || isField(e.target) || e.altKey || e.ctrlKey || e.metaKey) return;
+      if (e.key === "ArrowRight") { e.preventDefault(); this.goSection(this.lesson.section + 1); }
+      else if (e.key === "ArrowLeft") { e.preventDefault(); this.goSection(this.lesson.section - 1); }
+      else if (e.key === "Escape") this.setMode("explore");
+    }
+
+    setMode(mode) {
+      this.lesson.on = mode === "lesson";
+      this.showMode();
+      this.writeHash();
+      if (this.lesson.on && !this.lesson.data) this.loadLesson();
+    }
+
+    showMode() {
+      this.root.classList.toggle("sg-mode-lesson", this.lesson.on);
+      for (const b of this.qa(".sg-modes button")) b.setAttribute("aria-pressed", String((b.dataset.mode === "lesson") === this.lesson.on));
+      if (this.lesson.on) this.renderLesson();
+    }
+
+    goSection(n) {
+      if (n < 0 || n >= NAMES.length || n === this.lesson.section) return;
+      this.lesson.section = n;
+      this.writeHash();
+      this.renderLesson();
+    }
+
+    /** The URL's hash from the state shown (replaceState: one history entry per page, not per key press). */
+    writeHash() {
+      const L = this.lesson, p = new URLSearchParams();
+      const text = this.d.text != null ? this.d.text : this.q(".sg-text").value;
+      if (text) p.set("text", text);
+      p.set("mode", L.on ? "lesson" : "explore");
+      p.set("section", NAMES[L.section]);
+      if (L.head) p.set("head", L.head.join("."));
+      if (L.query != null) p.set("q", L.query);
+      if (L.key != null) p.set("k", L.key);
+      if (L.notation !== "paper") p.set("notation", L.notation);
+      const pending = L.pendingSilence;
+      const sil = pending ? { silence_members: pending.members, silence_heads: pending.heads } : this.silencing();
+      if (sil.silence_members.length) p.set("silence", sil.silence_members.join(","));
+      if (sil.silence_heads.length) p.set("silence_heads", sil.silence_heads.map((x) => x.join(".")).join(","));
+      this.hashWritten = "#" + p.toString();
+      history.replaceState(null, "", this.hashWritten);
+    }
+
+    restoreHash() {
+      const s = readHash(location.hash);
+      Object.assign(this.lesson, { on: s.mode === "lesson", section: s.section, head: s.head, query: s.query, key: s.key, notation: s.notation, data: null });
+      this.pendingUrl = s;
+      if (s.text != null) { this.q(".sg-text").value = s.text; this.submit(); } else this.showMode();
+    }
+
+    /** Called by submit (session.js) around the explore view's work: the URL's text and silencing first. */
+    async submitWithLesson(explore) {
+      const s = this.pendingUrl;
+      this.pendingUrl = null;
+      if (s && s.text != null) this.q(".sg-text").value = s.text;
+      if (!s) Object.assign(this.lesson, { head: null, query: null, key: null }); // a new text: its own default head
+      this.lesson.data = null;
+      const silence = s && (s.members.length || s.heads.length) ? s : null;
+      this.lesson.pendingSilence = silence; // the URL's silencing until the explore view has it
+      if (this.lesson.on) this.loadLesson(silence);
+      await explore();
+      this.lesson.pendingSilence = null;
+      if (silence) {
+        this.ui.members = new Set(silence.members);
+        this.ui.headsSilenced = new Set(silence.heads.map((x) => x.join(".")));
+        this.renderMembers();
+        await this.resilence();
+      } else this.writeHash();
+    }
+
+    async loadLesson(silence) {
+      const L = this.lesson, gen = ++L.gen;
+      const text = this.q(".sg-text").value;
+      if (!text.trim()) return;
+      const pending = silence || L.pendingSilence;
+      const sil = pending ? { silence_members: pending.members, silence_heads: pending.heads } : this.silencing();
+      const body = { text, ...sil };
+      if (L.head) Object.assign(body, { layer: L.head[0], head: L.head[1] });
+      if (L.query != null) body.query = L.query;
+      if (L.key != null) body.key = L.key;
+      clear(this.q(".sg-lesson-body")).appendChild(el("p", { cls: "sg-hint", text: L.head ? "Computing the lesson\u2026"
+        : "Computing the lesson: finding the most decisive head that is not resting on a sink (silencing heads one at a time)\u2026" }));
+      try {
+        const d = await this.post("/lesson", body);
+        if (gen !== L.gen) return;
+        L.data = d;
+        L.head = [d.layer, d.head];
+        this.writeHash();
+        this.renderLesson();
+      } catch (e) {
+        if (gen === L.gen) clear(this.q(".sg-lesson-body")).appendChild(el("p", { cls: "sg-error", attrs: { role: "alert" }, text: e.message }));
+      }
+    }
+
+    renderLesson() {
+      const L = this.lesson;
+      const nav = clear(this.q(".sg-lesson-nav"));
+      const tabs = el("ol", { cls: "sg-lesson-tabs" });
+      NAMES.forEach((name, n) => tabs.appendChild(el("li", {}, [el("button", {
+        attrs: { type: "button", "aria-current": n === L.section ? "step" : null }, data: { section: name },
+        text: (n + 1) + ". " + SHORT[n], on: { click: () => this.goSection(n) } })])));
+      nav.appendChild(el("div", { cls: "sg-lesson-arrows" }, [
+        el("button", { cls: "sg-lesson-prev", attrs: { type: "button", disabled: L.section === 0 ? "" : null }, text: "\u2190 Back", on: { click: () => this.goSection(L.section - 1) } }),
+        el("span", { cls: "sg-lesson-count", text: "Section " + (L.section + 1) + " of " + NAMES.length }),
+        el("button", { cls: "sg-lesson-next", attrs: { type: "button", disabled: L.section === NAMES.length - 1 ? "" : null }, text: "Next \u2192", on: { click: () => this.goSection(L.section + 1) } }),
+        el("span", { cls: "sg-hint", text: "\u2192 next, \u2190 back, Esc back to Explore." })]));
+      nav.appendChild(tabs);
+      this.renderLessonPick();
+      const d = L.data;
+      if (!d) return;
+      const s = d.sections[L.section];
+      const body = clear(this.q(".sg-lesson-body"));
+      body.dataset.section = s.name;
+      body.appendChild(el("h2", { text: (L.section + 1) + ". " + s.title }));
+      body.appendChild(el("div", { cls: "sg-lesson-formulas" }, [
+        el("div", { cls: "sg-formula" + (L.notation === "paper" ? " sg-on" : "") }, [el("span", { cls: "sg-label", text: "Paper (rows; softmax per row)" }), el("code", { text: s.formula_paper })]),
+        el("div", { cls: "sg-formula" + (L.notation === "columns" ? " sg-on" : "") }, [el("span", { cls: "sg-label", text: "Video (columns; softmax per column)" }), el("code", { text: s.formula_columns })])]));
+      for (const line of s.says) body.appendChild(el("p", { cls: "sg-says", text: line }));
+      const draw = this["lesson_" + s.name];
+      if (draw) draw.call(this, body, s, d, "sections." + L.section + ".");
+    }
+
+    renderLessonPick() {
+      const L = this.lesson, d = L.data, box = clear(this.q(".sg-lesson-pick"));
+      const info = this.d.info;
+      if (!d || !info) return;
+      const select = (label, cls, options, value, onChange) => {
+        const sel = el("select", { cls, attrs: { "aria-label": label } }, options.map(([v, t]) => el("option", { attrs: { value: v, selected: v === value ? "" : null }, text: t })));
+        sel.addEventListener("change", () => onChange(sel.value));
+        return el("label", { cls: "sg-label" }, [label + " ", sel]);
+      };
+      const heads = [];
+      for (let l = 0; l < info.model.n_layers; l++) for (let h = 0; h < info.model.n_heads; h++) heads.push([l + "." + h, "layer " + l + ", head " + h]);
+      const members = d.tokens.map((t, j) => [String(j), j + ": " + sg.short(t, 16)]);
+      box.appendChild(select("Head", "sg-lesson-head", heads, d.layer + "." + d.head, (v) => { L.head = v.split(".").map(Number); L.key = null; this.loadLesson(); }));
+      box.appendChild(select("Question of", "sg-lesson-query", members, String(d.query), (v) => { L.query = +v; L.key = null; this.loadLesson(); }));
+      box.appendChild(select("Answer of", "sg-lesson-key", members.slice(0, d.query + 1), String(d.key), (v) => { L.key = +v; this.loadLesson(); }));
+      const orient = el("div", { cls: "sg-orient", attrs: { role: "group", "aria-label": "notation" } }, [
+        el("button", { attrs: { type: "button", "aria-pressed": String(L.notation === "paper") }, data: { notation: "paper" }, text: "Paper: rows" }),
+        el("button", { attrs: { type: "button", "aria-pressed": String(L.notation === "columns") }, data: { notation: "columns" }, text: "Video: columns" })]);
+      orient.addEventListener("click", (e) => { const b = e.target.closest("button"); if (b) { L.notation = b.dataset.notation; this.writeHash(); this.renderLesson(); } });
+      box.appendChild(orient);
+    }
+
+    // ---- the sections' drawings (paper: members are rows; video: members are columns) ----
+    lesson_members(body, s, d) {
+      const chips = el("div", { cls: "sg-lesson-members" });
+      d.tokens.forEach((t, j) => chips.appendChild(el("span", { cls: "sg-lesson-member" + (j === d.query ? " sg-q" : "") + (j === d.key ? " sg-k" : "") }, [
+        el("small", { text: String(j) }), sg.tokenNode(t)])));
+      body.appendChild(chips);
+    }
+
+    lesson_embedding(body, s, d, path) { this.lessonRows(body, s, d, path, "E"); }
+    lesson_layer_input(body, s, d, path) { this.lessonRows(body, s, d, path, "E (layer " + d.layer + ")"); }
+
+    /** The question's and the answer's rows of E, drawn and with their first entries as numbers. */
+    lessonRows(body, s, d, path, name) {
+      for (const [which, j] of [["query_row", d.query], ["key_row", d.key]]) {
+        body.appendChild(el("p", { cls: "sg-label", text: name + " of member " + j + " (" + d.tokens[j] + "): " + s[which].length + " numbers, norm " + sig4(s.norms[j]) }));
+        body.appendChild(this.vectorCanvas(s[which]));
+        body.appendChild(this.numberList(s[which], path + which, 12));
+      }
+    }
+
+    lesson_qkv(body, s, d, path) {
+      for (const [name, what] of [["q", "Q: each member's question"], ["k", "K: the nature of each member's answer"], ["v", "V: each member's answer"]]) {
+        body.appendChild(el("p", { cls: "sg-label", text: what + " (" + (this.lesson.notation === "paper" ? d.tokens.length + " rows \u00d7 " + s.d_head : s.d_head + " rows \u00d7 " + d.tokens.length + " columns") + ")" }));
+        body.appendChild(this.matrixCanvas(s[name], d.tokens, null, "scores"));
+      }
+      for (const [name, j] of [["q", d.query], ["k", d.key], ["v", d.key]]) {
+        body.appendChild(el("p", { cls: "sg-label", text: name + "_" + j + " (" + d.tokens[j] + "), " + s.d_head + " numbers:" }));
+        body.appendChild(this.numberList(s[name][j], path + name + "." + j, s.d_head));
+      }
+    }
+
+    lesson_scores(body, s, d, path) {
+      const q = d.sections[NAMES.indexOf("qkv")], qp = "sections." + NAMES.indexOf("qkv") + ".";
+      const header = () => el("tr", {}, [el("th", { text: "t" }), el("th", { text: "q_" + d.query + "[t]" }), el("th", { text: "k_" + d.key + "[t]" }), el("th", { text: "product" })]);
+      const t = el("div", { cls: "sg-lesson-terms" }, [el("p", { cls: "sg-label", text: "q_" + d.query + " \u00b7 k_" + d.key + ", term by term (" + s.terms.length + " terms, 16 to a column)" })]);
+      const blocks = el("div", { cls: "sg-lesson-blocks" });
+      for (let a = 0; a < s.terms.length; a += 16) {
+        const part = el("table", {}, [header()]);
+        s.terms.slice(a, a + 16).forEach((x, n) => { const i = a + n; part.appendChild(el("tr", {}, [el("td", { text: String(i) }), num(q.q[d.query][i], qp + "q." + d.query + "." + i),
+          num(q.k[d.key][i], qp + "k." + d.key + "." + i), num(x, path + "terms." + i)])); });
+        blocks.appendChild(part);
+      }
+      t.appendChild(blocks);
+      t.appendChild(el("table", {}, [
+        el("tr", { cls: "sg-sum" }, [el("td", { text: "sum of the products: q\u00b7k" }), num(s.dot, path + "dot")]),
+        el("tr", { cls: "sg-sum" }, [el("td", { text: "\u00f7 \u221ad_k = " + sig4(s.sqrt_d_k) + ": the score" }), num(s.score, path + "score")])]));
+      const wrap = el("div", { cls: "sg-lesson-split" }, [el("div", { cls: "sg-lesson-scroll" }, [t])]);
+      if (s.grid) wrap.appendChild(el("figure", {}, [el("figcaption", { text: this.lesson.notation === "paper"
+        ? "Scores: row i is question i, column j is answer j; outlined: the pair above; hatched: the future (masked)"
+        : "Scores transposed: column i is question i, row j is answer j; outlined: the pair above; hatched: the future (masked)" }),
+        this.matrixCanvas(s.grid, d.tokens, d.tokens, "scores", [d.query, d.key])]));
+      body.appendChild(wrap);
+    }
+
+    lesson_softmax(body, s, d, path) {
+      const t = el("table", { cls: "sg-lesson-row" }, [el("caption", { text: "Question " + d.query + " (" + d.tokens[d.query] + "): " + (this.lesson.notation === "paper" ? "its row" : "its column") }),
+        el("tr", {}, [el("th", { text: "member" }), el("th", { text: "score" }), el("th", { text: "weight" }), el("th", { text: "" })])]);
+      d.tokens.forEach((tok, j) => {
+        if (s.scores[j] == null) return;
+        const bar = el("span", { cls: "sg-wbar" });
+        bar.style.width = (100 * s.weights[j]).toFixed(1) + "%";
+        t.appendChild(el("tr", { cls: s.sinks.includes(j) ? "sg-sink" : "" }, [el("td", {}, [sg.tokenNode(tok)]), num(s.scores[j], path + "scores." + j),
+          num(s.weights[j], path + "weights." + j), el("td", { cls: "sg-wcell" }, [bar])]));
+      });
+      const ex = el("div", { cls: "sg-lesson-example" }, [el("p", { cls: "sg-label", text: "The article's example (float64)" })]);
+      s.example.forEach((g, n) => {
+        const et = el("table", {}, [el("caption", { text: g.context }), el("tr", {}, [el("th", { text: "member" }), el("th", { text: "score" }), el("th", { text: "weight" })])]);
+        g.members.forEach((m, j) => et.appendChild(el("tr", {}, [el("td", { text: m }), num(g.scores[j], path + "example." + n + ".scores." + j, String(g.scores[j])),
+          num(g.weights[j], path + "example." + n + ".weights." + j, Number(g.weights[j]).toPrecision(4))])));
+        ex.appendChild(et);
+      });
+      body.appendChild(el("div", { cls: "sg-lesson-split" }, [el("div", { cls: "sg-lesson-scroll" }, [t]), ex]));
+    }
+
+    lesson_weighted_sum(body, s, d, path) {
+      body.appendChild(el("p", { cls: "sg-label", text: "output_" + d.query + " = \u03a3_j w_j v_j: " + s.output.length + " numbers" }));
+      body.appendChild(this.vectorCanvas(s.output));
+      body.appendChild(this.numberList(s.output, path + "output", s.output.length));
+      const t = el("table", { cls: "sg-lesson-row" }, [el("caption", { text: "What each answer adds: weight \u00d7 \u2016v_j\u00b7W_O\u2016" }),
+        el("tr", {}, [el("th", { text: "member" }), el("th", { text: "weight" }), el("th", { text: "contribution" })])]);
+      const sm = d.sections[NAMES.indexOf("softmax")], sp = "sections." + NAMES.indexOf("softmax") + ".";
+      d.tokens.forEach((tok, j) => { if (sm.scores[j] != null) t.appendChild(el("tr", {}, [el("td", {}, [sg.tokenNode(tok)]), num(sm.weights[j], sp + "weights." + j), num(s.contributions[j], path + "contributions." + j)])); });
+      body.appendChild(el("div", { cls: "sg-lesson-scroll" }, [t]));
+    }
+
+    lesson_conclusion(body, s, d, path) {
+      const list = (caption, words, key) => el("table", { cls: "sg-lesson-row" }, [el("caption", { text: caption }),
+        ...words.map((w, n) => el("tr", {}, [el("td", {}, [sg.tokenNode(w.token)]), num(w.prob, path + key + "." + n + ".prob", percent(w.prob))]))]);
+      const box = el("div", { cls: "sg-lesson-split" }, [list("\u201c" + d.text + "\u201d", s.top, "top")]);
+      if (s.shorter_top) box.appendChild(list("\u201c" + s.shorter_text + "\u201d", s.shorter_top, "shorter_top"));
+      body.appendChild(box);
+    }
+
+    // ---- drawing helpers ----
+    /** A vector as a strip of coloured cells (diverging scale around 0): a row (paper) or a column (video). */
+    vectorCanvas(values) {
+      const across = this.lesson.notation === "paper", n = values.length;
+      const cell = Math.max(2, Math.min(CELL, Math.floor(720 / n)));
+      const c = el("canvas", { cls: "sg-vector", attrs: { role: "img", "aria-label": n + " numbers, " + (across ? "a row" : "a column") } });
+      c.width = across ? n * cell : CELL; c.height = across ? CELL : n * cell;
+      const ctx = c.getContext("2d"), M = Math.max(...values.map(Math.abs));
+      values.forEach((v, i) => { ctx.fillStyle = sg.rgb(sg.divergingColor(v, M)); if (across) ctx.fillRect(i * cell, 0, cell, CELL); else ctx.fillRect(0, i * cell, CELL, cell); });
+      return c;
+    }
+
+    /** rows (R × C, null masked) with row labels (and column labels); transposed in the video's notation. */
+    matrixCanvas(rows, rowLabels, colLabels, scale, mark) {
+      const paper = this.lesson.notation === "paper";
+      const R = paper ? rows.length : rows[0].length, C = paper ? rows[0].length : rows.length;
+      const at = (r, c) => (paper ? rows[r][c] : rows[c][r]);
+      const left = paper ? rowLabels : colLabels, top = paper ? colLabels : rowLabels;
+      const cell = Math.max(4, Math.min(16, Math.floor(640 / C))), pad = left ? 90 : 30, head = top ? 70 : 4;
+      const c = el("canvas", { cls: "sg-matrix", attrs: { role: "img" } });
+      c.width = pad + C * cell; c.height = head + R * cell;
+      const ctx = c.getContext("2d");
+      let M = 0;
+      for (const row of rows) for (const v of row) if (v != null) M = Math.max(M, Math.abs(v));
+      const masked = sg.hatch(ctx, 1);
+      for (let r = 0; r < R; r++) for (let k = 0; k < C; k++) {
+        const v = at(r, k);
+        ctx.fillStyle = v == null ? masked : sg.rgb(scale === "weights" ? sg.weightColor(v) : sg.divergingColor(v, M));
+        ctx.fillRect(pad + k * cell, head + r * cell, cell, cell);
+      }
+      if (mark) { // the pair followed, outlined: [row, column] in the paper's orientation
+        const [r, k] = paper ? mark : [mark[1], mark[0]];
+        ctx.strokeStyle = "#111"; ctx.lineWidth = 2; ctx.strokeRect(pad + k * cell + 1, head + r * cell + 1, cell - 2, cell - 2);
+      }
+      ctx.fillStyle = "#1d2026"; ctx.font = "11px " + sg.MONO; ctx.textBaseline = "middle";
+      const labels = (list, vertical) => (list || []).forEach((t, i) => {
+        if (vertical) { ctx.save(); ctx.translate(pad + i * cell + cell / 2, head - 4); ctx.rotate(-Math.PI / 2); ctx.fillText(sg.short(t, 9), 0, 0); ctx.restore(); }
+        else ctx.fillText(sg.short(t, 11), 2, head + i * cell + cell / 2);
+      });
+      if (cell >= 10) { labels(left || (paper ? null : Array.from({ length: R }, (_, i) => String(i))), false); labels(top, true); }
+      return el("div", { cls: "sg-lesson-scroll" }, [c]);
+    }
+
+    /** The first `count` numbers of a vector as text, each with its data-path. */
+    numberList(values, path, count) {
+      const box = el("div", { cls: "sg-numbers" });
+      values.slice(0, count).forEach((v, i) => box.appendChild(el("span", { cls: "sg-num", text: sig4(v), data: { path: path + "." + i, value: v }, attrs: { title: "[" + i + "] " + v } })));
+      if (values.length > count) box.appendChild(el("span", { cls: "sg-hint", text: "\u2026 " + (values.length - count) + " more" }));
+      return box;
+    }
+  });
+
+  // The explore view's text and silencing changes carry the lesson along (and the URL).
+  const P = sg.Instance.prototype, submit = P.submit, resilence = P.resilence;
+  P.submit = function () { return this.lesson ? this.submitWithLesson(() => submit.call(this)) : submit.call(this); };
+  P.resilence = async function () {
+    await resilence.call(this);
+    if (!this.lesson) return;
+    this.writeHash();
+    if (this.lesson.on) this.loadLesson();
+  };
+
+  sg.lessonSections = NAMES;
+  sg.readLessonHash = readHash;
+})(window.StudyGroup = window.StudyGroup || {});

@@ -1,0 +1,138 @@
+"""Lesson mode in a real browser (chromium, headless): the sections in order with the keyboard, every
+number drawn equal to /api/lesson's, the state in the URL, markup in token text kept as text.
+Screenshots of each section at 1440×900 and 390×844 go to artifacts/screenshots/lesson/."""
+from __future__ import annotations
+
+import json
+from urllib.parse import quote
+
+import pytest
+
+from studygroup.study.lesson_sections import SECTIONS
+
+from .test_page import MARKUP_TEXT, assert_no_markup_ran, only_loopback
+
+BODY = ".sg-lesson-body"
+SIZES = {"desktop": (1440, 900), "phone": (390, 844)}
+
+
+def wait_section(page, name, timeout=60_000):
+    page.locator(f"{BODY}[data-section='{name}'] h2").wait_for(timeout=timeout)
+
+
+def api_lesson(page, url, d):
+    """/api/lesson's answer for what the page shows (text, head, question, answer, silencing)."""
+    body = {"text": d["text"], "layer": d["layer"], "head": d["head"], "query": d["query"], "key": d["key"],
+            "silence_members": d["silenced_members"], "silence_heads": d["silenced_heads"]}
+    r = page.request.post(url + "api/lesson", data=json.dumps(body), headers={"Content-Type": "application/json"})
+    assert r.ok, r.text()
+    return r.json()
+
+
+def at(data, path):
+    for part in path.split("."):
+        data = data[int(part)] if isinstance(data, list) else data[part]
+    return data
+
+
+def check_numbers(page, api):
+    """Every number of the section shown: data-value is the API's value at data-path, and its text
+    is that value rounded (4 significant digits, or a percentage)."""
+    cells = page.eval_on_selector_all(f"{BODY} [data-path]", "ns => ns.map(n => [n.dataset.path, n.dataset.value, n.textContent])")
+    assert cells, "the section shows no numbers"
+    for path, value, text in cells:
+        expected = at(api, path)
+        assert float(value) == pytest.approx(expected, rel=1e-12, abs=1e-300), path
+        shown = float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
+        assert shown == pytest.approx(expected, rel=5e-3, abs=1e-3 if text.endswith("%") else 1e-300), (path, text)
+    return len(cells)
+
+
+def lesson_data(page):
+    return page.evaluate("() => document.querySelector('.sg-root').studygroup.lesson.data")
+
+
+def test_sections_in_order_with_the_keyboard_equal_the_api(browser, server_url, screenshots):
+    folder = screenshots / "lesson"
+    folder.mkdir(exist_ok=True)
+    for size, (w, h) in SIZES.items():
+        context = browser.new_context(viewport={"width": w, "height": h})
+        page = context.new_page()
+        requests, errors = [], []
+        page.on("request", lambda r: requests.append(r.url))
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(server_url + "#text=I%20have%20a%20lot&mode=lesson")
+        wait_section(page, SECTIONS[0])
+        d = lesson_data(page)
+        assert d["tokens"] and d["query"] == len(d["tokens"]) - 1
+        api = api_lesson(page, server_url, d)
+        assert api == d
+        page.locator(BODY).click(position={"x": 2, "y": 2})  # focus outside any text field
+        shown = 0
+        for n, name in enumerate(SECTIONS):
+            if n:
+                page.keyboard.press("ArrowRight")
+            wait_section(page, name)
+            assert f"section={name}" in page.url
+            if name != "members":
+                shown += check_numbers(page, api)
+            width = page.evaluate("() => document.documentElement.scrollWidth")
+            assert width <= w, f"{name} at {size}: the page is {width} px wide"
+            page.screenshot(path=str(folder / f"{n + 1}-{name}-{size}.png"), full_page=True)
+        assert shown > 100
+        page.keyboard.press("ArrowRight")  # past the last: stays
+        wait_section(page, SECTIONS[-1])
+        page.keyboard.press("ArrowLeft")
+        wait_section(page, SECTIONS[-2])
+        page.focus(".sg-text")  # in a text field the arrows move the caret, not the lesson
+        page.keyboard.press("ArrowLeft")
+        wait_section(page, SECTIONS[-2])
+        page.locator(BODY).click(position={"x": 2, "y": 2})
+        page.keyboard.press("Escape")
+        page.locator(".sg-lesson").wait_for(state="hidden")
+        assert "mode=explore" in page.url and page.locator(".sg-modelview").is_visible()
+        only_loopback(requests, server_url)
+        assert errors == []
+        context.close()
+
+
+def test_the_url_restores_text_section_head_and_silencing(page, server_url):
+    page.goto(server_url + "#text=I%20have%20a%20lot%20of&mode=lesson")
+    wait_section(page, "members")
+    page.select_option(".sg-lesson-head", "1.3")
+    page.locator(".sg-lesson-head").wait_for()
+    page.wait_for_function("() => { const d = document.querySelector('.sg-root').studygroup.lesson.data; return d && d.layer === 1 && d.head === 3; }")
+    page.locator(".sg-lesson-next").click()
+    page.locator(".sg-lesson-next").click()
+    page.locator(".sg-lesson-next").click()
+    page.locator(".sg-lesson-next").click()
+    wait_section(page, "scores")
+    page.click(".sg-chip[data-index='1'] .sg-mute")  # silence member 1
+    page.wait_for_function("() => { const d = document.querySelector('.sg-root').studygroup.lesson.data; return d && d.silenced_members.length === 1; }", timeout=60_000)
+    wait_section(page, "scores")
+    page.click(".sg-lesson-pick .sg-orient button[data-notation='columns']")
+    url, before = page.url, lesson_data(page)
+    assert "silence=1" in url and "head=1.3" in url and "notation=columns" in url
+
+    other = page.context.new_page()
+    other.goto(url)
+    wait_section(other, "scores")
+    other.wait_for_function("() => { const d = document.querySelector('.sg-root').studygroup.lesson.data; return d && d.silenced_members.length === 1; }", timeout=60_000)
+    assert lesson_data(other) == before
+    assert other.input_value(".sg-text") == "I have a lot of"
+    assert other.input_value(".sg-lesson-head") == "1.3"
+    assert other.locator(".sg-lesson-pick button[data-notation='columns']").get_attribute("aria-pressed") == "true"
+    other.locator(".sg-chip[data-index='1'] .sg-mute[aria-pressed='true']").wait_for(timeout=60_000)  # the explore view too
+    assert "silence=1" in other.url
+    assert check_numbers(other, api_lesson(other, server_url, before)) > 10
+
+
+def test_markup_in_tokens_stays_text_in_the_lesson(page, server_url):
+    page.goto(server_url + "#mode=lesson&text=" + quote(MARKUP_TEXT))
+    wait_section(page, "members")
+    members = page.locator(".sg-lesson-member .sg-tok").all_inner_texts()
+    assert "<img␣src=x␣onerror=alert(1)>" in members  # one member, shown as typed (␣ marks its spaces)
+    for _ in SECTIONS[1:]:
+        page.locator(".sg-lesson-next").click()
+    wait_section(page, "conclusion")
+    assert_no_markup_ran(page)

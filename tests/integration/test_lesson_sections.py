@@ -1,0 +1,122 @@
+"""The lesson's sections on a text (study.lesson_sections): /api/lesson and `studygroup lesson TEXT
+--json` give the same numbers, and every one equals a float64 numpy recomputation from the run's
+records and the file's weights (Hugging Face layout, as the tiny model's fixture wrote them)."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from studygroup.cli import main
+from studygroup.study import lesson_sections as ls
+from studygroup.study.roles import SINK_SHARE, SINK_WEIGHT
+from studygroup.web.app import create_app
+
+TEXT = "I have a lot. Cash or card"
+
+
+@pytest.fixture(scope="module")
+def client(model):
+    with TestClient(create_app(model)) as c:
+        yield c
+
+
+def np64(x):
+    return np.asarray(x, dtype=np.float64)
+
+
+def rms(x, g, eps):
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * g
+
+
+def test_api_numbers_equal_a_numpy_recomputation(client, model, tiny_model):
+    layer, head, query, key = 1, 3, 20, 7
+    d = client.post("/api/lesson", json={"text": TEXT, "layer": layer, "head": head, "query": query, "key": key}).json()
+    s = {x["name"]: x for x in d["sections"]}
+    assert [x["name"] for x in d["sections"]] == list(ls.SECTIONS)
+    run = model.run(TEXT, record="all")
+    sd, c = {k: np64(v) for k, v in tiny_model.hf_state_dict.items()}, tiny_model.hf_config
+    ids = model.tokenize(TEXT)
+    E0 = rms(sd["model.embed_tokens.weight"][ids], sd["model.layers.0.input_layernorm.weight"], c["rms_norm_eps"])
+    assert np.allclose(s["embedding"]["query_row"], E0[query], atol=1e-5)
+    EL = np64(run[f"layers.{layer}.E"])  # (T, d_model) the layer's input, recorded
+    assert np.allclose(s["layer_input"]["query_row"], EL[query], atol=1e-6)
+    assert np.allclose(s["layer_input"]["norms"], np.linalg.norm(EL, axis=-1), atol=1e-5)
+    d_head = c["hidden_size"] // c["num_attention_heads"]
+    kv = head // (c["num_attention_heads"] // c["num_key_value_heads"])
+    W_V = sd[f"model.layers.{layer}.self_attn.v_proj.weight"][kv * d_head:(kv + 1) * d_head]  # (d_head, d_model)
+    assert np.allclose(s["qkv"]["v"], EL @ W_V.T, atol=1e-4)  # V = E·W_V
+    W_Q = sd[f"model.layers.{layer}.self_attn.q_proj.weight"][head * d_head:(head + 1) * d_head]
+    q_pre = EL @ W_Q.T  # (T, d_head) Q = E·W_Q, before RoPE
+    assert np.allclose(np64(run.head(layer, head).q_pre_rope), q_pre, atol=1e-4)
+    q, k, v = (np64(s["qkv"][n]) for n in "qkv")  # (T, d_head) each
+    assert np.allclose(q, np64(run.head(layer, head).q), atol=1e-6)
+    assert s["scores"]["terms"] == pytest.approx(list(q[query] * k[key]), rel=1e-12)
+    assert s["scores"]["sqrt_d_k"] == math.sqrt(d_head)
+    assert s["scores"]["score"] == pytest.approx(q[query] @ k[key] / math.sqrt(d_head), abs=1e-5)
+    T = len(ids)
+    scores = q @ k.T / math.sqrt(d_head)  # (T, T)
+    scores[np.triu_indices(T, 1)] = -np.inf
+    w = np.exp(scores - scores.max(-1, keepdims=True))
+    w /= w.sum(-1, keepdims=True)  # (T, T) softmax per row
+    grid = np.array([[np.nan if x is None else x for x in row] for row in s["scores"]["grid"]])
+    assert np.allclose(np.where(np.isinf(scores), np.nan, scores), grid, atol=1e-5, equal_nan=True)
+    assert np.allclose(s["softmax"]["weights"], w[query], atol=1e-6)
+    assert s["softmax"]["scores"][query + 1:] == [None] * (T - query - 1)
+    heavy = (w >= SINK_WEIGHT).mean(0) >= SINK_SHARE
+    heavy[0] = True
+    assert s["softmax"]["sinks"] == list(np.flatnonzero(heavy))
+    assert s["softmax"]["sink_weight"] == pytest.approx(w[query, heavy].sum(), abs=1e-6)
+    assert np.allclose(s["weighted_sum"]["output"], w[query] @ v, atol=1e-5)  # Σ_j w_j v_j
+    W_O = sd[f"model.layers.{layer}.self_attn.o_proj.weight"][:, head * d_head:(head + 1) * d_head]  # (d_model, d_head)
+    assert np.allclose(s["weighted_sum"]["contributions"], w[query] * np.linalg.norm(v @ W_O.T, axis=-1), atol=1e-4)
+    logits = np64(run.last_logits).ravel()
+    p = np.exp(logits - logits.max())
+    p /= p.sum()
+    assert [x["id"] for x in s["conclusion"]["top"]] == list(np.argsort(-p)[:ls.TOP])
+    assert s["conclusion"]["top"][0]["prob"] == pytest.approx(p.max(), rel=1e-6)  # two float32 passes
+    assert s["conclusion"]["shorter_text"] == "Cash or card"
+
+
+def test_cli_json_equals_the_api(client, capsys, tiny_model):
+    api = client.post("/api/lesson", json={"text": TEXT, "layer": 0, "head": 1}).json()
+    assert main(["lesson", TEXT, "--head", "0.1", "--json", "--model", str(tiny_model.path)]) == 0
+    assert json.loads(capsys.readouterr().out) == api
+
+
+def test_default_head_is_decisive_and_not_resting_on_a_sink(client, model):
+    d = client.post("/api/lesson", json={"text": TEXT}).json()
+    ranked = [(h["layer"], h["head"]) for h in client.post("/api/explain", json={"text": TEXT}).json()["heads"]]
+    resting = []
+    for l, h in ranked:
+        w = np64(model.run(TEXT, record="all").head(l, h).weights)
+        heavy = (w >= SINK_WEIGHT).mean(0) >= SINK_SHARE
+        heavy[0] = True
+        resting.append(w[-1, heavy].sum() >= ls.SINK_REST)
+    expected = ranked[resting.index(False)] if False in resting else ranked[0]
+    assert (d["layer"], d["head"]) == expected
+    assert d["query"] == len(d["tokens"]) - 1
+
+
+def test_bad_requests_are_refused_in_one_line(client):
+    r = client.post("/api/lesson", json={"text": TEXT, "layer": 1})
+    assert r.status_code == 400 and "both layer and head" in r.json()["error"]
+    r = client.post("/api/lesson", json={"text": TEXT, "layer": 0, "head": 0, "query": 99})
+    assert r.status_code == 400 and "99" in r.json()["error"]
+    r = client.post("/api/lesson", json={"text": TEXT, "layer": 9, "head": 0})
+    assert r.status_code == 400 and "layer 9 does not exist" in r.json()["error"]
+
+
+def test_a_gemma_lesson_names_its_per_head_norm(tiny_gemma3, model):
+    import studygroup
+
+    gemma = studygroup.load(tiny_gemma3.path, cache=False)
+    d = ls.lesson_sections(gemma, "the tin", 0, 0)
+    qkv = d.sections[ls.SECTIONS.index("qkv")]
+    assert "normalised per head" in qkv["formula_paper"]
+    assert np.allclose(qkv["q"], np64(gemma.run("the tin", record="all").head(0, 0).q), atol=1e-6)
+    llama = ls.lesson_sections(model, "the tin", 0, 0).sections[ls.SECTIONS.index("qkv")]
+    assert "normalised per head" not in llama["formula_paper"]
