@@ -34,6 +34,8 @@ LAYER_NAMES = LLAMA_LAYER  # a Llama layer; other families: `Architecture.layer_
 TRANSPOSED = frozenset({"unembed", "W_Q", "W_K", "W_V", "W_O", "W_gate", "W_up", "W_down"})
 # Projections the model multiplies as one matrix (studygroup.model.model), and the cache stores joined.
 FUSED = {"W_QKV": ("W_Q", "W_K", "W_V"), "W_gate_up": ("W_gate", "W_up")}
+# Biases the model adds as one vector after the fused multiply, where the family has them (Qwen 2).
+FUSED_BIASES = {"b_QKV": ("b_Q", "b_K", "b_V")}
 # Rows permuted by llama.cpp's converter for interleaved RoPE, and the Config field giving their head count.
 ROPE_PERMUTED = {"W_Q": "n_heads", "W_K": "n_kv_heads"}
 
@@ -64,7 +66,7 @@ def paper_shape(name: str, c: Config) -> tuple[int, ...]:
         "embed": (c.vocab_size, c.d_model), "unembed": (c.d_model, c.vocab_size),
         "final_norm": (c.d_model,), "attn_norm": (c.d_model,), "mlp_norm": (c.d_model,),
         "post_attn_norm": (c.d_model,), "post_mlp_norm": (c.d_model,), "q_norm": (c.d_head,), "k_norm": (c.d_head,),
-        "rope_freqs": (c.d_head // 2,),
+        "rope_freqs": (c.d_head // 2,), "b_Q": (q,), "b_K": (kv,), "b_V": (kv,),
         "W_Q": (c.d_model, q), "W_K": (c.d_model, kv), "W_V": (c.d_model, kv), "W_O": (q, c.d_model),
         "W_gate": (c.d_model, c.d_mlp), "W_up": (c.d_model, c.d_mlp), "W_down": (c.d_mlp, c.d_model),
     }
