@@ -29,9 +29,10 @@ SUPPORTED_TYPES = frozenset({Q.F32, Q.F16, Q.BF16, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_
                              Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K})
 
 
-def read_weights(path: str | Path) -> tuple[Config, dict[str, torch.Tensor]]:
+def read_weights(path: str | Path, before_reading=None) -> tuple[Config, dict[str, torch.Tensor]]:
     """Parse and dequantize a Llama GGUF file (no cache) into our names and the paper's layout.
 
+    before_reading: called with the Config before any tensor is read (a check that may raise).
     Returns the Config and float32 tensors (a matrix (in, out) is stored as (out, in) rows in
     memory, its transpose contiguous): embed (vocab, d_model), final_norm
     (d_model,), unembed (d_model, vocab) only when the file is untied, and per layer l
@@ -47,6 +48,8 @@ def read_weights(path: str | Path) -> tuple[Config, dict[str, torch.Tensor]]:
     with _about(file.path):
         _check_architecture(file.fields)
         config = config_from_gguf(file.fields)
+        if before_reading is not None:
+            before_reading(config)
         _check_layers_fit(config, len(file.tensors))
         names = gguf_layout.name_map(config.n_layers, tied="output.weight" not in file.tensors,
                                      rope_freqs="rope_freqs.weight" in file.tensors, arch=config.arch)

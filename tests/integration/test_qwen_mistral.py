@@ -3,6 +3,7 @@ converter would (Qwen: no Q/K row permutation; Mistral: a "llama" file named so)
 file, against our forward pass; and a byte-level BPE vocabulary trained here with `tokenizers`,
 written with pre-tokenizer `qwen2`, against transformers' tokenizer loaded from the same file.
 """
+import re
 from pathlib import Path
 
 import gguf
@@ -205,3 +206,23 @@ def test_qwen2_tokenizer_ids_equal_transformers(tmp_path):
     assert [ours.readable(i) for i in ours.encode("2024")] == ["2", "0", "2", "4"]
     typed = ours.encode("<|im_start|>")  # a special token typed as text stays text
     assert tokens.index("<|im_start|>") not in typed and len(typed) > 1
+
+
+def test_a_model_whose_weights_do_not_fit_is_refused_at_once(tmp_path, monkeypatch):
+    from studygroup.errors import InputError
+    from studygroup.model import estimate
+    path = write_tiny(tmp_path / "big.gguf", "qwen2")
+    theirs = AutoModelForCausalLM.from_pretrained(str(tmp_path), gguf_file=path.name, dtype=torch.float32)
+    params = sum(t.numel() for t in theirs.parameters()) - theirs.lm_head.weight.numel()  # the file ties it
+    monkeypatch.setattr(estimate, "available_bytes", lambda device: 2**16)  # 64 KiB available, say
+    for cache in (False, True):  # read from the file, or mapped from the cache
+        with pytest.raises(InputError, match=r"needs ([\d.]+) MiB .*float32 \(([\d.]+) MiB in bfloat16\).* 0.0625 MiB") as e:
+            studygroup.load(path, cache=cache)
+
+        f32, bf16 = map(float, re.search(r"needs ([\d.]+) MiB .*\(([\d.]+) MiB", str(e.value)).groups())
+        assert abs(f32 - 4 * params / 2**20) < 0.02 * f32 and abs(bf16 - f32 / 2) < 0.01 * f32
+        assert "\n" not in str(e.value)
+        if not cache:  # fill the cache, then refuse the cached model just as fast
+            monkeypatch.setattr(estimate, "available_bytes", lambda device: None)
+            studygroup.load(path, cache=True)
+            monkeypatch.setattr(estimate, "available_bytes", lambda device: 2**16)
