@@ -53,9 +53,17 @@ def read_weights(path: str | Path, before_reading=None) -> tuple[Config, dict[st
         _check_layers_fit(config, len(file.tensors))
         names = gguf_layout.name_map(config.n_layers, tied="output.weight" not in file.tensors,
                                      rope_freqs="rope_freqs.weight" in file.tensors, arch=config.arch)
+        _check_no_longrope(file.tensors)
         _check_tensor_names(set(file.tensors), names, config.architecture)
         weights = {ours: _load_tensor(file, file.tensors[name], ours, config) for name, ours in names.items()}
-    return config, weights
+    return config, gguf_layout.split_fused(weights, config)
+
+
+def _check_no_longrope(tensors: Mapping[str, Any]) -> None:
+    """LongRoPE (Phi-3 128k: per-frequency factors in rope_factors_long/short) is not implemented."""
+    if "rope_factors_long.weight" in tensors or "rope_factors_short.weight" in tensors:
+        raise ModelFileError("the model uses LongRoPE scaling (rope_factors_long/short, as Phi-3 128k), "
+                             "which studygroup does not implement; use a 4k-context model")
 
 
 def _check_architecture(fields: Mapping[str, Any]) -> None:

@@ -126,8 +126,8 @@ def _from_cache(entry: Path) -> tuple[Config, dict[str, torch.Tensor]] | None:
 
 def _fits(config: Config, weights: Mapping[str, torch.Tensor]) -> bool:
     """Whether `weights` are exactly the float32 tensors, of the right shapes, that `config` needs."""
-    names = set(gguf_layout.name_map(config.n_layers, tied="unembed" not in weights,
-                                     rope_freqs="rope_freqs" in weights, arch=config.arch).values())
+    names = gguf_layout.our_names(gguf_layout.name_map(config.n_layers, tied="unembed" not in weights,
+                                                       rope_freqs="rope_freqs" in weights, arch=config.arch))
     return set(weights) == names and all(
         t.dtype == torch.float32 and tuple(t.shape) == gguf_layout.paper_shape(n, config) for n, t in weights.items())
 

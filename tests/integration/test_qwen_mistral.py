@@ -22,8 +22,9 @@ EXTRA_HF_TO_GGUF = {  # Qwen 2's biases and Qwen 3's q/k norms, as llama.cpp's c
     "self_attn.q_proj.bias": "attn_q.bias", "self_attn.k_proj.bias": "attn_k.bias",
     "self_attn.v_proj.bias": "attn_v.bias",
     "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight",
+    "self_attn.qkv_proj.weight": "attn_qkv.weight", "mlp.gate_up_proj.weight": "ffn_up.weight",  # Phi-3
 }
-ARCHS = ("qwen2", "qwen3", "mistral")
+ARCHS = ("qwen2", "qwen3", "mistral", "phi3")
 CORPUS = ["Cash or credit card? I have a lot of questions, and the group has 1234 answers.",
           "The members of a study group ask questions; they're    indented\n\nand don't stop. Café 3.50€",
           "<|im_start|>user\nHello, world!<|im_end|> 42 apples, 7 pears",
@@ -38,8 +39,23 @@ def gguf_name(hf_name: str) -> str:
     return _gguf_name(hf_name)
 
 
+def phi3_fused(w: dict) -> dict:
+    """Separate q/k/v and gate/up (HF Llama names) -> Phi-3's fused matrices, named for the file."""
+    out = {}
+    for name, t in w.items():
+        p = name.rpartition("self_attn.")[0] or name.rpartition("mlp.")[0]
+        if name.endswith("q_proj.weight"):
+            out[p + "self_attn.qkv_proj.weight"] = np.concatenate(
+                [w[p + f"self_attn.{x}_proj.weight"] for x in "qkv"])
+        elif name.endswith("gate_proj.weight"):
+            out[p + "mlp.gate_up_proj.weight"] = np.concatenate([t, w[p + "mlp.up_proj.weight"]])
+        elif not name.endswith(("k_proj.weight", "v_proj.weight", "up_proj.weight")):
+            out[name] = t
+    return out
+
+
 def write_tiny(path: Path, arch: str, *, seed=0, drop=(), reshape=(), tokens=None, merges=None, types=None,
-               pre="qwen2") -> Path:
+               pre="qwen2", extra=None) -> Path:
     """A tiny random `arch` model (2 layers, 4 heads, 2 kv heads, d_head 8), rows as they are."""
     rng = np.random.default_rng(seed)
     if tokens is None:
@@ -55,8 +71,12 @@ def write_tiny(path: Path, arch: str, *, seed=0, drop=(), reshape=(), tokens=Non
                   p + "v_proj.bias": rng.standard_normal(16)}
         if arch == "qwen3":
             w |= {p + "q_norm.weight": 1 + 0.1 * rng.standard_normal(8), p + "k_norm.weight": 1 + 0.1 * rng.standard_normal(8)}
+    if arch == "phi3":  # llama.cpp's converter keeps Phi-3's fused qkv_proj and gate_up_proj (gate rows first)
+        w = phi3_fused(w)
     writer = gguf.GGUFWriter(str(path), arch)
     keys = tiny_metadata(arch, cfg, pre, False, tokens, types, merges)
+    if arch == "phi3":  # a window smaller than the texts: llama.cpp (and transformers' loader) set it aside
+        keys["phi3.attention.sliding_window"] = 4
     keys |= {"general.name": f"tiny-random-{arch}", f"{arch}.attention.key_length": 8,
              f"{arch}.attention.value_length": 8}
     for key, value in keys.items():
@@ -67,6 +87,8 @@ def write_tiny(path: Path, arch: str, *, seed=0, drop=(), reshape=(), tokens=Non
             continue
         t = np.asarray(t, np.float32)
         writer.add_tensor(name, t[:-1] if name in reshape else t)
+    for name, t in (extra or {}).items():
+        writer.add_tensor(name, t)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -84,9 +106,10 @@ def pair(request, tmp_path_factory):
         path = write_tiny(folder / "tiny.gguf", request.param)
     theirs = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32,
                                                   attn_implementation="eager",
-                                                  **({"head_dim": 8} if request.param == "qwen3" else {})).eval()
-    # (transformers' GGUF mapping for Qwen 3 skips attention.key_length: its head_dim is set here)
-    assert theirs.model.layers[0].self_attn.q_proj.weight.shape == (32, 32)
+                                                  **{"qwen3": {"head_dim": 8}, "phi3": {"pad_token_id": 0}}.get(request.param, {})).eval()
+    # (transformers' GGUF mapping for Qwen 3 skips attention.key_length: its head_dim is set here;
+    # Phi3Config's default pad id, 32000, lies outside the tiny vocabulary)
+    assert theirs.model.layers[0].self_attn.o_proj.weight.shape == (32, 32)
     return studygroup.load(path, cache=False), theirs
 
 
@@ -110,8 +133,12 @@ def test_recorded_steps_equal_transformers(pair):
     ids = random_ids(ours, 11, 3)
     got = {}
     attn = [layer.self_attn for layer in theirs.model.layers]
-    hooks = [a.q_proj.register_forward_hook(lambda m, i, o, l=l: got.__setitem__(("q", l), o)) for l, a in enumerate(attn)]
-    hooks += [a.v_proj.register_forward_hook(lambda m, i, o, l=l: got.__setitem__(("v", l), o)) for l, a in enumerate(attn)]
+    if hasattr(attn[0], "qkv_proj"):  # Phi-3: q, k, v from one projection
+        hooks = [a.qkv_proj.register_forward_hook(lambda m, i, o, l=l: got.update({("q", l): o[..., :32], ("v", l): o[..., 48:]}))
+                 for l, a in enumerate(attn)]
+    else:
+        hooks = [a.q_proj.register_forward_hook(lambda m, i, o, l=l: got.__setitem__(("q", l), o)) for l, a in enumerate(attn)]
+        hooks += [a.v_proj.register_forward_hook(lambda m, i, o, l=l: got.__setitem__(("v", l), o)) for l, a in enumerate(attn)]
     hooks += [a.q_norm.register_forward_hook(lambda m, i, o, l=l: got.__setitem__(("q_normed", l), o))
               for l, a in enumerate(attn) if hasattr(a, "q_norm")]
     with torch.no_grad():
@@ -152,10 +179,20 @@ def test_silenced_members_agree_with_a_masked_run(pair):
     ("qwen3", ("blk.0.attn_q_norm.weight",), (), "lacks 1 tensor"),
     ("qwen2", (), ("blk.0.attn_v.bias",), "blk.0.attn_v.bias has shape"),
     ("qwen3", (), ("blk.1.attn_k_norm.weight",), "blk.1.attn_k_norm.weight has shape"),
+    ("phi3", ("blk.0.attn_qkv.weight",), (), "lacks 1 tensor"),
+    ("phi3", (), ("blk.1.ffn_up.weight",), "blk.1.ffn_up.weight has shape"),
 ])
 def test_bad_files_are_one_line_errors(tmp_path, arch, drop, reshape, says):
     path = write_tiny(tmp_path / "bad.gguf", arch, drop=drop, reshape=reshape)
     with pytest.raises(ModelFileError, match=says) as e:
+        read_weights(path)
+    assert "\n" not in str(e.value)
+
+
+def test_longrope_is_refused_in_one_line(tmp_path):
+    path = write_tiny(tmp_path / "long.gguf", "phi3", extra={"rope_factors_long.weight": np.ones(4, np.float32),
+                                                             "rope_factors_short.weight": np.ones(4, np.float32)})
+    with pytest.raises(ModelFileError, match="LongRoPE scaling .* not implement") as e:
         read_weights(path)
     assert "\n" not in str(e.value)
 
