@@ -134,13 +134,16 @@ def test_recorded_steps_equal_transformers(pair):
     got = {}
     attn = [layer.self_attn for layer in theirs.model.layers]
     if hasattr(attn[0], "qkv_proj"):  # Phi-3: q, k, v from one projection
-        hooks = [a.qkv_proj.register_forward_hook(lambda m, i, o, l=l: got.update({("q", l): o[..., :32], ("v", l): o[..., 48:]}))
+        hooks = [a.qkv_proj.register_forward_hook(lambda m, i, o, l=l: got.update({("q", l): o[..., :32], ("k", l): o[..., 32:48], ("v", l): o[..., 48:]}))
                  for l, a in enumerate(attn)]
     else:
         hooks = [a.q_proj.register_forward_hook(lambda m, i, o, l=l: got.__setitem__(("q", l), o)) for l, a in enumerate(attn)]
+        hooks += [a.k_proj.register_forward_hook(lambda m, i, o, l=l: got.__setitem__(("k", l), o)) for l, a in enumerate(attn)]
         hooks += [a.v_proj.register_forward_hook(lambda m, i, o, l=l: got.__setitem__(("v", l), o)) for l, a in enumerate(attn)]
     hooks += [a.q_norm.register_forward_hook(lambda m, i, o, l=l: got.__setitem__(("q_normed", l), o))
               for l, a in enumerate(attn) if hasattr(a, "q_norm")]
+    hooks += [a.k_norm.register_forward_hook(lambda m, i, o, l=l: got.__setitem__(("k_normed", l), o))
+              for l, a in enumerate(attn) if hasattr(a, "k_norm")]
     with torch.no_grad():
         out = theirs(torch.tensor([ids]), output_attentions=True, output_hidden_states=True)
     for h in hooks:
@@ -150,13 +153,17 @@ def test_recorded_steps_equal_transformers(pair):
     for l in range(ours.config.n_layers):
         q = got[("q", l)][0].view(11, 4, 8).transpose(0, 1)  # (H, T, d): with the bias where the family has one
         assert (run[f"layers.{l}.q_pre_rope"] - q).abs().max() < 1e-4, l
-        assert (run[f"layers.{l}.v"] - got[("v", l)][0].view(11, 2, 8).transpose(0, 1)).abs().max() < 1e-4, l
+        for step in ("k", "v"):  # k before RoPE
+            ours_step = run[f"layers.{l}.{'k_pre_rope' if step == 'k' else 'v'}"]
+            assert (ours_step - got[(step, l)][0].view(11, 2, 8).transpose(0, 1)).abs().max() < 1e-4, (step, l)
         if ("q_normed", l) in got:
             assert (run[f"layers.{l}.q_normed"] - got[("q_normed", l)][0].transpose(0, 1)).abs().max() < 1e-4, l
+            assert (run[f"layers.{l}.k_normed"] - got[("k_normed", l)][0].transpose(0, 1)).abs().max() < 1e-4, l
         assert (run[f"layers.{l}.weights"] - out.attentions[l][0]).abs().max() < 1e-5, l
         if l + 1 < ours.config.n_layers:
             assert (run[f"layers.{l}.resid_post"] - out.hidden_states[l + 1][0]).abs().max() < 1e-4, l
     assert (("q_normed", 0) in got) == ("layers.0.q_normed" in run.steps)
+    assert (run["final"][-1] - out.hidden_states[-1][0, -1]).abs().max() < 1e-4  # after the final norm
 
 
 def test_direct_contributions_add_up_to_the_logit(pair):
