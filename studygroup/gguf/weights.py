@@ -48,13 +48,13 @@ def read_weights(path: str | Path, before_reading=None) -> tuple[Config, dict[st
     with _about(file.path):
         _check_architecture(file.fields)
         config = config_from_gguf(file.fields)
-        if before_reading is not None:
-            before_reading(config)
         _check_layers_fit(config, len(file.tensors))
         names = gguf_layout.name_map(config.n_layers, tied="output.weight" not in file.tensors,
                                      rope_freqs="rope_freqs.weight" in file.tensors, arch=config.arch)
         _check_no_longrope(file.tensors)
         _check_tensor_names(set(file.tensors), names, config.architecture)
+        if before_reading is not None:
+            before_reading(config)
         weights = {ours: _load_tensor(file, file.tensors[name], ours, config) for name, ours in names.items()}
     return config, gguf_layout.split_fused(weights, config)
 

@@ -67,10 +67,11 @@ def check_weights_fit(c: Config) -> None:
 def _amount(n: int) -> str:
     """Bytes for a person, three figures: '1.23 GiB', '45.6 MiB'.
 
-    >>> _amount(3 * 2**30), _amount(1536 * 2**10)
-    ('3 GiB', '1.5 MiB')
+    >>> _amount(3 * 2**30), _amount(1536 * 2**10), _amount(148_000 * 2**30)
+    ('3 GiB', '1.5 MiB', '148,000 GiB')
     """
-    return f"{n / 2**30:.3g} GiB" if n >= 2**30 else f"{n / 2**20:.3g} MiB"
+    x, unit = (n / 2**30, "GiB") if n >= 2**30 else (n / 2**20, "MiB")
+    return f"{x:,.0f} {unit}" if x >= 100 else f"{x:.3g} {unit}"
 
 
 def activation_bytes(c: Config, T: int, batch: int = 1) -> int:
