@@ -33,6 +33,14 @@ GEMMA3_EXTRA = {
     "q_norm": "attn_q_norm.weight",
     "k_norm": "attn_k_norm.weight",
 }
+# Qwen 2 / 2.5 add a bias to q, k and v (llama.cpp's names); Qwen 3 drops them for Gemma's per-head
+# q/k RMSNorm (plain gains there: the file stores w, not 1 + w).
+QKV_BIAS = {"b_Q": "attn_q.bias", "b_K": "attn_k.bias", "b_V": "attn_v.bias"}
+QK_NORM = {"q_norm": "attn_q_norm.weight", "k_norm": "attn_k_norm.weight"}
+# Phi-3 stores W_Q, W_K, W_V as one matrix and W_gate, W_up as one (gate rows first), as
+# transformers' Phi3 does; read as such and split (`layout.FUSED`).
+PHI3_LAYER = {"attn_norm": "attn_norm.weight", "W_QKV": "attn_qkv.weight", "W_O": "attn_output.weight",
+              "mlp_norm": "ffn_norm.weight", "W_gate_up": "ffn_up.weight", "W_down": "ffn_down.weight"}
 
 
 @dataclass(frozen=True)
@@ -76,7 +84,27 @@ GEMMA3 = Architecture(
     norm_note="Gemma's RMSNorm multiplies by (1 + w); llama.cpp's converter stores 1 + w, so the "
               "file's weights are the gains as they are (transformers subtracts the 1 on loading)")
 
-ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType({a.name: a for a in (LLAMA, GEMMA3)})
+# Qwen 2/2.5 and Qwen 3 (llama.cpp's LLM_ARCH_QWEN2, LLM_ARCH_QWEN3): a Llama with rotate-half RoPE
+# (NEOX type: the converter leaves W_Q/W_K rows as they are) and, for Qwen 2, biases on q, k and v;
+# for Qwen 3, a per-head RMSNorm of q and k before RoPE.
+QWEN2 = Architecture(
+    name="qwen2", examples="Qwen 2, Qwen 2.5",
+    layer_names=MappingProxyType(LLAMA_LAYER | QKV_BIAS), permuted_qk=False, gate="silu")
+QWEN3 = Architecture(
+    name="qwen3", examples="Qwen 3 (dense)",
+    layer_names=MappingProxyType(LLAMA_LAYER | QK_NORM), permuted_qk=False, gate="silu")
+# Phi-3 (llama.cpp's LLM_ARCH_PHI3): a Llama with fused tensors and rotate-half RoPE (NEOX type).
+# Its `phi3.attention.sliding_window` is read by llama.cpp and then set aside ("Phi SWA is currently
+# disabled", llama.cpp PR 13676: every layer sees every member), and transformers' GGUF loader
+# ignores it too: so do we. LongRoPE files (rope_factors_long/short) are refused (`weights`).
+PHI3 = Architecture(
+    name="phi3", examples="Phi-3 mini/medium 4k, Phi-3.5 (4k context)",
+    layer_names=MappingProxyType(PHI3_LAYER), permuted_qk=False, gate="silu")
+# Mistral 7B is written by llama.cpp's converter as "llama" (gguf names no "mistral" architecture;
+# transformers' GGUF loader reads such a file as Mistral by its general.name): read as LLAMA.
+
+ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
+    {a.name: a for a in (LLAMA, GEMMA3, QWEN2, QWEN3, PHI3)})
 
 
 def architecture(name: str) -> Architecture:

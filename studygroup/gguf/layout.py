@@ -17,6 +17,8 @@ Files store linear layers like `torch.nn.Linear.weight`, (out, in); `to_paper_la
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 
 from studygroup.gguf.architectures import LLAMA, LLAMA_LAYER, Architecture
@@ -31,9 +33,11 @@ GLOBAL_NAMES = {
 }
 LAYER_NAMES = LLAMA_LAYER  # a Llama layer; other families: `Architecture.layer_names`
 # Stored (out, in) like torch.nn.Linear.weight; ours are (in, out).
-TRANSPOSED = frozenset({"unembed", "W_Q", "W_K", "W_V", "W_O", "W_gate", "W_up", "W_down"})
+TRANSPOSED = frozenset({"unembed", "W_Q", "W_K", "W_V", "W_O", "W_gate", "W_up", "W_down", "W_QKV", "W_gate_up"})
 # Projections the model multiplies as one matrix (studygroup.model.model), and the cache stores joined.
 FUSED = {"W_QKV": ("W_Q", "W_K", "W_V"), "W_gate_up": ("W_gate", "W_up")}
+# Biases the model adds as one vector after the fused multiply, where the family has them (Qwen 2).
+FUSED_BIASES = {"b_QKV": ("b_Q", "b_K", "b_V")}
 # Rows permuted by llama.cpp's converter for interleaved RoPE, and the Config field giving their head count.
 ROPE_PERMUTED = {"W_Q": "n_heads", "W_K": "n_kv_heads"}
 
@@ -51,6 +55,31 @@ def name_map(n_layers: int, *, tied: bool, rope_freqs: bool = False, arch: Archi
     return names
 
 
+def our_names(names: Mapping[str, str]) -> set[str]:
+    """Our tensor names once fused ones a file stores (Phi-3's W_QKV) are split into their parts.
+
+    >>> sorted(our_names({"blk.0.attn_qkv.weight": "layers.0.W_QKV"}))
+    ['layers.0.W_K', 'layers.0.W_Q', 'layers.0.W_V']
+    """
+    out = set()
+    for ours in names.values():
+        prefix, _, kind = ours.rpartition(".")
+        out |= {f"{prefix}.{part}" for part in FUSED[kind]} if kind in FUSED else {ours}
+    return out
+
+
+def split_fused(w: dict[str, torch.Tensor], c: Config) -> dict[str, torch.Tensor]:
+    """Split the fused matrices a file stores (Phi-3's W_QKV, W_gate_up) into their parts, as views:
+    (d_model, Σ out) -> each (d_model, out), in the order of `FUSED` (q, k, v; gate, up)."""
+    for name in [n for n in w if n.rpartition(".")[2] in FUSED]:
+        prefix, _, kind = name.rpartition(".")
+        parts = FUSED[kind]
+        whole = w.pop(name)
+        sizes = [paper_shape(f"{prefix}.{p}", c)[1] for p in parts]
+        w.update(zip((f"{prefix}.{p}" for p in parts), whole.split(sizes, dim=1)))
+    return w
+
+
 def paper_shape(name: str, c: Config) -> tuple[int, ...]:
     """Shape of our tensor `name` (paper layout, (in, out) for matrices).
 
@@ -64,9 +93,10 @@ def paper_shape(name: str, c: Config) -> tuple[int, ...]:
         "embed": (c.vocab_size, c.d_model), "unembed": (c.d_model, c.vocab_size),
         "final_norm": (c.d_model,), "attn_norm": (c.d_model,), "mlp_norm": (c.d_model,),
         "post_attn_norm": (c.d_model,), "post_mlp_norm": (c.d_model,), "q_norm": (c.d_head,), "k_norm": (c.d_head,),
-        "rope_freqs": (c.d_head // 2,),
+        "rope_freqs": (c.d_head // 2,), "b_Q": (q,), "b_K": (kv,), "b_V": (kv,),
         "W_Q": (c.d_model, q), "W_K": (c.d_model, kv), "W_V": (c.d_model, kv), "W_O": (q, c.d_model),
         "W_gate": (c.d_model, c.d_mlp), "W_up": (c.d_model, c.d_mlp), "W_down": (c.d_mlp, c.d_model),
+        "W_QKV": (c.d_model, q + 2 * kv), "W_gate_up": (c.d_model, 2 * c.d_mlp),
     }
     return shapes[name.rsplit(".", 1)[-1]]
 

@@ -42,6 +42,9 @@ GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(
 LLAMA3_REGEX = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+"
                 r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 ONE_DIGIT_REGEX = r"\p{N}"  # SmolLM/StarCoder: every digit is its own piece
+# Qwen 2's: Llama 3's with one digit a piece (llama.cpp's LLAMA_VOCAB_PRE_TYPE_QWEN2).
+QWEN2_REGEX = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+"
+               r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 
 @dataclass(frozen=True)
@@ -56,12 +59,14 @@ class PreTokenizer:
 _GPT2 = PreTokenizer((GPT2_REGEX,))
 _SMOLLM = PreTokenizer((ONE_DIGIT_REGEX, GPT2_REGEX))
 _LLAMA3 = PreTokenizer((LLAMA3_REGEX,), ignore_merges=True, add_bos=True)
+_QWEN2 = PreTokenizer((QWEN2_REGEX,))
 _DEFAULT = PreTokenizer((r"[\p{P}\$\+<=>\^~\|]+", GPT2_REGEX, r"\p{N}+", r"[0-9][0-9][0-9]"))
 # tokenizer.ggml.pre -> pre-tokenizer, as llama.cpp maps them.
 PRE_TOKENIZERS = {
     "default": _DEFAULT,
     "gpt2": _GPT2, "gpt-2": _GPT2, "phi-2": _GPT2, "mpt": _GPT2, "olmo": _GPT2,
     "smollm": _SMOLLM, "starcoder": _SMOLLM, "refact": _SMOLLM, "codeshell": _SMOLLM,
+    "qwen2": _QWEN2, "deepseek-r1-qwen": _QWEN2,
     "llama-bpe": _LLAMA3, "llama3": _LLAMA3, "llama-v3": _LLAMA3, "dbrx": _LLAMA3, "smaug-bpe": _LLAMA3,
 }
 # Shown for each byte where it cannot be printed as itself.

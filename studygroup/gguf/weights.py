@@ -29,9 +29,10 @@ SUPPORTED_TYPES = frozenset({Q.F32, Q.F16, Q.BF16, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_
                              Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K})
 
 
-def read_weights(path: str | Path) -> tuple[Config, dict[str, torch.Tensor]]:
+def read_weights(path: str | Path, before_reading=None) -> tuple[Config, dict[str, torch.Tensor]]:
     """Parse and dequantize a Llama GGUF file (no cache) into our names and the paper's layout.
 
+    before_reading: called with the Config before any tensor is read (a check that may raise).
     Returns the Config and float32 tensors (a matrix (in, out) is stored as (out, in) rows in
     memory, its transpose contiguous): embed (vocab, d_model), final_norm
     (d_model,), unembed (d_model, vocab) only when the file is untied, and per layer l
@@ -50,9 +51,19 @@ def read_weights(path: str | Path) -> tuple[Config, dict[str, torch.Tensor]]:
         _check_layers_fit(config, len(file.tensors))
         names = gguf_layout.name_map(config.n_layers, tied="output.weight" not in file.tensors,
                                      rope_freqs="rope_freqs.weight" in file.tensors, arch=config.arch)
+        _check_no_longrope(file.tensors)
         _check_tensor_names(set(file.tensors), names, config.architecture)
+        if before_reading is not None:
+            before_reading(config)
         weights = {ours: _load_tensor(file, file.tensors[name], ours, config) for name, ours in names.items()}
-    return config, weights
+    return config, gguf_layout.split_fused(weights, config)
+
+
+def _check_no_longrope(tensors: Mapping[str, Any]) -> None:
+    """LongRoPE (Phi-3 128k: per-frequency factors in rope_factors_long/short) is not implemented."""
+    if "rope_factors_long.weight" in tensors or "rope_factors_short.weight" in tensors:
+        raise ModelFileError("the model uses LongRoPE scaling (rope_factors_long/short, as Phi-3 128k), "
+                             "which studygroup does not implement; use a 4k-context model")
 
 
 def _check_architecture(fields: Mapping[str, Any]) -> None:

@@ -13,6 +13,7 @@ from functools import lru_cache
 
 import torch
 
+from studygroup.errors import InputError
 from studygroup.gguf.config import Config
 from studygroup.model.record import MAP_STEPS, Record, names
 
@@ -47,9 +48,30 @@ def _weight_flops_per_row(c: Config) -> float:
 
 
 def weight_bytes(c: Config, dtype_bytes: int = 4) -> int:
+    """Bytes of the model's weights, `dtype_bytes` a number (4: float32; 2: bfloat16), tied unembedding."""
     per_layer = (c.d_model * (c.n_heads + 2 * c.n_kv_heads) * c.d_head + c.n_heads * c.d_head * c.d_model
                  + 3 * c.d_model * c.d_mlp + 2 * c.d_model)
     return dtype_bytes * (c.n_layers * per_layer + c.vocab_size * c.d_model + c.d_model)
+
+
+def check_weights_fit(c: Config) -> None:
+    """Refuse at once, in one line, a model whose float32 weights would not fit in the memory this
+    machine has available now (the figure it needs, and the bfloat16 figure)."""
+    need, free = weight_bytes(c), available_bytes(torch.device("cpu"))
+    if free is not None and need > free:
+        raise InputError(f"{c.name or 'the model'} needs {_amount(need)} for its weights in float32 "
+                         f"({_amount(weight_bytes(c, 2))} in bfloat16); this machine has "
+                         f"{_amount(free)} of memory available: choose a smaller model")
+
+
+def _amount(n: int) -> str:
+    """Bytes for a person, three figures: '1.23 GiB', '45.6 MiB'.
+
+    >>> _amount(3 * 2**30), _amount(1536 * 2**10), _amount(148_000 * 2**30)
+    ('3 GiB', '1.5 MiB', '148,000 GiB')
+    """
+    x, unit = (n / 2**30, "GiB") if n >= 2**30 else (n / 2**20, "MiB")
+    return f"{x:,.0f} {unit}" if x >= 100 else f"{x:.3g} {unit}"
 
 
 def activation_bytes(c: Config, T: int, batch: int = 1) -> int:

@@ -25,6 +25,11 @@ def fuse(w: dict[str, torch.Tensor], c: Config) -> dict[str, torch.Tensor]:
             matrices = [w.pop(p + part) for part in parts]
             w[p + fused] = _joinedout_in(matrices)
             w.update(zip((p + part for part in parts), w[p + fused].split([m.shape[1] for m in matrices], dim=1)))
+        for fused, parts in gguf_layout.FUSED_BIASES.items():  # b_QKV ((H+2H_kv)·d,), where the family has it
+            if p + parts[0] in w:
+                vectors = [w.pop(p + part) for part in parts]
+                w[p + fused] = torch.cat(vectors)
+                w.update(zip((p + part for part in parts), w[p + fused].split([b.numel() for b in vectors])))
         w[p + "W_O"], w[p + "W_down"] = out_in(w[p + "W_O"]), out_in(w[p + "W_down"])
     w["unembed"] = out_in(w["unembed"]) if "unembed" in w else w["embed"].T  # tied: a view of the embedding
     return w

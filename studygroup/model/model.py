@@ -1,6 +1,6 @@
 """A Llama-family model: the forward pass as one top-to-bottom story, recording what is asked.
 
-Other families (Gemma 3) differ as data (`studygroup.gguf.architectures`): a norm whose weight the
+Other families (Gemma 3, Qwen 2 and 3) differ as data (`studygroup.gguf.architectures`): a norm whose weight the
 family lacks is not applied, the MLP's gate is the family's, local layers see a window of members.
 
 Row-vector convention, as in the paper: a token's embedding is a row, ``Q = E·W_Q`` with
@@ -181,14 +181,18 @@ class Model:
         B, T, _ = E.shape
         H, H_kv, d = c.n_heads, c.n_kv_heads, c.d_head
         W_QKV = w[f"layers.{l}.W_QKV"]  # (d_model, (H + 2·H_kv)·d)
+        b_QKV = w.get(f"layers.{l}.b_QKV")  # ((H + 2·H_kv)·d,) where the family has biases (Qwen 2), else None
         if rows is not None:
             q, kv = project(E[:, rows], W_QKV[:, :H * d]), project(E, W_QKV[:, H * d:])  # (B, R, H·d), (B, T, 2·H_kv·d)
+            if b_QKV is not None:
+                q, kv = q + b_QKV[:H * d], kv + b_QKV[H * d:]
             k, v = kv.split(H_kv * d, -1)
         else:
-            q, k, v = project(E, W_QKV).split([H * d, H_kv * d, H_kv * d], -1)  # (B, T, H·d | H_kv·d)
+            qkv = project(E, W_QKV)  # (B, T, (H + 2·H_kv)·d)
+            q, k, v = (qkv if b_QKV is None else qkv + b_QKV).split([H * d, H_kv * d, H_kv * d], -1)  # (B, T, H·d | H_kv·d)
         q, k, v = (t.view(B, t.shape[1], -1, d).transpose(1, 2) for t in (q, k, v))
         keep("q_pre_rope", q), keep("k_pre_rope", k), keep("v", v)  # (B, H, R, d), (B, H_kv, T, d)
-        if f"layers.{l}.q_norm" in w:  # per-head RMSNorm of q and k (Gemma 3), over d
+        if f"layers.{l}.q_norm" in w:  # per-head RMSNorm of q and k (Gemma 3, Qwen 3), over d
             q, k = rms_norm(q, w[f"layers.{l}.q_norm"], c.rms_eps), rms_norm(k, w[f"layers.{l}.k_norm"], c.rms_eps)
             keep("q_normed", q), keep("k_normed", k)
         asking = slice(None) if rows is None else rows

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from studygroup.model import cache_entry, disk_cache
+from studygroup.model import cache_entry, disk_cache, estimate
 from studygroup.gguf import layout as gguf_layout
 from studygroup.gguf.config import Config
 from studygroup.gguf.model_path import resolve_model_path
@@ -43,10 +43,11 @@ def load_weights(path: str | Path | None = None, cache: bool = True,
         entry = disk_cache.entry_path(disk_cache.file_key(path), "weights")
         hit = _from_cache(entry)
         if hit is not None:
+            estimate.check_weights_fit(hit[0])  # mapped, not yet read: nothing is used up before it
             return hit
         note(f"first use of {path.name}: dequantizing its weights into {entry.parent} "
              "(once per model file; a few seconds)")
-    config, weights = read_weights(path)
+    config, weights = read_weights(path, before_reading=estimate.check_weights_fit)  # refused before dequantizing
     metadata = {"config": json.dumps(config.to_dict()), "layout": CACHE_LAYOUT}
     buffer, stored = cache_entry.pack(_for_cache(weights, config.n_layers), metadata)
     del weights
@@ -125,8 +126,8 @@ def _from_cache(entry: Path) -> tuple[Config, dict[str, torch.Tensor]] | None:
 
 def _fits(config: Config, weights: Mapping[str, torch.Tensor]) -> bool:
     """Whether `weights` are exactly the float32 tensors, of the right shapes, that `config` needs."""
-    names = set(gguf_layout.name_map(config.n_layers, tied="unembed" not in weights,
-                                     rope_freqs="rope_freqs" in weights, arch=config.arch).values())
+    names = gguf_layout.our_names(gguf_layout.name_map(config.n_layers, tied="unembed" not in weights,
+                                                       rope_freqs="rope_freqs" in weights, arch=config.arch))
     return set(weights) == names and all(
         t.dtype == torch.float32 and tuple(t.shape) == gguf_layout.paper_shape(n, config) for n, t in weights.items())
 

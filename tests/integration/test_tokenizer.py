@@ -122,8 +122,8 @@ def test_bad_input(tok):
 
 
 def test_unknown_pre_tokenizer(tmp_path):
-    model = write_tiny_gguf(tmp_path / "q.gguf", pre="qwen2")
-    with pytest.raises(ModelFileError, match="tokenizer.ggml.pre = 'qwen2'.*known: "):
+    model = write_tiny_gguf(tmp_path / "q.gguf", pre="chatglm-bpe")
+    with pytest.raises(ModelFileError, match="tokenizer.ggml.pre = 'chatglm-bpe'.*known: "):
         Tokenizer.from_gguf(model.path)
 
 
