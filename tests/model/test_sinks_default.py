@@ -1,0 +1,82 @@
+"""Attention sinks and the story on the real default model, on the article's sentence: the sinks
+and their weights equal a plain recomputation from every kept map, the story names the sink
+wherever it names a head that rests on one, every number in the story resolves to its JSON field,
+and what a head listened to is ranked by effect_in_head."""
+import re
+
+import numpy as np
+import pytest
+
+from studygroup.study.explain import explain
+from studygroup.study.story import quote
+
+TEXT = "Cash or credit card? I have a lot"
+
+
+@pytest.fixture(scope="module")
+def explained(model):
+    return explain(model, TEXT)
+
+
+def numpy_sinks(W):
+    """Sinks by the rule, from a (T, T) map: member 0 and members with >= 0.3 of >= 80 % of rows 1..T-1."""
+    rows = W[1:]
+    return sorted({0} | {j for j in range(W.shape[1]) if np.mean(rows[:, j] >= 0.3) >= 0.8})
+
+
+def test_sinks_equal_a_recomputation_from_the_kept_maps(model, explained):
+    run = model.run(explained.token_ids, record="all")
+    assert len(explained.heads) == 270
+    for h in explained.heads:
+        W = run["weights", h.layer][h.head].double().numpy()  # (T, T)
+        expected = numpy_sinks(W)
+        assert h.sinks == expected
+        assert h.sink_weight == pytest.approx(W[-1, expected].sum(), abs=1e-5)
+        assert [x.is_sink for x in h.listened] == [x.index in expected for x in h.listened]
+    h = next(h for h in explained.heads if (h.layer, h.head) == (24, 6))
+    assert h.sinks == [0] and h.sink_weight > 0.95 and h.rests_on_sink
+
+
+def resolve(data, field):
+    """The value at a path such as heads[0].listened[2].effect_in_head."""
+    for name, index in re.findall(r"(\w+)(?:\[(\d+)\])?", field):
+        data = data[name]
+        if index:
+            data = data[int(index)]
+    return data
+
+
+def test_every_number_in_the_story_resolves_to_its_field(explained):
+    d = explained.to_dict()
+    assert ["".join(p["text"] for p in s) for s in d["story_parts"]] == d["story"]
+    values = [p for s in d["story_parts"] for p in s if "field" in p]
+    assert len(values) >= 10
+    for p in values:
+        assert resolve(d, p["field"]) == pytest.approx(p["value"], rel=1e-12), p
+    members = [p for s in d["story_parts"] for p in s if "member" in p]
+    assert {p["member"] for p in members} >= set(range(len(d["tokens"])))  # every member named, a chip each
+    for p in members:
+        assert p["text"] == quote(d["tokens"][p["member"]])
+
+
+def test_the_story_names_the_sink_wherever_it_names_a_head_that_rests_on_one(explained):
+    story = explained.story
+    named = 0
+    for h in explained.heads:
+        said = [i for i, s in enumerate(story) if f"head {h.head} of layer {h.layer}" in s]
+        if not said or not h.rests_on_sink:
+            continue
+        named += 1
+        near = " ".join(story[i] + " " + (story[i + 1] if i + 1 < len(story) else "") for i in said)
+        assert "attention sink" in near and quote(explained.tokens[h.sinks[0]]) in near, h
+        assert f"{100 * h.sink_weight:.0f}%" in near
+    assert named >= 1  # head 24.6 rests on “C” and is named
+    assert sum("a head puts attention it does not need" in s for s in story) == 1  # explained once
+
+
+def test_what_a_head_listened_to_is_ranked_by_effect_in_head(explained):
+    for h in explained.heads[:3]:
+        measured = [x for x in h.listened if x.effect_in_head is not None]
+        assert measured and h.listened[:len(measured)] == measured
+        sizes = [abs(x.effect_in_head) for x in measured]
+        assert sizes == sorted(sizes, reverse=True)
