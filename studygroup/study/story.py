@@ -105,7 +105,8 @@ def _members_parts(e) -> list[dict]:
     shown = list(range(T)) if T <= 20 else [*range(5), None, *range(T - 5, T)]
     out = [_t(f"The {T} members are " if T <= 20 else f"The {T} members run from ")]
     for n, i in enumerate(shown):
-        out += [_t(" … to " if i is None else ", " if n else "")] + ([] if i is None else [_m(e, i)])
+        out += [_t(" … to " if i is None else ", " if n and shown[n - 1] is not None else "")]
+        out += [] if i is None else [_m(e, i)]
     return out + [_t(".")]
 
 
