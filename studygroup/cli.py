@@ -377,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     code = 0
     try:
         args = _parse(build_parser(), argv)
-        _print(args.handler(args))
+        _print(_bounded(args, args.handler(args)))
     except (StudyGroupError, ArgumentError) as e:
         print("studygroup: error: " + " ".join(str(e).split()), file=sys.stderr)  # one line
         code = 2
@@ -421,6 +421,13 @@ def _joined_slices(argv: list[str]) -> list[str]:
         else:
             out.append(a)
     return out
+
+
+def _bounded(args, text: str) -> str:
+    """Text output within 100 lines of 400 characters unless --full (JSON whole)."""
+    from studygroup.views.text import bounded
+    rest = "--full shows them all, --json gives every number" if hasattr(args, "full") else "--json gives every number"
+    return bounded(text, full=getattr(args, "full", False) or getattr(args, "json", False), rest=rest)
 
 
 def _print(text: str) -> None:

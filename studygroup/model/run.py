@@ -131,9 +131,10 @@ class Run:
         return f"layers.{layer}.q" in self.steps and f"layers.{layer}.k" in self.steps
 
     @torch.inference_mode()
-    def map(self, layer: int, step: str = "weights", heads=None) -> torch.Tensor:
+    def map(self, layer: int, step: str = "weights", heads=None, last: int | None = None) -> torch.Tensor:
         """A layer's maps computed now from its kept q and k, as the pass would have kept them
-        (in the record's map_dtype): (len(heads), R, T). heads: query heads (None: all).
+        (in the record's map_dtype): (len(heads), R, T). heads: query heads (None: all); last: only
+        the last this many questions' rows (None: every row kept).
 
         For runs that kept this layer's q and k (Record(maps="on_demand") does for the maps it
         wants); the result is not kept (read it once and hold it, or read it again: the same numbers)."""
@@ -147,6 +148,7 @@ class Run:
             raise KeyError(f"layer {layer}'s maps need its q and k, which this run did not keep; "
                            f"record with Record(maps='on_demand') or record=[...] including q and k")
         q = self.steps[f"layers.{layer}.q"][heads]  # (h, R, d)
+        q = q if last is None else q[:, -last:]
         k = self.steps[f"layers.{layer}.k"][[c.kv_head_of(h) for h in heads]]  # (h, T, d)
         if step == "scores":
             return attention.scores(q, k, validate=False).to(self.record.map_dtype)  # (h, R, T)

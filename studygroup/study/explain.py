@@ -33,6 +33,8 @@ from studygroup.model.interventions import Interventions
 from studygroup.model.record import KEY_STEPS, Record
 from studygroup.progress import Progress, say
 from studygroup.study import attribution, effects, last_question, story
+from studygroup.study.roles import head_sinks
+from studygroup.study.text_ids import checked_ids
 from studygroup.study.ranking import as_heads, heads_largest_first, largest_first
 from studygroup.study.results import (Analysis, Explanation, HeadEffect, Listened, LogitSum, MemberEffect,
                                       ModelInfo, Word)
@@ -110,6 +112,7 @@ def analyse(model, text, *, top: int = 10, silence_heads: int | str | None = Non
     words = top_words(run, lp, top)
     heads, heads_said = strategy.heads(run, token, lp[token], parts.heads, estimate, silence_heads)
     members, members_said = strategy.members(run, token, lp[token], silence_members)
+    _mark_sinks(heads, head_sinks(model, ids))
     missed = _estimate_missed_by(heads)
     e = Explanation(text=text if isinstance(text, str) else None, tokens=run.tokens, token_ids=list(ids),
                     predicted=words[0], top=words, heads=heads, heads_silenced=heads_said, members=members,
@@ -118,7 +121,8 @@ def analyse(model, text, *, top: int = 10, silence_heads: int | str | None = Non
                     logit_parts=_logit_sum(parts), contributions=parts.heads.tolist(),
                     silence_estimates=[] if estimate is None else estimate.tolist(),
                     model=model_info(model), scope=strategy.scope, **chosen.silenced())
-    e.story = story.explain_story(e, norm_after_attention="post_attn_norm" in model.config.arch.layer_names)
+    e.story_parts = story.explain_parts(e, norm_after_attention="post_attn_norm" in model.config.arch.layer_names)
+    e.story = story.joined(e.story_parts)
     return Analysis(e, run)
 
 
@@ -300,19 +304,24 @@ def _estimate_missed_by(heads: list[HeadEffect]) -> float | None:
 
 
 def _measure_in_head(run, token: int, lp_t, heads: list[HeadEffect], resid_pre) -> None:
-    """Fill effect_in_head for the first LISTENED_MEASURED members each of `heads` listened to."""
-    cells = [(h, x) for h in heads for x in h.listened[:LISTENED_MEASURED]]
+    """Fill effect_in_head for the first LISTENED_MEASURED members each of `heads` listened to, and
+    member 0 (every head's sink); then list those measured first, largest |effect_in_head| first."""
+    cells = [(h, x) for h in heads for x in h.listened if x in h.listened[:LISTENED_MEASURED] or x.index == 0]
     silenced = [(h.layer, h.head, x.index) for h, x in cells]
     lps = effects.member_in_head_log_probs(run.model, run.token_ids, token, silenced, resid_pre)  # (n,)
     for (_, x), s in zip(cells, lps):
         x.effect_in_head = float(s - lp_t)
+    for h in heads:
+        h.listened.sort(key=lambda x: (x.effect_in_head is None, -abs(x.effect_in_head or 0.0)))  # stable
 
 
-def checked_ids(model, text_or_ids) -> list[int]:
-    """Token ids of a text the study group can discuss: refuses empty and whitespace-only text."""
-    if isinstance(text_or_ids, str) and text_or_ids != "" and not text_or_ids.strip():
-        raise InputError("the text is only whitespace: give at least one word")
-    return model.ids(text_or_ids)
+def _mark_sinks(heads: list[HeadEffect], found) -> None:
+    """Each head's sinks, the last question's weight on them, its roles, and is_sink on what it listened to."""
+    for h in heads:
+        s = found[h.layer, h.head]
+        h.sinks, h.sink_weight, h.roles = s.sinks, s.sink_weight, s.roles
+        for x in h.listened:
+            x.is_sink = x.index in s.sinks
 
 
 def _count(n: int | str | None, total: int, T: int) -> int:

@@ -9,7 +9,7 @@ formula in both notations (rows: the paper; columns: 3Blue1Brown's video) and se
 the numbers it shows.
 
 The default head is the most decisive one (explain's order) that is not resting on a sink: the
-chosen question gives < SINK_REST of its weight to the head's sinks (study.roles.sinks).
+chosen question gives < REST_WEIGHT of its weight to the head's sinks (study.sinks.sinks).
 """
 from __future__ import annotations
 
@@ -23,16 +23,15 @@ from studygroup.errors import InputError
 from studygroup.formulas import attention
 from studygroup.formulas.softmax_example import softmax_example
 from studygroup.model.record import Record
-from studygroup.study.explain import checked_ids, top_words
+from studygroup.study.explain import top_words
 from studygroup.study.jsonable import JSONable
 from studygroup.study.lesson_blocks import drawn_form_error
-from studygroup.study.roles import sinks
+from studygroup.study.sinks import REST_WEIGHT, sink_weight, sinks
+from studygroup.study.text_ids import checked_ids
 from studygroup.study.story import percent, quote
 
 #: The sections' names, in order (the page's URL and the JSON use them).
 SECTIONS = ("members", "embedding", "layer_input", "qkv", "scores", "softmax", "weighted_sum", "conclusion")
-#: A head rests on a sink when its sinks take at least this share of the question's weight.
-SINK_REST = 0.5
 #: Past this many members the T × T score grid is left out (the chosen row and pair stay).
 GRID_MAX_T = 64
 TOP = 5
@@ -58,7 +57,7 @@ def _floats(x: torch.Tensor) -> list:
 
 
 def sink_share(weights: torch.Tensor, i: int) -> tuple[list[int], float]:
-    """The head's sinks (roles.sinks over its rows) and the weight question i gives them.
+    """The head's sinks (sinks.sinks over its rows) and the weight question i gives them.
 
     weights: (T, T) the head's weights, rows are questions.
 
@@ -66,7 +65,7 @@ def sink_share(weights: torch.Tensor, i: int) -> tuple[list[int], float]:
     ([0], 0.8999999761581421)
     """
     s = sinks(weights)
-    return s, float(weights[i, s].sum())
+    return s, sink_weight(weights[i], s)
 
 
 def default_head(model, text: str, ranked: list[tuple[int, int]], i: int = -1) -> tuple[int, int]:
@@ -75,7 +74,7 @@ def default_head(model, text: str, ranked: list[tuple[int, int]], i: int = -1) -
     run = model.run(checked_ids(model, text), record="none")
     i = i % run.T
     for l, h in ranked:
-        if sink_share(run.head(l, h).weights, i)[1] < SINK_REST:
+        if sink_share(run.head(l, h).weights, i)[1] < REST_WEIGHT:
             return l, h
     return ranked[0]
 
@@ -197,7 +196,7 @@ def _softmax(model, run, h, i, j, text) -> dict:
     seen = h.mask[i]
     ex = softmax_example()
     sink_members, share = sink_share(h.weights, i)
-    rests = share >= SINK_REST
+    rests = share >= REST_WEIGHT
     says = [f"Softmax turns question {i}'s scores into weights between 0 and 1 that sum to 1 "
             f"(here {float(row_w.sum()):.6f}). Its scores run from {float(row_s[seen].min()):.4g} to "
             f"{float(row_s[seen].max()):.4g}; member {j} gets weight {float(row_w[j]):.4g}.",

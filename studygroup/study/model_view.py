@@ -15,6 +15,7 @@ from studygroup.study import attribution
 from studygroup.study.jsonable import JSONable
 from studygroup.study.mask_reasons import reasons_of_head
 from studygroup.study.ranking import heads_largest_first
+from studygroup.study.roles import RoleScores, role_scores
 from studygroup.study.story import brief, quote
 from studygroup.model.record import Record
 
@@ -32,6 +33,7 @@ class HeadMap(JSONable):
     logit_contribution: float  # direct share of the predicted word's logit
     rank: int | None  # 1 = most decisive; None outside the ranked heads
     mask_reasons: list[list[int]] | None = None  # this head's own, where it differs from ModelView.mask_reasons
+    roles: RoleScores | None = None  # role scores on this text (studygroup.study.roles); None with rows "last"
 
 
 @dataclass
@@ -81,7 +83,7 @@ def model_view(run, explanation=None) -> ModelView:
     ranks, ranked_by = _ranks(direct, explanation, run)
     shared, own = _mask_reasons(run, rows)
     heads = [[HeadMap(l, h, c.kv_head_of(h), _weights(run, l, h, rows), float(direct[l, h]), ranks.get((l, h)),
-                      own.get((l, h))) for h in range(c.n_heads)] for l in range(c.n_layers)]
+                      own.get((l, h)), _roles(run, l, h, rows)) for h in range(c.n_heads)] for l in range(c.n_layers)]
     groups = [KVGroup(g, [h for h in range(c.n_heads) if h // c.group_size == g]) for g in range(c.n_kv_heads)]
     return ModelView(run.tokens, list(run.token_ids), run.model.tokenizer.readable(token), c.n_layers, c.n_heads,
                      c.n_kv_heads, rows, groups, ranked_by, heads, shared)
@@ -106,6 +108,13 @@ def _mask_reasons(run, rows: str) -> tuple[list[list[int]], dict]:
 def _weights(run, l: int, h: int, rows: str) -> list[list[float]]:
     w = run[f"layers.{l}.weights"][h].float()  # (R, T)
     return (w if rows == "all" else w[-1:]).tolist()
+
+
+def _roles(run, l: int, h: int, rows: str) -> RoleScores | None:
+    """The head's role scores from its full map (rows "all", at least 2 members), else None."""
+    if rows != "all" or run.T < 2:
+        return None
+    return role_scores(run[f"layers.{l}.weights"][h].float(), list(run.token_ids))  # (T, T)
 
 
 def _with_steps(run, rows: str):

@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from studygroup.study.jsonable import JSONable
+from studygroup.study.roles import RoleScores
+from studygroup.study.sinks import rests_on_sink
 from studygroup.study.story import brief, clipped, percent, quote, signed
 
 
@@ -28,6 +30,7 @@ class Listened(JSONable):
     contribution: float  # weight × answer_size
     logit_share: float  # w_{T-1, j} (v_j · W_O[h]) · direction: its part of the head's direct contribution
     effect_in_head: float | None = None  # change in log p(t) with this member silenced in this head only; None if not measured
+    is_sink: bool = False  # an attention sink of this head (studygroup.study.sinks)
 
 
 @dataclass
@@ -44,7 +47,15 @@ class HeadEffect(JSONable):
     prob_silenced: float | None  # p(t) with the head's write zeroed at every position (with silence_effect)
     rank_by_contribution: int  # 1 = largest |logit_contribution| of all heads
     question_norm: float  # ‖q_{T-1}‖ of this head
-    listened: list[Listened] = field(default_factory=list)  # largest contribution first
+    listened: list[Listened] = field(default_factory=list)  # largest |effect_in_head| first, then largest contribution
+    sinks: list[int] = field(default_factory=list)  # this head's attention sinks (studygroup.study.sinks)
+    sink_weight: float | None = None  # the last question's weight on the sinks
+    roles: RoleScores | None = None  # role scores (studygroup.study.roles), up to 512 members
+
+    @property
+    def rests_on_sink(self) -> bool:
+        """Whether the last question rests on a sink (its sinks take >= REST_WEIGHT of its weight)."""
+        return rests_on_sink(self.sink_weight)
 
     @property
     def shown_effect(self) -> float | None:
@@ -112,6 +123,7 @@ class Explanation(JSONable):
     silence_estimates: list[list[float]]  # (n_layers, n_heads) first-order silence effect of every head
     model: ModelInfo
     story: list[str] = field(default_factory=list)
+    story_parts: list[list[dict]] = field(default_factory=list)  # per sentence: {text}, {member, text}, {value, field, text}
     scope: str = "in every head"  # where a silenced member is removed (long texts: the last questions only)
     silenced_members: list[int] = field(default_factory=list)  # members nobody hears in the run explained
     silenced_heads: list[list[int]] = field(default_factory=list)  # [layer, head] pairs writing nothing in it

@@ -28,18 +28,14 @@ import torch
 
 from studygroup.errors import InputError
 from studygroup.gguf.tokenizer import TOKEN_NORMAL
-from studygroup.model.record import Record
-from studygroup.study.explain import checked_ids
 from studygroup.study.jsonable import JSONable
+from studygroup.study.sinks import MAX_QUESTIONS, SINK_SHARE, SINK_WEIGHT, last_rows, sink_weight, sinks
 from studygroup.study.story import brief
+from studygroup.study.text_ids import checked_ids
 
 ROLES = ("previous", "duplicate", "induction", "sink", "local", "broad")
-#: The questions scored: the last this many (long texts).
-MAX_QUESTIONS = 512
 #: `local`: members i−LOCAL_WINDOW … i.
 LOCAL_WINDOW = 8
-#: A member is a sink when it takes at least SINK_WEIGHT of the weight of SINK_SHARE of the questions.
-SINK_WEIGHT, SINK_SHARE = 0.3, 0.8
 #: The probe: PROBE_LENGTH ordinary tokens drawn with numpy's default_rng(PROBE_SEED), repeated twice.
 PROBE_LENGTH, PROBE_SEED = 50, 0
 
@@ -93,19 +89,6 @@ class Roles(JSONable):
         """The k heads with the highest score in `role`, highest first (none where it is null)."""
         scored = [h for h in self.heads if not math.isnan(getattr(h.roles, role))]
         return sorted(scored, key=lambda h: -getattr(h.roles, role))[:k]
-
-
-def sinks(weights: torch.Tensor) -> list[int]:
-    """Member 0 and the members taking >= SINK_WEIGHT of the weight of >= SINK_SHARE of these rows.
-
-    weights: (R, T), the rows of the questions scored.
-
-    >>> sinks(torch.tensor([[0.5, 0.5, 0.0], [0.2, 0.4, 0.4]]))
-    [0, 1]
-    """
-    heavy = (weights >= SINK_WEIGHT).double().mean(0) >= SINK_SHARE  # (T,)
-    heavy[0] = True
-    return heavy.nonzero()[:, 0].tolist()
 
 
 def role_scores(weights: torch.Tensor, token_ids: list[int]) -> RoleScores:
@@ -186,9 +169,31 @@ def roles(model, text=None) -> Roles:
     if T < 2:
         raise InputError("roles need at least 2 members: the first member's question hears only itself")
     R = min(T, MAX_QUESTIONS)
-    run = model.run(ids, record=Record(steps=("weights",), maps="on_demand"))  # each layer's maps computed when read
-    c = model.config
-    heads = [HeadRoles(l, h, role_scores(run.map(l, "weights", heads=[h])[0, -R:], ids))
-             for l in range(c.n_layers) for h in range(c.n_heads)]
-    tokens = run.tokens
+    heads = [HeadRoles(l, h, role_scores(w, ids)) for l, rows in last_rows(model, ids) for h, w in enumerate(rows)]
+    tokens = [model.tokenizer.readable(i) for i in ids]
     return Roles(text if isinstance(text, str) else None, probe, tokens, list(ids), [max(1, T - R), T - 1], heads)
+
+
+@dataclass
+class HeadSinks:
+    """One head's attention sinks on a text, the last question's weight on them, and its role scores."""
+
+    sinks: list[int]  # the members that are sinks for this head (member 0 always)
+    sink_weight: float  # the weight the last question gives them
+    roles: RoleScores | None  # None past MAX_QUESTIONS members
+
+
+def head_sinks(model, ids: list[int]) -> dict[tuple[int, int], HeadSinks]:
+    """Every head's sinks and (up to MAX_QUESTIONS members) role scores on token ids, by (layer, head).
+
+    >>> s = head_sinks(model, model.ids("Cash or credit card? I have a lot"))
+    >>> s[24, 6].sinks, s[24, 6].sink_weight > 0.9
+    ([0], True)
+    """
+    T, out = len(ids), {}
+    for l, rows in last_rows(model, ids):
+        for h, w in enumerate(rows):  # w: (R, T)
+            asked = w[1:] if w.shape[0] == T else w  # question 0 hears only itself
+            s = sinks(asked) if len(asked) else [0]
+            out[l, h] = HeadSinks(s, sink_weight(w[-1], s), role_scores(w, ids) if T <= MAX_QUESTIONS and T > 1 else None)
+    return out

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 
+from studygroup.study.sinks import MEANING
+
 
 def percent(p: float) -> str:
     """Probabilities as percentages: one decimal under 10%, none above (see UI.md).
@@ -71,10 +73,58 @@ def _moves(what: str, p0: float, p1: float) -> str:
     return f"{'lowers' if p1 < p0 else 'raises'} {what} from {percent(p0)} to {percent(p1)}"
 
 
-def _conclusion(e) -> str:
-    others = [f"{quote(w.token)} ({percent(w.prob)})" for w in e.top[1:3]]
-    ahead = f", ahead of {' and '.join(others)}" if others else ""
-    return f"The group concludes that the next word is {quote(e.predicted.token)} ({percent(e.predicted.prob)}){ahead}."
+# ---- explain's story: sentences made of pieces ---------------------------------------------
+# A piece is {"text": …}, {"member": i, "text": …} or {"value": x, "field": "heads[0].silence_effect",
+# "text": …}: the page links members to chips and a test resolves every value's field in the JSON.
+
+def _t(text: str) -> dict:
+    return {"text": text}
+
+
+def _m(e, i: int) -> dict:
+    return {"member": i, "text": quote(e.tokens[i])}
+
+
+def _v(value: float, field: str, text: str) -> dict:
+    return {"value": value, "field": field, "text": text}
+
+
+def joined(parts: list[list[dict]]) -> list[str]:
+    """The sentences as plain strings.
+
+    >>> joined([[{"text": "p is "}, {"value": 0.5, "field": "predicted.prob", "text": "50%"}, {"text": "."}]])
+    ['p is 50%.']
+    """
+    return ["".join(p["text"] for p in sentence) for sentence in parts]
+
+
+def _members_parts(e) -> list[dict]:
+    T = len(e.tokens)
+    if T == 1:
+        return [_t("The only member is "), _m(e, 0), _t(".")]
+    shown = list(range(T)) if T <= 20 else [*range(5), None, *range(T - 5, T)]
+    out = [_t(f"The {T} members are " if T <= 20 else f"The {T} members run from ")]
+    for n, i in enumerate(shown):
+        out += [_t(" … to " if i is None else ", " if n and shown[n - 1] is not None else "")]
+        out += [] if i is None else [_m(e, i)]
+    return out + [_t(".")]
+
+
+def _asks(e) -> list[dict]:
+    return [_t(f"Every member asks a question (Q) in each of the {e.model.n_layers * e.model.n_heads} heads, and the "
+               f"members up to it answer: each answer (V) is weighed by how well its key (K) fits the question "
+               f"(Q·K/√d_k, then softmax over the row). The next word is the last member's conclusion: "),
+            _m(e, len(e.tokens) - 1), _t(" asks what comes next.")]
+
+
+def _conclusion(e) -> list[dict]:
+    w = e.predicted
+    out = [_t(f"The group concludes that the next word is {quote(w.token)} ("), _v(w.prob, "predicted.prob", percent(w.prob)),
+           _t(")")]
+    for n, x in enumerate(e.top[1:3], start=1):
+        out += [_t(f"{', ahead of' if n == 1 else ' and'} {quote(x.token)} ("), _v(x.prob, f"top[{n}].prob", percent(x.prob)),
+                _t(")")]
+    return out + [_t(".")]
 
 
 def _head_measure(e) -> tuple[str, str]:
@@ -84,25 +134,152 @@ def _head_measure(e) -> tuple[str, str]:
     return "silence_effect", " at every position"
 
 
-def _decisive_head(e) -> list[str]:
-    if not e.heads:
+def _measures(e) -> list[dict]:
+    return [_t(f"Two measures say who decided it. A head's direct contribution is what its write adds to the logit "
+               f"of {quote(e.predicted.token)} as that write stands; the effect of silencing a head (or a member) is "
+               f"how much log p({quote(e.predicted.token)}) changes when it is removed and everything after it is "
+               f"computed again. They can disagree: a head's write also changes what every later layer computes, "
+               f"which only silencing sees.")]
+
+
+def _head_name(h) -> str:
+    return f"head {h.head} of layer {h.layer}"
+
+
+def _moved(e, h, i: int, name: str) -> list[dict]:
+    """silencing head i lowers p from … to … (name ±x), with every number's field."""
+    w, f = e.predicted, f"heads[{i}]"
+    out = []
+    if h.prob_silenced is not None:
+        verb = "leaves" if percent(w.prob) == percent(h.prob_silenced) else "lowers" if h.prob_silenced < w.prob else "raises"
+        out += [_t(f"{verb} the probability of {quote(w.token)} "),
+                *([_t("at ")] if verb == "leaves" else [_t("from "), _v(w.prob, "predicted.prob", percent(w.prob)), _t(" to ")]),
+                _v(h.prob_silenced, f"{f}.prob_silenced", percent(h.prob_silenced)), _t(" (")]
+    else:
+        out += [_t(f"changes log p({quote(w.token)}) by (")]
+    return out + [_t(f"{name} "), _v(h.shown_effect, f"{f}.{name}", signed(h.shown_effect, 3)), _t(")")]
+
+
+def _sink_clause(e, h, i: int, explained: list) -> list[dict]:
+    """Head i's sinks: the last question's weight on them and what removing them from the head does."""
+    f = f"heads[{i}]"
+    out = [_v(h.sink_weight, f"{f}.sink_weight", percent(h.sink_weight)),
+           _t(" of the last question's attention in this head rests on ")]
+    for n, j in enumerate(h.sinks[:3]):
+        out += [_t(", " if n else ""), _m(e, j)]
+    out.append(_t(", an attention sink" + ("" if explained else f" ({MEANING})")))
+    explained.append(True)
+    for n, x in [(n, x) for n, x in enumerate(h.listened) if x.is_sink and x.effect_in_head is not None][:1]:
+        out += [_t("; removing "), _m(e, x.index), _t(" from this head alone changes log p by "),
+                _v(x.effect_in_head, f"{f}.listened[{n}].effect_in_head", _small(x.effect_in_head))]
+    return out
+
+
+def _small(x: float) -> str:
+    """A small signed change, two significant digits.
+
+    >>> _small(0.0022719), _small(-2.56e-05)
+    ('+0.0023', '-2.6e-05')
+    """
+    return f"{x:+.2g}"
+
+
+def _decisive_head(e, explained: list) -> list[list[dict]]:
+    if not e.heads or e.heads[0].shown_effect is None:
         return []
-    h, w = e.heads[0], e.predicted
+    h = e.heads[0]
     name, where = _head_measure(e)
     total = e.model.n_layers * e.model.n_heads
     which = "of all heads" if e.heads_measured == total else "of the heads measured"
-    lines = [_coverage(e),
-             f"The most decisive head {which} is head {h.head} of layer {h.layer}: silencing it{where} "
-             f"{_moves(f'the probability of {quote(w.token)}', w.prob, _silenced_prob(w.prob, h.shown_effect))} "
-             f"({name} {signed(h.shown_effect, 3)}), and its write "
-             f"adds {signed(h.logit_contribution, 2)} directly to that word's logit ({e.logit_parts.logit:.2f} in all)."]
-    first = next((x for x in e.heads if x.rank_by_contribution == 1), None)
-    if first is not None and first is not h:
-        lines.append(f"By direct contribution alone, head {first.head} of layer {first.layer} comes first "
-                     f"({signed(first.logit_contribution, 2)} to the logit), yet silencing it changes the log-probability "
-                     f"by {signed(first.shown_effect, 3)}: a head's write also changes what later layers compute, "
-                     f"so the two measures can disagree.")
-    return lines + _listening(h, e.tokens[-1])
+    lines = [[_t(f"The most decisive head {which} is {_head_name(h)}: silencing it{where} "), *_moved(e, h, 0, name),
+              _t(", while its write adds "), _v(h.logit_contribution, "heads[0].logit_contribution", signed(h.logit_contribution, 2)),
+              _t(f" directly to the logit of {quote(e.predicted.token)}.")]]
+    lines += _listening(e, h, 0, explained)
+    k, first = next(((k, x) for k, x in enumerate(e.heads) if x.rank_by_contribution == 1), (None, None))
+    if first is not None and first is not h and first.shown_effect is not None:
+        line = [_t(f"By direct contribution alone, {_head_name(first)} comes first ("),
+                _v(first.logit_contribution, f"heads[{k}].logit_contribution", signed(first.logit_contribution, 2)),
+                _t(" to the logit), yet silencing it changes log p by "),
+                _v(first.shown_effect, f"heads[{k}].{name}", signed(first.shown_effect, 3))]
+        if first.rests_on_sink:
+            line += [_t("; ")] + _sink_clause(e, first, k, explained)
+        lines.append(line + [_t(".")])
+    return lines
+
+
+def _listening(e, h, i: int, explained: list) -> list[list[dict]]:
+    """Whom head i's last question listened to, ranked by effect_in_head, naming its sinks."""
+    asker = len(e.tokens) - 1
+    measured = [(n, x) for n, x in enumerate(h.listened) if x.effect_in_head is not None]
+    useful = [(n, x) for n, x in measured if not x.is_sink][:1]
+    lines = []
+    if h.rests_on_sink:
+        lines.append([_t("It matters, but not because "), _m(e, asker), _t(" asks "), _m(e, h.sinks[0]), _t(" anything: "),
+                      *_sink_clause(e, h, i, explained), _t(".")])
+    for n, x in useful:
+        lines.append([_t(f"Removing one member from {_head_name(h)} alone (effect_in_head), the one that matters most is "),
+                      _m(e, x.index), _t(": log p changes by "),
+                      _v(x.effect_in_head, f"heads[{i}].listened[{n}].effect_in_head", _small(x.effect_in_head)),
+                      _t(", with a weight of "), _v(x.weight, f"heads[{i}].listened[{n}].weight", f"{x.weight:.2g}"), _t(".")])
+    return lines
+
+
+def _verb(effect: float) -> str:
+    return "stays at" if abs(effect) < 5e-4 else "falls to" if effect < 0 else "rises to"
+
+
+def _member_change(e, m) -> list[dict]:
+    name = "effect" if m.effect is not None else "effect_last_question"
+    f = f"members[{m.index}]"
+    out = [_t("without "), _m(e, m.index), _t(" it ")]
+    if m.prob_silenced is not None:
+        out += [_t(_verb(m.shown_effect) + " "), _v(m.prob_silenced, f"{f}.prob_silenced", percent(m.prob_silenced)), _t(" (")]
+    else:
+        out += [_t("changes log p by (")]
+    return out + [_t(f"{name} "), _v(m.shown_effect, f"{f}.{name}", signed(m.shown_effect, 3)), _t(")")]
+
+
+def _members(e) -> list[list[dict]]:
+    ranked = sorted((m for m in e.members if m.rank is not None), key=lambda m: m.rank)
+    if not ranked:
+        return []
+    w = e.predicted
+    line = [_t(f"What changes with context: silencing one member at a time, {e.scope}, moves the probability of "
+               f"{quote(w.token)} ("), _v(w.prob, "predicted.prob", percent(w.prob)), _t(") most like this: ")]
+    for n, m in enumerate(ranked[:2]):
+        line += [_t("; " if n else "")] + _member_change(e, m)
+    lines = [line + [_t(".")]]
+    raising = [m for m in ranked[2:] if m.shown_effect > 0][:1]  # the member the group does better without
+    lines += [[_t("Of the others, silencing "), _m(e, m.index), _t(" raises it most: "), *_member_change(e, m), _t(".")]
+              for m in raising]
+    return lines
+
+
+def _thinking_alone(e) -> list[dict]:
+    p, n_heads, n_layers = e.logit_parts, e.model.n_layers * e.model.n_heads, e.model.n_layers
+    return [_t("Attention moves information between members; each member's own MLP (“thinking alone”) turns what it "
+               f"gathered into the word. Of the logit of {quote(e.predicted.token)}, "),
+            _v(p.logit, "logit_parts.logit", f"{p.logit:.2f}"), _t(f", the {n_heads} heads' writes add "),
+            _v(p.heads, "logit_parts.heads", signed(p.heads, 2)), _t(f" directly, the {n_layers} MLPs "),
+            _v(p.mlps, "logit_parts.mlps", signed(p.mlps, 2)), _t(" and the embedding "),
+            _v(p.embed, "logit_parts.embed", signed(p.embed, 2)),
+            _t(": the heads matter mostly through what later layers make of their writes, which silencing measures.")]
+
+
+def explain_parts(e, norm_after_attention: bool = False) -> list[list[dict]]:
+    """The Explanation `e` as sentences of pieces: the article's walk on the text (who asks, the
+    conclusion, whose answers count and what changes with context), then the measures, each
+    defined once, and where the logit comes from. `norm_after_attention`: the model norms the sum
+    of the heads' writes (Gemma), which the story says."""
+    explained: list = []  # an attention sink is explained the first time it is named
+    norm = [_norm_after_attention()] if norm_after_attention and e.heads else []
+    return [_members_parts(e), *_silenced_parts(e), _asks(e), _conclusion(e), *_members(e), _measures(e),
+            [_t(_coverage(e))], *_decisive_head(e, explained), *norm, _thinking_alone(e)]
+
+
+def explain_story(e, norm_after_attention: bool = False) -> list[str]:
+    """The Explanation `e` as a few sentences (explain_parts joined)."""
+    return joined(explain_parts(e, norm_after_attention))
 
 
 def _coverage(e) -> str:
@@ -123,79 +300,20 @@ def _coverage(e) -> str:
     return heads + f"; {members} silenced {e.scope}."
 
 
-def _silenced_prob(p: float, effect: float) -> float:
-    """p(t) after a change of `effect` in log p(t)."""
-    return p * math.exp(effect)
-
-
-def _listening(h, asker: str) -> list[str]:
-    if not h.listened:
-        return []
-    by_weight = sorted(h.listened, key=lambda x: -x.weight)[:2]
-    heard = " and ".join(f"{quote(x.token)} ({x.weight:.2g})" for x in by_weight)
-    line = (f"In head {h.head} of layer {h.layer}, the last member {quote(asker)} asks its question and gives "
-            f"the most weight to {heard}.")
-    top = h.listened[0]  # largest weight × answer size
-    line += (f" Weighing each answer by its size through the output projection (weight × ‖v·W_O‖), "
-             f"{quote(top.token)} contributes most ({top.contribution:.3g})")
-    if top.index != by_weight[0].index:
-        line += f", with a weight of only {top.weight:.2g}: here the attention weight alone would mislead"
-    return [line + "."]
-
-
-def _verb(effect: float) -> str:
-    return "stays at" if abs(effect) < 5e-4 else "falls to" if effect < 0 else "rises to"
-
-
-def _members(e) -> list[str]:
-    ranked = sorted((m for m in e.members if m.rank is not None), key=lambda m: m.rank)
-    if not ranked:
-        return []
-    w = e.predicted
-    name = "effect" if ranked[0].effect is not None else "effect_last_question"
-    parts = [f"without {quote(m.token)} (member {m.index}) it {_verb(m.shown_effect)} "
-             f"{percent(_silenced_prob(w.prob, m.shown_effect))} ({name} {signed(m.shown_effect, 3)})" for m in ranked[:2]]
-    lines = [f"Silencing one member at a time, {e.scope}, moves the probability of {quote(w.token)} "
-             f"({percent(w.prob)}) most like this: " + "; ".join(parts) + "."]
-    raising = [m for m in ranked[2:] if m.shown_effect > 0][:1]  # the member the group does better without
-    lines += [f"Of the others, silencing {quote(m.token)} (member {m.index}) raises it most, to "
-              f"{percent(_silenced_prob(w.prob, m.shown_effect))} ({signed(m.shown_effect, 3)})." for m in raising]
-    return lines
-
-
-def explain_story(e, norm_after_attention: bool = False) -> list[str]:
-    """The Explanation `e` as a few sentences: members, conclusion, decisive head, members, logit.
-    `norm_after_attention`: the model norms the sum of the heads' writes (Gemma), which the story says."""
-    n_heads, n_layers = e.model.n_layers * e.model.n_heads, e.model.n_layers
-    p = e.logit_parts
-    return [
-        _members_line(e.tokens),
-        *_silenced_line(e),
-        f"In each of the {n_heads} heads every member asks a question (Q); each answer (V) is weighed by how "
-        f"well its nature (K) matches the question (Q·K/√d_k, then softmax over the question's row).",
-        _conclusion(e),
-        *_decisive_head(e),
-        *(_norm_after_attention() if norm_after_attention and e.heads else []),
-        *_members(e),
-        f"The logit of {quote(e.predicted.token)}, {p.logit:.2f}, adds up from the embedding ({signed(p.embed, 2)}), "
-        f"the {n_heads} heads' writes ({signed(p.heads, 2)}) and the {n_layers} MLPs ({signed(p.mlps, 2)}).",
-    ]
-
-
-def _silenced_line(e) -> list[str]:
+def _silenced_parts(e) -> list[list[dict]]:
     """What the explained run silences, if anything: every number then is that run's."""
     parts = [f"member {j} ({quote(e.tokens[j])}) is silenced in every head" for j in e.silenced_members]
     parts += [f"head {h} of layer {l} writes nothing" for l, h in e.silenced_heads]
     if not parts:
         return []
-    return [f"In this run {', and '.join(parts)}: the conclusion and every effect below are this run's, "
-            f"measured on top of that silencing."]
+    return [[_t(f"In this run {', and '.join(parts)}: the conclusion and every effect below are this run's, "
+                f"measured on top of that silencing.")]]
 
 
-def _norm_after_attention() -> list[str]:
-    return ["In this model a norm acts on the sum of a layer's head writes before it reaches the residual stream, "
-            "so silencing one head also rescales what the other heads of its layer write; the direct "
-            "contributions hold that norm's scale at its value in this run."]
+def _norm_after_attention() -> list[dict]:
+    return [_t("In this model a norm acts on the sum of a layer's head writes before it reaches the residual stream, "
+               "so silencing one head also rescales what the other heads of its layer write; the direct "
+               "contributions hold that norm's scale at its value in this run.")]
 
 
 def _text(e) -> str:

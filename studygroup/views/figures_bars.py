@@ -100,11 +100,12 @@ def listening_bars(ax, head: dict, asker: str, shown: int = 20) -> None:
     share = contribution / max(contribution.sum(), 1e-12)
     ax.bar(x - 0.2, weight, width=0.38, color="#3b528b", label="weight (softmax)")
     ax.bar(x + 0.2, share, width=0.38, color="#5ec962", label="share of weight × answer size ‖v·W_O‖")
-    ax.set_xticks(x, [label(m["token"]) for m in listened], rotation=45, ha="right", rotation_mode="anchor",
+    ax.set_xticks(x, [label(m["token"]) + (" (attention sink)" if m.get("is_sink") else "") for m in listened], rotation=45, ha="right", rotation_mode="anchor",
                   fontsize=11 if len(x) <= 12 else 9)
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("share of the question's answer")
-    ax.set_xlabel("answer from… (the member heard)")
+    ax.set_xlabel("answer from… (the member heard; an attention sink takes weight the head does not need)"
+                  if any(m.get("is_sink") for m in listened) else "answer from… (the member heard)")
     ax.legend(loc="upper right", frameon=False, fontsize=10)
     ax.set_title(f"Layer {head['layer']}, head {head['head']} (most decisive): the question of “{label(asker)}”",
                  loc="left")

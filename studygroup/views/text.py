@@ -9,11 +9,14 @@ import math
 import textwrap
 
 from studygroup.study.mask_reasons import OUTSIDE_WINDOW
+from studygroup.study.sinks import REST_WEIGHT
 from studygroup.study.story import percent, signed
 
-__all__ = ["comparison", "explanation", "head_view", "lesson", "lesson_section", "models", "percent", "roles", "table", "why"]
+__all__ = ["bounded", "comparison", "explanation", "head_view", "lesson", "lesson_section", "models", "percent", "roles", "table", "why"]
 
 WIDTH = 100
+#: Every command's text output, unless --full: at most MAX_LINES lines of MAX_CHARS characters.
+MAX_LINES, MAX_CHARS = 100, 400
 # head: what a bounded text output shows (the 100-line rule; --full shows all)
 GRID_SIDE = 12  # questions and answers of a grid
 LISTED = 20  # answers of a one-question window
@@ -22,11 +25,11 @@ HEAD_ENDS = 10  # first and last members named on the members line
 TOKEN_CHARS = 12  # a token in a grid's margins
 VECTOR_ENTRIES = 8  # largest entries of a vector
 SILENCED_LISTED = 8  # silenced members and heads named
-LISTENED_SHOWN = 5
+LISTENED_SHOWN = 4
 HEADS_LISTENING = 3
 # explain: the rows its tables show (--full shows all)
-HEADS_SHOWN = 12
-MEMBERS_SHOWN = 24
+HEADS_SHOWN = 8
+MEMBERS_SHOWN = 10
 
 
 def bar(p: float, width: int = 40) -> str:
@@ -71,7 +74,7 @@ def explanation(e, full: bool = False) -> str:
     Unless `full`, the tables show the HEADS_SHOWN most decisive heads and, on a text of more than
     MEMBERS_SHOWN members, the MEMBERS_SHOWN measured members that matter most, and count the rest."""
     w = e.predicted.token
-    lines = [_members(e.tokens), *_silenced(e, full), "", "the group's conclusion (next word):", *_conclusion(e.top), ""]
+    lines = [_head_members(e.tokens, full), *_silenced(e, full), "", "the group's conclusion (next word):", *_conclusion(e.top), ""]
     lines += ["which heads decided it:", wrap(f"(measured one at a time: {e.heads_silenced})"),
               "  silence_effect: the head's write zeroed at every position; silence_effect_last_position: at the "
               "last position only (· = not measured)",
@@ -84,9 +87,10 @@ def explanation(e, full: bool = False) -> str:
     for h in e.heads[:HEADS_LISTENING]:
         lines += [f"layer {h.layer} head {h.head}: the last member {e.tokens[-1]} asks (‖q‖ = {h.question_norm:.3g}) "
                   f"and listens to (effect_in_head: the member silenced in this head only):",
-                  table(["member", "index", "weight", "‖v·W_O‖", "weight × ‖v·W_O‖", "effect_in_head"],
-                        [[m.token, m.index, m.weight, m.answer_size, m.contribution, m.effect_in_head]
-                         for m in h.listened[:LISTENED_SHOWN]], indent="    "), ""]
+                  *_sink_line(e, h),
+                  table(["member", "index", "weight", "‖v·W_O‖", "weight × ‖v·W_O‖", "effect_in_head", "attention sink"],
+                        [[m.token, m.index, m.weight, m.answer_size, m.contribution, m.effect_in_head,
+                          "yes" if m.is_sink else ""] for m in h.listened[:LISTENED_SHOWN]], indent="    "), ""]
     lines += ["which members decided it:", wrap(f"(silenced one at a time: {e.members_silenced})"),
               "  effect: the member silenced in every head, for every question; effect_last_question: for the last "
               "member's question only (· = not measured)",
@@ -96,6 +100,31 @@ def explanation(e, full: bool = False) -> str:
                      for m in _members_shown(e.members, full)]),
               *_more(len(e.members) - len(_members_shown(e.members, full)), "members"),
               "", "the story:", *[wrap(s) for s in e.story]]
+    return "\n".join(lines)
+
+
+def _sink_line(e, h) -> list[str]:
+    """Where the head rests on an attention sink: the weight on it, in words (ranked by effect_in_head below)."""
+    if h.sink_weight is None or h.sink_weight < REST_WEIGHT:
+        return []
+    named = ", ".join(e.tokens[j] for j in h.sinks[:3])
+    return [f"    {percent(h.sink_weight)} of this question's weight rests on {named}, an attention sink "
+            f"(weight the head does not need: that answer is written on every text alike)"]
+
+
+def bounded(text: str, full: bool = False, rest: str = "--full shows them all, --json gives every number") -> str:
+    """A command's text output within MAX_LINES lines of at most MAX_CHARS characters (unless
+    `full`): a longer line is cut ("…"), and past the limit the last line counts what was left out.
+
+    >>> bounded("\\n".join(["x" * 500] * 3)).splitlines()[0][-3:], len(bounded("a\\n" * 200).splitlines())
+    ('xx…', 100)
+    """
+    if full:
+        return text
+    lines = [line if len(line) <= MAX_CHARS else line[:MAX_CHARS - 1] + "…" for line in text.split("\n")]
+    if len(lines) > MAX_LINES:
+        left = len(lines) - (MAX_LINES - 1)
+        lines = lines[:MAX_LINES - 1] + [f"… and {left} more lines: {rest}"]
     return "\n".join(lines)
 
 

@@ -293,3 +293,17 @@ def test_a_long_text_asks_for_windows_never_the_whole_grid(page, long_server_url
     page.click(".sg-chip[data-index='280'] .sg-chip-main")  # the last question: its 256 answers shown
     assert page.locator(".sg-member .sg-listen-row[data-index]").count() == 40  # the 40 largest
     assert page.watch.errors == [], page.watch.errors
+
+
+def test_story_chips_are_the_members_story_parts_name(page, server_url):
+    """Each member chip of the story selects the member its piece names, a repeated word included."""
+    page.goto(server_url)
+    wait_idle(page)
+    explain(page, "the tin the tin")
+    parts = page.evaluate("() => document.querySelector('.sg-root').studygroup.d.explanation.story_parts")
+    named = [p["member"] for s in parts for p in s if "member" in p]
+    chips = page.locator(".sg-sentences .sg-storychip")
+    assert chips.evaluate_all("els => els.map(e => Number(e.dataset.index))") == named
+    tokens = page.evaluate("() => document.querySelector('.sg-root').studygroup.d.explanation.tokens")
+    repeated = [i for i in named if tokens.count(tokens[i]) > 1 and tokens.index(tokens[i]) != i]
+    assert repeated  # a later copy of a repeated word is named by its own index

@@ -143,3 +143,24 @@ def test_the_command_prints_the_top_heads_per_role_and_json(capsys, tiny_model):
 def test_the_command_refuses_a_text_of_one_member(capsys, tiny_model):
     code, out, err = cli(capsys, "roles", "t", "--model", tiny_model.path)
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "at least 2 members" in err
+
+
+def test_the_model_view_and_explain_carry_each_heads_roles(roomy_model):
+    from studygroup.study.explain import explain
+    from studygroup.study.model_view import model_view
+
+    run = roomy_model.run(TEXT_REPEATS, record="all")
+    view = model_view(run)
+    ids = list(run.token_ids)
+    for layer in view.heads:
+        for h in layer:
+            expected = numpy_roles(run["weights", h.layer][h.head].double().numpy(), ids, len(ids))
+            for role in ROLES:
+                got = getattr(h.roles, role)
+                assert (math.isnan(got) and math.isnan(expected[role])) or got == pytest.approx(expected[role], abs=1e-6)
+    e = explain(roomy_model, TEXT_REPEATS)
+    for h in e.heads:
+        np.testing.assert_allclose([getattr(h.roles, r) for r in ROLES],
+                                   [getattr(view.heads[h.layer][h.head].roles, r) for r in ROLES], atol=1e-6)
+    long = explain(roomy_model, [3 + i % 200 for i in range(530)], silence_heads=2, silence_members=2)  # past 512 members
+    assert all(h.roles is None and 0 in h.sinks and h.sink_weight is not None for h in long.heads)

@@ -10,9 +10,10 @@
       const dec = clear(this.q(".sg-decisive"));
       const e = this.d.explanation, cmp = this.d.comparison;
       if (!e) { box.appendChild(el("p", { cls: "sg-hint", text: this.api ? "The story comes when the group's decision has been traced." : "" })); return; }
-      const sentences = [...(cmp ? cmp.story : []), ...e.story];
       const tokens = e.tokens;
-      for (const s of sentences) box.appendChild(this.sentence(s, tokens));
+      for (const s of cmp ? cmp.story : []) box.appendChild(this.sentence(s, tokens));
+      if (e.story_parts) for (const parts of e.story_parts) box.appendChild(this.partsSentence(parts, tokens));
+      else for (const s of e.story) box.appendChild(this.sentence(s, tokens));
       if (!e.heads.length) return;
       dec.appendChild(el("h3", { text: "Decisive heads" }));
       const every = e.heads[0].silence_effect != null;  // past 512 members: the last position only
@@ -27,6 +28,23 @@
       dec.appendChild(list);
     }
 
+    /** A member's chip: selects member j (the right one when a word repeats). */
+    storyChip(j, token) {
+      return el("button", { cls: "sg-storychip", attrs: { type: "button", title: "member " + j }, data: { index: j },
+        on: { click: () => this.select(j), mouseenter: () => this.setHover(j), mouseleave: () => this.setHover(null) } }, [tokenNode(token)]);
+    }
+
+    /** A sentence of explain's story_parts: {text}, {member} as a chip, {value, field} with its JSON path as a title. */
+    partsSentence(parts, tokens) {
+      const p = el("p");
+      for (const piece of parts) {
+        if (piece.member != null) p.appendChild(this.storyChip(piece.member, tokens[piece.member]));
+        else if (piece.field != null) p.appendChild(el("span", { cls: "sg-storyvalue", attrs: { title: piece.field }, text: piece.text }));
+        else p.appendChild(document.createTextNode(piece.text));
+      }
+      return p;
+    }
+
     /** A story sentence with the quoted members as chips that highlight. */
     sentence(s, tokens) {
       const p = el("p");
@@ -38,9 +56,7 @@
         const named = /^ \(member (\d+)/.exec(after);
         let j = named ? Number(named[1]) : tokens.lastIndexOf(m[1]);
         if (j >= 0 && tokens[j] === m[1]) {
-          const chip = el("button", { cls: "sg-storychip", attrs: { type: "button", title: "member " + j }, data: { index: j },
-            on: { click: () => this.select(j), mouseenter: () => this.setHover(j), mouseleave: () => this.setHover(null) } }, [tokenNode(m[1])]);
-          p.appendChild(chip);
+          p.appendChild(this.storyChip(j, m[1]));
         } else {
           p.appendChild(document.createTextNode("\u201c"));
           p.appendChild(tokenNode(m[1], "sg-quoted"));

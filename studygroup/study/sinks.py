@@ -1,0 +1,73 @@
+"""Attention sinks: members a head puts attention on that it does not need.
+
+A head's softmax must give each question's row a total weight of 1. Many heads, when nothing in
+the text fits their question, put that weight on one member (most often the first) whose answer
+they write on every text alike: an *attention sink*. A large weight on a sink says nothing about
+what the question asks.
+
+Member j is a sink for head h when it is the first member (the BOS where the model adds one), or
+when it takes >= SINK_WEIGHT of the weight of >= SINK_SHARE of the questions scored (the last
+min(T, MAX_QUESTIONS)). A head *rests on a sink* for a question when its sinks take >= REST_WEIGHT
+of that question's weight.
+"""
+from __future__ import annotations
+
+import torch
+
+from studygroup.model.record import Record
+
+#: A member is a sink when it takes at least SINK_WEIGHT of the weight of SINK_SHARE of the questions.
+SINK_WEIGHT, SINK_SHARE = 0.3, 0.8
+#: A head rests on a sink for a question when its sinks take at least REST_WEIGHT of that row.
+REST_WEIGHT = 0.5
+#: The questions scored: the last this many (long texts).
+MAX_QUESTIONS = 512
+
+#: The plain explanation given the first time a sink is named.
+MEANING = ("a member on which a head puts attention it does not need, and whose answer "
+           "it writes on every text alike, so that weight says nothing about what the question asks")
+
+
+def sinks(weights: torch.Tensor) -> list[int]:
+    """Member 0 and the members taking >= SINK_WEIGHT of the weight of >= SINK_SHARE of these rows.
+
+    weights: (R, T), the rows of the questions scored.
+
+    >>> sinks(torch.tensor([[0.5, 0.5, 0.0], [0.2, 0.4, 0.4]]))
+    [0, 1]
+    """
+    heavy = (weights >= SINK_WEIGHT).double().mean(0) >= SINK_SHARE  # (T,)
+    heavy[0] = True
+    return heavy.nonzero()[:, 0].tolist()
+
+
+def sink_weight(row: torch.Tensor, members: list[int]) -> float:
+    """The weight one question's row gives the sinks `members`. row: (T,).
+
+    >>> sink_weight(torch.tensor([0.5, 0.25, 0.25]), [0, 2])
+    0.75
+    """
+    return float(row[members].double().sum())
+
+
+def rests_on_sink(weight: float | None) -> bool:
+    """Whether a question whose sinks take `weight` rests on them (None: not known).
+
+    >>> rests_on_sink(0.99), rests_on_sink(0.2), rests_on_sink(None)
+    (True, False, False)
+    """
+    return weight is not None and weight >= REST_WEIGHT
+
+
+def last_rows(model, ids: list[int]):
+    """Every head's weights for the last min(T, MAX_QUESTIONS) questions, layer by layer: yields
+    (layer, (n_heads, R, T) float32). One pass keeping q and k; each layer's rows computed when reached.
+
+    >>> layer, rows = next(last_rows(model, model.ids("I have a lot")))
+    >>> layer, tuple(rows.shape)
+    (0, (9, 4, 4))
+    """
+    run = model.run(ids, record=Record(steps=("weights",), maps="on_demand"))
+    R = min(len(ids), MAX_QUESTIONS)
+    for layer in range(model.config.n_layers):
+        yield layer, run.map(layer, "weights", last=R).float()
