@@ -31,7 +31,6 @@ from studygroup.web.guard import (LRU, UNREADABLE_BODY, BodyLimit, Busy, Gate, H
                                   error_response)
 
 DEFAULT_TEXT = "Cash or credit card? I have a lot"
-MAX_TEXT_CHARS = 4000
 MAX_TOP = 50
 MAX_SILENCED = 512
 #: What /static/ serves: the style, and the script joined from its files (views/assets.py).
@@ -42,8 +41,8 @@ STATIC_FILES = {"page.css": "text/css; charset=utf-8", "page.js": "text/javascri
 class Limits:
     """What the server accepts and how much it holds."""
 
-    max_tokens: int = 256  # longest text, in tokens (also never past the model's context)
-    max_body: int = 64 * 1024  # bytes of a request body
+    max_tokens: int | None = None  # longest text, in tokens (None: the model's context; never past it)
+    max_body: int = 1024 * 1024  # bytes of a request body (a text of the whole context fits)
     body_stall_s: float = 30.0  # seconds a body may stop arriving before 408
     max_waiting: int = 8  # requests waiting for the model before 503
     wait_timeout: float = 300.0  # seconds a request may wait for the model before 503
@@ -56,7 +55,7 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-Text = Annotated[str, Field(min_length=1, max_length=MAX_TEXT_CHARS)]
+Text = Annotated[str, Field(min_length=1)]  # its length is checked in tokens (Service.check_text)
 Top = Annotated[int, Field(ge=1, le=MAX_TOP)]
 Index = Annotated[int, Field(ge=0)]
 Pair = Annotated[list[Index], Field(min_length=2, max_length=2)]
@@ -161,7 +160,8 @@ class Service:
         self.gate = Gate(limits.max_waiting, limits.wait_timeout)
         self.answers = LRU(limits.cache_entries, limits.cache_bytes)
         self.explanations = LRU(16, 16)  # Explanation objects by text, for the model view's ranks
-        self.max_tokens = min(limits.max_tokens, model.config.context_length)
+        context = model.config.context_length
+        self.max_tokens = context if limits.max_tokens is None else min(limits.max_tokens, context)
 
     def check_text(self, text: str, name: str = "") -> int:
         """Token count of text, or InputError (empty, only whitespace, unknown bytes, too long).
@@ -311,7 +311,7 @@ def _routes(app: FastAPI, s: Service) -> None:
     @app.head("/api/info", include_in_schema=False)
     @app.get("/api/info")
     async def info():
-        limits = {"max_text_chars": MAX_TEXT_CHARS, "max_tokens": s.max_tokens, "max_top": MAX_TOP,
+        limits = {"max_tokens": s.max_tokens, "context_length": model.config.context_length, "max_top": MAX_TOP,
                   "max_body_bytes": s.limits.max_body, "max_waiting": s.limits.max_waiting}
         return {**page_data.info(model, limits), "default_text": DEFAULT_TEXT}
 

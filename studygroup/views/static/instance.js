@@ -39,9 +39,9 @@
       if (this.api) {
         const form = el("form", { cls: "sg-form", on: { submit: (e) => { e.preventDefault(); this.submit(); } } }, [
           el("label", { cls: "sg-label", attrs: { for: this.id("text") }, text: "Text (the group predicts the word that comes next)" }),
-          el("textarea", { cls: "sg-text", attrs: { id: this.id("text"), name: "text", rows: 2, spellcheck: "false", maxlength: 4000 } }),
+          el("textarea", { cls: "sg-text", attrs: { id: this.id("text"), name: "text", rows: 2, spellcheck: "false" } }),
           el("label", { cls: "sg-label", attrs: { for: this.id("other") }, text: "Compare with another context (optional): the same text without its first sentence, say" }),
-          el("input", { cls: "sg-other", attrs: { id: this.id("other"), name: "other", type: "text", spellcheck: "false", maxlength: 4000, placeholder: "e.g. I have a lot" } }),
+          el("input", { cls: "sg-other", attrs: { id: this.id("other"), name: "other", type: "text", spellcheck: "false", placeholder: "e.g. I have a lot" } }),
           el("div", { cls: "sg-actions" }, [el("button", { cls: "sg-go", attrs: { type: "submit" }, text: "Explain" }),
             el("span", { cls: "sg-hint", text: "Ctrl+Enter in the text box does the same." })])]);
         form.querySelector("textarea").addEventListener("keydown", (e) => {
