@@ -48,6 +48,7 @@ class Limits:
     wait_timeout: float = 300.0  # seconds a request may wait for the model before 503
     cache_entries: int = 128
     cache_bytes: int = 64 * 1024 * 1024
+    runs_kept: int = 4  # passes kept by (text, silencing), each serving the conclusion, the model view and the heads (0: none)
 
 
 # ---- request bodies ----------------------------------------------------------------------------
@@ -160,6 +161,7 @@ class Service:
         self.gate = Gate(limits.max_waiting, limits.wait_timeout)
         self.answers = LRU(limits.cache_entries, limits.cache_bytes)
         self.explanations = LRU(16, 16)  # Explanation objects by text, for the model view's ranks
+        self.runs = LRU(limits.runs_kept, limits.runs_kept)  # page_data.page_run by (text, members, heads)
         context = model.config.context_length
         self.max_tokens = context if limits.max_tokens is None else min(limits.max_tokens, context)
 
@@ -203,6 +205,17 @@ class Service:
             self.answers.put(key, body, len(body))
         return Response(body, media_type="application/json")
 
+    def run(self, text: str, members: tuple = (), heads: tuple = ()):
+        """The pass of text with these silenced that the conclusion, the model view and every head
+        read (one silencing redrawn: one pass, not three); kept for the next request. In the model's turn."""
+        key = (text, members, heads)
+        run = self.runs.get(key)
+        if run is None:
+            run = page_data.page_run(self.model, text, members, heads)
+            if self.limits.runs_kept:
+                self.runs.put(key, run, 1)
+        return run
+
     def explanation(self, text: str, top: int):
         e = self.explanations.get((text, top))
         if e is None:
@@ -218,8 +231,8 @@ class Service:
         """Compute the default text's views, so that the first visit finds them ready."""
         e = self.explanation(DEFAULT_TEXT, 10)
         for key, fn in ((("explain", DEFAULT_TEXT, 10), lambda: e.to_dict()),
-                        (("conclusion", DEFAULT_TEXT, 10, (), ()), lambda: page_data.conclusion(self.model, DEFAULT_TEXT, 10)),
-                        (("model_view", DEFAULT_TEXT, True, (), ()), lambda: page_data.model_view(self.model, DEFAULT_TEXT, e))):
+                        (("conclusion", DEFAULT_TEXT, 10, (), ()), lambda: page_data.conclusion(self.model, DEFAULT_TEXT, 10, base=self.run(DEFAULT_TEXT))),
+                        (("model_view", DEFAULT_TEXT, True, (), ()), lambda: page_data.model_view(self.model, DEFAULT_TEXT, e, run=self.run(DEFAULT_TEXT)))):
             if self.answers.get(key) is None:
                 body = _dumps(fn())
                 self.answers.put(key, body, len(body))
@@ -319,7 +332,8 @@ def _routes(app: FastAPI, s: Service) -> None:
     async def conclusion(b: ConclusionBody):
         members, heads = s.silenced(b, s.check_text(b.text))
         return await s.answer(("conclusion", b.text, b.top, members, heads),
-                              lambda: page_data.conclusion(model, b.text, b.top, members, heads))
+                              lambda: page_data.conclusion(model, b.text, b.top, members, heads, base=s.run(b.text),
+                                                           after=s.run(b.text, members, heads) if members or heads else None))
 
     @app.post("/api/explain")
     async def explain(b: TextBody):
@@ -343,15 +357,18 @@ def _routes(app: FastAPI, s: Service) -> None:
         members, heads = s.silenced(b, s.check_text(b.text))
         e = s.explanations.get((b.text, None))  # its decisive heads rank the view's heads
         return await s.answer(("model_view", b.text, e is not None, members, heads),
-                              lambda: page_data.model_view(model, b.text, e, members, heads))
+                              lambda: page_data.model_view(model, b.text, e, members, heads, run=s.run(b.text, members, heads)))
 
     @app.post("/api/head")
     async def head(b: HeadBody):
-        members, heads = s.silenced(b, s.check_text(b.text))
+        T = s.check_text(b.text)
+        members, heads = s.silenced(b, T)
+        short = T <= page_data.FULL_MAPS_MAX_T  # past it a whole pass would not spare the head's own
         model.check_head(b.layer, b.head)
         rows, keys = (tuple(x) if isinstance(x, list) else x for x in (b.rows, b.keys))
         return await s.answer(("head", b.text, b.layer, b.head, b.notation, rows, keys, members, heads),
-                              lambda: page_data.head(model, b.text, b.layer, b.head, b.notation, rows, keys, members, heads))
+                              lambda: page_data.head(model, b.text, b.layer, b.head, b.notation, rows, keys, members, heads,
+                                                     run=s.run(b.text, members, heads) if short else None))
 
     @app.post("/api/why")
     async def why(b: WhyBody):

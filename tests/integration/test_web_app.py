@@ -297,6 +297,32 @@ def test_text_past_the_model_context(model):
     assert "context holds 64" in message
 
 
+def test_one_silenced_pass_serves_the_conclusion_the_model_view_and_the_head(model, monkeypatch):
+    """Silencing redrawn as the page does it (conclusion, model view, open head): one pass with the
+    silencing, and the same answers, within float rounding, as an app that keeps no pass."""
+    passes = []
+    real = page_data.page_run
+    monkeypatch.setattr(page_data, "page_run", lambda *a, **k: passes.append(a[2:] or k) or real(*a, **k))
+    silencing = {"silence_members": [2], "silence_heads": [[0, 1]]}
+    asks = [("/api/conclusion", {"text": TEXT}), ("/api/model_view", {"text": TEXT}),
+            ("/api/head", {"text": TEXT, "layer": 1, "head": 2})]
+    answers = {}
+    for kept in (4, 0):
+        with TestClient(create_app(model, Limits(runs_kept=kept))) as c:
+            passes.clear()
+            answers[kept] = [post(c, path, {**body, **silencing}).json() for path, body in asks]
+            assert len(passes) == (2 if kept else 4)  # unsilenced (the conclusion's "before") and silenced
+    (conclusion, view, head), (conclusion0, view0, head0) = answers[4], answers[0]
+    for kept, off in zip(head["weights"], head0["weights"]):
+        assert kept == pytest.approx(off, abs=1e-5)
+    for row, row0 in zip(view["heads"], view0["heads"]):
+        for cell, cell0 in zip(row, row0):
+            assert [x for r in cell["weights"] for x in r] == pytest.approx([x for r in cell0["weights"] for x in r], abs=1e-3)
+    got, want = conclusion["words"], conclusion0["words"]
+    assert [w["id"] for w in got] == [w["id"] for w in want]
+    assert [w["prob_after"] for w in got] == pytest.approx([w["prob_after"] for w in want], abs=1e-5)
+
+
 def test_by_default_the_app_takes_the_whole_context(model):
     """No limit of the app's own below the model's context: a text of exactly the context is
     taken whole, one token more is refused with a message that says why."""
