@@ -147,7 +147,7 @@ def test_a_silenced_members_chip_wears_the_grids_hatch(local, server_url, screen
     # ... the very lines the weight grid draws for that member's masked cells
     cells = page.evaluate(DISPLAYED, "weights")
     assert cells["reasons"][2][1] == "silenced"
-    assert page.evaluate("() => document.querySelector('.sg-chip[data-index=\"1\"]').style.backgroundImage").startswith('url("data:image/png')
+    assert "repeating-linear-gradient" in page.evaluate("() => document.querySelector('.sg-chip[data-index=\"1\"]').style.background")
     page.locator(".sg-input").screenshot(path=str(screenshots / "rough-edges-silenced-chip.png"))
 
 
@@ -157,6 +157,7 @@ def test_an_error_leaves_nothing_of_the_last_text(local, server_url):
     wait_idle(page)
     explain(page, TEXT)
     assert "Key/value head" in page.locator(".sg-head-title").inner_text()
+    assert "up to 64 tokens (the model's context)" in page.locator(".sg-limit").inner_text()  # the limit, stated
     page.fill(".sg-text", "ab " * 80)  # past the tiny model's context of 64
     page.click(".sg-go")
     page.locator(".sg-status[data-kind='error']").wait_for()

@@ -44,21 +44,8 @@
     hatchTile(p.getContext("2d"), 6, (MASKED.reasons[code] || MASKED.reasons[1]).hatch);
     return ctx.createPattern(p, "repeat");
   }
-  /** The hatch of a reason (by name) as an image URL, for HTML elements that stand for masked
-   * members (a silenced member's chip): the very tile the grids repeat. */
-  const hatchURLs = {};
-  function hatchURL(name) {
-    if (!hatchURLs[name]) {
-      const code = Math.max(1, MASKED.reasons.findIndex((r) => r.name === name));
-      const p = document.createElement("canvas");
-      p.width = p.height = 6;
-      hatchTile(p.getContext("2d"), 6, MASKED.reasons[code].hatch);
-      hatchURLs[name] = p.toDataURL("image/png");
-    }
-    return hatchURLs[name];
-  }
   /** The flat colour of a masked cell where a pattern cannot be drawn (a thumbnail's single pixel). */
   const maskedFlat = () => hex(MASKED.line).map((v, k) => Math.round((v + hex(MASKED.face)[k]) / 2));
 
-  Object.assign(sg, { weightColor, divergingColor, rgb, isLight, hatch, hatchTile, hatchURL, maskedFlat, reasonName, reasonLegend });
+  Object.assign(sg, { weightColor, divergingColor, rgb, isLight, hatch, hatchTile, maskedFlat, reasonName, reasonLegend });
 })(window.StudyGroup = window.StudyGroup || {});
