@@ -88,11 +88,11 @@ def redraw(client, base: str, text: str, layer: int, head: int, silencing: dict)
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    model = studygroup.load(args.model)  # before the web app imports torch: its thread policy
     import httpx
 
     from studygroup.web.app import Limits, create_app
 
-    model = studygroup.load(args.model)
     T, c = len(model.tokenize(args.text)), model.config
     apps = {"one pass kept": Limits(), "no pass kept": Limits(runs_kept=0)}
     urls = {name: serve(create_app(model, limits))[0] for name, limits in apps.items()}
