@@ -150,7 +150,7 @@ def masked_grid(values: torch.Tensor, mask: torch.Tensor) -> list[list[float | N
 
 def head_view(model, text, layer: int, head: int, notation: str = "paper", largest: int = LARGEST,
               silence_members: Sequence[int] = (), silence_heads: Sequence[tuple[int, int]] = (),
-              rows=None, keys=None) -> HeadView:
+              rows=None, keys=None, run=None) -> HeadView:
     """One head as a study group, in paper or column notation, over a window of its grid.
 
     rows, keys: the questions and the answers shown, as Python slices over the members (half-open,
@@ -159,7 +159,8 @@ def head_view(model, text, layer: int, head: int, notation: str = "paper", large
     rows are computed, each over every key (softmax needs the whole row), then cut to the keys.
     largest: how many of each vector's largest entries the member summaries keep.
     silence_members, silence_heads: the head as it is in a run with these silenced (in every
-    head); a silenced member's answer is masked, as the future is.
+    head); a silenced member's answer is masked, as the future is. run: a run of this text with
+    that silencing, whose recorded vectors are read where it holds them (else a pass is made).
 
     >>> v = head_view(model, "I have a lot", layer=0, head=8, notation="columns")
     >>> v.check.agree, len(v.weights), v.orientation.split(",")[0]
@@ -171,7 +172,8 @@ def head_view(model, text, layer: int, head: int, notation: str = "paper", large
         raise InputError(f"largest={largest!r}: give how many of each vector's largest entries to show (1 or more)")
     ids = checked_ids(model, text)
     w = window(len(ids), rows, keys)  # before the pass: a window too large is refused at once
-    run = model.before_pass(ids, silence_members=list(silence_members), silence_heads=list(silence_heads))
+    if run is None:
+        run = model.before_pass(ids, silence_members=list(silence_members), silence_heads=list(silence_heads))
     vec = run.head_vectors(layer, head)  # (T, d_head) each: a pass up to this layer
     g = _grids(vec, run.head_mask(layer, head), w)  # silenced members and a local layer's window left out
     quiet = run.interventions.silenced_members if run.interventions.hides_members(layer, head) else ()

@@ -22,12 +22,27 @@ def plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
+        return _numbers(value) or [plain(v) for v in value]
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if value is None or isinstance(value, (bool, int, str)):
         return value
     raise TypeError(f"{type(value).__name__} is not JSON-able: convert it (e.g. .tolist()) before storing it")
+
+
+def _numbers(values) -> list | None:
+    """values as a list when every one is a finite float (a row of a map: the common case, checked
+    at C speed), else None.
+
+    >>> _numbers((0.5, 1.0)), _numbers([0.5, float("nan")]), _numbers([1, 2.0]), _numbers([])
+    ([0.5, 1.0], None, None, None)
+    """
+    if not values or set(map(type, values)) != {float}:
+        return None
+    try:
+        return list(values) if math.isfinite(math.fsum(values)) else None
+    except (OverflowError, ValueError):  # a sum past the largest float, or inf - inf: check each
+        return None if not all(map(math.isfinite, values)) else list(values)
 
 
 class JSONable:

@@ -65,11 +65,12 @@ class ModelView(JSONable):
                            f"ranked by {self.ranked_by}", ".heads[layer][head], .kv_groups, .to_dict()")
 
 
-def model_view(run, explanation=None) -> ModelView:
+def model_view(run, explanation=None, decimals: int | None = None) -> ModelView:
     """Every head's weights on the run's text, grouped and ranked.
 
     explanation: an Explanation of the same text; its heads (most decisive first) give the ranks.
     Without one, the RANKED heads with the largest |direct contribution| are ranked.
+    decimals: the weights rounded to this many decimals (None: as computed).
 
     >>> view = model_view(model.run("I have a lot"))
     >>> len(view.heads), len(view.heads[0]), view.rows
@@ -82,7 +83,7 @@ def model_view(run, explanation=None) -> ModelView:
     direct = attribution.direct_contributions(run, token).heads  # (L, H)
     ranks, ranked_by = _ranks(direct, explanation, run)
     shared, own = _mask_reasons(run, rows)
-    heads = [[HeadMap(l, h, c.kv_head_of(h), _weights(run, l, h, rows), float(direct[l, h]), ranks.get((l, h)),
+    heads = [[HeadMap(l, h, c.kv_head_of(h), _weights(run, l, h, rows, decimals), float(direct[l, h]), ranks.get((l, h)),
                       own.get((l, h)), _roles(run, l, h, rows)) for h in range(c.n_heads)] for l in range(c.n_layers)]
     groups = [KVGroup(g, [h for h in range(c.n_heads) if h // c.group_size == g]) for g in range(c.n_kv_heads)]
     return ModelView(run.tokens, list(run.token_ids), run.model.tokenizer.readable(token), c.n_layers, c.n_heads,
@@ -105,9 +106,11 @@ def _mask_reasons(run, rows: str) -> tuple[list[list[int]], dict]:
     return shared, own
 
 
-def _weights(run, l: int, h: int, rows: str) -> list[list[float]]:
-    w = run[f"layers.{l}.weights"][h].float()  # (R, T)
-    return (w if rows == "all" else w[-1:]).tolist()
+def _weights(run, l: int, h: int, rows: str, decimals: int | None) -> list[list[float]]:
+    w = run[f"layers.{l}.weights"][h]  # (R, T)
+    w = w if rows == "all" else w[-1:]
+    # rounded in float64, so that 0.123 is the double nearest 0.123 (as Python's round gives it)
+    return (w.float() if decimals is None else w.double().round(decimals=decimals)).tolist()
 
 
 def _roles(run, l: int, h: int, rows: str) -> RoleScores | None:

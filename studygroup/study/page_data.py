@@ -23,23 +23,46 @@ from studygroup.study.head import NOTATIONS, head_view
 THUMBNAIL_DECIMALS = 3
 #: Past this many members the head view shows the last question by default (UI.md: long texts).
 FULL_GRID_MAX_T = 64
+#: The steps a head's view reads: page_run records them for short texts.
+HEAD_VECTORS = ("q_pre_rope", "k_pre_rope", "q", "k", "v")
 #: How many decisive heads a report carries whole (both notations).
 REPORT_HEADS = 3
 
 
+def page_run(model, text, silence_members: Sequence[int] = (), silence_heads: Sequence[tuple[int, int]] = ()):
+    """One pass of `text` with these silenced that serves the page's three views of it: the
+    conclusion (its logits), the model view (every head's weights and what the direct
+    contributions need) and, up to FULL_MAPS_MAX_T members, any head's view (its vectors).
+    Past that, each head's view makes its own pass up to its layer.
+
+    >>> run = page_run(model, "I have a lot", silence_members=[1])
+    >>> a = head(model, "I have a lot", 3, 0, run=run)["weights"]
+    >>> b = head(model, "I have a lot", 3, 0, silence_members=[1])["weights"]  # its own pass, up to layer 3
+    >>> max(abs(x - y) for ra, rb in zip(a, b) for x, y in zip(ra, rb)) < 1e-5
+    True
+    """
+    ids = checked_ids(model, text)
+    rows = "all" if len(ids) <= FULL_MAPS_MAX_T else "last"  # long texts: the last question only
+    vectors = HEAD_VECTORS if rows == "all" else ()
+    record = Record(steps=("weights", *attribution.NEEDED_STEPS, *vectors), rows=rows)
+    return model.run(ids, record=record, silence_members=list(silence_members), silence_heads=list(silence_heads))
+
+
 def conclusion(model, text, top: int = 10, silence_members: Sequence[int] = (),
-               silence_heads: Sequence[tuple[int, int]] = ()) -> dict:
+               silence_heads: Sequence[tuple[int, int]] = (), base=None, after=None) -> dict:
     """The members and the top next words, before and (when anything is silenced) after silencing.
 
-    One pass without recording (two when silencing). `words` lists every word of either top list
-    with its probability before and after, so the page can draw the old value as a ghost bar.
+    One pass without recording (two when silencing); base, after: runs of this text without and
+    with the silencing (page_run) to take the logits from instead. `words` lists every word of
+    either top list with its probability before and after, so the page can draw the old value as
+    a ghost bar.
 
     >>> d = conclusion(model, "I have a lot", silence_members=[2])
     >>> d["top"][0]["token"], d["words"][0]["prob_before"] > 0
     ('␣of', True)
     """
     ids = checked_ids(model, text)
-    base = model.run(ids, record="none")
+    base = base if base is not None else model.run(ids, record="none")
     lp = effects.log_probs(base.last_logits)  # (vocab,)
     out = {"tokens": base.tokens, "token_ids": list(ids), "top": [w.to_dict() for w in top_words(base, lp, top)],
            "silenced_members": sorted({int(j) for j in silence_members}),
@@ -47,7 +70,8 @@ def conclusion(model, text, top: int = 10, silence_members: Sequence[int] = (),
            "silenced": None, "words": []}
     if not silence_members and not silence_heads:
         return out
-    after = model.run(ids, record="none", silence_members=list(silence_members), silence_heads=list(silence_heads))
+    if after is None:
+        after = model.run(ids, record="none", silence_members=list(silence_members), silence_heads=list(silence_heads))
     lp_after = effects.log_probs(after.last_logits)  # (vocab,)
     new_top = top_words(after, lp_after, top)
     out["silenced"] = [w.to_dict() for w in new_top]
@@ -73,26 +97,22 @@ def comparison(model, text_a, text_b, top: int = 10, silence_members: Sequence[i
 
 
 def model_view(model, text, explanation=None, silence_members: Sequence[int] = (),
-               silence_heads: Sequence[tuple[int, int]] = ()) -> dict:
+               silence_heads: Sequence[tuple[int, int]] = (), run=None) -> dict:
     """Every head's weights on `text`, layer × head, grouped by key/value head, decisive heads ranked.
 
     Thumbnail weights are rounded to THUMBNAIL_DECIMALS (exact values are in the head view).
     silence_members, silence_heads: the weights of a run with these silenced (in every head).
+    run: that run (page_run), when the caller has it.
     """
-    ids = checked_ids(model, text)
-    rows = "all" if len(ids) <= FULL_MAPS_MAX_T else "last"  # long texts: the last question only
-    record = Record(steps=("weights", *attribution.NEEDED_STEPS), rows=rows)
-    run = model.run(ids, record=record, silence_members=list(silence_members), silence_heads=list(silence_heads))
-    d = _model_view(run, explanation).to_dict() | run.interventions.silenced()
-    for row in d["heads"]:
-        for cell in row:
-            cell["weights"] = [[round(x, THUMBNAIL_DECIMALS) for x in r] for r in cell["weights"]]
+    if run is None:
+        run = page_run(model, text, silence_members, silence_heads)
+    d = _model_view(run, explanation, THUMBNAIL_DECIMALS).to_dict() | run.interventions.silenced()
     d["decimals"] = THUMBNAIL_DECIMALS
     return d
 
 
 def head(model, text, layer: int, head: int, notation: str = "paper", rows="auto", keys="all",
-         silence_members: Sequence[int] = (), silence_heads: Sequence[tuple[int, int]] = ()) -> dict:
+         silence_members: Sequence[int] = (), silence_heads: Sequence[tuple[int, int]] = (), run=None) -> dict:
     """One head (study_head.head_view) with what each answer contributes to each question.
 
     contributions[i][j] (paper; transposed in "columns") = w_ij · ‖v_j · W_O[h]‖, the size of
@@ -100,13 +120,13 @@ def head(model, text, layer: int, head: int, notation: str = "paper", rows="auto
     question, "last" the last member's question only, "auto" all up to FULL_GRID_MAX_T members,
     or [A, B] members A to B-1 (a Python slice: None leaves an end open, negatives count from the
     end). keys: "all" or [C, D], the answers shown. silence_members, silence_heads: the head in a
-    run with these silenced.
+    run with these silenced; run: that run (page_run), whose recorded vectors are used where it has them.
     """
     T = len(checked_ids(model, text))
     chosen = "all" if rows == "all" or (rows == "auto" and T <= FULL_GRID_MAX_T) else "last" if rows in ("auto", "last") else "window"
     as_slice = lambda w: slice(*w) if isinstance(w, (list, tuple)) else None  # noqa: E731
     view = head_view(model, text, layer, head, notation, silence_members=silence_members, silence_heads=silence_heads,
-                     rows=slice(-1, None) if chosen == "last" else as_slice(rows), keys=as_slice(keys))
+                     run=run, rows=slice(-1, None) if chosen == "last" else as_slice(rows), keys=as_slice(keys))
     d = view.to_dict()
     sizes = answer_sizes(model, layer, head, torch.tensor(view.v if notation == "paper" else _t(view.v)))
     weights = torch.tensor(view.weights, dtype=torch.float32)  # (R, K) or (K, R) in the asked orientation

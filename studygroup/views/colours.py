@@ -73,7 +73,7 @@ def ink(rgb: tuple[int, int, int]) -> str:
 
 
 def mask_css() -> str:
-    """A CSS background for a masked cell in HTML tables (the lesson): the hatch of the grids."""
+    """A CSS background for a masked cell in HTML (the lesson's tables, a silenced member's chip): the hatch of the grids."""
     return f"repeating-linear-gradient(45deg, {MASK_FACE} 0 3px, {MASK_LINE} 3px 4px)"
 
 
@@ -87,7 +87,7 @@ def as_dict() -> dict:
     return {"weights": {"name": WEIGHTS_NAME, "stops": list(WEIGHTS), "legend": WEIGHTS_LEGEND},
             "scores": {"name": SCORES_NAME, "stops": list(SCORES), "legend": SCORES_LEGEND},
             "contribution": {"legend": CONTRIBUTION_LEGEND},
-            "masked": {"face": MASK_FACE, "line": MASK_LINE, "reasons": reasons},
+            "masked": {"face": MASK_FACE, "line": MASK_LINE, "css": mask_css(), "reasons": reasons},
             "before": BEFORE, "after": AFTER}
 
 

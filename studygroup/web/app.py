@@ -32,7 +32,6 @@ from studygroup.web.guard import (LRU, UNREADABLE_BODY, BodyLimit, Busy, Gate, H
                                   error_response)
 
 DEFAULT_TEXT = "Cash or credit card? I have a lot"
-MAX_TEXT_CHARS = 4000
 MAX_TOP = 50
 MAX_SILENCED = 512
 #: What /static/ serves: the style, and the script joined from its files (views/assets.py).
@@ -43,13 +42,14 @@ STATIC_FILES = {"page.css": "text/css; charset=utf-8", "page.js": "text/javascri
 class Limits:
     """What the server accepts and how much it holds."""
 
-    max_tokens: int = 256  # longest text, in tokens (also never past the model's context)
-    max_body: int = 64 * 1024  # bytes of a request body
+    max_tokens: int | None = None  # longest text, in tokens (None: the model's context; never past it)
+    max_body: int = 1024 * 1024  # bytes of a request body (a text of the whole context fits)
     body_stall_s: float = 30.0  # seconds a body may stop arriving before 408
     max_waiting: int = 8  # requests waiting for the model before 503
     wait_timeout: float = 300.0  # seconds a request may wait for the model before 503
     cache_entries: int = 128
     cache_bytes: int = 64 * 1024 * 1024
+    runs_kept: int = 4  # passes kept by (text, silencing), each serving the conclusion, the model view and the heads (0: none)
 
 
 # ---- request bodies ----------------------------------------------------------------------------
@@ -57,7 +57,7 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-Text = Annotated[str, Field(min_length=1, max_length=MAX_TEXT_CHARS)]
+Text = Annotated[str, Field(min_length=1)]  # its length is checked in tokens (Service.check_text)
 Top = Annotated[int, Field(ge=1, le=MAX_TOP)]
 Index = Annotated[int, Field(ge=0)]
 Pair = Annotated[list[Index], Field(min_length=2, max_length=2)]
@@ -181,7 +181,9 @@ class Service:
         self.gate = Gate(limits.max_waiting, limits.wait_timeout)
         self.answers = LRU(limits.cache_entries, limits.cache_bytes)
         self.explanations = LRU(16, 16)  # Explanation objects by text, for the model view's ranks
-        self.max_tokens = min(limits.max_tokens, model.config.context_length)
+        self.runs = LRU(limits.runs_kept, limits.runs_kept)  # page_data.page_run by (text, members, heads)
+        context = model.config.context_length
+        self.max_tokens = context if limits.max_tokens is None else min(limits.max_tokens, context)
 
     def check_text(self, text: str, name: str = "") -> int:
         """Token count of text, or InputError (empty, only whitespace, unknown bytes, too long).
@@ -223,6 +225,17 @@ class Service:
             self.answers.put(key, body, len(body))
         return Response(body, media_type="application/json")
 
+    def run(self, text: str, members: tuple = (), heads: tuple = ()):
+        """The pass of text with these silenced that the conclusion, the model view and every head
+        read (one silencing redrawn: one pass, not three); kept for the next request. In the model's turn."""
+        key = (text, members, heads)
+        run = self.runs.get(key)
+        if run is None:
+            run = page_data.page_run(self.model, text, members, heads)
+            if self.limits.runs_kept:
+                self.runs.put(key, run, 1)
+        return run
+
     def explanation(self, text: str, top: int):
         e = self.explanations.get((text, top))
         if e is None:
@@ -238,8 +251,8 @@ class Service:
         """Compute the default text's views, so that the first visit finds them ready."""
         e = self.explanation(DEFAULT_TEXT, 10)
         for key, fn in ((("explain", DEFAULT_TEXT, 10), lambda: e.to_dict()),
-                        (("conclusion", DEFAULT_TEXT, 10, (), ()), lambda: page_data.conclusion(self.model, DEFAULT_TEXT, 10)),
-                        (("model_view", DEFAULT_TEXT, True, (), ()), lambda: page_data.model_view(self.model, DEFAULT_TEXT, e))):
+                        (("conclusion", DEFAULT_TEXT, 10, (), ()), lambda: page_data.conclusion(self.model, DEFAULT_TEXT, 10, base=self.run(DEFAULT_TEXT))),
+                        (("model_view", DEFAULT_TEXT, True, (), ()), lambda: page_data.model_view(self.model, DEFAULT_TEXT, e, run=self.run(DEFAULT_TEXT)))):
             if self.answers.get(key) is None:
                 body = _dumps(fn())
                 self.answers.put(key, body, len(body))
@@ -331,7 +344,7 @@ def _routes(app: FastAPI, s: Service) -> None:
     @app.head("/api/info", include_in_schema=False)
     @app.get("/api/info")
     async def info():
-        limits = {"max_text_chars": MAX_TEXT_CHARS, "max_tokens": s.max_tokens, "max_top": MAX_TOP,
+        limits = {"max_tokens": s.max_tokens, "context_length": model.config.context_length, "max_top": MAX_TOP,
                   "max_body_bytes": s.limits.max_body, "max_waiting": s.limits.max_waiting}
         return {**page_data.info(model, limits), "default_text": DEFAULT_TEXT}
 
@@ -339,7 +352,8 @@ def _routes(app: FastAPI, s: Service) -> None:
     async def conclusion(b: ConclusionBody):
         members, heads = s.silenced(b, s.check_text(b.text))
         return await s.answer(("conclusion", b.text, b.top, members, heads),
-                              lambda: page_data.conclusion(model, b.text, b.top, members, heads))
+                              lambda: page_data.conclusion(model, b.text, b.top, members, heads, base=s.run(b.text),
+                                                           after=s.run(b.text, members, heads) if members or heads else None))
 
     @app.post("/api/explain")
     async def explain(b: ExplainBody):
@@ -366,15 +380,18 @@ def _routes(app: FastAPI, s: Service) -> None:
         members, heads = s.silenced(b, s.check_text(b.text))
         e = s.explanations.get((b.text, None))  # its decisive heads rank the view's heads
         return await s.answer(("model_view", b.text, e is not None, members, heads),
-                              lambda: page_data.model_view(model, b.text, e, members, heads))
+                              lambda: page_data.model_view(model, b.text, e, members, heads, run=s.run(b.text, members, heads)))
 
     @app.post("/api/head")
     async def head(b: HeadBody):
-        members, heads = s.silenced(b, s.check_text(b.text))
+        T = s.check_text(b.text)
+        members, heads = s.silenced(b, T)
+        short = T <= page_data.FULL_MAPS_MAX_T  # past it a whole pass would not spare the head's own
         model.check_head(b.layer, b.head)
         rows, keys = (tuple(x) if isinstance(x, list) else x for x in (b.rows, b.keys))
         return await s.answer(("head", b.text, b.layer, b.head, b.notation, rows, keys, members, heads),
-                              lambda: page_data.head(model, b.text, b.layer, b.head, b.notation, rows, keys, members, heads))
+                              lambda: page_data.head(model, b.text, b.layer, b.head, b.notation, rows, keys, members, heads,
+                                                     run=s.run(b.text, members, heads) if short else None))
 
     @app.post("/api/lesson")
     async def lesson(b: LessonBody):

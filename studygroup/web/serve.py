@@ -15,7 +15,6 @@ import sys
 from studygroup.errors import InputError
 
 DEFAULT_PORT = 8000
-DEFAULT_MAX_TOKENS = 256
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -32,8 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free port)")
     p.add_argument("--model", default=None, metavar="MODEL",
                    help="a GGUF file, ollama:NAME[:TAG], gemma-3-270m, or a name `studygroup models` shows")
-    p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, metavar="N",
-                   help=f"longest text the app takes, in tokens (default {DEFAULT_MAX_TOKENS}; never past the model's context)")
+    p.add_argument("--max-tokens", type=int, default=None, metavar="N",
+                   help="longest text the app takes, in tokens (default: the model's context; never past it)")
     p.add_argument("--no-warm", dest="warm", action="store_false",
                    help="do not compute the default text's views at start")
 
@@ -87,7 +86,7 @@ def main(args) -> str:
     from studygroup.web.app import LOOPBACK_HOSTS, Limits, create_app
     from studygroup.web.connections import BACKLOG, BoundedH11, quiet_repeats
 
-    if args.max_tokens < 1:
+    if args.max_tokens is not None and args.max_tokens < 1:
         raise InputError(f"--max-tokens {args.max_tokens} is too small: the least is 1")
     from studygroup import progress
 

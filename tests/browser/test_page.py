@@ -88,7 +88,7 @@ def test_page_explain_orient_select_silence(page, server_url, screenshots):
     assert page.locator(".sg-chip.sg-muted").count() == 1
     assert page.locator(".sg-bars .sg-ghost").count() >= 10
     new = page.locator(".sg-bars .sg-value").all_inner_texts()
-    assert new != old and any("pts" in v and not v.endswith("0.0 pts)") for v in new)
+    assert new != old and any("pts" in v and not v.endswith("0.0 pts") for v in new)
     # ... and every head is drawn again as it listens in that run: nobody else hears the member
     page.locator(".sg-mv-grid[data-silenced='true']").wait_for()
     page.locator(".sg-grid-weights[data-silenced='true']").wait_for()

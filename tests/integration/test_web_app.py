@@ -92,7 +92,8 @@ def test_info(client, model):
     c = model.config
     assert d["model"]["n_layers"] == c.n_layers and d["model"]["n_heads"] == c.n_heads
     assert d["group_size"] == c.n_heads // c.n_kv_heads and d["notations"] == ["paper", "columns"]
-    assert d["limits"]["max_tokens"] == 48 and d["limits"]["max_body_bytes"] == 64 * 1024
+    assert d["limits"]["max_tokens"] == 48 and d["limits"]["max_body_bytes"] == 1024 * 1024
+    assert d["limits"]["context_length"] == c.context_length
     assert d["default_text"] == server.DEFAULT_TEXT
 
 
@@ -254,7 +255,7 @@ def test_token_text_is_returned_as_data(model):
 @pytest.mark.parametrize("path, body, status, words", [
     ("/api/conclusion", {"text": ""}, 422, "text"),
     ("/api/conclusion", {"text": "   \n "}, 400, "whitespace"),
-    ("/api/conclusion", {"text": "x" * 4001}, 422, "4000"),
+    ("/api/conclusion", {"text": "x" * 5000}, 400, "at most 48"),  # counted in tokens, never cut
     ("/api/conclusion", {"text": "ab " * 30}, 400, "at most 48"),
     ("/api/conclusion", {}, 422, "text"),
     ("/api/conclusion", {"text": 5}, 422, "string"),
@@ -294,6 +295,46 @@ def test_text_past_the_model_context(model):
     with TestClient(create_app(model, Limits(max_tokens=10_000))) as c:
         message = error_of(post(c, "/api/conclusion", {"text": "ab " * 40}), 400)
     assert "context holds 64" in message
+
+
+def test_one_silenced_pass_serves_the_conclusion_the_model_view_and_the_head(model, monkeypatch):
+    """Silencing redrawn as the page does it (conclusion, model view, open head): one pass with the
+    silencing, and the same answers, within float rounding, as an app that keeps no pass."""
+    passes = []
+    real = page_data.page_run
+    monkeypatch.setattr(page_data, "page_run", lambda *a, **k: passes.append(a[2:] or k) or real(*a, **k))
+    silencing = {"silence_members": [2], "silence_heads": [[0, 1]]}
+    asks = [("/api/conclusion", {"text": TEXT}), ("/api/model_view", {"text": TEXT}),
+            ("/api/head", {"text": TEXT, "layer": 1, "head": 2})]
+    answers = {}
+    for kept in (4, 0):
+        with TestClient(create_app(model, Limits(runs_kept=kept))) as c:
+            passes.clear()
+            answers[kept] = [post(c, path, {**body, **silencing}).json() for path, body in asks]
+            assert len(passes) == (2 if kept else 4)  # unsilenced (the conclusion's "before") and silenced
+    (conclusion, view, head), (conclusion0, view0, head0) = answers[4], answers[0]
+    for kept, off in zip(head["weights"], head0["weights"]):
+        assert kept == pytest.approx(off, abs=1e-5)
+    for row, row0 in zip(view["heads"], view0["heads"]):
+        for cell, cell0 in zip(row, row0):
+            assert [x for r in cell["weights"] for x in r] == pytest.approx([x for r in cell0["weights"] for x in r], abs=1e-3)
+    got, want = conclusion["words"], conclusion0["words"]
+    assert [w["id"] for w in got] == [w["id"] for w in want]
+    assert [w["prob_after"] for w in got] == pytest.approx([w["prob_after"] for w in want], abs=1e-5)
+
+
+def test_by_default_the_app_takes_the_whole_context(model):
+    """No limit of the app's own below the model's context: a text of exactly the context is
+    taken whole, one token more is refused with a message that says why."""
+    context = model.config.context_length
+    with TestClient(create_app(model)) as c:
+        assert c.get("/api/info").json()["limits"]["max_tokens"] == context
+        ids = [model.tokenize("ab")[0]] * context
+        text = model.tokenizer.decode(ids)
+        assert len(model.tokenize(text)) == context
+        d = post(c, "/api/conclusion", {"text": text}).json()
+        assert len(d["tokens"]) == context
+        assert "context holds 64" in error_of(post(c, "/api/conclusion", {"text": text + "ab"}), 400)
 
 
 JSON = {"content-type": "application/json"}
@@ -377,14 +418,14 @@ def test_unknown_route_and_method(client):
 
 
 def test_body_over_the_limit_is_refused_with_413(client):
-    big = json.dumps({"text": "a" * (70 * 1024)}).encode()
-    assert "64 KiB" in error_of(client.post("/api/conclusion", content=big, headers={"content-type": "application/json"}), 413)
+    big = json.dumps({"text": "a" * (1030 * 1024)}).encode()
+    assert "1024 KiB" in error_of(client.post("/api/conclusion", content=big, headers={"content-type": "application/json"}), 413)
 
 
 def test_streamed_body_over_the_limit_is_refused_with_413(client):
     def chunks():  # no Content-Length: the limit is counted as the body arrives
         yield b'{"text": "'
-        for _ in range(80):
+        for _ in range(1030):
             yield b"a" * 1024
         yield b'"}'
     error_of(client.post("/api/conclusion", content=chunks(), headers={"content-type": "application/json"}), 413)
@@ -529,7 +570,7 @@ def test_serve_arguments_and_address_checks():
     parser = argparse.ArgumentParser()
     serve.add_parser(parser.add_subparsers())
     args = parser.parse_args(["serve", "--port", "0", "--host", "localhost", "--model", "m.gguf"])
-    assert (args.port, args.host, args.model, args.max_tokens, args.warm) == (0, "localhost", "m.gguf", 256, True)
+    assert (args.port, args.host, args.model, args.max_tokens, args.warm) == (0, "localhost", "m.gguf", None, True)
     assert args.handler is serve.main
     assert serve.is_loopback("127.0.0.2") and serve.is_loopback("[::1]") and not serve.is_loopback("192.168.1.4")
     sock = serve.bind("127.0.0.1", 0)

@@ -4,6 +4,8 @@
   "use strict";
 
   const { el, clear, tokenNode, percent, sig4, signed } = sg;
+  /** A change of probability in percentage points, one decimal; "±0.0" when it rounds to nothing (never "−0.0"). */
+  const points = (d) => (Math.abs(100 * d) < 0.05 ? "\u00b10.0" : signed(100 * d, 1)) + " pts";
 
   sg.mixin(class {
 
@@ -12,13 +14,14 @@
       const shift = clear(this.q(".sg-shift"));
       const c = this.d.conclusion, e = this.d.explanation;
       const top = (c && c.top) || (e && e.top);
+      this.q(".sg-story-note").hidden = true;
       if (!top) return;
       let rows = top.map((w) => ({ token: w.token, id: w.id, now: w.prob, ghost: null }));
       let note = null;
       if (this.api && c && c.silenced) {
         rows = c.words.map((w) => ({ token: w.token, id: w.id, now: w.prob_after, ghost: w.prob_before }))
-          .sort((a, b) => Math.max(b.now, b.ghost) - Math.max(a.now, a.ghost));
-        note = "Bars: with the silencing. Outlines: before.";
+          .sort((a, b) => b.now - a.now); // in the order of the silenced run
+        note = "Bars: with the silencing, in its order. Dashed outlines: before.";
       } else if (!this.api && e && (this.ui.members.size || this.ui.headsSilenced.size)) {
         const p = this.staticSilenced(e);
         if (p != null) {
@@ -27,18 +30,28 @@
         } else note = "This file does not hold that silencing; run `studygroup serve` to compute it.";
       }
       bars.dataset.silenced = String(Boolean(note));
-      for (const r of rows.slice(0, 12)) {
+      rows = rows.slice(0, 12);
+      // the axis: to the larger top probability, before and after, rounded up to the next 10%
+      const axis = Math.min(1, Math.ceil(10 * Math.max(1e-9, ...rows.map((r) => Math.max(r.now || 0, r.ghost || 0))) - 1e-9) / 10);
+      bars.dataset.axis = String(axis);
+      const width = (p) => (100 * p / axis).toFixed(2) + "%";
+      for (const r of rows) {
         const track = el("div", { cls: "sg-track" });
         if (r.ghost != null) track.appendChild(el("div", { cls: "sg-ghost" }));
         if (r.now != null) track.appendChild(el("div", { cls: "sg-bar" }));
-        if (r.ghost != null) track.firstChild.style.width = (100 * r.ghost).toFixed(2) + "%";
-        if (r.now != null) track.lastChild.style.width = Math.max(0.3, 100 * r.now).toFixed(2) + "%";
+        if (r.ghost != null) track.firstChild.style.width = width(r.ghost);
+        if (r.now != null) track.lastChild.style.width = "max(1px, " + width(r.now) + ")";
         const value = r.now == null ? "?" : percent(r.now);
-        const change = r.ghost != null && r.now != null ? " (" + signed(100 * (r.now - r.ghost), 1) + " pts)" : "";
-        bars.appendChild(el("div", { cls: "sg-barrow", data: { id: r.id }, attrs: { title: r.token + ": " + sig4(r.now) } }, [
-          tokenNode(r.token, "sg-word"), track, el("span", { cls: "sg-value", text: value + change })]));
+        const change = r.ghost != null && r.now != null ? el("span", { cls: "sg-was", text: percent(r.ghost) + " before, " + points(r.now - r.ghost) }) : null;
+        bars.appendChild(el("div", { cls: "sg-barrow", data: { id: r.id }, attrs: { title: r.token + ": " + sig4(r.now) + (r.ghost != null ? " (before: " + sig4(r.ghost) + ")" : "") } }, [
+          tokenNode(r.token, "sg-word"), track, el("span", { cls: "sg-value" }, [value, change])]));
       }
+      bars.appendChild(el("p", { cls: "sg-hint sg-axis", text: "The bars run from 0 to " + percent(axis) +
+        (axis < 1 ? " (the largest probability shown, rounded up to the next 10%), not to 100%." : ".") }));
       if (note) bars.appendChild(el("p", { cls: "sg-hint", text: note }));
+      const storyNote = this.q(".sg-story-note");
+      storyNote.hidden = !note;
+      storyNote.textContent = note ? "The sentences below were measured on the text with nothing silenced; the conclusion's bars show the silenced run." : "";
       const cmp = this.d.comparison;
       if (cmp) {
         shift.appendChild(el("h3", { text: "The shift between the two contexts" }));
@@ -48,7 +61,7 @@
           track.children[0].style.width = Math.max(0.3, 100 * s.prob_a).toFixed(2) + "%";
           track.children[1].style.width = Math.max(0.3, 100 * s.prob_b).toFixed(2) + "%";
           shift.appendChild(el("div", { cls: "sg-barrow", data: { id: s.id } }, [tokenNode(s.token, "sg-word"), track,
-            el("span", { cls: "sg-value", text: percent(s.prob_a) + " \u2192 " + percent(s.prob_b) + " (" + signed(100 * s.change, 1) + " pts)" })]));
+            el("span", { cls: "sg-value", text: percent(s.prob_a) + " \u2192 " + percent(s.prob_b) + " (" + points(s.change) + ")" })]));
         }
         shift.appendChild(el("p", { cls: "sg-hint" }, [el("span", { cls: "sg-key sg-a" }), " after A   ", el("span", { cls: "sg-key sg-b" }), " after B"]));
       }

@@ -12,7 +12,20 @@
     return Array.from({ length: e - c }, (_, x) => c + x);
   };
 
-  const { el, clear, sig4, signed, isSilenced, silencedNote, drawGrid, drawLegend, cellReason, reasonsIn, reasonLegend, VISIBLE } = sg;
+  const { el, clear, sig4, signed, tokenNode, isSilenced, silencedNote, drawGrid, drawLegend, cellReason, reasonsIn, reasonLegend, VISIBLE } = sg;
+
+  /** Cell (r, c) of grid g in words: "member i's question (“…”) gives weight w to member j's answer (“…”)". */
+  function cellWords(g, r, c) {
+    const rows = g.questionAxis === "rows";
+    const i = rows ? g.rows[r] : g.cols[c], j = rows ? g.cols[c] : g.rows[r];
+    const asker = "member " + i + "'s question (\u201c" + g.tokens[i] + "\u201d)", answer = "member " + j + "'s answer (\u201c" + g.tokens[j] + "\u201d)";
+    const code = cellReason(g, r, c);
+    if (code !== VISIBLE) return asker + " cannot hear " + answer + ": " + reasonLegend(code) + ".";
+    const v = g.matrix[r][c];
+    return g.kind === "weights" ? asker + " gives weight " + sig4(v) + " to " + answer + ". Click: why."
+      : asker + " scores " + sig4(v) + " against " + answer + " (before the softmax). Click: why.";
+  }
+  sg.cellWords = cellWords;
 
   sg.mixin(class {
     async openHead(l, h, chosen) {
@@ -89,6 +102,8 @@
       const figs = this.q(".sg-figs");
       const d = this.currentHead();
       const l = this.ui.layer, h = this.ui.head;
+      const why = this.ui.why;
+      if (!why || why.l !== l || why.h !== h) { this.ui.why = null; clear(this.q(".sg-why")).hidden = true; }
       this.paintHeadControls();
       this.q(".sg-check").textContent = d ? d.check.statement + silencedNote(d) : "";
       this.q(".sg-full").hidden = !(d && d.rows === "last");
@@ -179,9 +194,7 @@
         if (!hit) { this.tip.hidden = true; return; }
         const { g, r, c } = hit;
         const qm = g.questionAxis === "rows" ? g.rows[r] : g.cols[c], am = g.questionAxis === "rows" ? g.cols[c] : g.rows[r];
-        const v = g.matrix[r][c], code = cellReason(g, r, c);
-        this.tip.textContent = "question from \u201c" + g.tokens[qm] + "\u201d (" + qm + ") \u2192 answer from \u201c" + g.tokens[am] + "\u201d (" + am + "): " +
-          (code !== VISIBLE ? reasonLegend(code) : kind + " " + sig4(v));
+        this.tip.textContent = cellWords(g, r, c);
         this.tip.hidden = false;
         this.tip.style.left = (ev.clientX + 14) + "px";
         this.tip.style.top = (ev.clientY + 14) + "px";
@@ -189,8 +202,44 @@
       canvas.addEventListener("mouseleave", () => { this.tip.hidden = true; });
       canvas.addEventListener("click", (ev) => {
         const hit = cellAt(ev);
-        if (hit) this.select(hit.g.questionAxis === "rows" ? hit.g.rows[hit.r] : hit.g.cols[hit.c]);
+        if (!hit) return;
+        const { g, r, c } = hit, rows = g.questionAxis === "rows";
+        const i = rows ? g.rows[r] : g.cols[c], j = rows ? g.cols[c] : g.rows[r];
+        this.select(i);
+        if (this.api && cellReason(g, r, c) === VISIBLE) this.openWhy(i, j);
       });
+    }
+
+    /** "Why": the score of member i's question against member j's answer in the open head, split
+     * into the parts of the residual stream that made it (POST /api/why), in a small panel. */
+    async openWhy(i, j) {
+      const l = this.ui.layer, h = this.ui.head, gen = this.gen;
+      this.ui.why = { l, h, i, j };
+      const box = clear(this.q(".sg-why"));
+      box.hidden = false;
+      box.appendChild(el("p", { cls: "sg-hint", text: "Why member " + i + "'s question gives this weight to member " + j + "'s answer\u2026" }));
+      try {
+        const d = await this.post("/why", { text: this.d.text, layer: l, head: h, query: i, key: j });
+        const now = this.ui.why;
+        if (gen !== this.gen || !now || now.l !== l || now.h !== h || now.i !== i || now.j !== j) return;
+        this.renderWhy(d);
+      } catch (e) { if (gen === this.gen) { clear(box).appendChild(el("p", { cls: "sg-hint", text: e.message })); } }
+    }
+
+    renderWhy(d) {
+      const box = clear(this.q(".sg-why"));
+      box.appendChild(el("button", { cls: "sg-link sg-why-close", attrs: { type: "button", "aria-label": "close why" }, text: "close \u00d7",
+        on: { click: () => { this.ui.why = null; clear(box).hidden = true; } } }));
+      box.appendChild(el("h3", {}, ["Why member " + d.query + "'s question (", tokenNode(d.tokens[d.query], "sg-chipish"), ") gives weight " +
+        sig4(d.weight) + " to member " + d.key + "'s answer (", tokenNode(d.tokens[d.key], "sg-chipish"), ")"]));
+      box.appendChild(el("p", { text: "Score q\u1d62\u00b7k\u2c7c/\u221ad\u2096 = " + sig4(d.score) + " = content " + sig4(d.content) +
+        " (before the rotation) + position " + sig4(d.position) + " (what the distance " + (d.query - d.key) + " adds through RoPE)." }));
+      const list = el("ol", { cls: "sg-why-parts" });
+      for (const p of d.pairs.slice(0, 5)) list.appendChild(el("li", { text: p.query_part + " \u00b7 " + p.key_part + ": " + signed(p.value, 3) }));
+      box.appendChild(el("p", { cls: "sg-hint", text: "The largest of the " + d.pairs.length + " pairs of parts (the question's part \u00b7 the answer's part):" }));
+      box.appendChild(list);
+      for (const n of d.notes) box.appendChild(el("p", { cls: "sg-hint", text: n }));
+      if (this.ui.members.size || this.ui.headsSilenced.size) box.appendChild(el("p", { cls: "sg-hint", text: "Measured on the text with nothing silenced." }));
     }
   });
 })(window.StudyGroup = window.StudyGroup || {});

@@ -39,11 +39,12 @@
       if (this.api) {
         const form = el("form", { cls: "sg-form", on: { submit: (e) => { e.preventDefault(); this.submit(); } } }, [
           el("label", { cls: "sg-label", attrs: { for: this.id("text") }, text: "Text (the group predicts the word that comes next)" }),
-          el("textarea", { cls: "sg-text", attrs: { id: this.id("text"), name: "text", rows: 2, spellcheck: "false", maxlength: 4000 } }),
+          el("textarea", { cls: "sg-text", attrs: { id: this.id("text"), name: "text", rows: 2, spellcheck: "false" } }),
           el("label", { cls: "sg-label", attrs: { for: this.id("other") }, text: "Compare with another context (optional): the same text without its first sentence, say" }),
-          el("input", { cls: "sg-other", attrs: { id: this.id("other"), name: "other", type: "text", spellcheck: "false", maxlength: 4000, placeholder: "e.g. I have a lot" } }),
+          el("input", { cls: "sg-other", attrs: { id: this.id("other"), name: "other", type: "text", spellcheck: "false", placeholder: "e.g. I have a lot" } }),
           el("div", { cls: "sg-actions" }, [el("button", { cls: "sg-go", attrs: { type: "submit" }, text: "Explain" }),
-            el("span", { cls: "sg-hint", text: "Ctrl+Enter in the text box does the same." })])]);
+            el("span", { cls: "sg-hint", text: "Ctrl+Enter in the text box does the same." })]),
+          el("p", { cls: "sg-hint sg-limit" })]);
         form.querySelector("textarea").addEventListener("keydown", (e) => {
           if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); this.submit(); }
         });
@@ -59,6 +60,7 @@
       conclusion.appendChild(el("div", { cls: "sg-bars" }));
       conclusion.appendChild(el("div", { cls: "sg-shift" }));
       const story = section("sg-story", "The story");
+      story.appendChild(el("p", { cls: "sg-story-note sg-hint", attrs: { hidden: "" } }));
       story.appendChild(el("div", { cls: "sg-sentences" }));
       story.appendChild(el("div", { cls: "sg-decisive" }));
 
@@ -85,6 +87,7 @@
         el("canvas", { cls: "sg-legend sg-legend-" + kind, attrs: { role: "img" } })]);
       head.appendChild(el("div", { cls: "sg-figs" }, [figure("scores", "Scores Q\u00b7K\u1d40/\u221ad\u2096"), figure("weights", "Weights: softmax of the scores")]));
       head.appendChild(el("p", { cls: "sg-check sg-hint" }));
+      head.appendChild(el("div", { cls: "sg-why", attrs: { hidden: "", role: "region", "aria-label": "why" } }));
       head.appendChild(el("div", { cls: "sg-member" }));
       head.appendChild(el("p", { cls: "sg-head-empty sg-hint" }));
 

@@ -33,6 +33,7 @@
         chip.classList.toggle("sg-selected", j === this.ui.selected);
         chip.classList.toggle("sg-hover", j === this.ui.hover);
         chip.classList.toggle("sg-muted", this.ui.members.has(j));
+        chip.style.background = this.ui.members.has(j) ? sg.colours.masked.css : ""; // masked as the grids mask a cell
         const mute = chip.querySelector(".sg-mute");
         if (mute) mute.setAttribute("aria-pressed", String(this.ui.members.has(j)));
       }

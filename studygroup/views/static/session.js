@@ -16,6 +16,10 @@
         this.q(".sg-model").textContent = info.model.name + ": " + info.model.n_layers + " layers \u00d7 " + info.model.n_heads +
           " heads, " + info.model.n_kv_heads + " key/value heads shared by groups of " + info.group_size + " query heads";
         this.q(".sg-text").value = info.default_text;
+        const most = info.limits && info.limits.max_tokens;
+        if (most) this.q(".sg-limit").textContent = "Texts of up to " + most + " tokens" +
+          (most === info.context_length ? " (the model's context)." : " (the server's --max-tokens; the model's context holds " + info.context_length + ").") +
+          " A longer text is refused with a message, never cut.";
         this.submit();
       } catch (e) { this.say("Cannot reach the studygroup server: " + e.message, "error"); }
     }
@@ -26,7 +30,8 @@
       if (!text.trim()) { this.say("Type a text first.", "error"); return; }
       const gen = ++this.gen;
       const live = () => gen === this.gen;
-      Object.assign(this.ui, { selected: null, hover: null, members: new Set(), headsSilenced: new Set(), headChosen: false, rows: "auto" });
+      // a new text: nothing of the last one stays (its head, its selection), even if this one fails
+      Object.assign(this.ui, { selected: null, hover: null, members: new Set(), headsSilenced: new Set(), headChosen: false, rows: "auto", layer: null, head: null, why: null });
       this.heads.clear();
       this.d = { info: this.d.info, text, other: other || null };
       this.renderAll();

@@ -1,0 +1,129 @@
+"""Silencing redrawn through the HTTP API, as the page does it: /api/conclusion, /api/model_view and
+/api/head (the open head), one after another with the same silencing; p50 and p95 of the sum.
+
+Two apps over one loaded model, each behind its own uvicorn on loopback, measured in turns in the
+same run: the app as `serve` makes it (one silenced pass, kept, serves all three requests) and the
+same app keeping no pass (`Limits(runs_kept=0)`: each request makes its own, as the conclusion's
+before-and-after, the model view and the head did each on their own). Every round silences
+something not silenced before (a member, then a head), so no finished answer is served from the
+answers' cache. The CPU is printed (lscpu). Target: under 0.3 s at ~44 members on 2 cores.
+
+    .venv/bin/python bench/silence_redraw.py                # the default model, 20 rounds
+    .venv/bin/python bench/silence_redraw.py --rounds 40 --model FILE.gguf --json out.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+import studygroup  # before torch: its thread policy (studygroup/__init__.py)
+
+TEXT = ("Every Thursday evening, Tom and Maria met in the quiet library on the hill to study for the chemistry "
+        "exam together. Tom forgot his notes and his two pencils, so after an hour of work, Maria always brought the")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=20, help="silencings measured per app (default 20)")
+    p.add_argument("--model", default=None, metavar="PATH", help="GGUF file (default: the default model)")
+    p.add_argument("--text", default=TEXT)
+    p.add_argument("--json", default=None, metavar="FILE", help="also write the figures as JSON")
+    return p.parse_args(argv)
+
+
+def cpu() -> str:
+    """The CPU's model name and the cores this process may use."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+        name = next((l.split(":", 1)[1].strip() for l in out.splitlines() if l.startswith("Model name")), "unknown CPU")
+    except (OSError, subprocess.SubprocessError):
+        name = "unknown CPU (no lscpu)"
+    return f"{name}, {len(os.sched_getaffinity(0))} cores, load average {os.getloadavg()[0]:.1f}"
+
+
+def serve(app):
+    """app behind uvicorn on a free loopback port, in a thread: (its URL, the server)."""
+    import uvicorn
+
+    from studygroup.web.serve import bind, url
+
+    sock = bind("127.0.0.1", 0)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True).start()
+    while not server.started:
+        time.sleep(0.02)
+    return url(sock).rstrip("/"), server
+
+
+def silencings(T: int, L: int, H: int, n: int):
+    """n silencings, each new: members 1, 2, … and heads (layer, head) in turns."""
+    members = iter(range(1, T - 1))
+    heads = iter((l, h) for l in range(L - 1, -1, -1) for h in range(H))
+    for r in range(n):
+        j = next(members, None) if r % 2 == 0 else None
+        yield {"silence_members": [j], "silence_heads": []} if j is not None else \
+            {"silence_members": [], "silence_heads": [list(next(heads))]}
+
+
+def redraw(client, base: str, text: str, layer: int, head: int, silencing: dict) -> dict:
+    """The page's three requests after a silencing; seconds each and their sum."""
+    times = {}
+    for name, body in (("conclusion", {"text": text, "top": 10}), ("model_view", {"text": text}),
+                       ("head", {"text": text, "layer": layer, "head": head, "notation": "paper"})):
+        t = time.perf_counter()
+        r = client.post(f"{base}/api/{name}", json={**body, **silencing})
+        r.read()
+        if r.status_code != 200:
+            raise SystemExit(f"/api/{name} answered {r.status_code}: {r.text[:300]}")
+        times[name] = time.perf_counter() - t
+    times["sum"] = sum(times.values())
+    return times
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    model = studygroup.load(args.model)  # before the web app imports torch: its thread policy
+    import httpx
+
+    from studygroup.web.app import Limits, create_app
+
+    T, c = len(model.tokenize(args.text)), model.config
+    apps = {"one pass kept": Limits(), "no pass kept": Limits(runs_kept=0)}
+    urls = {name: serve(create_app(model, limits))[0] for name, limits in apps.items()}
+    layer, head = c.n_layers - 1, 0
+    figures = {name: [] for name in apps}
+    with httpx.Client(timeout=600) as client:
+        for base in urls.values():  # the page's first view of the text: nothing silenced
+            for name, body in (("conclusion", {"text": args.text}), ("model_view", {"text": args.text}),
+                               ("head", {"text": args.text, "layer": layer, "head": head})):
+                client.post(f"{base}/api/{name}", json=body).raise_for_status()
+        for r, silencing in enumerate(silencings(T, c.n_layers, c.n_heads, args.rounds)):
+            order = list(apps) if r % 2 == 0 else list(apps)[::-1]  # turns, so a busy spell hits both
+            for name in order:
+                figures[name].append(redraw(client, urls[name], args.text, layer, head, silencing))
+    print(f"silence_redraw: {model.config.name}, T={T} members, {args.rounds} silencings per app; {cpu()}")
+    summary = {}
+    for name, rows in figures.items():
+        sums = sorted(x["sum"] for x in rows)
+        p95 = sums[min(len(sums) - 1, round(0.95 * (len(sums) - 1)))]
+        parts = {k: statistics.median(x[k] for x in rows) for k in ("conclusion", "model_view", "head")}
+        summary[name] = {"p50": statistics.median(sums), "p95": p95, "parts_p50": parts}
+        print(f"  {name:14s} sum p50 {summary[name]['p50']:.3f} s  p95 {p95:.3f} s   (p50: conclusion "
+              f"{parts['conclusion']:.3f}, model_view {parts['model_view']:.3f}, head {parts['head']:.3f})")
+    ratio = summary["no pass kept"]["p50"] / summary["one pass kept"]["p50"]
+    print(f"  one pass kept is {ratio:.2f}x as fast as no pass kept (p50 of the sum); target: p50 under 0.300 s")
+    out = {"cpu": cpu(), "T": T, "rounds": args.rounds, "summary": summary, "ratio_p50": ratio}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+    return out
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

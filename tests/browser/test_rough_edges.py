@@ -1,0 +1,240 @@
+"""The page's rough edges, each checked in chromium against the web API's own numbers: silencing
+re-sorts the conclusion on an axis that says where it ends and keeps the old values in sight;
+a silenced member's chip wears the grids' hatch; an error leaves nothing of the last text; at
+1440×900 and 390×844 nothing runs past the viewport and nothing is cut off; a cell says in words
+what it holds, and a click opens "why" for it. No request leaves the machine (any is aborted and
+fails the test).
+"""
+from __future__ import annotations
+
+import io
+import math
+import re
+
+import httpx
+import pytest
+from PIL import Image
+
+from studygroup.views.colours import MASK_FACE, MASK_LINE
+
+from .test_page import DISPLAYED, chip_texts, explain, wait_idle
+
+TEXT = "I have a lot"
+#: Long enough that the open head (grids and the member panel) is taller than a 900-pixel screen.
+LONGER = " ".join(["the tin can"] * 6)
+
+
+@pytest.fixture
+def local(browser, server_url):
+    """A page whose requests to anywhere but the server are aborted and recorded."""
+    def make(width=1360, height=1000):
+        context = browser.new_context(viewport={"width": width, "height": height})
+        origin = server_url.rstrip("/")
+        context.tried = []
+
+        def only_local(route):
+            url = route.request.url
+            if url.startswith(origin) or url.startswith(("data:", "blob:")):
+                return route.continue_()
+            context.tried.append(url)
+            return route.abort()
+
+        context.route("**/*", only_local)
+        page = context.new_page()
+        errors = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.errors = errors
+        contexts.append(context)
+        return page
+
+    contexts = []
+    yield make
+    for c in contexts:
+        assert c.tried == [], f"requests to another host: {c.tried}"
+        c.close()
+
+
+def api(server_url, path, body):
+    r = httpx.post(server_url.rstrip("/") + "/api/" + path, json=body, timeout=60)
+    r.raise_for_status()
+    return r.json()
+
+
+def silence_and_wait(page, j):
+    page.click(f".sg-chip[data-index='{j}'] .sg-mute")
+    page.locator(".sg-bars[data-silenced='true']").wait_for()
+    page.locator(".sg-grid-weights[data-silenced='true']").wait_for()
+    page.locator(".sg-status[data-kind='']").wait_for(state="attached")
+
+
+BARS = """() => Array.from(document.querySelectorAll('.sg-bars .sg-barrow'), (row) => {
+  const track = row.querySelector('.sg-track').getBoundingClientRect();
+  const part = (sel) => { const e = row.querySelector(sel); return e ? e.getBoundingClientRect().width / track.width : null; };
+  const ghost = row.querySelector('.sg-ghost'), bar = row.querySelector('.sg-bar');
+  return { track: track.width, id: Number(row.dataset.id), value: row.querySelector('.sg-value').textContent, bar: part('.sg-bar'), ghost: part('.sg-ghost'),
+           ghostOnTop: ghost && bar ? Number(getComputedStyle(ghost).zIndex) > (Number(getComputedStyle(bar).zIndex) || 0) : null,
+           ghostBorder: ghost ? getComputedStyle(ghost).borderTopStyle + ' ' + getComputedStyle(ghost).borderTopWidth : null };
+})"""
+
+
+def test_silencing_resorts_the_conclusion_on_a_stated_axis_with_the_old_values(local, server_url, screenshots):
+    page = local()
+    page.goto(server_url)
+    wait_idle(page)
+    explain(page, TEXT)
+    j = len(chip_texts(page)) - 2
+    silence_and_wait(page, j)
+    truth = api(server_url, "conclusion", {"text": TEXT, "top": 10, "silence_members": [j]})
+    words = {w["id"]: w for w in truth["words"]}
+    bars = page.evaluate(BARS)
+    after = [words[b["id"]]["prob_after"] for b in bars]
+    assert after == sorted(after, reverse=True)  # the silenced run's order
+    top = max(max(w["prob_after"], w["prob_before"]) for w in words.values())
+    axis = math.ceil(10 * top - 1e-9) / 10
+    assert float(page.locator(".sg-bars").get_attribute("data-axis")) == pytest.approx(axis)
+    assert f"0 to {round(100 * axis)}%" in page.locator(".sg-axis").inner_text()
+    for b in bars:
+        w = words[b["id"]]
+        assert b["bar"] == pytest.approx(w["prob_after"] / axis, abs=0.01 + 1 / b["track"])  # widths on that axis (1 px at least)
+        assert b["ghost"] == pytest.approx(w["prob_before"] / axis, abs=0.01 + 4 / b["track"])  # (its 2 px borders)
+        assert b["ghostOnTop"] and b["ghostBorder"] == "dashed 2px"  # the old value's outline is never hidden
+        assert "before" in b["value"] and "\u22120.0" not in b["value"]
+    assert max(b["bar"] for b in bars) >= 0.5 or axis == 0.1  # the largest bar fills the axis, up to 10%
+    note = page.locator(".sg-story-note")
+    assert note.is_visible() and "nothing silenced" in note.inner_text()
+    page.click(".sg-silenced .sg-link")  # clear all
+    page.locator(".sg-bars[data-silenced='false']").wait_for()
+    assert not note.is_visible()
+    assert page.errors == []
+
+
+def test_points_never_read_minus_zero(local, server_url):
+    page = local()
+    page.goto(server_url)
+    wait_idle(page)
+    explain(page, TEXT)
+    for j in range(len(chip_texts(page)) - 1):
+        page.click(f".sg-chip[data-index='{j}'] .sg-mute")
+        page.locator(".sg-bars[data-silenced='true']").wait_for()
+        page.locator(".sg-status[data-kind='']").wait_for(state="attached")
+        for v in page.locator(".sg-bars .sg-value").all_inner_texts():
+            change = re.search(r"([+\u2212\u00b1])(\d+\.\d) pts", v)
+            assert change, v
+            assert not (change.group(1) == "\u2212" and change.group(2) == "0.0"), v
+        page.click(f".sg-chip[data-index='{j}'] .sg-mute")
+        page.locator(".sg-bars[data-silenced='false']").wait_for()
+
+
+def _colours(png: bytes) -> set[tuple[int, int, int]]:
+    return set(Image.open(io.BytesIO(png)).convert("RGB").getdata())
+
+
+def _hex(h: str) -> tuple[int, int, int]:
+    return tuple(int(h[i:i + 2], 16) for i in (1, 3, 5))
+
+
+def test_a_silenced_members_chip_wears_the_grids_hatch(local, server_url, screenshots):
+    page = local()
+    page.goto(server_url)
+    wait_idle(page)
+    explain(page, TEXT)
+    silence_and_wait(page, 1)
+    near = lambda cs, c: any(sum(abs(a - b) for a, b in zip(x, c)) <= 6 for x in cs)  # noqa: E731
+    muted = _colours(page.locator(".sg-chip[data-index='1'] .sg-chip-main").screenshot())
+    heard = _colours(page.locator(".sg-chip[data-index='2'] .sg-chip-main").screenshot())
+    assert near(muted, _hex(MASK_FACE)) and near(muted, _hex(MASK_LINE))  # the hatch's face and lines
+    assert not near(heard, _hex(MASK_LINE))
+    # ... the very lines the weight grid draws for that member's masked cells
+    cells = page.evaluate(DISPLAYED, "weights")
+    assert cells["reasons"][2][1] == "silenced"
+    assert "repeating-linear-gradient" in page.evaluate("() => document.querySelector('.sg-chip[data-index=\"1\"]').style.background")
+    page.locator(".sg-input").screenshot(path=str(screenshots / "rough-edges-silenced-chip.png"))
+
+
+def test_an_error_leaves_nothing_of_the_last_text(local, server_url):
+    page = local()
+    page.goto(server_url)
+    wait_idle(page)
+    explain(page, TEXT)
+    assert "Key/value head" in page.locator(".sg-head-title").inner_text()
+    assert "up to 64 tokens (the model's context)" in page.locator(".sg-limit").inner_text()  # the limit, stated
+    page.fill(".sg-text", "ab " * 80)  # past the tiny model's context of 64
+    page.click(".sg-go")
+    page.locator(".sg-status[data-kind='error']").wait_for()
+    assert "context holds 64" in page.locator(".sg-status").inner_text()
+    assert page.locator(".sg-head-title").inner_text() == ""
+    assert page.locator(".sg-kv").count() == 0 and page.locator(".sg-figs").is_hidden()
+    assert page.locator(".sg-chip").count() == 0 and page.locator(".sg-bars .sg-barrow").count() == 0
+    assert page.locator(".sg-thumb").count() == 0
+    assert page.errors == []
+
+
+#: Elements that run past the viewport's width, and boxes that cut off what they hold (a box made
+#: to scroll a large grid, .sg-canvas-wrap, and the text fields excepted).
+LAYOUT = """() => {
+  const W = document.documentElement.clientWidth, wide = [], cut = [];
+  for (const e of document.querySelectorAll('body *')) {
+    const r = e.getBoundingClientRect();
+    if (!r.width && !r.height) continue;
+    if (r.right > W + 1 || r.left < -1) wide.push(e.className || e.tagName);
+    const s = getComputedStyle(e);
+    if (e.matches('.sg-canvas-wrap, textarea, input')) continue;
+    const clips = [s.overflowX, s.overflowY].some((o) => o !== 'visible');
+    if (clips && (e.scrollHeight > e.clientHeight + 1 || e.scrollWidth > e.clientWidth + 1)) cut.push(e.className || e.tagName);
+  }
+  return { scroll: document.documentElement.scrollWidth, W, wide, cut };
+}"""
+
+
+@pytest.mark.parametrize("width, height", [(1440, 900), (390, 844)])
+def test_nothing_runs_past_the_viewport_or_is_cut_off(local, server_url, screenshots, width, height):
+    page = local(width, height)
+    page.goto(server_url)
+    wait_idle(page)
+    explain(page, LONGER)
+    last = len(chip_texts(page)) - 1
+    assert last > 30
+    page.click(f".sg-chip[data-index='{last}'] .sg-chip-main")  # the member panel, below the head's grids, a row per answer
+    page.locator(".sg-member .sg-listen-row[data-index]").first.wait_for()
+    layout = page.evaluate(LAYOUT)
+    assert layout["scroll"] <= layout["W"], layout
+    assert layout["wide"] == [] and layout["cut"] == [], layout
+    page.screenshot(path=str(screenshots / f"page-{width}x{height}.png"), full_page=True)
+
+
+def test_a_cell_says_what_it_holds_and_a_click_opens_why(local, server_url, screenshots):
+    page = local()
+    page.goto(server_url)
+    wait_idle(page)
+    explain(page, TEXT)
+    tokens = chip_texts(page)
+    shown = page.evaluate(DISPLAYED, "weights")
+    assert shown["orientation"] == "paper"
+    i, j = len(tokens) - 1, 1
+    r, c = shown["rows"].index(i), shown["cols"].index(j)
+    page.locator(".sg-grid-weights").scroll_into_view_if_needed()
+    box = page.locator(".sg-grid-weights").bounding_box()
+    geo = page.evaluate("() => document.querySelector('.sg-grid-weights').__geom")
+    x, y = box["x"] + geo["left"] + (c + 0.5) * geo["cw"], box["y"] + geo["top"] + (r + 0.5) * geo["ch"]
+    page.mouse.move(x, y)
+    w = shown["matrix"][r][c]
+    tip = page.locator(".sg-tip").inner_text()
+    assert tip.startswith(f"member {i}'s question (\u201c{tokens[i]}\u201d) gives weight "), tip
+    assert f" to member {j}'s answer (\u201c{tokens[j]}\u201d)" in tip
+    assert float(tip.split("gives weight ")[1].split(" ")[0]) == pytest.approx(w, rel=1e-3), tip
+    page.mouse.click(x, y)
+    why = page.locator(".sg-why")
+    why.locator("h3").wait_for()
+    d = page.evaluate(DISPLAYED, "weights")
+    head, layer = (int(n) for n in re.findall(r"\d+", page.locator(".sg-head-title h3").inner_text()))  # "Head h of layer l"
+    truth = api(server_url, "why", {"text": TEXT, "layer": layer, "head": head, "query": i, "key": j})
+    text = why.inner_text()
+    assert f"Why member {i}'s question" in text and f"member {j}'s answer" in text
+    assert float(text.split("gives weight ")[1].split(" ")[0]) == pytest.approx(truth["weight"], rel=1e-3)
+    assert truth["weight"] == pytest.approx(d["matrix"][r][c], abs=1e-5)
+    score = float(re.search(r"= (\S+) = content", text).group(1).replace("\u2212", "-"))
+    assert score == pytest.approx(truth["score"], rel=1e-3, abs=1e-4)
+    why.screenshot(path=str(screenshots / "page-why.png"))
+    page.click(".sg-why-close")
+    assert why.is_hidden()
+    assert page.errors == []
