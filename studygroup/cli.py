@@ -10,12 +10,15 @@ stderr with exit status 2.
     studygroup lesson [--section N] [--html FILE]   (at a terminal: one section at a time)
     studygroup why [TEXT] --layer L --head H --key J [--query I]
     studygroup roles [TEXT]
+    studygroup generate TEXT -n N [--temperature T] [--top-k K] [--top-p P] [--seed S] [--ignore-eos]
+                    [--candidates K] [--silence-member J] [--silence-head L.H]
 
 Every command takes --json (print the result as JSON instead), --top K and --model PATH.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -71,9 +74,24 @@ def _members_slice(s: str) -> slice:
     return slice(*(None if x is None else int(x) for x in m.groups()))
 
 
+def _number(s: str) -> float:
+    """A finite decimal number ("0.7", "1e-3"); not nan or inf."""
+    try:
+        x = float(s)
+    except ValueError:
+        x = float("nan")
+    if x != x or x in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"{s!r} is not a number")
+    return x
+
+
 def _common(p: argparse.ArgumentParser, top: int, top_help: str) -> None:
-    p.add_argument("--model", default=None, metavar="PATH", help="a GGUF file (llama or gemma3), or gemma-3-270m (default: SmolLM2-135M-Instruct)")
     p.add_argument("--top", type=_whole(1), default=top, metavar="K", help=top_help)
+    _model_options(p)
+
+
+def _model_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None, metavar="PATH", help="a GGUF file (llama or gemma3), or gemma-3-270m (default: SmolLM2-135M-Instruct)")
     p.add_argument("--json", action="store_true", help="print the result as JSON (see docs/json.md)")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda, where available")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
@@ -92,6 +110,32 @@ def _silencing(p: argparse.ArgumentParser) -> None:
     p.add_argument("--measure-members", "--silence-members", dest="silence_members", type=_count_or_all, default=None,
                    metavar="N|all", help="measure every member up to N tokens, else the N with the largest direct "
                    "shares (default: every member up to 24 tokens, else 24)")
+
+
+def _silence_flags(p: argparse.ArgumentParser, what: str) -> None:
+    """--silence-member J and --silence-head L.H, repeatable; `what` begins their help."""
+    p.add_argument("--silence-member", type=_whole(0), action="append", default=[], metavar="J",
+                   help=f"{what} nobody hears member J (repeatable)")
+    p.add_argument("--silence-head", type=_layer_head, action="append", default=[], metavar="L.H",
+                   help=f"{what} head H of layer L writes nothing (repeatable)")
+
+
+def _generate_parser(sub) -> None:
+    p = sub.add_parser("generate", help="the group keeps talking: words after the text, each a new member")
+    p.add_argument("text")
+    p.add_argument("-n", type=_whole(1), default=20, metavar="N", help="how many words at most (default 20)")
+    p.add_argument("--temperature", type=_number, default=0.0, metavar="T", help="0: the most likely word (default); "
+                   "above 0: words drawn from softmax(logits / T)")
+    p.add_argument("--top-k", type=_whole(1), default=None, metavar="K", help="draw from the K most likely words only")
+    p.add_argument("--top-p", type=_number, default=1.0, metavar="P",
+                   help="draw from the fewest most likely words whose probabilities reach P, in (0, 1] (default 1)")
+    p.add_argument("--seed", type=_whole(0), default=None, metavar="S", help="the same seed gives the same words")
+    p.add_argument("--ignore-eos", action="store_true", help="go on past the model's end-of-text token")
+    p.add_argument("--candidates", type=_whole(1), default=5, metavar="K",
+                   help="the most likely words listed per word in --json (default 5)")
+    _silence_flags(p, "also the continuation where")
+    _model_options(p)
+    p.set_defaults(handler=_generate)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -124,10 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the answers shown: members C to D-1 (Python slice; default every member)")
     p.add_argument("--full", action="store_true",
                    help="print the whole window as text (by default at most 100 lines of 400 characters)")
-    p.add_argument("--silence-member", type=_whole(0), action="append", default=[], metavar="J",
-                   help="the head in a run where nobody hears member J (repeatable)")
-    p.add_argument("--silence-head", type=_layer_head, action="append", default=[], metavar="L.H",
-                   help="the head in a run where head H of layer L writes nothing (repeatable)")
+    _silence_flags(p, "the head in a run where")
     _common(p, 4, "how many of each vector's largest entries to show (default 4)")
     _figures(p)
     p.set_defaults(handler=_head)
@@ -148,6 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("text", nargs="?", default=None, help="a text (default: the standard probe, 50 tokens twice)")
     _common(p, 5, "how many heads to list per role (default 5)")
     p.set_defaults(handler=_roles)
+    _generate_parser(sub)
     from studygroup.web import serve  # light: the web app is imported only when `serve` runs
 
     serve.add_parser(sub)
@@ -280,6 +322,31 @@ def _roles(args) -> str:
 
     r = roles(_load(args), args.text)
     return r.to_json(indent=2) if args.json else render_text.roles(r, shown=min(args.top, 10))
+
+
+def _generate(args) -> str:
+    from studygroup.views import generation_text as render_text
+
+    model = _load(args)
+    kw = dict(n=args.n, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+              ignore_eos=args.ignore_eos, candidates=args.candidates)
+    silenced = dict(silence_members=args.silence_member, silence_heads=args.silence_head)
+    model.before_pass(args.text, **silenced)  # bad members or heads: refused before any word
+    if args.json:
+        g = model.generate(args.text, **kw)
+        out = {**g.to_json()}
+        if args.silence_member or args.silence_head:
+            out["silenced"] = model.generate(args.text, **kw, **silenced).to_json()
+        return json.dumps(out, indent=2, ensure_ascii=False)
+    stream = render_text.Stream(model.tokenizer, args.text)
+    g = model.generate(args.text, **kw, on_word=lambda w: print(stream.add(w.id), end="", flush=True))
+    print(stream.rest())
+    lines = [render_text.generation_end(g)]
+    if args.silence_member or args.silence_head:
+        from studygroup.study.continuations import continuations
+
+        lines.append(render_text.continuations(continuations(model, args.text, g, kw, silenced)))
+    return "\n".join(l for l in lines if l)
 
 
 def _page(pages: list[str]) -> str:
