@@ -148,6 +148,11 @@ def build_parser() -> argparse.ArgumentParser:
     _figures(p)
     p.add_argument("--html", default=None, metavar="FILE", help="also write a self-contained HTML report")
     p.add_argument("--full", action="store_true", help="list every measured head and member (default: the most decisive)")
+    p.add_argument("--generate", type=_whole(1), default=None, metavar="N",
+                   help="generate N words (greedy) and explain one of them (--word)")
+    p.add_argument("--word", type=_whole(1), default=None, metavar="K",
+                   help="with --generate: explain why generated word K (from 1) was chosen; its members are the text "
+                        "and the K-1 words before it")
     p.set_defaults(handler=_explain)
     p = sub.add_parser("compare", help="what a longer context does to the conclusion, and who accounts for it")
     p.add_argument("text_a")
@@ -230,8 +235,9 @@ def _explain(args) -> str:
 
     _check_figures(args)
     model = _load(args)
-    e = explain(model, args.text, top=args.top, silence_heads=args.silence_heads,
-                silence_members=args.silence_members)
+    text, word = _generated_word(model, args)
+    e = explain(model, text, top=args.top, silence_heads=args.silence_heads,
+                silence_members=args.silence_members, word=word)
     _save_figures(args, lambda figures: figures.explain_figure(e.to_dict()))
     if args.html is not None:
         from studygroup.study import page_data
@@ -239,6 +245,23 @@ def _explain(args) -> str:
 
         report.write_report(page_data.report_data(model, args.text, top=args.top, explained=e), args.html)
     return e.to_json(indent=2) if args.json else render_text.explanation(e, full=args.full)
+
+
+def _generated_word(model, args) -> tuple:
+    """(the text or ids to explain, the word's id or None): with --generate N --word K, the prompt's
+    ids and the K-1 generated ids before word K (never the decoded text tokenized again), and K's id."""
+    from studygroup.errors import InputError
+
+    if args.generate is None and args.word is None:
+        return args.text, None
+    if args.generate is None or args.word is None:
+        raise InputError("--generate N and --word K go together: generate N words, explain word K")
+    if args.word > args.generate:
+        raise InputError(f"--word {args.word} is past the {args.generate} words generated")
+    g = model.generate(args.text, args.generate)
+    if args.word > len(g.words):
+        raise InputError(f"--word {args.word}: the model ended the text after {len(g.words)} words")
+    return g.prompt_ids + g.ids[:args.word - 1], g.ids[args.word - 1]
 
 
 def _compare(args) -> str:

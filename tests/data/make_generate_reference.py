@@ -1,5 +1,5 @@
-"""Write tests/data/reference/generate.json: transformers' greedy continuations of the reference
-prompts on the default model (the GGUF dequantized to float32, eager attention), 32 words each.
+"""Write tests/data/reference/generate.json: transformers' greedy continuations of the first
+eight reference prompts on the default model (the GGUF dequantized to float32, eager attention), 32 words each.
 
 Per prompt: the prompt's token ids (as tests/data/reference/public.json holds them), the 32 ids
 transformers' `generate(do_sample=False)` chose with the end token ignored, and at each word the gap
@@ -17,6 +17,7 @@ import torch
 from make_reference import OUT, transformers_model
 
 WORDS = 32
+PROMPTS = 8  # the first eight reference prompts
 
 
 def main() -> None:
@@ -25,7 +26,7 @@ def main() -> None:
     hf = transformers_model(default_model_path())
     prompts = json.loads((OUT / "public.json").read_text(encoding="utf-8"))
     out = []
-    for p in prompts:
+    for p in prompts[:PROMPTS]:
         ids = torch.tensor([p["token_ids"]])
         with torch.inference_mode():
             g = hf.generate(ids, max_new_tokens=WORDS, min_new_tokens=WORDS, do_sample=False, eos_token_id=None,
@@ -33,8 +34,9 @@ def main() -> None:
         top2 = [torch.topk(z[0].float(), 2).values for z in g.logits]
         out.append({"index": p["index"], "token_ids": p["token_ids"], "generated": g.sequences[0, ids.shape[1]:].tolist(),
                     "top2_gap": [float(t[0] - t[1]) for t in top2]})
-        print(p["index"], len(out[-1]["generated"]), min(out[-1]["top2_gap"]))
-    (OUT / "generate.json").write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+        print(p["index"], len(out[-1]["generated"]), min(out[-1]["top2_gap"]), flush=True)
+        (OUT / "generate.json.part").write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+    (OUT / "generate.json.part").rename(OUT / "generate.json")
 
 
 if __name__ == "__main__":

@@ -106,3 +106,30 @@ def test_json_holds_prompt_and_words(model):
     assert [w["id"] for w in j["words"]] == g.ids
     for w in j["words"]:
         assert len(w["top"]) == 4 and w["top"][0]["prob"] >= w["prob"] - 1e-12
+
+
+def test_explain_explains_the_chosen_word_not_the_most_likely(model):
+    from studygroup.study.explain import explain
+
+    ids = random_ids(model, 5, 10)
+    run = model.run(ids)
+    second = int(run.last_logits.topk(2).indices[1])
+    e = explain(model, ids, top=3, word=second)
+    lp = torch.log_softmax(run.last_logits.double(), -1)
+    assert e.predicted.id == second and abs(e.predicted.prob - float(lp[second].exp())) < 1e-6
+    assert abs(e.logit_parts.logit - float(run.last_logits[second])) < 1e-4
+
+
+def test_cli_explains_generated_word_k_on_the_ids(capsys, model, tiny_model):
+    import json as json_
+
+    from studygroup.cli import main
+
+    g = model.generate("the tin", 4)
+    assert main(["explain", "the tin", "--model", str(tiny_model.path), "--generate", "4", "--word", "3", "--json",
+                 "--top", "2", "--measure-heads", "1", "--measure-members", "1"]) == 0
+    data = json_.loads(capsys.readouterr().out)
+    assert data["token_ids"] == g.prompt_ids + g.ids[:2] and data["predicted"]["id"] == g.ids[2]
+    for bad in (["--generate", "2", "--word", "3"], ["--word", "1"]):
+        assert main(["explain", "the tin", "--model", str(tiny_model.path), *bad]) == 2
+        assert capsys.readouterr().err.count("\n") == 1
