@@ -12,8 +12,12 @@ import argparse
 import statistics
 import time
 
-import studygroup  # before torch (studygroup.model.threads)
-import torch
+from studygroup.model import threads
+
+threads.set_wait_policy()  # before torch is imported, as the CLI does (studygroup.model.threads)
+
+import studygroup  # noqa: E402
+import torch  # noqa: E402
 
 from gpu_prefill import hf_model
 from cache_check import cpu
