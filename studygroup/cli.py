@@ -12,12 +12,15 @@ stderr with exit status 2.
     studygroup why [TEXT] --layer L --head H --key J [--query I] [--silence-member J] [--silence-head L.H]
     studygroup roles [TEXT]
     studygroup models [--full]   (the GGUF models on this disk)
+    studygroup generate TEXT -n N [--temperature T] [--top-k K] [--top-p P] [--seed S] [--ignore-eos]
+                    [--candidates K] [--silence-member J] [--silence-head L.H]
 
 Every command takes --json (print the result as JSON instead), --top K and --model PATH.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -73,11 +76,29 @@ def _members_slice(s: str) -> slice:
     return slice(*(None if x is None else int(x) for x in m.groups()))
 
 
+def _number(s: str) -> float:
+    """A finite decimal number ("0.7", "1e-3"); not nan or inf."""
+    try:
+        x = float(s)
+    except ValueError:
+        x = float("nan")
+    if x != x or x in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"{s!r} is not a number")
+    return x
+
+
 def _common(p: argparse.ArgumentParser, top: int, top_help: str) -> None:
     p.add_argument("--model", default=None, metavar="MODEL",
                    help="a GGUF file, ollama:NAME[:TAG], gemma-3-270m, or a name `studygroup models` shows "
                         "(default: SmolLM2-135M-Instruct)")
     p.add_argument("--top", type=_whole(1), default=top, metavar="K", help=top_help)
+    _model_options(p)
+
+
+def _model_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None, metavar="MODEL",
+                   help="a GGUF file, ollama:NAME[:TAG], gemma-3-270m, or a name `studygroup models` shows "
+                        "(default: SmolLM2-135M-Instruct)")
     p.add_argument("--json", action="store_true", help="print the result as JSON (see docs/json.md)")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda, where available")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
@@ -106,6 +127,24 @@ def _interventions(p: argparse.ArgumentParser, shown: str) -> None:
                    help=f"{shown} in a run where head H of layer L writes nothing (repeatable)")
 
 
+def _generate_parser(sub) -> None:
+    p = sub.add_parser("generate", help="the group keeps talking: words after the text, each a new member")
+    p.add_argument("text")
+    p.add_argument("-n", type=_whole(1), default=20, metavar="N", help="how many words at most (default 20)")
+    p.add_argument("--temperature", type=_number, default=0.0, metavar="T", help="0: the most likely word (default); "
+                   "above 0: words drawn from softmax(logits / T)")
+    p.add_argument("--top-k", type=_whole(1), default=None, metavar="K", help="draw from the K most likely words only")
+    p.add_argument("--top-p", type=_number, default=1.0, metavar="P",
+                   help="draw from the fewest most likely words whose probabilities reach P, in (0, 1] (default 1)")
+    p.add_argument("--seed", type=_whole(0), default=None, metavar="S", help="the same seed gives the same words")
+    p.add_argument("--ignore-eos", action="store_true", help="go on past the model's end-of-text token")
+    p.add_argument("--candidates", type=_whole(1), default=5, metavar="K",
+                   help="the most likely words listed per word in --json (default 5)")
+    _interventions(p, "also the continuation")
+    _model_options(p)
+    p.set_defaults(handler=_generate)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="studygroup", description="The attention layer of a real model, as a study group.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -117,6 +156,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--html", default=None, metavar="FILE", help="also write a self-contained HTML report")
     p.add_argument("--full", action="store_true", help="list every measured head and member (default: the most decisive)")
     _interventions(p, "explain the conclusion")
+    p.add_argument("--generate", type=_whole(1), default=None, metavar="N",
+                   help="generate N words (greedy) and explain one of them (--word)")
+    p.add_argument("--word", type=_whole(1), default=None, metavar="K",
+                   help="with --generate: explain why generated word K (from 1) was chosen; its members are the text "
+                        "and the K-1 words before it")
     p.set_defaults(handler=_explain)
     p = sub.add_parser("compare", help="what a longer context does to the conclusion, and who accounts for it")
     p.add_argument("text_a")
@@ -169,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the list as JSON (see docs/json.md)")
     p.add_argument("--full", action="store_true", help="list every model and reason in full")
     p.set_defaults(handler=_models)
+    _generate_parser(sub)
     from studygroup.web import serve  # light: the web app is imported only when `serve` runs
 
     serve.add_parser(sub)
@@ -214,9 +259,10 @@ def _explain(args) -> str:
         raise InputError("--html writes the text's own views, with nothing silenced: leave out --silence-member "
                          "and --silence-head, or --html")
     model = _load(args)
-    e = explain(model, args.text, top=args.top, silence_heads=args.silence_heads,
+    text, word = _generated_word(model, args)
+    e = explain(model, text, top=args.top, silence_heads=args.silence_heads,
                 silence_members=args.silence_members, silenced_members=args.silence_member,
-                silenced_heads=args.silence_head)
+                silenced_heads=args.silence_head, word=word)
     _save_figures(args, lambda figures: figures.explain_figure(e.to_dict()))
     if args.html is not None:
         from studygroup.study import page_data
@@ -224,6 +270,23 @@ def _explain(args) -> str:
 
         report.write_report(page_data.report_data(model, args.text, top=args.top, explained=e), args.html)
     return e.to_json(indent=2) if args.json else render_text.explanation(e, full=args.full)
+
+
+def _generated_word(model, args) -> tuple:
+    """(the text or ids to explain, the word's id or None): with --generate N --word K, the prompt's
+    ids and the K-1 generated ids before word K (never the decoded text tokenized again), and K's id."""
+    from studygroup.errors import InputError
+
+    if args.generate is None and args.word is None:
+        return args.text, None
+    if args.generate is None or args.word is None:
+        raise InputError("--generate N and --word K go together: generate N words, explain word K")
+    if args.word > args.generate:
+        raise InputError(f"--word {args.word} is past the {args.generate} words generated")
+    g = model.generate(args.text, args.generate)
+    if args.word > len(g.words):
+        raise InputError(f"--word {args.word}: the model ended the text after {len(g.words)} words")
+    return g.prompt_ids + g.ids[:args.word - 1], g.ids[args.word - 1]
 
 
 def _compare(args) -> str:
@@ -350,6 +413,31 @@ def _models(args) -> str:
     if args.json:
         return json.dumps({"models": [m.to_dict() for m in listed], "skipped": skipped}, indent=2)
     return render_text.models(listed, skipped, full=args.full)
+
+
+def _generate(args) -> str:
+    from studygroup.views import generation_text as render_text
+
+    model = _load(args)
+    kw = dict(n=args.n, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+              ignore_eos=args.ignore_eos, candidates=args.candidates)
+    silenced = dict(silence_members=args.silence_member, silence_heads=args.silence_head)
+    model.before_pass(args.text, **silenced)  # bad members or heads: refused before any word
+    if args.json:
+        g = model.generate(args.text, **kw)
+        out = {**g.to_json()}
+        if args.silence_member or args.silence_head:
+            out["silenced"] = model.generate(args.text, **kw, **silenced).to_json()
+        return json.dumps(out, indent=2, ensure_ascii=False)
+    stream = render_text.Stream(model.tokenizer, args.text)
+    g = model.generate(args.text, **kw, on_word=lambda w: print(stream.add(w.id), end="", flush=True))
+    print(stream.rest())
+    lines = [render_text.generation_end(g)]
+    if args.silence_member or args.silence_head:
+        from studygroup.study.continuations import continuations
+
+        lines.append(render_text.continuations(continuations(model, args.text, g, kw, silenced)))
+    return "\n".join(l for l in lines if l)
 
 
 def _page(pages: list[str]) -> str:

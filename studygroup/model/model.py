@@ -374,6 +374,25 @@ class Model:
         settings = Interventions.make(self, len(ids), silence_members, None, silence_heads)
         return Run(self, ids, settings, resolve("none", len(ids)), torch.empty(0, self.config.vocab_size), {})
 
+    def generate(self, text_or_ids, n: int, temperature: float = 0.0, top_k: int | None = None,
+                 top_p: float = 1.0, seed: int | None = None, ignore_eos: bool = False, candidates: int = 5,
+                 silence_members: Sequence[int] = (), silence_heads: Sequence[tuple[int, int]] = (),
+                 on_word=None):
+        """Up to n words after the text, one pass of one new member each (a key/value cache).
+
+        Greedy by default (temperature 0); otherwise sampled from softmax(logits / temperature)
+        cut to `top_k` and `top_p`, with a private generator seeded by `seed` (same seed, same
+        words). Stops after an end-of-generation token (its word's stop is "eos") unless
+        ignore_eos. candidates: the most likely words kept per step. silence_members (prompt
+        members) and silence_heads apply at every word. on_word(word) is called as each comes.
+        Returns a `studygroup.model.generate.Generation`: `.ids`, `.words`, `.to_json()`.
+        """
+        from studygroup.model import generate, sampling
+
+        how = sampling.Sampling(temperature, top_k, top_p, seed)
+        return generate.generate(self, text_or_ids, n, how, ignore_eos, candidates, silence_members,
+                                 silence_heads, on_word)
+
     @torch.inference_mode()
     def silenced_logits(self, text_or_ids, members: Sequence[int], heads=None, kv=None, on_layer=None,
                         packed: bool = False) -> torch.Tensor:

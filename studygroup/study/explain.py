@@ -72,7 +72,7 @@ __all__ = ["Analysis", "Explanation", "HeadEffect", "Listened", "LogitSum", "Mem
 
 def explain(model, text, *, top: int = 10, silence_heads: int | str | None = None,
             silence_members: int | str | None = None, silenced_members: Sequence[int] = (),
-            silenced_heads: Sequence[tuple[int, int]] = ()) -> Explanation:
+            silenced_heads: Sequence[tuple[int, int]] = (), word: int | None = None) -> Explanation:
     """Explain the next-word prediction for `text` (or token ids).
 
     top: how many next words to list. silence_heads: how many heads to measure exactly (or "all");
@@ -82,18 +82,20 @@ def explain(model, text, *, top: int = 10, silence_heads: int | str | None = Non
     shares; None: every member up to MEMBERS_ALL_MAX_T, else MEMBERS_TOP. silenced_members,
     silenced_heads: explain the run with these silenced (members in every head, heads at every
     position; up to LONG_T members); every measure is then taken on top of them.
+    word: the id of the next word to explain (a generated word, sampled or not); None: the most
+    likely one.
 
     >>> e = explain(model, "Cash or credit card? I have a lot")
     >>> e.predicted.token, e.members[-1].token
     ('␣of', '␣lot')
     """
     return analyse(model, text, top=top, silence_heads=silence_heads, silence_members=silence_members,
-                   silenced_members=silenced_members, silenced_heads=silenced_heads).explanation
+                   silenced_members=silenced_members, silenced_heads=silenced_heads, word=word).explanation
 
 
 def analyse(model, text, *, top: int = 10, silence_heads: int | str | None = None,
             silence_members: int | str | None = None, silenced_members: Sequence[int] = (),
-            silenced_heads: Sequence[tuple[int, int]] = ()) -> Analysis:
+            silenced_heads: Sequence[tuple[int, int]] = (), word: int | None = None) -> Analysis:
     """explain(), keeping the run: one recorded pass, then the strategy's silencing passes."""
     _check_count("top", top, allow_all=False)
     _check_count("silence_heads", silence_heads)
@@ -107,15 +109,16 @@ def analyse(model, text, *, top: int = 10, silence_heads: int | str | None = Non
     strategy.announce(silence_heads, silence_members)
     run, estimate = strategy.base_run()
     lp = effects.log_probs(run.last_logits)  # (vocab,)
-    token = int(lp.argmax())
+    token = int(lp.argmax()) if word is None else model.ids([word])[0]
     parts = attribution.direct_contributions(run, token)
     words = top_words(run, lp, top)
+    chosen = next((w for w in words if w.id == token), None) or _word(run, lp, token)
     heads, heads_said = strategy.heads(run, token, lp[token], parts.heads, estimate, silence_heads)
     members, members_said = strategy.members(run, token, lp[token], silence_members)
     _mark_sinks(heads, head_sinks(model, ids))
     missed = _estimate_missed_by(heads)
     e = Explanation(text=text if isinstance(text, str) else None, tokens=run.tokens, token_ids=list(ids),
-                    predicted=words[0], top=words, heads=heads, heads_silenced=heads_said, members=members,
+                    predicted=chosen, top=words, heads=heads, heads_silenced=heads_said, members=members,
                     members_silenced=members_said, heads_measured=len(heads),
                     members_measured=sum(m.shown_effect is not None for m in members), estimate_missed_by=missed,
                     logit_parts=_logit_sum(parts), contributions=parts.heads.tolist(),
@@ -364,9 +367,12 @@ def model_info(model) -> ModelInfo:
 
 def top_words(run, lp: torch.Tensor, k: int) -> list[Word]:
     """The k most likely next words: lp (vocab,) log-probabilities -> [Word], most likely first."""
-    values, ids = lp.topk(min(k, lp.shape[-1]))
-    tok = run.model.tokenizer
-    return [Word(tok.readable(i), i, float(v.exp()), float(run.last_logits[i])) for v, i in zip(values, ids.tolist())]
+    return [_word(run, lp, i) for i in lp.topk(min(k, lp.shape[-1])).indices.tolist()]
+
+
+def _word(run, lp: torch.Tensor, i: int) -> Word:
+    """Next word i as a Word: lp (vocab,) log-probabilities."""
+    return Word(run.model.tokenizer.readable(i), i, float(lp[i].exp()), float(run.last_logits[i]))
 
 
 def _logit_sum(p: attribution.LogitParts) -> LogitSum:

@@ -1,0 +1,198 @@
+"""Generation: the group keeps talking, one word at a time, each new word a member of the group.
+
+The prompt is passed once and its keys and values kept (the key/value cache); each step passes the
+one new word, whose question is asked of every member so far (the cache plus its own key), and
+appends its key and value. Per word the result keeps what the questions that chose it listened to
+(the last member's before it: for word k, the prompt and the k − 1 words before it): each head's
+question vector, its 16 largest weights and the weight on the first member (the sink); the whole
+row is recomputed from the key cache on request (`Generation.row`).
+
+Shapes: L layers, H query heads, H_kv key/value heads, d = d_head, P members before the step.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from studygroup.errors import InputError
+from studygroup.model.arguments import whole_number
+from studygroup.model.interventions import Interventions
+from studygroup.model.record import Record
+from studygroup.model.sampling import Sampling
+
+#: Largest weights kept per head and word.
+KEPT_WEIGHTS = 16
+
+#: What a pass keeps: every member's keys and values, and the last member's question and weights.
+_KEPT = Record(steps=("q", "k", "v", "weights"), rows="last")
+
+
+@dataclass
+class Word:
+    """One generated word and what the questions that chose it listened to (the last member's).
+
+    questions (L, H, d): each head's question (after RoPE); members, weights (L, H, 16): the
+    members each head listened to most and their weights, largest first; sink (L, H): the weight
+    on member 0. top: the most likely words at this step, (id, prob, logit), most likely first.
+    """
+
+    id: int
+    prob: float
+    logit: float
+    top: list[tuple[int, float, float]]
+    questions: torch.Tensor
+    members: torch.Tensor
+    weights: torch.Tensor
+    sink: torch.Tensor
+    stop: str | None = None
+
+
+@dataclass
+class Generation:
+    """The prompt's ids, the generated words, and the key cache they were asked of."""
+
+    model: "Model"
+    prompt_ids: list[int]
+    interventions: Interventions
+    words: list[Word] = field(default_factory=list)
+    keys: dict[int, torch.Tensor] = field(default_factory=dict)  # {layer: (H_kv, T, d)} after RoPE
+
+    @property
+    def ids(self) -> list[int]:
+        """The generated ids (the prompt's not included)."""
+        return [w.id for w in self.words]
+
+    @property
+    def stop(self) -> str | None:
+        """"eos" when the last word is an end-of-generation token, else None."""
+        return self.words[-1].stop if self.words else None
+
+    @property
+    def text(self) -> str:
+        return self.model.tokenizer.decode(self.ids)
+
+    def to_json(self) -> dict:
+        """{"prompt": {"tokens", "token_ids"}, "words": [{token, id, prob, logit, top, stop?}], "stop"}."""
+        tok = self.model.tokenizer
+        word = lambda i, p, z: {"token": tok.readable(i), "id": i, "prob": p, "logit": z}
+        words = [{**word(w.id, w.prob, w.logit), "top": [word(*t) for t in w.top],
+                  **({"stop": w.stop} if w.stop else {})} for w in self.words]
+        return {"prompt": {"tokens": [tok.readable(i) for i in self.prompt_ids], "token_ids": list(self.prompt_ids)},
+                "words": words, "stop": self.stop}
+
+    def row(self, k: int, layer: int, head: int) -> torch.Tensor:
+        """(P,) the whole attention row, in this head, of the question that chose word k (from 1):
+        the last of the P members before word k, over them; recomputed from its kept question and
+        the key cache."""
+        m, c = self.model, self.model.config
+        m.check_head(layer, head)
+        k = whole_number(k, "a word")
+        if not 1 <= k <= len(self.words):
+            raise InputError(f"word {k} does not exist: {len(self.words)} words were generated (1-{len(self.words)})")
+        P = len(self.prompt_ids) + k - 1  # members before word k
+        q = self.words[k - 1].questions[layer, head]  # (d,)
+        K = self.keys[layer][c.kv_head_of(head), :P]  # (P, d)
+        scores = K @ q / math.sqrt(c.d_head)  # (P,)
+        visible = _row_mask(m, self.interventions, layer, head, P - 1)  # (P,) bool
+        return torch.softmax(scores.masked_fill(~visible, float("-inf")), -1)
+
+
+def _row_mask(model, interventions: Interventions, layer: int, head: int, P: int) -> torch.Tensor:
+    """(P + 1,) bool: the members the question at position P can hear in this head."""
+    visible = interventions.mask(layer, head, P + 1)[-1].to(model.device)  # (P + 1,)
+    window = model.config.window_of(layer)
+    if window is not None:
+        visible = visible & (torch.arange(P + 1, device=model.device) > P - window)
+    return visible
+
+
+@torch.inference_mode()
+def generate(model, text_or_ids, n: int, sampling: Sampling = Sampling(), ignore_eos: bool = False,
+             candidates: int = 5, silence_members=(), silence_heads=(), on_word=None) -> Generation:
+    """Generate up to n words after the prompt. on_word(word) is called as each word comes."""
+    ids = model.ids(text_or_ids)
+    n = whole_number(n, "the number of words")
+    candidates = whole_number(candidates, "candidates")
+    c = model.config
+    if n < 1:
+        raise InputError(f"the number of words must be at least 1, not {n}")
+    if len(ids) + n > c.context_length:
+        raise InputError(f"the prompt ({len(ids)} tokens) and {n} words exceed the model's context of {c.context_length}")
+    interventions = Interventions.make(model, len(ids), silence_members, None, silence_heads)
+    out = Generation(model, ids, interventions)
+    cache = _Cache(c, len(ids) + n, model.device, model.dtype)
+    generator, stops = sampling.generator(), set() if ignore_eos else end_ids(model)
+    plan = interventions.plan(model, len(ids), _KEPT)
+    logits, steps = model.forward(torch.tensor(ids, device=model.device), plan)  # (1, 1, V)
+    cache.append(steps)
+    for _ in range(n):
+        z = logits[0, -1].float()  # (V,)
+        word_id = sampling.choose(z, generator)
+        word = _word(z, word_id, candidates, steps, c)
+        if word_id in stops:
+            word.stop = "eos"
+        out.words.append(word)
+        if on_word is not None:
+            on_word(word)
+        if word.stop or len(out.words) == n:
+            break
+        logits, steps = _step(model, interventions, cache, word_id)
+    out.keys = cache.keys()
+    return out
+
+
+def _step(model, interventions: Interventions, cache: "_Cache", word_id: int):
+    """One new member's pass over the cache: its logits (1, 1, V) and its recorded row."""
+    P = cache.T
+    plan = interventions.plan(model, P + 1, _KEPT)
+    plan.masks = {l: m[..., -1:, :] for l, m in plan.masks.items()}  # (1, 1|H, 1, P + 1): the new row's
+    plan.past = cache.past()
+    logits, steps = model.forward(torch.tensor([word_id], device=model.device), plan)
+    cache.append(steps)
+    return logits, steps
+
+
+def _word(z: torch.Tensor, word_id: int, candidates: int, steps, c) -> Word:
+    """The chosen word with its probability and the top candidates, and what the questions of the
+    pass that chose it heard (its last row)."""
+    lp = torch.log_softmax(z.double(), -1)  # (V,)
+    values, top = lp.topk(min(candidates, lp.numel()))
+    ranked = [(i, float(v.exp()), float(z[i])) for v, i in zip(values, top.tolist())]
+    L = c.n_layers
+    q = torch.stack([steps[f"layers.{l}.q"][0, :, -1] for l in range(L)])  # (L, H, d)
+    w = torch.stack([steps[f"layers.{l}.weights"][0, :, -1] for l in range(L)])  # (L, H, P)
+    weights, members = w.topk(min(KEPT_WEIGHTS, w.shape[-1]), -1)  # (L, H, 16)
+    sink = w[..., 0].clone()  # (L, H)
+    return Word(word_id, float(lp[word_id].exp()), float(z[word_id]), ranked, q, members, weights, sink)
+
+
+class _Cache:
+    """Every layer's keys and values so far, in place: (1, H_kv, capacity, d) each, T filled."""
+
+    def __init__(self, c, capacity: int, device, dtype):
+        shape = (1, c.n_kv_heads, capacity, c.d_head)
+        self.k = [torch.empty(shape, device=device, dtype=dtype) for _ in range(c.n_layers)]
+        self.v = [torch.empty(shape, device=device, dtype=dtype) for _ in range(c.n_layers)]
+        self.T = 0
+
+    def append(self, steps: dict[str, torch.Tensor]) -> None:
+        """Add the keys and values a pass recorded: (1, H_kv, T_new, d) per layer."""
+        T_new = steps["layers.0.k"].shape[-2]
+        for l in range(len(self.k)):
+            self.k[l][:, :, self.T:self.T + T_new] = steps[f"layers.{l}.k"]
+            self.v[l][:, :, self.T:self.T + T_new] = steps[f"layers.{l}.v"]
+        self.T += T_new
+
+    def past(self) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+        return {l: (self.k[l][:, :, :self.T], self.v[l][:, :, :self.T]) for l in range(len(self.k))}
+
+    def keys(self) -> dict[int, torch.Tensor]:
+        return {l: self.k[l][0, :, :self.T].float() for l in range(len(self.k))}
+
+
+def end_ids(model) -> set[int]:
+    """The model's end-of-generation token ids (its GGUF's eos)."""
+    eos = model.tokenizer.eos_id
+    return set() if eos is None else {eos}

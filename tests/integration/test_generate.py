@@ -1,0 +1,135 @@
+"""Generation against transformers' greedy generate on the same weights, and its recorded rows
+against full passes over the sequence so far."""
+import subprocess
+import sys
+
+import pytest
+import torch
+from transformers import Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM
+
+import studygroup
+from studygroup.errors import InputError
+
+
+def hf_model(tiny, family, config):
+    hf = family(config(**tiny.hf_config, attn_implementation="eager"))
+    hf.load_state_dict(tiny.hf_state_dict, strict=False)
+    return hf.eval()
+
+
+@pytest.fixture(scope="module", params=["llama", "gemma3"])
+def pair(request, tiny_model, tiny_gemma3):
+    if request.param == "llama":
+        return studygroup.load(tiny_model.path), hf_model(tiny_model, LlamaForCausalLM, LlamaConfig)
+    return studygroup.load(tiny_gemma3.path, cache=False), hf_model(tiny_gemma3, Gemma3ForCausalLM, Gemma3TextConfig)
+
+
+def random_ids(model, T, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, model.config.vocab_size, (T,), generator=g).tolist()
+
+
+@pytest.mark.parametrize("T,seed", [(1, 0), (3, 1), (9, 2)])
+def test_greedy_ids_equal_transformers_generate(pair, T, seed):
+    ours, theirs = pair
+    ids, n = random_ids(ours, T, seed), 12
+    with torch.no_grad():
+        out = theirs.generate(torch.tensor([ids]), max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                              pad_token_id=0, eos_token_id=None)
+    assert ours.generate(ids, n, ignore_eos=True).ids == out[0, T:].tolist()
+
+
+def test_each_words_rows_equal_a_full_pass(pair):
+    ours, _ = pair
+    ids = random_ids(ours, 6, 7)
+    g = ours.generate(ids, 8, ignore_eos=True)
+    seq = list(ids)
+    for k, word in enumerate(g.words, start=1):
+        run = ours.run(seq, record=["q", "weights"])
+        for l in range(ours.config.n_layers):
+            full = run["weights", l][:, -1]  # (H, P)
+            assert (word.questions[l] - run["q", l][:, -1]).abs().max() < 1e-5
+            assert (word.sink[l] - full[:, 0]).abs().max() < 1e-5
+            top = full.topk(min(16, full.shape[-1]), -1).values
+            assert (word.weights[l] - top).abs().max() < 1e-5
+            for h in range(ours.config.n_heads):
+                assert (g.row(k, l, h) - full[h]).abs().max() < 1e-5
+        assert int(run.logits[-1].argmax()) == word.id
+        seq.append(word.id)
+
+
+def test_silenced_generation_equals_silenced_full_passes(pair):
+    ours, _ = pair
+    ids = random_ids(ours, 7, 8)
+    g = ours.generate(ids, 6, ignore_eos=True, silence_members=[2], silence_heads=[(0, 1)])
+    seq = list(ids)
+    for word in g.words:
+        run = ours.run(seq, silence_members=[2], silence_heads=[(0, 1)])
+        assert int(run.logits[-1].argmax()) == word.id
+        seq.append(word.id)
+
+
+def test_stops_at_the_end_token_unless_told(model, monkeypatch):
+    ids = random_ids(model, 5, 9)
+    free = model.generate(ids, 6, ignore_eos=True)
+    monkeypatch.setattr(model.tokenizer, "eos_id", free.ids[2])  # the third greedy word ends the text
+    ended = model.generate(ids, 6)
+    assert ended.ids == free.ids[:3] and ended.stop == "eos" and ended.to_json()["words"][-1]["stop"] == "eos"
+    assert model.generate(ids, 6, ignore_eos=True).ids == free.ids
+
+
+SAMPLE = ("import studygroup, sys; m = studygroup.load(sys.argv[1]); "
+          "print(m.generate([1, 2, 3], 10, temperature=1.5, top_k=20, top_p=0.9, seed=4, ignore_eos=True).ids)")
+
+
+def test_seeded_sampling_is_the_same_across_processes(model, tiny_model):
+    runs = [subprocess.run([sys.executable, "-c", SAMPLE, str(tiny_model.path)], capture_output=True, text=True,
+                           check=True).stdout.strip() for _ in range(2)]
+    here = str(model.generate([1, 2, 3], 10, temperature=1.5, top_k=20, top_p=0.9, seed=4, ignore_eos=True).ids)
+    torch.manual_seed(123)  # the global generator plays no part
+    assert runs[0] == runs[1] == here
+    other = model.generate([1, 2, 3], 10, temperature=1.5, top_k=20, top_p=0.9, seed=5, ignore_eos=True).ids
+    assert str(other) != here
+
+
+@pytest.mark.parametrize("kwargs", [dict(n=0), dict(n=-1), dict(n="x"), dict(n=10**6), dict(n=3, temperature=-0.1),
+                                    dict(n=3, top_p=0), dict(n=3, top_p=1.5), dict(n=3, top_k=0)])
+def test_bad_input_is_an_input_error(model, kwargs):
+    with pytest.raises(InputError):
+        model.generate([1, 2, 3], **kwargs)
+
+
+def test_json_holds_prompt_and_words(model):
+    g = model.generate([1, 2, 3], 3, candidates=4, ignore_eos=True)
+    j = g.to_json()
+    assert j["prompt"]["token_ids"] == [1, 2, 3] and len(j["prompt"]["tokens"]) == 3
+    assert [w["id"] for w in j["words"]] == g.ids
+    for w in j["words"]:
+        assert len(w["top"]) == 4 and w["top"][0]["prob"] >= w["prob"] - 1e-12
+
+
+def test_explain_explains_the_chosen_word_not_the_most_likely(model):
+    from studygroup.study.explain import explain
+
+    ids = random_ids(model, 5, 10)
+    run = model.run(ids)
+    second = int(run.last_logits.topk(2).indices[1])
+    e = explain(model, ids, top=3, word=second)
+    lp = torch.log_softmax(run.last_logits.double(), -1)
+    assert e.predicted.id == second and abs(e.predicted.prob - float(lp[second].exp())) < 1e-6
+    assert abs(e.logit_parts.logit - float(run.last_logits[second])) < 1e-4
+
+
+def test_cli_explains_generated_word_k_on_the_ids(capsys, model, tiny_model):
+    import json as json_
+
+    from studygroup.cli import main
+
+    g = model.generate("the tin", 4)
+    assert main(["explain", "the tin", "--model", str(tiny_model.path), "--generate", "4", "--word", "3", "--json",
+                 "--top", "2", "--measure-heads", "1", "--measure-members", "1"]) == 0
+    data = json_.loads(capsys.readouterr().out)
+    assert data["token_ids"] == g.prompt_ids + g.ids[:2] and data["predicted"]["id"] == g.ids[2]
+    for bad in (["--generate", "2", "--word", "3"], ["--word", "1"]):
+        assert main(["explain", "the tin", "--model", str(tiny_model.path), *bad]) == 2
+        assert capsys.readouterr().err.count("\n") == 1

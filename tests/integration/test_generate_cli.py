@@ -1,0 +1,39 @@
+"""`studygroup generate` on the tiny random model: streamed text, --json, silencing, one-line errors."""
+import json
+
+import pytest
+
+from integration.test_cli import cli, tiny  # noqa: F401 (tiny: a fixture)
+
+
+def test_streamed_text_is_the_prompt_and_the_greedy_words(capsys, tiny, model):
+    code, out, err = cli(capsys, "generate", "the tin", "-n", 6, "--model", tiny, "--ignore-eos")
+    expected = model.generate("the tin", 6, ignore_eos=True)
+    assert code == 0 and err == ""
+    assert out.startswith("the tin" + expected.text) and "(6 words)" in out
+
+
+def test_json_alone_equals_model_generate(capsys, tiny, model):
+    argv = ("generate", "the tin", "-n", 5, "--model", tiny, "--temperature", 0.9, "--top-k", 7, "--top-p", 0.8,
+            "--seed", 11, "--candidates", 3, "--ignore-eos", "--json")
+    code, out, _ = cli(capsys, *argv)
+    data = json.loads(out)
+    g = model.generate("the tin", 5, temperature=0.9, top_k=7, top_p=0.8, seed=11, candidates=3, ignore_eos=True)
+    assert code == 0 and data == json.loads(json.dumps(g.to_json()))
+    assert all(len(w["top"]) == 3 for w in data["words"])
+
+
+def test_silenced_continuation_is_compared(capsys, tiny, model):
+    code, out, _ = cli(capsys, "generate", "the tin", "-n", 6, "--model", tiny, "--ignore-eos",
+                       "--silence-head", "0.1", "--silence-member", 1)
+    other = model.generate("the tin", 6, ignore_eos=True, silence_members=[1], silence_heads=[(0, 1)])
+    assert code == 0 and "Without member 1, head 0.1, the group continues:" in out and repr(other.text) in out
+
+
+@pytest.mark.parametrize("bad", [["-n", "0"], ["-n", "-2"], ["-n", "x"], ["-n", "100000"], ["--temperature", "-0.5"],
+                                 ["--temperature", "nan"], ["--top-p", "0"], ["--top-p", "1.01"], ["--top-k", "0"],
+                                 ["--seed", "-1"], ["--candidates", "0"], ["--silence-member", "50"],
+                                 ["--silence-head", "1"]])
+def test_bad_input_is_one_line_exit_2(capsys, tiny, bad):
+    code, out, err = cli(capsys, "generate", "the tin", "--model", tiny, *bad)
+    assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("studygroup: error:")
