@@ -88,9 +88,6 @@ def _number(s: str) -> float:
 
 
 def _common(p: argparse.ArgumentParser, top: int, top_help: str) -> None:
-    p.add_argument("--model", default=None, metavar="MODEL",
-                   help="a GGUF file, ollama:NAME[:TAG], gemma-3-270m, or a name `studygroup models` shows "
-                        "(default: SmolLM2-135M-Instruct)")
     p.add_argument("--top", type=_whole(1), default=top, metavar="K", help=top_help)
     _model_options(p)
 

@@ -112,13 +112,13 @@ def analyse(model, text, *, top: int = 10, silence_heads: int | str | None = Non
     token = int(lp.argmax()) if word is None else model.ids([word])[0]
     parts = attribution.direct_contributions(run, token)
     words = top_words(run, lp, top)
-    chosen = next((w for w in words if w.id == token), None) or _word(run, lp, token)
+    predicted = next((w for w in words if w.id == token), None) or _word(run, lp, token)
     heads, heads_said = strategy.heads(run, token, lp[token], parts.heads, estimate, silence_heads)
     members, members_said = strategy.members(run, token, lp[token], silence_members)
     _mark_sinks(heads, head_sinks(model, ids))
     missed = _estimate_missed_by(heads)
     e = Explanation(text=text if isinstance(text, str) else None, tokens=run.tokens, token_ids=list(ids),
-                    predicted=chosen, top=words, heads=heads, heads_silenced=heads_said, members=members,
+                    predicted=predicted, top=words, heads=heads, heads_silenced=heads_said, members=members,
                     members_silenced=members_said, heads_measured=len(heads),
                     members_measured=sum(m.shown_effect is not None for m in members), estimate_missed_by=missed,
                     logit_parts=_logit_sum(parts), contributions=parts.heads.tolist(),
