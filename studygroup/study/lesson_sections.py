@@ -155,8 +155,9 @@ def _embedding(model, run, h, i, j, text, top) -> dict:
 
 def _layer_input(model, run, h, i, j, text, top) -> dict:
     E = run[f"layers.{h.layer}.E"]  # (T, d_model)
+    writers = "layer 0" if h.layer == 1 else f"the {h.layer} earlier layers"
     earlier = ("Layer 0: nothing has been written yet, so the input is E itself." if h.layer == 0 else
-               f"It is not the token embedding: it is E plus what the {h.layer} earlier layer{'s' * (h.layer > 1)} wrote (the residual "
+               f"It is not the token embedding: it is E plus what {writers} wrote (the residual "
                f"stream), normalised (RMSNorm). Member {i}'s row has norm {float(E[i].norm()):.4g}.")
     return _section(
         f"The input of layer {h.layer}: the normalised residual stream",

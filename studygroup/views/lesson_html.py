@@ -36,9 +36,10 @@ def _cell(x, shade: bool = False) -> str:
     return f"<td>{escape(str(x))}</td>"
 
 
-def _table(caption: str, header: list[str], rows: list[list], shade: bool = False) -> str:
+def _table(caption: str, header: list[str], rows: list[list], weights: int | None = None) -> str:
+    """A table; the numbers of column `weights` (if any) are weights in [0, 1], shaded."""
     head = "".join(f"<th>{escape(str(h))}</th>" for h in header)
-    body = "".join("<tr>" + "".join(_cell(x, shade) for x in row) + "</tr>" for row in rows)
+    body = "".join("<tr>" + "".join(_cell(x, c == weights) for c, x in enumerate(row)) + "</tr>" for row in rows)
     return f"<table><caption>{escape(caption)}</caption><tr>{head}</tr>{body}</table>"
 
 
@@ -47,7 +48,7 @@ def _vector(name: str, xs: list[float]) -> str:
 
 
 def _words(caption: str, words: list[dict]) -> str:
-    return _table(caption, ["next word", "probability"], [[quote(w["token"]), w["prob"]] for w in words], shade=True)
+    return _table(caption, ["next word", "probability"], [[quote(w["token"]), w["prob"]] for w in words], weights=1)
 
 
 def _named(d: dict, name: str) -> dict:
@@ -74,14 +75,14 @@ def _numbers(d: dict, s: dict) -> str:
     if name == "softmax":
         rows = [[m, t, x, w] for m, (t, x, w) in enumerate(zip(tokens, s["scores"], s["weights"]))]
         scenes = "".join(_table(f"the article's example: {g['context']}", ["member", "score", "weight"],
-                                [list(r) for r in zip(g["members"], g["scores"], g["weights"])])
+                                [list(r) for r in zip(g["members"], g["scores"], g["weights"])], weights=2)
                          for g in s["example"])
-        return _table(f"question {i}'s row", ["member", "token", "score", "weight"], rows) + scenes
+        return _table(f"question {i}'s row", ["member", "token", "score", "weight"], rows, weights=3) + scenes
     if name == "weighted_sum":
         rows = [[m, t, w, c] for m, (t, w, c) in
                 enumerate(zip(tokens, _named(d, "softmax")["weights"], s["contributions"]))]
         return _vector(f"Σ_j w_{i}j v_j", s["output"]) \
-            + _table("each answer's part", ["member", "token", "weight", "weight × ‖v_j·W_O‖"], rows)
+            + _table("each answer's part", ["member", "token", "weight", "weight × ‖v_j·W_O‖"], rows, weights=2)
     shorter = "" if s["shorter_top"] is None else _words(f"after “{s['shorter_text']}”", s["shorter_top"])
     return _words(f"after “{d['text']}”", s["top"]) + shorter
 

@@ -11,6 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from studygroup.cli import DEFAULT_TEXT, main
+from studygroup.formulas.softmax_example import softmax_example
 from studygroup.study import lesson_sections as ls
 from studygroup.study.roles import SINK_SHARE, SINK_WEIGHT
 from studygroup.web.app import create_app
@@ -125,7 +126,9 @@ def test_lesson_text_and_html_show_the_recomputed_numbers(capsys, model, tiny_mo
     assert main([*argv, "--html", str(page)]) == 0
     html = page.read_text(encoding="utf-8")
     softmax = html[html.index('<section id="s6">'):html.index('<section id="s7">')]
-    assert all(f">{x:.4g}</td>" in softmax for x in w)
+    example = softmax_example()
+    shaded = len(w) + len(example.alone.weights) + len(example.after_question.weights)  # the row, the two scenes
+    assert all(f">{x:.4g}</td>" in softmax for x in w) and softmax.count("background: rgb") == shaded
     assert '<a href="#s5" rel="prev">' in softmax and '<a href="#s7" rel="next">' in softmax
 
 
