@@ -26,7 +26,7 @@ from studygroup.model.record import Record
 from studygroup.study.explain import checked_ids, top_words
 from studygroup.study.jsonable import JSONable
 from studygroup.study.roles import sinks
-from studygroup.study.story import brief, clipped, percent, quote
+from studygroup.study.story import brief, clipped, members_line, percent, quote
 
 #: The sections' names, in order (the page's URL and the JSON use them).
 SECTIONS = ("members", "embedding", "layer_input", "qkv", "scores", "softmax", "weighted_sum", "conclusion")
@@ -130,7 +130,7 @@ def _section(title: str, paper: str, columns: str, says: list[str], **numbers) -
 def _members(model, run, h, i, j, text, top) -> dict:
     return _section(
         "The study group: its members", "one row per member: T rows", "one column per member: T columns",
-        [f"The text has {run.T} members, one per token: {', '.join(quote(t) for t in run.tokens)}.",
+        [f"{members_line(run.tokens)} Each member is one token of the text.",
          f"The question followed is member {i}'s ({quote(run.tokens[i])}); the answer followed is member {j}'s "
          f"({quote(run.tokens[j])})."], T=run.T)
 
@@ -251,7 +251,7 @@ def _conclusion(model, run, h, i, j, text, top) -> dict:
     says = [f"After every layer, the group's most likely next word is {quote(full[0]['token'])} "
             f"({percent(full[0]['prob'])})."]
     if other:
-        says.append(f"Without “{text[:len(text) - len(shorter)].strip()}” in front (“{shorter}”), it is "
+        says.append(f"Without {clipped(text[:len(text) - len(shorter)].strip(), 60)} in front ({clipped(shorter, 60)}), it is "
                     f"{quote(other[0]['token'])} ({percent(other[0]['prob'])}): the context changes the conclusion"
                     + (" and keeps its first word." if other[0]["token"] == full[0]["token"] else "."))
     return _section(

@@ -50,7 +50,12 @@ def brief(result, what: str, more: str) -> str:
     return f"<{type(result).__name__} {what}; {more}>"
 
 
-def _members_line(tokens: list[str]) -> str:
+def members_line(tokens: list[str]) -> str:
+    """The members in one sentence: every one up to 20, else the first and the last five.
+
+    >>> members_line(["C", "ash", "␣or"])
+    'The 3 members are “C”, “ash”, “␣or”.'
+    """
     if len(tokens) == 1:
         return f"The only member is {quote(tokens[0])}."
     if len(tokens) <= 20:
@@ -169,7 +174,7 @@ def explain_story(e, norm_after_attention: bool = False) -> list[str]:
     n_heads, n_layers = e.model.n_layers * e.model.n_heads, e.model.n_layers
     p = e.logit_parts
     return [
-        _members_line(e.tokens),
+        members_line(e.tokens),
         *_silenced_line(e),
         f"In each of the {n_heads} heads every member asks a question (Q); each answer (V) is weighed by how "
         f"well its nature (K) matches the question (Q·K/√d_k, then softmax over the question's row).",

@@ -95,6 +95,15 @@ def test_lesson_on_a_text_prints_its_sections(capsys, tiny):
     assert max(len(line) for line in out.splitlines()) <= 400 and len(out.splitlines()) <= 100
 
 
+def test_lesson_on_a_long_text_stays_within_100_lines(capsys, tmp_path):
+    from conftest import write_tiny_gguf
+
+    long = write_tiny_gguf(tmp_path / "long.gguf", context=512).path
+    code, out, _ = cli(capsys, "lesson", "the tin " * 100, "--head", "0.1", "--model", long)
+    assert code == 0 and "members run from “t”" in out and "(“tin the tin the" in out and "…”), it is" in out
+    assert max(len(line) for line in out.splitlines()) <= 400 and len(out.splitlines()) <= 100
+
+
 @pytest.mark.parametrize("argv, message", [
     (["explain", ""], "empty"),
     (["explain", "   "], "only whitespace"),
