@@ -30,7 +30,7 @@ _LAZY = {
 _MODULES = {"attention": "formulas.attention", "masks": "formulas.masks", "rope": "formulas.rope",
             "config": "gguf.config", "tokenizer": "gguf.tokenizer", "weights": "gguf.weights",
             "record": "model.record", "run": "model.run", "attribution": "study.attribution",
-            "effects": "study.effects", "lesson": "study.lesson"}
+            "effects": "study.effects", "lesson": "study.lesson_sections"}
 
 __all__ = ["InputError", "ModelFileError", "NotationError", "StudyGroupError", *_LAZY, *sorted(_MODULES)]
 

@@ -183,14 +183,15 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p, 4, "how many of each vector's largest entries to show (default 4)")
     _figures(p)
     p.set_defaults(handler=_head)
-    p = sub.add_parser("lesson", help="the article's walkthrough with the real model's numbers")
+    p = sub.add_parser("lesson", help="the article's walkthrough in the page's sections, with the real model's numbers")
     p.add_argument("text", nargs="?", default=None,
-                   help="a text of yours: the page's sections on it, for one head (without: the article's two texts)")
+                   help=f"the text (default: the article's “{DEFAULT_TEXT}”; the conclusion compares it with the "
+                        "text without its first sentence)")
     p.add_argument("--head", type=_layer_head, default=None, metavar="L.H",
-                   help="with TEXT: the head followed (default: the most decisive not resting on a sink)")
-    p.add_argument("--section", type=int, default=None, metavar="N", help="show section N only")
+                   help="the head followed (default: the most decisive not resting on a sink)")
+    p.add_argument("--section", type=int, default=None, metavar="N", help="show section N only (1-8)")
     p.add_argument("--html", default=None, metavar="FILE", help="write the lesson as a self-contained HTML page")
-    _common(p, 8, "how many next words the conclusion lists (default 8)")
+    _common(p, 5, "how many next words the conclusion lists (default 5)")
     p.set_defaults(handler=_lesson)
     p = sub.add_parser("why", help="why member I listens to member J in one head: the score split into its parts")
     p.add_argument("text", nargs="?", default=DEFAULT_TEXT)
@@ -333,52 +334,33 @@ def _check_figure_window(v) -> None:
 
 
 def _lesson(args) -> str:
-    from studygroup.views import lesson_html as render_html
-    from studygroup.views import text as render_text
-    from studygroup.study.lesson import check_section, lesson
-
-    if args.text is not None or args.head is not None:
-        return _lesson_on_text(args)
-    if args.section is not None:
-        check_section(args.section)
-    if args.html is not None:
-        check_writable(args.html, "lesson.html")
-    l = lesson(_load(args), top=args.top)
-    if args.html is not None:
-        write_text(args.html, render_html.lesson_html(l))
-        return f"studygroup: wrote the lesson to {args.html}"
-    if args.json:
-        return (l.section(args.section) if args.section else l).to_json(indent=2)
-    if args.section is None and sys.stdin.isatty() and sys.stdout.isatty():
-        return _page([render_text.lesson(l, n) for n in range(1, len(l.sections) + 1)])
-    return render_text.lesson(l, args.section)
-
-
-def _lesson_on_text(args) -> str:
-    """`lesson TEXT`: the page's sections (study.lesson_sections), the same numbers as /api/lesson."""
+    """`lesson [TEXT]`: the lesson's sections (study.lesson_sections) on TEXT (default: the article's
+    text), the same numbers as /api/lesson; at a terminal one section at a time."""
     import json
-    import textwrap
 
-    from studygroup.errors import InputError
     from studygroup.study import lesson_sections as ls
     from studygroup.study.page_data import explanation
+    from studygroup.views import lesson_html as render_html
+    from studygroup.views import text as render_text
 
+    if args.section is not None:
+        ls.check_section(args.section)
     if args.html is not None:
-        raise InputError("--html writes the article's lesson: give it without TEXT")
-    n = len(ls.SECTIONS)
-    if args.section is not None and not 1 <= args.section <= n:
-        raise InputError(f"section {args.section} does not exist: the lesson on a text has {n} sections (1-{n})")
+        check_writable(args.html, "lesson.html")
     model, text = _load(args), args.text if args.text is not None else DEFAULT_TEXT
     if args.head is None:
         layer, head = ls.default_head(model, text, [(e.layer, e.head) for e in explanation(model, text).heads])
     else:
         layer, head = args.head
-    d = ls.lesson_sections(model, text, layer, head).to_dict()
+    l = ls.lesson_sections(model, text, layer, head, top=args.top)
+    if args.html is not None:
+        write_text(args.html, render_html.lesson_html(l))
+        return f"studygroup: wrote the lesson to {args.html}"
     if args.json:
-        return json.dumps(d["sections"][args.section - 1] if args.section else d, ensure_ascii=False, indent=2)
-    shown = [d["sections"][args.section - 1]] if args.section else d["sections"]
-    return "\n\n".join(f"{d['sections'].index(s) + 1}. {s['title']}\n  paper: {s['formula_paper']}\n  video: "
-                        f"{s['formula_columns']}\n" + "\n".join(textwrap.fill(x, 160, initial_indent="  ", subsequent_indent="  ") for x in s["says"]) for s in shown)
+        return json.dumps(l.section(args.section), ensure_ascii=False, indent=2) if args.section else l.to_json(indent=2)
+    if args.section is None and sys.stdin.isatty() and sys.stdout.isatty():
+        return _page([render_text.lesson_section(l, n) for n in range(1, len(l.sections) + 1)])
+    return render_text.lesson(l, args.section)
 
 
 def _why(args) -> str:

@@ -1,5 +1,5 @@
-"""The lesson's sections on any text, for one head: the numbers the page and `studygroup lesson
-TEXT --json` show, from one pass of the model (one source for both).
+"""The lesson's sections on any text, for one head: the numbers the page's Lesson mode and
+`studygroup lesson [TEXT]` (text, --json, --html) show, from one pass of the model (one source).
 
 The sections, in the article's order (SECTIONS): the members; E at layer 0 and where position
 enters; the chosen head's input at its layer; Q, K and V; the scores Q·Kᵀ/√d_k with one dot
@@ -19,16 +19,15 @@ from dataclasses import dataclass
 
 import torch
 
-from studygroup.errors import InputError
+from studygroup.errors import InputError, NotationError
 from studygroup.formulas import attention
 from studygroup.formulas.softmax_example import softmax_example
 from studygroup.model.record import Record
 from studygroup.study.explain import top_words
 from studygroup.study.jsonable import JSONable
-from studygroup.study.lesson_blocks import drawn_form_error
 from studygroup.study.sinks import REST_WEIGHT, sink_weight, sinks
+from studygroup.study.story import brief, clipped, members_line, percent, quote
 from studygroup.study.text_ids import checked_ids
-from studygroup.study.story import percent, quote
 
 #: The sections' names, in order (the page's URL and the JSON use them).
 SECTIONS = ("members", "embedding", "layer_input", "qkv", "scores", "softmax", "weighted_sum", "conclusion")
@@ -50,6 +49,15 @@ class LessonSections(JSONable):
     silenced_members: list[int]
     silenced_heads: list[list[int]]
     sections: list[dict]  # in SECTIONS order: name, title, formula_paper, formula_columns, says, numbers
+
+    def __repr__(self) -> str:
+        """<LessonSections of 8 sections on head 6 of layer 24, “…”, question 9; …>"""
+        return brief(self, f"of {len(self.sections)} sections on head {self.head} of layer {self.layer}, "
+                           f"{clipped(self.text, 30)}, question {self.query}", ".section(n), .sections, .to_dict()")
+
+    def section(self, n: int) -> dict:
+        """Section n (1-based, as the CLI's --section); InputError for a number outside 1..8."""
+        return self.sections[check_section(n) - 1]
 
 
 def _floats(x: torch.Tensor) -> list:
@@ -89,9 +97,10 @@ def _shorter(text: str) -> str | None:
 
 
 def lesson_sections(model, text: str, layer: int, head: int, query: int | None = None, key: int | None = None,
-                    silence_members=(), silence_heads=()) -> LessonSections:
+                    silence_members=(), silence_heads=(), top: int = TOP) -> LessonSections:
     """Every section's numbers for `text`, head `head` of layer `layer`, question `query` (default:
-    the last member) and answer `key` (default: the one it weighs most). See docs/json.md ("lesson").
+    the last member) and answer `key` (default: the one it weighs most); the conclusion lists `top`
+    next words. See docs/json.md ("lesson").
 
     >>> d = lesson_sections(model, "I have a lot", 0, 0)
     >>> [s["name"] for s in d.sections][:3]
@@ -105,7 +114,7 @@ def lesson_sections(model, text: str, layer: int, head: int, query: int | None =
     run = model.run(ids, record=record, silence_members=list(silence_members), silence_heads=list(silence_heads))
     h = run.head(layer, head)
     j = int(h.weights[i].argmax()) if key is None else model.check_member(key, T)
-    ctx = dict(model=model, run=run, h=h, i=i, j=j, text=text)
+    ctx = dict(model=model, run=run, h=h, i=i, j=j, text=text, top=top)
     sections = [globals()["_" + name](**ctx) for name in SECTIONS]
     for s, name in zip(sections, SECTIONS):
         s["name"] = name
@@ -117,15 +126,15 @@ def _section(title: str, paper: str, columns: str, says: list[str], **numbers) -
     return {"title": title, "formula_paper": paper, "formula_columns": columns, "says": says, **numbers}
 
 
-def _members(model, run, h, i, j, text) -> dict:
+def _members(model, run, h, i, j, text, top) -> dict:
     return _section(
         "The study group: its members", "one row per member: T rows", "one column per member: T columns",
-        [f"The text has {run.T} members, one per token: {', '.join(quote(t) for t in run.tokens)}.",
+        [f"{members_line(run.tokens)} Each member is one token of the text.",
          f"The question followed is member {i}'s ({quote(run.tokens[i])}); the answer followed is member {j}'s "
          f"({quote(run.tokens[j])})."], T=run.T)
 
 
-def _embedding(model, run, h, i, j, text) -> dict:
+def _embedding(model, run, h, i, j, text, top) -> dict:
     E0 = run["layers.0.E"]  # (T, d_model)
     d_model = E0.shape[1]
     return _section(
@@ -143,10 +152,11 @@ def _embedding(model, run, h, i, j, text) -> dict:
         d_model=d_model, query_row=_floats(E0[i]), key_row=_floats(E0[j]), norms=_floats(E0.norm(dim=-1)))
 
 
-def _layer_input(model, run, h, i, j, text) -> dict:
+def _layer_input(model, run, h, i, j, text, top) -> dict:
     E = run[f"layers.{h.layer}.E"]  # (T, d_model)
+    writers = "layer 0" if h.layer == 1 else f"the {h.layer} earlier layers"
     earlier = ("Layer 0: nothing has been written yet, so the input is E itself." if h.layer == 0 else
-               f"It is not the token embedding: it is E plus what the {h.layer} earlier layer{'s' * (h.layer > 1)} wrote (the residual "
+               f"It is not the token embedding: it is E plus what {writers} wrote (the residual "
                f"stream), normalised (RMSNorm). Member {i}'s row has norm {float(E[i].norm()):.4g}.")
     return _section(
         f"The input of layer {h.layer}: the normalised residual stream",
@@ -155,7 +165,7 @@ def _layer_input(model, run, h, i, j, text) -> dict:
         query_row=_floats(E[i]), key_row=_floats(E[j]), norms=_floats(E.norm(dim=-1)))
 
 
-def _qkv(model, run, h, i, j, text) -> dict:
+def _qkv(model, run, h, i, j, text, top) -> dict:
     T, d = h.q.shape
     d_model = run[f"layers.{h.layer}.E"].shape[1]
     normed = f"layers.{h.layer}.q_norm" in model.w  # Gemma 3: a per-head RMSNorm of q and k before RoPE
@@ -173,7 +183,7 @@ def _qkv(model, run, h, i, j, text) -> dict:
         d_head=d, q=_floats(h.q), k=_floats(h.k), v=_floats(h.v))
 
 
-def _scores(model, run, h, i, j, text) -> dict:
+def _scores(model, run, h, i, j, text, top) -> dict:
     d = h.q.shape[1]
     terms = h.q[i].double() * h.k[j].double()  # (d_head,)
     dot = float(terms.sum())
@@ -191,7 +201,7 @@ def _scores(model, run, h, i, j, text) -> dict:
         sqrt_d_k=math.sqrt(d), terms=_floats(terms), dot=dot, score=float(h.scores[i, j]), grid=grid)
 
 
-def _softmax(model, run, h, i, j, text) -> dict:
+def _softmax(model, run, h, i, j, text, top) -> dict:
     row_s, row_w = h.scores[i], h.weights[i]  # (T,)
     seen = h.mask[i]
     ex = softmax_example()
@@ -216,7 +226,7 @@ def _softmax(model, run, h, i, j, text) -> dict:
         sinks=sink_members, sink_weight=share, rests_on_sink=rests, example=example)
 
 
-def _weighted_sum(model, run, h, i, j, text) -> dict:
+def _weighted_sum(model, run, h, i, j, text, top) -> dict:
     by_hand = h.weights[i].double() @ h.v.double()  # (T,) @ (T, d_head) -> (d_head,)
     W_O_h = model.W_O_head(h.layer, h.head).float()  # (d_head, d_model)
     sizes = (h.v @ W_O_h).norm(dim=-1)  # (T,)
@@ -229,18 +239,18 @@ def _weighted_sum(model, run, h, i, j, text) -> dict:
          f"Member {j}'s part is w·v_{j} with w = {float(h.weights[i, j]):.4g}; through the output projection W_O "
          f"its size is w × ‖v_{j}·W_O‖ = {float(h.weights[i, j] * sizes[j]):.4g}.",
          "In columns the answers stand as V (d_head × T) and must multiply the weights from the left. As drawn in "
-         "the video, softmax(KᵀQ/√d_k)·V does not fit the shapes: " + drawn_form_error(Q, K, V)],
+         "the video, softmax(KᵀQ/√d_k)·V does not fit the shapes: " + _drawn_form_error(Q, K, V)],
         output=_floats(h.output[i]), contributions=_floats(h.weights[i] * sizes))
 
 
-def _conclusion(model, run, h, i, j, text) -> dict:
-    full = _top(model, text, run)
+def _conclusion(model, run, h, i, j, text, top) -> dict:
+    full = _top(model, text, top, run)
     shorter = _shorter(text)
-    other = _top(model, shorter) if shorter else None
+    other = _top(model, shorter, top) if shorter else None
     says = [f"After every layer, the group's most likely next word is {quote(full[0]['token'])} "
             f"({percent(full[0]['prob'])})."]
     if other:
-        says.append(f"Without “{text[:len(text) - len(shorter)].strip()}” in front (“{shorter}”), it is "
+        says.append(f"Without {clipped(text[:len(text) - len(shorter)].strip(), 60)} in front ({clipped(shorter, 60)}), it is "
                     f"{quote(other[0]['token'])} ({percent(other[0]['prob'])}): the context changes the conclusion"
                     + (" and keeps its first word." if other[0]["token"] == full[0]["token"] else "."))
     return _section(
@@ -249,10 +259,31 @@ def _conclusion(model, run, h, i, j, text) -> dict:
         top=full, shorter_text=shorter, shorter_top=other)
 
 
-def _top(model, text: str, run=None) -> list[dict]:
+def _top(model, text: str, top: int, run=None) -> list[dict]:
     run = run or model.run(checked_ids(model, text), record="none")
     lp = torch.log_softmax(run.last_logits.double().flatten(), -1)  # (vocab,)
-    return [{"token": w.token, "id": w.id, "prob": w.prob} for w in top_words(run, lp, TOP)]
+    return [{"token": w.token, "id": w.id, "prob": w.prob} for w in top_words(run, lp, top)]
+
+
+def _drawn_form_error(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor) -> str:
+    """The message attention.as_drawn raises for these column-notation matrices (1, d_head, T)."""
+    try:
+        attention.as_drawn(Q, K, V)
+    except NotationError as e:
+        return str(e)
+    raise AssertionError("as_drawn must refuse")  # pragma: no cover
+
+
+def check_section(n: int) -> int:
+    """n, when 1 <= n <= the number of sections (the CLI's --section); InputError otherwise.
+
+    >>> check_section(9)
+    Traceback (most recent call last):
+    studygroup.errors.InputError: section 9 does not exist: the lesson has 8 sections (1-8)
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= len(SECTIONS):
+        raise InputError(f"section {n} does not exist: the lesson has {len(SECTIONS)} sections (1-{len(SECTIONS)})")
+    return n
 
 
 def check_section_name(name: str) -> int:

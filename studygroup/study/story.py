@@ -52,7 +52,12 @@ def brief(result, what: str, more: str) -> str:
     return f"<{type(result).__name__} {what}; {more}>"
 
 
-def _members_line(tokens: list[str]) -> str:
+def members_line(tokens: list[str]) -> str:
+    """The members in one sentence: every one up to 20, else the first and the last five.
+
+    >>> members_line(["C", "ash", "␣or"])
+    'The 3 members are “C”, “ash”, “␣or”.'
+    """
     if len(tokens) == 1:
         return f"The only member is {quote(tokens[0])}."
     if len(tokens) <= 20:

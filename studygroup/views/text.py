@@ -1,6 +1,6 @@
 """Terminal rendering of the study layer's results (plain text; no model logic).
 
-Every function takes a result dataclass (Explanation, Comparison, HeadView, Lesson) and returns
+Every function takes a result dataclass (Explanation, Comparison, HeadView, LessonSections) and returns
 a string. Numbers are formatted, never computed.
 """
 from __future__ import annotations
@@ -287,28 +287,23 @@ def _silenced(v, full: bool = True) -> list[str]:
     return [wrap("silenced in this run: " + "; ".join(parts), indent="")] if parts else []
 
 
-def lesson_section(s, total: int) -> str:
-    """One section of the lesson: its title, paragraphs, tables and preformatted blocks."""
-    lines = [f"── {s.number}/{total}  {s.title} " + "─" * max(0, WIDTH - len(s.title) - 12), ""]
-    for b in s.blocks:
-        if b.kind == "text":
-            lines.append(wrap(b.text, indent=""))
-        elif b.kind == "code":
-            lines.append(textwrap.indent(b.text, "    "))
-        else:
-            lines += [f"{b.caption}:", table(b.header, b.rows)]
-        lines.append("")
-    return "\n".join(lines)
+def lesson_section(l, n: int) -> str:
+    """Section n (1-based) of a LessonSections: its title, both notations' formulas and its sentences."""
+    s, total = l.section(n), len(l.sections)
+    lines = [f"── {n}/{total}  {s['title']} " + "─" * max(0, WIDTH - len(s["title"]) - 12),
+             wrap(f"rows (the paper): {s['formula_paper']}"), wrap(f"columns (the video): {s['formula_columns']}"),
+             *[wrap(x) for x in s["says"]]]
+    return "\n".join(lines) + "\n"
 
 
 def lesson(l, section: int | None = None) -> str:
-    """The whole lesson, or section `section` (1-based) with a pointer to the next."""
+    """The whole lesson (a LessonSections), or section `section` (1-based) with a pointer to the next."""
     total = len(l.sections)
     if section is None:
-        return "\n".join(lesson_section(s, total) for s in l.sections)
-    out = lesson_section(l.section(section), total)
+        return "\n".join(lesson_section(l, n) for n in range(1, total + 1))
+    out = lesson_section(l, section)
     if section < total:
-        out += f"next: studygroup lesson --section {section + 1}  ({l.sections[section].title})\n"
+        out += f"next: --section {section + 1}  ({l.sections[section]['title']})\n"
     return out
 
 

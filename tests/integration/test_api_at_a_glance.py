@@ -12,7 +12,7 @@ from studygroup.model.record import Record
 from studygroup.study.compare import compare
 from studygroup.study.explain import explain
 from studygroup.study.head import head_view
-from studygroup.study.lesson import lesson
+from studygroup.study.lesson_sections import lesson_sections
 from studygroup.study.model_view import model_view
 
 TEXT = "an ear then the tin"
@@ -126,4 +126,5 @@ def test_result_reprs_are_short_summaries_and_their_json_is_unchanged(model, run
                                   f"scores and weights {T}×{T}, q k v {T}×{d};")
     assert f"q k v {T}×{d};" in one_line(head_view(model, TEXT, 1, 3, notation="columns"))
     assert one_line(model_view(run)).startswith(f"<ModelView of 2 layers × 4 heads (2 kv heads) on {T} members, rows: all")
-    assert one_line(lesson(model, comparison=None)).startswith("<Lesson of 8 sections on head ")
+    assert one_line(lesson_sections(model, TEXT, 1, 3)).startswith(f"<LessonSections of 8 sections on head 3 of layer 1, "
+                                                                  f"“{TEXT}”, question {T - 1};")

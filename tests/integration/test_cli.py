@@ -74,23 +74,33 @@ def test_head_in_a_silenced_run(capsys, tiny):
 
 
 def test_lesson_sections_json_and_html(capsys, tiny, tmp_path):
-    code, out, _ = cli(capsys, "lesson", "--section", 5, "--model", tiny)
-    assert code == 0 and out.startswith("── 5/8  Softmax") and "1.01122e-43" in out
+    code, out, _ = cli(capsys, "lesson", "--section", 6, "--model", tiny)
+    assert code == 0 and out.startswith("── 6/8  Softmax of one question's scores")
+    assert out.rstrip().endswith("next: --section 7  (The weighted sum of the answers)")
     code, out, _ = cli(capsys, "lesson", "--section", 1, "--model", tiny, "--json")
-    assert code == 0 and json.loads(out)["title"] == "Two notations"
+    assert code == 0 and json.loads(out)["name"] == "members"
     page = tmp_path / "lesson.html"
     code, out, _ = cli(capsys, "lesson", "--model", tiny, "--html", page)
     assert code == 0 and str(page) in out
     html = page.read_text(encoding="utf-8")
     assert html.startswith("<!DOCTYPE html>")
     assert '<a href="#s4" rel="prev">' in html and '<a href="#s6" rel="next">' in html  # section 5 goes back and on
-    assert html.count('href="#contents"') == 8 and "id='contents'" in html
+    assert html.count('href="#contents"') == 8 and "id='contents'" in html and "“Cash or credit card? I have a lot”" in html
 
 
 def test_lesson_on_a_text_prints_its_sections(capsys, tiny):
     code, out, _ = cli(capsys, "lesson", "the tin", "--head", "1.2", "--model", tiny)
-    assert code == 0 and out.startswith("1. The study group: its members")
-    assert "8. The conclusion, and how context changes it" in out and "√d_k = √8 = 2.828" in out
+    assert code == 0 and out.startswith("── 1/8  The study group: its members")
+    assert "── 8/8  The conclusion, and how context changes it" in out and "√d_k = √8 = 2.828" in out
+    assert max(len(line) for line in out.splitlines()) <= 400 and len(out.splitlines()) <= 100
+
+
+def test_lesson_on_a_long_text_stays_within_100_lines(capsys, tmp_path):
+    from conftest import write_tiny_gguf
+
+    long = write_tiny_gguf(tmp_path / "long.gguf", context=512).path
+    code, out, _ = cli(capsys, "lesson", "the tin " * 100, "--head", "0.1", "--model", long)
+    assert code == 0 and "members run from “t”" in out and "(“tin the tin the" in out and "…”), it is" in out
     assert max(len(line) for line in out.splitlines()) <= 400 and len(out.splitlines()) <= 100
 
 
@@ -113,7 +123,7 @@ def test_lesson_on_a_text_prints_its_sections(capsys, tiny):
     (["lesson", "--section", "9"], "section 9 does not exist"),
     (["lesson", "--section", "0"], "section 0 does not exist"),
     (["lesson", "the tin", "--section", "9"], "section 9 does not exist"),
-    (["lesson", "the tin", "--html", "x.html"], "--html writes the article's lesson"),
+    (["lesson", "the tin", "--head", "2.0"], "layer 2 does not exist"),
     (["explain", "the tin", "--top", "0"], "--top"),
     (["explain", "the tin", "--silence-heads", "some"], "--silence-heads"),
     (["frobnicate"], "invalid choice"),

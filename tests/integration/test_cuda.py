@@ -14,7 +14,7 @@ from studygroup.study import explain as study
 from studygroup.study import compare as study_compare
 from studygroup.study import head as study_head
 from studygroup.errors import InputError
-from studygroup.study.lesson import lesson
+from studygroup.study.lesson_sections import lesson_sections
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
 
@@ -101,7 +101,7 @@ def numbers(x):
 def test_page_data_report_and_lesson_agree_with_the_cpu(cpu, gpu):
     for build in (lambda m: page_data.head(m, "an ear then the tin", 1, 2),
                   lambda m: page_data.report_data(m, "an ear then the tin", "the tin", heads=3),
-                  lambda m: lesson(m).to_dict()):
+                  lambda m: lesson_sections(m, "an ear then the tin", 1, 2).to_dict()):
         a, b = numbers(build(cpu)), numbers(build(gpu))
         assert len(a) == len(b) and len(a) > 10
         assert [x is None for x in a] == [y is None for y in b]

@@ -14,13 +14,11 @@ import studygroup
 from studygroup.study import attribution
 from studygroup.study import effects
 from studygroup.study import last_question
-from studygroup.views import lesson_html as render_html
 from studygroup.views import text as render_text
 from studygroup.study import explain as study
 from studygroup.study import compare as study_compare
 from studygroup.study import head as study_head
 from studygroup.errors import InputError, NotationError
-from studygroup.study.lesson import lesson
 from studygroup.study.lesson_sections import lesson_sections
 from studygroup.model.interventions import PassPlan
 from studygroup.model.record import Record
@@ -481,7 +479,7 @@ def round_trip(result) -> dict:
 def test_json_round_trips_with_exactly_the_documented_keys(model, analysis, comparison):
     docs, seen = documented_keys(), set()
     results = [analysis.explanation, comparison, study_head.head_view(model, TEXT_B, 0, 1, "columns"),
-               model_view(model.run(TEXT_B), analysis.explanation), lesson(model), lesson_sections(model, TEXT_B, 1, 2),
+               model_view(model.run(TEXT_B), analysis.explanation), lesson_sections(model, TEXT_B, 1, 2),
                studygroup.why(model, TEXT_B, 1, 2, 4, 1), studygroup.roles(model, TEXT_B)]
     for result in results:
         round_trip(result)
@@ -501,32 +499,6 @@ def test_json_has_the_keys_outside_checks_rely_on(model, analysis, comparison):
     assert h["scores"][0][1] is None and h["weights"][0][1] == 0.0
     c = json.loads(comparison.to_json())
     assert set(c["a"]) == set(e) and set(c["shift"][0]) >= {"token", "id", "prob_a", "prob_b"}
-
-
-# ---- lesson -----------------------------------------------------------------------------------
-def test_lesson_sections_and_html(model, tmp_path):
-    l = lesson(model)
-    assert [s.number for s in l.sections] == list(range(1, 9))
-    notations = " ".join(b.text for b in l.sections[0].blocks)
-    assert "do not match" in notations  # the drawn form's real error, from attention.as_drawn
-    with pytest.raises(InputError, match="section 9 does not exist"):
-        l.section(9)
-    page = render_html.lesson_html(l)
-    assert page.startswith("<!DOCTYPE html>") and "<script" not in page and "http" not in page
-    assert "Cash or credit card? I have a lot" in page
-    assert all(f'id="s{n}"' in page for n in range(1, 9))
-    text = render_text.lesson(l, 2)
-    assert text.startswith("── 2/8") and "next: studygroup lesson --section 3" in text
-
-
-def test_html_escapes_model_and_user_text():
-    from studygroup.study.lesson import Block, Lesson, Section
-
-    evil = "<script>alert(1)</script>&"
-    page = render_html.lesson_html(Lesson([evil, "b"], 0, 0, [Section(1, evil, [
-        Block("text", text=evil), Block("code", text=evil),
-        Block("table", caption=evil, header=[evil], rows=[[evil, 0.5, None]], shade=True)])]))
-    assert "<script>" not in page and page.count("&lt;script&gt;") == 8  # texts, nav, title, 5 blocks
 
 
 def test_explain_works_inside_inference_mode(model, analysis):

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from studygroup.cli import main
+from studygroup.cli import DEFAULT_TEXT, main
+from studygroup.formulas.softmax_example import softmax_example
 from studygroup.study import lesson_sections as ls
 from studygroup.study.roles import SINK_SHARE, SINK_WEIGHT
 from studygroup.web.app import create_app
@@ -79,6 +80,65 @@ def test_api_numbers_equal_a_numpy_recomputation(client, model, tiny_model):
     assert [x["id"] for x in s["conclusion"]["top"]] == list(np.argsort(-p)[:ls.TOP])
     assert s["conclusion"]["top"][0]["prob"] == pytest.approx(p.max(), rel=1e-6)  # two float32 passes
     assert s["conclusion"]["shorter_text"] == "Cash or card"
+
+
+def np_weights(run, layer, head):
+    """(T, T) softmax per row of q·kᵀ/√d_head from the run's recorded q and k, float64, causal."""
+    q, k = np64(run.head(layer, head).q), np64(run.head(layer, head).k)
+    s = q @ k.T / math.sqrt(q.shape[1])
+    s[np.triu_indices(len(q), 1)] = -np.inf
+    w = np.exp(s - s.max(-1, keepdims=True))
+    return w / w.sum(-1, keepdims=True)
+
+
+def np_top(model, text, n):
+    logits = np64(model.run(text, record="none").last_logits).ravel()
+    p = np.exp(logits - logits.max())
+    p /= p.sum()
+    return list(np.argsort(-p)[:n]), p
+
+
+def test_lesson_without_text_is_the_article_pair(client, capsys, model, tiny_model):
+    """`lesson` alone: the sections on the article's text, its conclusion beside “I have a lot”."""
+    assert main(["lesson", "--json", "--top", "3", "--model", str(tiny_model.path)]) == 0
+    d = json.loads(capsys.readouterr().out)
+    api = client.post("/api/lesson", json={"text": DEFAULT_TEXT}).json()
+    assert (d["text"], d["layer"], d["head"]) == (DEFAULT_TEXT, api["layer"], api["head"])
+    assert [s["name"] for s in d["sections"]] == list(ls.SECTIONS)
+    s = {x["name"]: x for x in d["sections"]}
+    w = np_weights(model.run(DEFAULT_TEXT, record="all"), d["layer"], d["head"])
+    assert np.allclose(s["softmax"]["weights"], w[-1], atol=1e-6) and d["query"] == len(d["tokens"]) - 1
+    assert d["key"] == int(np.argmax(w[-1]))
+    assert s["conclusion"]["shorter_text"] == "I have a lot"
+    for words, text in ((s["conclusion"]["top"], DEFAULT_TEXT), (s["conclusion"]["shorter_top"], "I have a lot")):
+        ids, p = np_top(model, text, 3)
+        assert [x["id"] for x in words] == ids and words[0]["prob"] == pytest.approx(p.max(), rel=1e-6)
+
+
+def test_lesson_text_and_html_show_the_recomputed_numbers(capsys, model, tiny_model, tmp_path):
+    layer, head = 1, 3
+    w = np_weights(model.run(TEXT, record="all"), layer, head)[-1]  # (T,) the last question's row
+    j = int(np.argmax(w))
+    argv = ["lesson", TEXT, "--head", f"{layer}.{head}", "--model", str(tiny_model.path)]
+    assert main([*argv, "--section", "6"]) == 0
+    assert f"member {j} gets weight {w[j]:.4g}." in capsys.readouterr().out.replace("\n  ", " ")
+    page = tmp_path / "lesson.html"
+    assert main([*argv, "--html", str(page)]) == 0
+    html = page.read_text(encoding="utf-8")
+    softmax = html[html.index('<section id="s6">'):html.index('<section id="s7">')]
+    example = softmax_example()
+    shaded = len(w) + len(example.alone.weights) + len(example.after_question.weights)  # the row, the two scenes
+    assert all(f">{x:.4g}</td>" in softmax for x in w) and softmax.count("background: rgb") == shaded
+    assert '<a href="#s5" rel="prev">' in softmax and '<a href="#s7" rel="next">' in softmax
+
+
+def test_html_escapes_the_text_and_its_tokens(model):
+    from studygroup.views.lesson_html import lesson_html
+
+    evil = "<b>&amp;</b>"
+    page = lesson_html(ls.lesson_sections(model, evil, 0, 0))
+    assert "<b>" not in page and "&lt;b&gt;&amp;amp;&lt;/b&gt;" in page
+    assert "&lt;" in page[page.index('<section id="s1">'):page.index('<section id="s2">')]  # the tokens, escaped
 
 
 def test_cli_json_equals_the_api(client, capsys, tiny_model):

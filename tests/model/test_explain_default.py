@@ -1,13 +1,15 @@
 """explain, compare, head and the lesson on the default model, against llama.cpp's reference."""
 import json
+import math
 
+import numpy as np
 import pytest
 import torch
 
 from studygroup.study import effects
 from studygroup.study import compare as study_compare
 from studygroup.study import head as study_head
-from studygroup.study.lesson import lesson
+from studygroup.study import lesson_sections as ls
 from conftest import REFERENCE_DIR
 
 
@@ -62,10 +64,17 @@ def test_head_in_both_notations(model):
 
 
 def test_lesson_on_the_default_model(model, comparison):
-    l = lesson(model, comparison=comparison)
-    assert len(l.sections) == 8 and l.texts == [A["text"], B["text"]]
-    conclusion = " ".join(b.text for b in l.sections[-1].blocks)
-    assert "already predicts “␣of”" in conclusion
+    """`lesson` alone: the sections on B, its conclusion beside A, as llama.cpp's top words say."""
+    layer, head = ls.default_head(model, B["text"], [(e.layer, e.head) for e in comparison.b.heads])
+    l = ls.lesson_sections(model, B["text"], layer, head)
+    conclusion = l.section(8)
+    assert conclusion["shorter_text"] == A["text"]
+    for words, ref in ((conclusion["top"], B), (conclusion["shorter_top"], A)):
+        assert words[0]["id"] == ref["top10"][0]["id"] and words[0]["prob"] == pytest.approx(ref["top10"][0]["prob"], abs=0.02)
+    h = model.run(B["text"], record="all").head(layer, head)
+    q, k = h.q.double().numpy(), h.k.double().numpy()  # (T, d_head)
+    s = np.where(np.tril(np.ones((len(q), len(q)), bool)), q @ k.T / math.sqrt(q.shape[1]), -np.inf)[-1]
+    assert np.allclose(l.section(6)["weights"], np.exp(s - s.max()) / np.exp(s - s.max()).sum(), atol=1e-6)
     json.loads(l.to_json())
 
 
