@@ -133,8 +133,6 @@ def test_lesson_follows_a_decisive_head_not_resting_on_a_sink(capsys, gemma):
     from numpy weights) take < half of the last question's weight, its row equal to numpy's."""
     from studygroup.study.explain import explain
 
-    from studygroup.study.roles import SINK_SHARE, SINK_WEIGHT
-
     l = cli_json(capsys, "lesson")
     run = gemma.run(TEXT, record=["q", "k"])
     c = gemma.config
