@@ -60,6 +60,14 @@ class GroupWeights:
 
     __str__ = format
 
+    def said(self, i: int) -> str:
+        """Member i's weight in words: the float64 value, and the exact one where float64 rounds it.
+
+        >>> weigh(["I", "lot"], [1.0, 100.0], "lot").said(-1)
+        '1 (exactly 1 - 1.01122e-43: float64 rounds it to 1)'
+        """
+        return f"{self.weights[i]:.6g}{self._note(i % len(self.weights))}".replace("  (", " (")
+
     def _note(self, i: int) -> str:
         """Where float64 shows 1 or 0 but the exact weight is not, say what it is."""
         if self.weights[i] == 0.0:

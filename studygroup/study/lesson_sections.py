@@ -210,9 +210,9 @@ def _softmax(model, run, h, i, j, text, top) -> dict:
     says = [f"Softmax turns question {i}'s scores into weights between 0 and 1 that sum to 1 "
             f"(here {float(row_w.sum()):.6f}). Its scores run from {float(row_s[seen].min()):.4g} to "
             f"{float(row_s[seen].max()):.4g}; member {j} gets weight {float(row_w[j]):.4g}.",
-            f"The article's example: scores 1, 1, 1, 100 give “lot” weight {ex.alone.weights[-1]:.6g}; with four "
-            f"members scoring 1,000 in front, each of those gets {ex.after_question.weights[0]:.4g} and “lot” "
-            f"{ex.after_question.weights[-1]:.4g}. "
+            f"The article's example: scores 1, 1, 1, 100 give “lot” weight {ex.alone.said(-1)}; with four "
+            f"members scoring 1,000 in front, each of those gets {ex.after_question.said(0)} and “lot” "
+            f"{ex.after_question.said(-1)}. "
             + ("The real scores are far smaller, so the weights are less extreme." if float(row_s[seen].abs().max()) < 50
                else "The real scores are as large as the article's."),
             f"This head's sinks (members {sink_members}) take {share:.4g} of question {i}'s weight"
