@@ -260,15 +260,15 @@ def _without_earlier_sentences(e) -> list[list[dict]]:
     s = e.last_sentence
     if s is None:
         return []
-    w, T = e.predicted, len(e.tokens)
-    line = [_t(f"Without its earlier sentences, after {clipped(s.text)} alone (members "), _m(e, s.start), _t(" to "),
-            _m(e, T - 1), _t(f"), the group concludes {quote(s.predicted.token)} ("),
-            _v(s.predicted.prob, "last_sentence.predicted.prob", percent(s.predicted.prob)), _t(")")]
+    w = e.predicted
+    line = [_t(f"Without its earlier sentences, after {clipped(s.text)} alone, the group concludes {quote(s.predicted.token)} ("),
+            _v(s.predicted.prob, "last_sentence.predicted.prob", percent(s.predicted.prob))]
     if s.predicted.id != w.id:
-        line += [_t(f" and gives {quote(w.token)} "),
-                 _v(s.prob_of_predicted, "last_sentence.prob_of_predicted", percent(s.prob_of_predicted))]
-    return [line + [_t(f", against {quote(w.token)} at "), _v(w.prob, "predicted.prob", percent(w.prob)),
-                    _t(" with the full text.")]]
+        line += [_t(f") and gives {quote(w.token)}, the full text's conclusion, "),
+                 _v(s.prob_of_predicted, "last_sentence.prob_of_predicted", percent(s.prob_of_predicted)), _t(" (")]
+    else:
+        line += [_t("; ")]
+    return [line + [_v(w.prob, "predicted.prob", percent(w.prob)), _t(" with the full text).")]]
 
 
 def _thinking_alone(e) -> list[dict]:
