@@ -33,6 +33,7 @@ from studygroup.model.interventions import Interventions
 from studygroup.model.record import KEY_STEPS, Record
 from studygroup.progress import Progress, say
 from studygroup.study import attribution, effects, last_question, story
+from studygroup.study.last_sentence import last_sentence
 from studygroup.study.roles import head_sinks
 from studygroup.study.text_ids import checked_ids
 from studygroup.study.ranking import as_heads, heads_largest_first, largest_first
@@ -124,6 +125,8 @@ def analyse(model, text, *, top: int = 10, silence_heads: int | str | None = Non
                     logit_parts=_logit_sum(parts), contributions=parts.heads.tolist(),
                     silence_estimates=[] if estimate is None else estimate.tolist(),
                     model=model_info(model), scope=strategy.scope, **chosen.silenced())
+    if chosen == Interventions():  # the last sentence alone is a clean run: compared with the clean run only
+        e.last_sentence = last_sentence(model, list(ids), run.tokens, token)
     e.story_parts = story.explain_parts(e, norm_after_attention="post_attn_norm" in model.config.arch.layer_names)
     e.story = story.joined(e.story_parts)
     return Analysis(e, run)

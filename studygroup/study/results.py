@@ -103,6 +103,17 @@ class ModelInfo(JSONable):
 
 
 @dataclass
+class LastSentence(JSONable):
+    """The group's conclusion on the text's last sentence alone (studygroup.study.last_sentence)."""
+
+    start: int  # the index of the last sentence's first member in the text
+    text: str  # the last sentence
+    token_ids: list[int]  # the ids run: the last sentence's, after the BOS where the model adds one
+    predicted: Word  # the conclusion on the last sentence alone
+    prob_of_predicted: float  # the probability it gives the full text's predicted word
+
+
+@dataclass
 class Explanation(JSONable):
     """The group's conclusion on one text, and who decided it. See docs/json.md."""
 
@@ -127,6 +138,7 @@ class Explanation(JSONable):
     scope: str = "in every head"  # where a silenced member is removed (long texts: the last questions only)
     silenced_members: list[int] = field(default_factory=list)  # members nobody hears in the run explained
     silenced_heads: list[list[int]] = field(default_factory=list)  # [layer, head] pairs writing nothing in it
+    last_sentence: LastSentence | None = None  # the conclusion without the earlier sentences (one sentence: None)
 
     def __repr__(self) -> str:
         """<Explanation of “I have a lot” (4 members): next word “␣of” (87%); most decisive head …>"""

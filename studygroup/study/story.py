@@ -263,6 +263,22 @@ def _members(e) -> list[list[dict]]:
     return lines
 
 
+def _without_earlier_sentences(e) -> list[list[dict]]:
+    """The conclusion on the last sentence alone, against the full text's (no sentence for one sentence)."""
+    s = e.last_sentence
+    if s is None:
+        return []
+    w = e.predicted
+    line = [_t(f"Without its earlier sentences, after {clipped(s.text)} alone, the group concludes {quote(s.predicted.token)} ("),
+            _v(s.predicted.prob, "last_sentence.predicted.prob", percent(s.predicted.prob))]
+    if s.predicted.id != w.id:
+        line += [_t(f") and gives {quote(w.token)}, the full text's conclusion, "),
+                 _v(s.prob_of_predicted, "last_sentence.prob_of_predicted", percent(s.prob_of_predicted)), _t(" (")]
+    else:
+        line += [_t("; ")]
+    return [line + [_v(w.prob, "predicted.prob", percent(w.prob)), _t(" with the full text).")]]
+
+
 def _thinking_alone(e) -> list[dict]:
     p, n_heads, n_layers = e.logit_parts, e.model.n_layers * e.model.n_heads, e.model.n_layers
     return [_t("Attention moves information between members; each member's own MLP (“thinking alone”) turns what it "
@@ -276,12 +292,14 @@ def _thinking_alone(e) -> list[dict]:
 
 def explain_parts(e, norm_after_attention: bool = False) -> list[list[dict]]:
     """The Explanation `e` as sentences of pieces: the article's walk on the text (who asks, the
-    conclusion, whose answers count and what changes with context), then the measures, each
+    conclusion, whose answers count, what changes with context and, for more than one sentence, the
+    conclusion on the last sentence alone), then the measures, each
     defined once, and where the logit comes from. `norm_after_attention`: the model norms the sum
     of the heads' writes (Gemma), which the story says."""
     explained: list = []  # an attention sink is explained the first time it is named
     norm = [_norm_after_attention()] if norm_after_attention and e.heads else []
-    return [_members_parts(e), *_silenced_parts(e), _asks(e), _conclusion(e), *_members(e), _measures(e),
+    return [_members_parts(e), *_silenced_parts(e), _asks(e), _conclusion(e), *_members(e),
+            *_without_earlier_sentences(e), _measures(e),
             [_t(_coverage(e))], *_decisive_head(e, explained), *norm, _thinking_alone(e)]
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 
 from studygroup.study.mask_reasons import REASONS
+from studygroup.study.roles import DEFINITIONS as ROLE_DEFINITIONS
 
 #: viridis at 11 even steps, 0 → 1.
 WEIGHTS = ("#440154", "#482475", "#414487", "#355f8d", "#2a788e", "#21918c", "#22a884", "#44bf70", "#7ad151",
@@ -38,6 +39,11 @@ MASKED = {
 }
 #: Okabe–Ito orange and blue: before (text a) and after (text b) in comparisons.
 BEFORE, AFTER = "#E69F00", "#0072B2"
+#: A head's strongest role (studygroup.study.roles): Okabe–Ito, categorical and colour-blind-safe,
+#: with the short label a thumbnail carries.
+ROLES = {"previous": ("#D55E00", "prev"), "duplicate": ("#CC79A7", "dup"), "induction": ("#009E73", "ind"),
+         "sink": ("#E69F00", "sink"), "local": ("#56B4E9", "loc"), "broad": ("#F0E442", "brd")}
+ROLES_LEGEND = "each head's strongest role, its colour deeper the larger that role's score (0–1)"
 WEIGHTS_NAME, SCORES_NAME = "viridis", "RdBu_r"
 WEIGHTS_LEGEND = "weight (softmax): viridis on a fixed 0–1 scale, the same in every head"
 SCORES_LEGEND = "score q·k/√d_head: blue below 0, red above, centred on 0"
@@ -88,6 +94,8 @@ def as_dict() -> dict:
             "scores": {"name": SCORES_NAME, "stops": list(SCORES), "legend": SCORES_LEGEND},
             "contribution": {"legend": CONTRIBUTION_LEGEND},
             "masked": {"face": MASK_FACE, "line": MASK_LINE, "css": mask_css(), "reasons": reasons},
+            "roles": {"colours": {k: c for k, (c, _) in ROLES.items()}, "labels": {k: a for k, (_, a) in ROLES.items()},
+                      "definitions": ROLE_DEFINITIONS, "legend": ROLES_LEGEND},
             "before": BEFORE, "after": AFTER}
 
 

@@ -307,3 +307,63 @@ def test_story_chips_are_the_members_story_parts_name(page, server_url):
     tokens = page.evaluate("() => document.querySelector('.sg-root').studygroup.d.explanation.tokens")
     repeated = [i for i in named if tokens.count(tokens[i]) > 1 and tokens.index(tokens[i]) != i]
     assert repeated  # a later copy of a repeated word is named by its own index
+
+
+SINKS = """([l, h]) => { const e = document.querySelector('.sg-root').studygroup.d.explanation;
+  return e.heads.find((x) => x.layer === l && x.head === h).sinks; }"""
+
+
+def test_what_a_head_listened_to_names_its_attention_sinks(page, server_url):
+    page.goto(server_url)
+    wait_idle(page)
+    explain(page, "an ear. then the tin")
+    T = len(chip_texts(page))
+    page.click(f".sg-chip[data-index='{T - 1}'] .sg-chip-main")
+    page.locator(".sg-member .sg-listen-row[data-index]").first.wait_for()
+    opened = page.locator(".sg-thumb.sg-open")  # the head the page opens first
+    first = (int(opened.get_attribute("data-layer")), int(opened.get_attribute("data-head")))
+    # the plain explanation is written out under the first panel that shows a sink, then only on hover
+    assert "says nothing about what the question asks" in page.locator(".sg-member .sg-sink-note").inner_text()
+    for layer, head in [(1, 2), (0, 1)]:
+        page.click(f".sg-thumb[data-layer='{layer}'][data-head='{head}']")
+        page.locator(".sg-member .sg-listen-row[data-index]").first.wait_for()
+        sinks = page.evaluate(SINKS, [layer, head])
+        assert 0 in sinks  # the first member is every head's sink (the rule in studygroup.study.sinks)
+        rows = page.locator(".sg-member .sg-listen-row[data-index]")
+        assert rows.count() == T
+        for n in range(T):
+            row = rows.nth(n)
+            tagged = row.locator(".sg-sink-tag")
+            assert tagged.count() == (int(row.get_attribute("data-index")) in sinks)
+        tag = page.locator(".sg-member .sg-sink-tag").first
+        assert tag.inner_text().strip() == "attention sink" and "does not need" in tag.get_attribute("title")
+        assert page.locator(".sg-member .sg-sink-note").count() == ((layer, head) == first)
+
+
+ROLE_NAMES = ("previous", "duplicate", "induction", "sink", "local", "broad")
+
+
+def test_the_model_view_colours_and_labels_heads_by_their_strongest_role(page, server_url):
+    page.goto(server_url)
+    wait_idle(page)
+    explain(page, "an ear then the tin, " * 4 + "an ear")  # past 9 members: local, the last 9, is not the whole row
+    assert page.locator(".sg-thumb .sg-role").count() == 0  # weights by default
+    page.click(".sg-colour-by button[data-colour-by='role']")
+    page.locator(".sg-colour-by button[data-colour-by='role'][aria-pressed='true']").wait_for()
+    heads = page.evaluate("() => document.querySelector('.sg-root').studygroup.d.modelView.heads")
+    labels = []
+    for layer, head in [(0, 0), (0, 3), (1, 1), (1, 2)]:
+        roles = heads[layer][head]["roles"]
+        strongest = max(ROLE_NAMES, key=lambda name: roles[name])  # first of equals, as the page's order
+        label = page.locator(f".sg-thumb[data-layer='{layer}'][data-head='{head}'] .sg-role")
+        assert label.get_attribute("data-role") == strongest
+        labels.append(label.inner_text())
+        title = page.locator(f".sg-thumb[data-layer='{layer}'][data-head='{head}']").get_attribute("title")
+        assert f"strongest role: {strongest}" in title
+    assert page.locator(".sg-thumb .sg-role").count() == 2 * 4
+    assert len(set(labels)) > 1  # the heads checked do not all share one role
+    keys = page.locator(".sg-mv-legend .sg-role-key")
+    assert [keys.nth(n).get_attribute("data-role") for n in range(keys.count())] == list(ROLE_NAMES)
+    page.click(".sg-colour-by button[data-colour-by='weight']")
+    page.locator(".sg-colour-by button[data-colour-by='weight'][aria-pressed='true']").wait_for()
+    assert page.locator(".sg-thumb .sg-role").count() == 0 and page.locator(".sg-mv-legend .sg-role-key").count() == 0

@@ -443,6 +443,47 @@ def test_story_uses_the_real_names_and_numbers(analysis, comparison):
     assert any(f"“{c.b.predicted.token}”" in s for s in comparison.story for c in [comparison])
 
 
+TWO_SENTENCES = "an ear? then the tin"
+
+
+def resolve(data, path: str):
+    """The value at a story field path such as `heads[0].listened[1].weight` in explain's JSON."""
+    for name, index in re.findall(r"(\w+)(?:\[(\d+)\])?", path):
+        data = data[name] if index == "" else data[name][int(index)]
+    return data
+
+
+def test_the_conclusion_without_earlier_sentences_is_a_run_on_the_last_sentence(model):
+    e = study.explain(model, TWO_SENTENCES, silence_heads=2, silence_members=2)
+    s = e.last_sentence
+    assert e.tokens[s.start - 1].endswith("?") and s.text == "then the tin"
+    ids = model.ids(s.text)  # the last sentence's text alone: the same ids but its first word's leading space
+    assert s.token_ids == e.token_ids[s.start:] and model.ids(" " + s.text) == s.token_ids != ids
+    lp = torch.log_softmax(model.run(s.token_ids, record="none").last_logits.double(), -1)  # (vocab,)
+    assert s.predicted.id == int(lp.argmax()) and s.predicted.prob == pytest.approx(float(lp.max().exp()), rel=1e-6)
+    assert s.prob_of_predicted == pytest.approx(float(lp[e.predicted.id].exp()), rel=1e-6)
+    data = json.loads(e.to_json())
+    said = [p for line in e.story_parts for p in line if "last_sentence" in p.get("field", "")]
+    assert said and all(resolve(data, p["field"]) == p["value"] for p in said)
+    assert any("Without its earlier sentences" in line and f"“{s.predicted.token}”" in line for line in e.story)
+
+
+def test_the_last_sentence_alone_keeps_the_bos_the_model_adds(tiny_gemma3):
+    gemma = studygroup.load(tiny_gemma3.path, cache=False)
+    e = study.explain(gemma, "an ear! then the tin", silence_heads=1, silence_members=1)
+    s = e.last_sentence
+    bos = gemma.tokenizer.bos_id
+    assert e.token_ids[0] == bos and s.token_ids == [bos, *e.token_ids[s.start:]] and s.start > 1
+    lp = torch.log_softmax(gemma.run(s.token_ids, record="none").last_logits.double(), -1)  # (vocab,)
+    assert s.prob_of_predicted == pytest.approx(float(lp[e.predicted.id].exp()), rel=1e-6)
+
+
+def test_one_sentence_has_no_last_sentence(analysis, model):
+    assert analysis.explanation.last_sentence is None  # TEXT_B: one sentence
+    assert study.explain(model, "an ear.", silence_heads=1, silence_members=1).last_sentence is None  # ends the text
+    assert not any("earlier sentences" in line for line in analysis.explanation.story)
+
+
 # ---- JSON -------------------------------------------------------------------------------------
 def documented_keys() -> dict[str, list[str]]:
     """{class name: [keys]} from the tables of docs/json.md."""
@@ -480,7 +521,8 @@ def test_json_round_trips_with_exactly_the_documented_keys(model, analysis, comp
     docs, seen = documented_keys(), set()
     results = [analysis.explanation, comparison, study_head.head_view(model, TEXT_B, 0, 1, "columns"),
                model_view(model.run(TEXT_B), analysis.explanation), lesson_sections(model, TEXT_B, 1, 2),
-               studygroup.why(model, TEXT_B, 1, 2, 4, 1), studygroup.roles(model, TEXT_B)]
+               studygroup.why(model, TEXT_B, 1, 2, 4, 1), studygroup.roles(model, TEXT_B),
+               study.explain(model, TWO_SENTENCES, silence_heads=2, silence_members=2)]
     for result in results:
         round_trip(result)
         check_documented(result, docs, seen)

@@ -1,11 +1,13 @@
 """Attention sinks and the story on the real default model, on the article's sentence: the sinks
 and their weights equal a plain recomputation from every kept map, the story names the sink
 wherever it names a head that rests on one, every number in the story resolves to its JSON field,
-and what a head listened to is ranked by effect_in_head."""
+and what a head listened to is ranked by effect_in_head; the conclusion on the last sentence alone
+equals a run on its ids."""
 import re
 
 import numpy as np
 import pytest
+import torch
 
 from studygroup.study.explain import explain
 from studygroup.study.story import quote
@@ -80,3 +82,13 @@ def test_what_a_head_listened_to_is_ranked_by_effect_in_head(explained):
         assert measured and h.listened[:len(measured)] == measured
         sizes = [abs(x.effect_in_head) for x in measured]
         assert sizes == sorted(sizes, reverse=True)
+
+
+def test_the_story_gives_the_conclusion_without_the_first_sentence(model, explained):
+    s = explained.last_sentence
+    assert s.text == "I have a lot" and "".join(explained.tokens[s.start:]) == "␣I␣have␣a␣lot"
+    lp = torch.log_softmax(model.run(s.token_ids, record="none").last_logits.double(), -1).numpy()  # (vocab,)
+    assert s.predicted.token == "␣of" and s.predicted.prob == pytest.approx(float(np.exp(lp.max())), rel=1e-6)
+    assert s.prob_of_predicted == pytest.approx(float(np.exp(lp[explained.predicted.id])), rel=1e-6)
+    said = [line for line in explained.story if "Without its earlier sentences" in line]
+    assert len(said) == 1 and "“I have a lot”" in said[0] and f"{100 * s.predicted.prob:.0f}%" in said[0]

@@ -5,12 +5,19 @@
 
   const { el, clear, tokenNode, weightColor, rgb } = sg;
 
+  /** What an attention sink is, in one line (the words of studygroup.study.sinks.MEANING). */
+  const SINK_MEANING = "An attention sink: a member on which a head puts attention it does not need, and whose answer it " +
+    "writes on every text alike, so that weight says nothing about what the question asks.";
+
   sg.mixin(class {
     /** The selected member's question in this head: its weights, and what each answer contributed. */
     renderMemberPanel() {
       const box = clear(this.q(".sg-member"));
       const d = this.currentHead(), i = this.ui.selected;
       let entries = null, asker = null;
+      const lh = this.listenedHead(), e = this.d.explanation;
+      const sameText = lh && e && (!d || d.tokens.length === e.tokens.length);
+      const sinks = sameText && lh.sinks ? lh.sinks : [];  // this head's sinks on the explained text
       if (d && i != null && d.questions.includes(i)) {
         const paper = d.notation === "paper", qi = d.questions.indexOf(i);
         asker = d.tokens[i];
@@ -18,13 +25,13 @@
           const w = paper ? d.weights[qi][x] : d.weights[x][qi];
           const c = paper ? d.contributions[qi][x] : d.contributions[x][qi];
           const ok = paper ? d.mask[qi][x] : d.mask[x][qi];
-          return { index: j, token: d.tokens[j], weight: w, contribution: c, masked: !ok };
+          return { index: j, token: d.tokens[j], weight: w, contribution: c, masked: !ok, sink: sinks.includes(j) };
         }).filter((x) => !x.masked);
       } else if (!d && i != null) {
-        const lh = this.listenedHead(), e = this.d.explanation;
         if (lh && e && i === e.tokens.length - 1) {
           asker = e.tokens[i];
-          entries = lh.listened.map((x) => ({ index: x.index, token: x.token, weight: x.weight, contribution: x.contribution }))
+          entries = lh.listened.map((x) => ({ index: x.index, token: x.token, weight: x.weight, contribution: x.contribution,
+            sink: Boolean(x.is_sink) }))
             .sort((a, b) => a.index - b.index);
         }
       }
@@ -50,7 +57,8 @@
         const cb = el("div", { cls: "sg-track sg-small" }, [el("div", { cls: "sg-bar sg-cbar" })]);
         cb.firstChild.style.width = (100 * x.contribution / maxC).toFixed(2) + "%";
         const row = el("div", { cls: "sg-listen-row", attrs: { role: "row" }, data: { index: x.index } }, [
-          el("span", { attrs: { role: "cell" } }, [tokenNode(x.token), el("span", { cls: "sg-idx", text: " " + x.index })]),
+          el("span", { attrs: { role: "cell" } }, [tokenNode(x.token), el("span", { cls: "sg-idx", text: " " + x.index }),
+            ...(x.sink ? [el("span", { cls: "sg-sink-tag", text: " attention sink", attrs: { title: SINK_MEANING } })] : [])]),
           el("span", { cls: "sg-cellbar", attrs: { role: "cell" } }, [wb, el("span", { cls: "sg-value", text: x.weight.toFixed(3) })]),
           el("span", { cls: "sg-cellbar", attrs: { role: "cell" } }, [cb, el("span", { cls: "sg-value", text: x.contribution.toPrecision(3) })])]);
         row.addEventListener("mouseenter", () => this.setHover(x.index));
@@ -58,6 +66,11 @@
         table.appendChild(row);
       }
       box.appendChild(table);
+      const here = this.ui.layer + "." + this.ui.head + "." + i;
+      if (entries.some((x) => x.sink) && (this.ui.sinkExplained || here) === here) {  // said the first time; the tag's hover says it again
+        this.ui.sinkExplained = here;
+        box.appendChild(el("p", { cls: "sg-hint sg-sink-note", text: SINK_MEANING }));
+      }
     }
   });
 })(window.StudyGroup = window.StudyGroup || {});

@@ -4,6 +4,21 @@
   "use strict";
 
   const { el, clear, sig4, isSilenced, silencedNote, divergingColor, drawLegend, drawThumb, drawFlat, reasonLegend } = sg;
+  const ROLES = sg.colours.roles; // colours and short labels, from views/colours.py
+
+  /** A head's strongest role and its score ({name, score}); null without role scores. */
+  function strongestRole(roles) {
+    if (!roles) return null;
+    let best = null;
+    for (const name of Object.keys(ROLES.colours)) if (best == null || roles[name] > best.score) best = { name, score: roles[name] };
+    return best;
+  }
+  /** The role's colour, mixed with white as its score falls from 1 to 0. */
+  function roleTint(role) {
+    const c = [1, 3, 5].map((i) => parseInt(ROLES.colours[role.name].slice(i, i + 2), 16));
+    const t = Math.min(1, Math.max(0, role.score)) * 0.8 + 0.2;
+    return c.map((v) => Math.round(255 + t * (v - 255)));
+  }
 
   sg.mixin(class {
     rankedHeads() {
@@ -42,6 +57,8 @@
       }
       grid.appendChild(headNums);
       const transpose = this.ui.notation === "columns";
+      const hasRoles = Boolean(mv && mv.heads[0][0].roles);  // none for a long text's model view (rows "last")
+      const byRole = hasRoles && this.ui.colourBy === "role";
       for (let l = 0; l < L; l++) {
         const row = el("div", { cls: "sg-mv-row" }, [el("span", { cls: "sg-mv-layer", text: String(l) })]);
         for (let g = 0; g < G; g++) {
@@ -54,16 +71,31 @@
               attrs: { type: "button", "aria-label": "layer " + l + " head " + h + " (key/value head " + g + ")" + (r ? ", decisive rank " + r : "") },
               data: { layer: l, head: h }, on: { click: () => this.openHead(l, h), keydown: (ev) => this.thumbKeys(ev, l, h, L, H) } }, [canvas]);
             if (r) b.appendChild(el("span", { cls: "sg-rank", text: String(r) }));
-            if (mv) drawThumb(canvas, mv.heads[l][h].weights, mv.heads[l][h].mask_reasons || mv.mask_reasons || null, size, transpose);
+            const role = mv ? strongestRole(mv.heads[l][h].roles) : null;
+            if (byRole) {
+              drawFlat(canvas, role ? roleTint(role) : [236, 236, 236], size);
+              if (role) b.appendChild(el("span", { cls: "sg-role", text: ROLES.labels[role.name], data: { role: role.name } }));
+            } else if (mv) drawThumb(canvas, mv.heads[l][h].weights, mv.heads[l][h].mask_reasons || mv.mask_reasons || null, size, transpose);
             else drawFlat(canvas, divergingColor(contrib[l][h], M), size);
-            b.title = "layer " + l + ", head " + h + ", kv " + g + (r ? ", rank " + r : "") + (contrib ? "; direct contribution " + sig4(contrib[l][h]) : "");
+            b.title = "layer " + l + ", head " + h + ", kv " + g + (r ? ", rank " + r : "") + (contrib ? "; direct contribution " + sig4(contrib[l][h]) : "") +
+              (role ? "; strongest role: " + role.name + " " + sig4(role.score) : "");
             gs.appendChild(b);
           }
           row.appendChild(gs);
         }
         grid.appendChild(row);
       }
-      if (mv) {
+      if (hasRoles) legend.appendChild(this.colourByChoice());
+      if (byRole) {
+        legend.appendChild(el("p", { cls: "sg-role-legend" }, Object.keys(ROLES.colours).map((name) => {
+          const swatch = el("span", { cls: "sg-role-swatch" });
+          swatch.style.background = ROLES.colours[name];
+          return el("span", { cls: "sg-role-key", data: { role: name } }, [swatch, ROLES.labels[name] + ": " + name]);
+        })));
+        legend.appendChild(el("p", { cls: "sg-hint", text: "Colour: " + ROLES.legend + ". " +
+          Object.keys(ROLES.colours).map((name) => name + ": " + ROLES.definitions[name]).join("; ") +
+          ". Each score is a mean over the questions of this text." }));
+      } else if (mv) {
         const c = el("canvas", { attrs: { role: "img", "aria-label": "weight scale 0 to 1" } });
         const reasons = thumbReasons(mv);
         drawLegend(c, "weights", 1, reasons);
@@ -79,6 +111,14 @@
           " (" + sg.colours.contribution.legend + "; scale \u00b1" + M.toPrecision(3) + "). Numbered: the decisive heads, by the exact effect of silencing them." }));
       }
       this.paintThumbs();
+    }
+
+    /** "colour by: weight | role", for a model view whose heads carry role scores. */
+    colourByChoice() {
+      const by = this.ui.colourBy || "weight";
+      const button = (v) => el("button", { attrs: { type: "button", "aria-pressed": String(by === v) }, data: { colourBy: v }, text: v,
+        on: { click: () => { this.ui.colourBy = v; this.renderModelView(); } } });
+      return el("div", { cls: "sg-colour-by", attrs: { role: "group", "aria-label": "colour the heads by" } }, ["colour by: ", button("weight"), " | ", button("role")]);
     }
 
     thumbKeys(ev, l, h, L, H) {

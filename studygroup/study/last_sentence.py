@@ -1,0 +1,46 @@
+"""The conclusion without the text's earlier sentences: one extra pass on the last sentence alone.
+
+Sentences are split on the members' token text, simply: a sentence ends at a member whose text,
+spaces aside, ends with ".", "?" or "!" and that has more members after it. The last sentence is
+what follows the last such member; a text with no such member has one sentence. The pass runs
+the last sentence's own ids (after the BOS where the model adds one), so its first word keeps the
+leading space it had in the text.
+"""
+from __future__ import annotations
+
+from studygroup.study import effects
+from studygroup.study.results import LastSentence, Word
+
+#: What a sentence's last member ends with (after its spaces are set aside).
+ENDS = (".", "?", "!")
+
+
+def last_sentence_start(tokens: list[str], first: int = 0) -> int | None:
+    """The index of the last sentence's first member; None when the text has one sentence.
+
+    tokens: the members' readable texts; first: the first member of the text (1 after a BOS).
+
+    >>> last_sentence_start(["Cash", "␣or", "␣card", "?", "␣I", "␣have", "␣a", "␣lot"])
+    4
+    >>> last_sentence_start(["I", "␣have", "␣a", "␣lot", "."]) is None
+    True
+    """
+    ends = [i for i in range(first, len(tokens) - 1) if tokens[i].rstrip("␣ \t\n↵").endswith(ENDS)]
+    return ends[-1] + 1 if ends else None
+
+
+def last_sentence(model, ids: list[int], tokens: list[str], predicted_id: int) -> LastSentence | None:
+    """The group's conclusion on the last sentence alone, and the probability it gives the full
+    text's predicted word; None when the text has one sentence."""
+    tok = model.tokenizer
+    bos = [ids[0]] if tok.add_bos and ids and ids[0] == tok.bos_id else []
+    start = last_sentence_start(tokens, len(bos))
+    if start is None:
+        return None
+    alone = bos + list(ids[start:])
+    logits = model.run(alone, record="none").last_logits  # (vocab,)
+    lp = effects.log_probs(logits)  # (vocab,)
+    t = int(lp.argmax())
+    word = Word(tok.readable(t), t, float(lp[t].exp()), float(logits[t]))
+    return LastSentence(start=start, text=tok.decode(ids[start:]).strip(), token_ids=alone, predicted=word,
+                        prob_of_predicted=float(lp[predicted_id].exp()))
