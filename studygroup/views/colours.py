@@ -22,6 +22,7 @@ import json
 
 from studygroup.study.mask_reasons import REASONS
 from studygroup.study.roles import DEFINITIONS as ROLE_DEFINITIONS
+from studygroup.study.sinks import MEANING as SINK_MEANING
 
 #: viridis at 11 even steps, 0 → 1.
 WEIGHTS = ("#440154", "#482475", "#414487", "#355f8d", "#2a788e", "#21918c", "#22a884", "#44bf70", "#7ad151",
@@ -96,6 +97,7 @@ def as_dict() -> dict:
             "masked": {"face": MASK_FACE, "line": MASK_LINE, "css": mask_css(), "reasons": reasons},
             "roles": {"colours": {k: c for k, (c, _) in ROLES.items()}, "labels": {k: a for k, (_, a) in ROLES.items()},
                       "definitions": ROLE_DEFINITIONS, "legend": ROLES_LEGEND},
+            "sink": {"meaning": f"An attention sink: {SINK_MEANING}."},
             "before": BEFORE, "after": AFTER}
 
 

@@ -25,10 +25,10 @@ HEAD_ENDS = 10  # first and last members named on the members line
 TOKEN_CHARS = 12  # a token in a grid's margins
 VECTOR_ENTRIES = 8  # largest entries of a vector
 SILENCED_LISTED = 8  # silenced members and heads named
-LISTENED_SHOWN = 4
+LISTENED_SHOWN = 3
 HEADS_LISTENING = 3
 # explain: the rows its tables show (--full shows all)
-HEADS_SHOWN = 8
+HEADS_SHOWN = 6
 MEMBERS_SHOWN = 10
 
 

@@ -5,9 +5,8 @@
 
   const { el, clear, tokenNode, weightColor, rgb } = sg;
 
-  /** What an attention sink is, in one line (the words of studygroup.study.sinks.MEANING). */
-  const SINK_MEANING = "An attention sink: a member on which a head puts attention it does not need, and whose answer it " +
-    "writes on every text alike, so that weight says nothing about what the question asks.";
+  /** What an attention sink is, in one line (studygroup.study.sinks.MEANING, through views/colours.py). */
+  const SINK_MEANING = sg.colours.sink.meaning;
 
   sg.mixin(class {
     /** The selected member's question in this head: its weights, and what each answer contributed. */
