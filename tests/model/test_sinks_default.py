@@ -92,3 +92,21 @@ def test_the_story_gives_the_conclusion_without_the_first_sentence(model, explai
     assert s.prob_of_predicted == pytest.approx(float(np.exp(lp[explained.predicted.id])), rel=1e-6)
     said = [line for line in explained.story if "Without its earlier sentences" in line]
     assert len(said) == 1 and "“I have a lot”" in said[0] and f"{100 * s.predicted.prob:.0f}%" in said[0]
+
+
+def test_why_adds_up_for_the_decisive_heads_largest_weight_off_the_sink(model, explained):
+    """The most decisive head's last question: the member it weighs most apart from its sinks; why's
+    pairs add up to head's score for that pair, which equals q·k/√d_k from the recorded vectors."""
+    from studygroup.study.why import why
+
+    h = explained.heads[0]
+    run = model.run(explained.token_ids, record="all")
+    W = run["weights", h.layer][h.head].double().numpy()  # (T, T)
+    i = W.shape[0] - 1
+    j = max((j for j in range(i + 1) if j not in numpy_sinks(W)), key=lambda j: W[i, j])
+    w = why(model, TEXT, h.layer, h.head, i, j)
+    head = run.head(h.layer, h.head)
+    q, k = head.q[i].double(), head.k[j].double()  # (d_head,)
+    assert w.score == pytest.approx(float(q @ k) / q.numel() ** 0.5, abs=1e-4)
+    assert abs(sum(p.value for p in w.pairs) - w.score) <= 1e-5 * max(1.0, abs(w.score))
+    assert w.content + w.position == pytest.approx(w.score, abs=1e-9)
