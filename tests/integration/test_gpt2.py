@@ -16,6 +16,7 @@ import studygroup
 from conftest import _add_value, assert_logits_equal, assert_silenced_members_agree, random_ids, tiny_vocab
 from studygroup.errors import ModelFileError
 from studygroup.gguf.weights import read_weights
+from studygroup.study.attribution import direct_contributions
 
 D, H, D_MLP, N_CTX, LAYERS = 32, 4, 128, 1024, 2  # transformers' GPT2 takes d_mlp = 4·d_model, 1024 positions
 
@@ -122,3 +123,35 @@ def test_bad_files_are_one_line_errors(tmp_path, drop, reshape, says):
     with pytest.raises(ModelFileError, match=says) as e:
         read_weights(path)
     assert "\n" not in str(e.value)
+
+
+def test_direct_contributions_add_up_to_the_logit(pair):
+    """With the final LayerNorm's scale held, the token and position embeddings, heads, MLPs and
+    biases add up to the logit; and each head's share is its write read through the centred norm."""
+    ours, _ = pair
+    run = ours.run(random_ids(ours, 9, 4))
+    token = int(run.logits[-1].argmax())
+    parts = direct_contributions(run, token)
+    assert abs(parts.total - parts.logit) < 1e-4 * max(1.0, abs(parts.logit))
+    assert parts.position != 0 and parts.biases != 0
+    x = run["resid_final"][-1].double()  # the head's write, normed as LayerNorm norms x, with x's σ
+    write = run["layers.1.write"][2, -1].double()
+    sigma = torch.sqrt(x.var(unbiased=False) + ours.config.rms_eps)
+    g, u = ours.w["final_norm"].double(), ours.w["unembed"][:, token].double()
+    assert abs(float((write - write.mean()) / sigma * g @ u) - float(parts.heads[1, 2])) < 1e-5
+
+
+def test_explain_runs_and_why_is_refused_in_one_line(pair, capsys):
+    import subprocess, sys, os
+    ours, _ = pair
+    e = studygroup.explain(ours, "Cash or credit card? I have a lot")
+    p = e.logit_parts
+    assert abs(p.embed + p.position + p.heads + p.mlps + p.biases - p.logit) < 1e-3 * max(1.0, abs(p.logit))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    cli = [sys.executable, "-m", "studygroup.cli"]
+    r = subprocess.run([*cli, "explain", "I have a lot", "--model", str(ours.path)], capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert r.returncode == 0 and "position embedding" in r.stdout, r.stderr
+    r = subprocess.run([*cli, "why", "I have a lot", "--model", str(ours.path), "--layer", "1", "--head", "0",
+                        "--query", "3", "--key", "1"], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "'gpt2'" in r.stderr, r.stderr
