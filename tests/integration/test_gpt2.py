@@ -155,3 +155,18 @@ def test_explain_runs_and_why_is_refused_in_one_line(pair, capsys):
     r = subprocess.run([*cli, "why", "I have a lot", "--model", str(ours.path), "--layer", "1", "--head", "0",
                         "--query", "3", "--key", "1"], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "'gpt2'" in r.stderr, r.stderr
+
+
+def test_gpt2_tokenizer_ids_equal_transformers(tmp_path):
+    """Reference: transformers' GPT2Tokenizer (GPT-2's own pre-tokenizer regex, as llama.cpp's `gpt2`)
+    on a byte-level BPE vocabulary trained here, written to the file with pre-tokenizer `gpt2`."""
+    from transformers import GPT2Tokenizer
+    from tests.integration.test_qwen_mistral import TEXTS, trained_vocab
+    tokens, types, merges = trained_vocab()
+    path = write_gpt2(tmp_path / "tok.gguf", tokens=tokens, types=types, merges=merges)
+    ours = studygroup.load(path, cache=False).tokenizer
+    theirs = GPT2Tokenizer(vocab={t: i for i, t in enumerate(tokens)}, merges=[tuple(m.split(" ")) for m in merges])
+    for text in TEXTS:
+        assert ours.encode(text) == theirs(text, add_special_tokens=False)["input_ids"], text
+        assert ours.decode(ours.encode(text)) == text
+    assert len(ours.encode("2024")) < 4  # GPT-2 keeps digits together (Qwen splits them one by one)
