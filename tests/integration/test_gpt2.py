@@ -170,3 +170,11 @@ def test_gpt2_tokenizer_ids_equal_transformers(tmp_path):
         assert ours.encode(text) == theirs(text, add_special_tokens=False)["input_ids"], text
         assert ours.decode(ours.encode(text)) == text
     assert len(ours.encode("2024")) < 4  # GPT-2 keeps digits together (Qwen splits them one by one)
+
+
+def test_compare_splits_the_logit_change_into_parts_that_add_up(pair):
+    ours, _ = pair
+    c = studygroup.compare(ours, "I have a lot", "Cash or credit card? I have a lot")
+    s = c.logit
+    assert s.position != 0 and s.biases != 0
+    assert abs(s.embed + s.position + s.heads + s.mlps + s.biases - (s.logit_b - s.logit_a)) < 1e-3 * max(1.0, abs(s.logit_b))
