@@ -74,6 +74,11 @@ class Architecture:
     gated: bool = True  # MLP: gate(x·W_gate) ⊙ x·W_up; False: gate(x·W_up + b_up), no W_gate
     global_names: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # our name -> GGUF name, beyond Llama's globals
 
+    @property
+    def norm_name(self) -> str:
+        """The norm's name, for sentences: "RMSNorm" or "LayerNorm"."""
+        return {"rms": "RMSNorm", "layer": "LayerNorm"}[self.norm]
+
     def is_local(self, layer: int) -> bool:
         """Whether `layer` sees only a window of the latest members."""
         return self.global_every > 0 and layer % self.global_every != self.global_every - 1

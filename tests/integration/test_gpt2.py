@@ -178,3 +178,14 @@ def test_compare_splits_the_logit_change_into_parts_that_add_up(pair):
     s = c.logit
     assert s.position != 0 and s.biases != 0
     assert abs(s.embed + s.position + s.heads + s.mlps + s.biases - (s.logit_b - s.logit_a)) < 1e-3 * max(1.0, abs(s.logit_b))
+
+
+def test_the_lesson_says_E_is_token_plus_position_embedding(pair):
+    import subprocess, sys, os
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    r = subprocess.run([sys.executable, "-m", "studygroup.cli", "lesson", "I have a lot", "--model", str(pair[0].path)],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    words = " ".join(r.stdout.split())
+    assert "E = token embedding + position embedding" in words and "(LayerNorm)" in words
+    assert "RoPE" not in words and "RMSNorm" not in words
