@@ -189,3 +189,17 @@ def test_the_lesson_says_E_is_token_plus_position_embedding(pair):
     words = " ".join(r.stdout.split())
     assert "E = token embedding + position embedding" in words and "(LayerNorm)" in words
     assert "RoPE" not in words and "RMSNorm" not in words
+
+
+def test_the_page_answers_on_gpt2(pair):
+    from fastapi.testclient import TestClient
+    from studygroup.web.app import create_app
+    ours, _ = pair
+    with TestClient(create_app(ours)) as client:
+        for url, body in (("/api/explain", {"text": "I have a lot", "top": 3}), ("/api/model_view", {"text": "I have a lot"}),
+                          ("/api/head", {"text": "I have a lot", "layer": 1, "head": 2}),
+                          ("/api/lesson", {"text": "I have a lot"})):
+            r = client.post(url, json=body)
+            assert r.status_code == 200, (url, r.text)
+        r = client.post("/api/why", json={"text": "I have a lot", "layer": 1, "head": 0, "query": 3, "key": 1})
+        assert r.status_code == 400 and "'gpt2'" in r.json()["error"], r.text
