@@ -442,3 +442,28 @@ def reference_dir() -> Path:
     """llama.cpp's and transformers' outputs for the default model (tests/data/reference, made by
     tests/data/make_reference.py)."""
     return REFERENCE_DIR
+
+
+def random_ids(model, T, seed):
+    """T token ids drawn from the model's vocabulary, the same for the same seed."""
+    import torch
+    return torch.randint(0, model.config.vocab_size, (T,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+def assert_logits_equal(ours, theirs, T):
+    """Our logits at every position equal transformers' (1e-4), recording nothing or everything."""
+    import torch
+    ids = random_ids(ours, T, T)
+    with torch.no_grad():
+        expected = theirs(torch.tensor([ids])).logits[0]  # (T, vocab)
+    for record in ("none", "all"):
+        got = ours.run(ids, record=record, logits="all").logits
+        assert (got - expected).abs().max() < 1e-4, record
+
+
+def assert_silenced_members_agree(ours):
+    """Members silenced in one batched pass give the logits of a run that masks each alone."""
+    ids = random_ids(ours, 8, 5)
+    batched = ours.silenced_logits(ids, [1, 5])
+    for b, j in enumerate([1, 5]):
+        assert (batched[b] - ours.run(ids, record="none", silence_members=[j]).logits[-1]).abs().max() < 1e-4

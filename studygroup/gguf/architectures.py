@@ -9,7 +9,7 @@ transformers alike, and written here.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
@@ -39,6 +39,13 @@ QKV_BIAS = {"b_Q": "attn_q.bias", "b_K": "attn_k.bias", "b_V": "attn_v.bias"}
 QK_NORM = {"q_norm": "attn_q_norm.weight", "k_norm": "attn_k_norm.weight"}
 # Phi-3 stores W_Q, W_K, W_V as one matrix and W_gate, W_up as one (gate rows first), as
 # transformers' Phi3 does; read as such and split (`layout.FUSED`).
+# GPT-2 (llama.cpp's LLM_ARCH_GPT2): LayerNorm with a bias, fused qkv with a bias, a bias on every
+# projection, a plain GELU MLP (no gate), and a learned position embedding added at the first layer.
+GPT2_LAYER = {"attn_norm": "attn_norm.weight", "attn_norm_bias": "attn_norm.bias",
+              "W_QKV": "attn_qkv.weight", "b_QKV": "attn_qkv.bias", "W_O": "attn_output.weight", "b_O": "attn_output.bias",
+              "mlp_norm": "ffn_norm.weight", "mlp_norm_bias": "ffn_norm.bias", "W_up": "ffn_up.weight",
+              "b_up": "ffn_up.bias", "W_down": "ffn_down.weight", "b_down": "ffn_down.bias"}
+GPT2_GLOBAL = {"pos_embed": "position_embd.weight", "final_norm_bias": "output_norm.bias"}
 PHI3_LAYER = {"attn_norm": "attn_norm.weight", "W_QKV": "attn_qkv.weight", "W_O": "attn_output.weight",
               "mlp_norm": "ffn_norm.weight", "W_gate_up": "ffn_up.weight", "W_down": "ffn_down.weight"}
 
@@ -61,6 +68,16 @@ class Architecture:
     #                        l % k == k - 1, the others only the last `sliding_window` (local layers)
     local_rope_base: float | None = None  # RoPE base θ of the local layers (None: rope_base everywhere)
     norm_note: str = ""  # how the file stores norm weights, where it matters
+    norm: str = "rms"  # "rms" (RMSNorm) or "layer" (LayerNorm: centred, with a bias)
+    eps_key: str = "attention.layer_norm_rms_epsilon"  # the metadata key of the norm's ε, under `{name}.`
+    position: str = "rope"  # "rope" (q and k turned) or "learned" (a position embedding added to the first E)
+    gated: bool = True  # MLP: gate(x·W_gate) ⊙ x·W_up; False: gate(x·W_up + b_up), no W_gate
+    global_names: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # our name -> GGUF name, beyond Llama's globals
+
+    @property
+    def norm_name(self) -> str:
+        """The norm's name, for sentences: "RMSNorm" or "LayerNorm"."""
+        return {"rms": "RMSNorm", "layer": "LayerNorm"}[self.norm]
 
     def is_local(self, layer: int) -> bool:
         """Whether `layer` sees only a window of the latest members."""
@@ -100,11 +117,15 @@ QWEN3 = Architecture(
 PHI3 = Architecture(
     name="phi3", examples="Phi-3 mini/medium 4k, Phi-3.5 (4k context)",
     layer_names=MappingProxyType(PHI3_LAYER), permuted_qk=False, gate="silu")
+GPT2 = Architecture(
+    name="gpt2", examples="GPT-2", layer_names=MappingProxyType(GPT2_LAYER), permuted_qk=False,
+    gate="gelu_tanh", norm="layer", eps_key="attention.layer_norm_epsilon", position="learned", gated=False,
+    global_names=MappingProxyType(GPT2_GLOBAL))
 # Mistral 7B is written by llama.cpp's converter as "llama" (gguf names no "mistral" architecture;
 # transformers' GGUF loader reads such a file as Mistral by its general.name): read as LLAMA.
 
 ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
-    {a.name: a for a in (LLAMA, GEMMA3, QWEN2, QWEN3, PHI3)})
+    {a.name: a for a in (LLAMA, GEMMA3, QWEN2, QWEN3, PHI3, GPT2)})
 
 
 def architecture(name: str) -> Architecture:

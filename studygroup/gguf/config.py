@@ -129,7 +129,7 @@ def config_from_gguf(fields: Mapping[str, Any]) -> Config:
     config = Config(
         **sizes,
         rope_base=lookup(fields, f"{arch}.rope.freq_base", float, DEFAULT_ROPE_BASE),
-        rms_eps=lookup(fields, f"{arch}.attention.layer_norm_rms_epsilon", float, DEFAULT_RMS_EPS),
+        rms_eps=lookup(fields, f"{arch}.{ARCHITECTURES[arch].eps_key}", float, DEFAULT_RMS_EPS),
         name=display_name(fields),
         architecture=arch,
         sliding_window=(lookup(fields, f"{arch}.attention.sliding_window", int, REQUIRED)
@@ -164,7 +164,7 @@ def _check_config(c: Config) -> None:
     if c.n_heads % c.n_kv_heads:
         raise ModelFileError(f"the model file has {c.n_heads} query heads and {c.n_kv_heads} key/value "
                              "heads; query heads must be a multiple of key/value heads")
-    if c.d_head % 2:
+    if c.d_head % 2 and c.arch.position == "rope":
         raise ModelFileError(f"d_head = {c.d_head} is odd; RoPE turns dimensions in pairs")
     if c.sliding_window < 0 or (c.arch.global_every and c.sliding_window == 0):
         raise ModelFileError(f"the model file gives sliding_window = {c.sliding_window}; a {c.architecture} "

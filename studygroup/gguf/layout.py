@@ -38,6 +38,8 @@ TRANSPOSED = frozenset({"unembed", "W_Q", "W_K", "W_V", "W_O", "W_gate", "W_up",
 FUSED = {"W_QKV": ("W_Q", "W_K", "W_V"), "W_gate_up": ("W_gate", "W_up")}
 # Biases the model adds as one vector after the fused multiply, where the family has them (Qwen 2).
 FUSED_BIASES = {"b_QKV": ("b_Q", "b_K", "b_V")}
+# What a file may store fused (GPT-2's b_QKV too), split on reading.
+SPLIT = FUSED | FUSED_BIASES
 # Rows permuted by llama.cpp's converter for interleaved RoPE, and the Config field giving their head count.
 ROPE_PERMUTED = {"W_Q": "n_heads", "W_K": "n_kv_heads"}
 
@@ -49,7 +51,7 @@ def name_map(n_layers: int, *, tied: bool, rope_freqs: bool = False, arch: Archi
     'layers.0.W_Q'
     """
     present = {"unembed": not tied, "rope_freqs": rope_freqs}
-    names = {gguf: ours for ours, gguf in GLOBAL_NAMES.items() if present.get(ours, True)}
+    names = {gguf: ours for ours, gguf in (GLOBAL_NAMES | arch.global_names).items() if present.get(ours, True)}
     for l in range(n_layers):
         names.update({f"blk.{l}.{gguf}": f"layers.{l}.{ours}" for ours, gguf in arch.layer_names.items()})
     return names
@@ -64,19 +66,19 @@ def our_names(names: Mapping[str, str]) -> set[str]:
     out = set()
     for ours in names.values():
         prefix, _, kind = ours.rpartition(".")
-        out |= {f"{prefix}.{part}" for part in FUSED[kind]} if kind in FUSED else {ours}
+        out |= {f"{prefix}.{part}" for part in SPLIT[kind]} if kind in SPLIT else {ours}
     return out
 
 
 def split_fused(w: dict[str, torch.Tensor], c: Config) -> dict[str, torch.Tensor]:
     """Split the fused matrices a file stores (Phi-3's W_QKV, W_gate_up) into their parts, as views:
     (d_model, Σ out) -> each (d_model, out), in the order of `FUSED` (q, k, v; gate, up)."""
-    for name in [n for n in w if n.rpartition(".")[2] in FUSED]:
+    for name in [n for n in w if n.rpartition(".")[2] in SPLIT]:
         prefix, _, kind = name.rpartition(".")
-        parts = FUSED[kind]
+        parts = SPLIT[kind]
         whole = w.pop(name)
-        sizes = [paper_shape(f"{prefix}.{p}", c)[1] for p in parts]
-        w.update(zip((f"{prefix}.{p}" for p in parts), whole.split(sizes, dim=1)))
+        sizes = [paper_shape(f"{prefix}.{p}", c)[-1] for p in parts]
+        w.update(zip((f"{prefix}.{p}" for p in parts), whole.split(sizes, dim=-1)))
     return w
 
 
@@ -97,6 +99,8 @@ def paper_shape(name: str, c: Config) -> tuple[int, ...]:
         "W_Q": (c.d_model, q), "W_K": (c.d_model, kv), "W_V": (c.d_model, kv), "W_O": (q, c.d_model),
         "W_gate": (c.d_model, c.d_mlp), "W_up": (c.d_model, c.d_mlp), "W_down": (c.d_mlp, c.d_model),
         "W_QKV": (c.d_model, q + 2 * kv), "W_gate_up": (c.d_model, 2 * c.d_mlp),
+        "pos_embed": (c.context_length, c.d_model), "final_norm_bias": (c.d_model,), "attn_norm_bias": (c.d_model,),
+        "mlp_norm_bias": (c.d_model,), "b_QKV": (q + 2 * kv,), "b_O": (c.d_model,), "b_up": (c.d_mlp,), "b_down": (c.d_model,),
     }
     return shapes[name.rsplit(".", 1)[-1]]
 

@@ -22,6 +22,8 @@ def fuse(w: dict[str, torch.Tensor], c: Config) -> dict[str, torch.Tensor]:
     for l in range(c.n_layers):
         p = f"layers.{l}."
         for fused, parts in gguf_layout.FUSED.items():  # W_QKV (d_model, (H+2H_kv)·d), W_gate_up (d_model, 2·d_mlp)
+            if p + parts[0] not in w:  # no gate (GPT-2): W_up alone
+                continue
             matrices = [w.pop(p + part) for part in parts]
             w[p + fused] = _joinedout_in(matrices)
             w.update(zip((p + part for part in parts), w[p + fused].split([m.shape[1] for m in matrices], dim=1)))

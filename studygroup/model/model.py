@@ -53,6 +53,15 @@ def norm_scale(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tenso
     return torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps) * weight.float()
 
 
+def layer_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """LayerNorm: (x - mean(x)) / sqrt(var(x) + eps) · weight + bias, in float32. (…, d_model) -> (…, d_model)"""
+    b = None if bias is None else bias.float()
+    return torch.nn.functional.layer_norm(x.float(), x.shape[-1:], weight.float(), b, eps).to(x.dtype)
+
+
+#: The norm before attention, the MLP and the unembedding, by `Architecture.norm`.
+NORMS = {"rms": lambda x, weight, eps, bias: rms_norm(x, weight, eps), "layer": layer_norm}
+
 #: The MLP gate's nonlinearity by `Architecture.gate`: (gate, in place?) -> tensor.
 GATES = {
     "silu": lambda gate, inplace: torch.nn.functional.silu(gate, inplace=inplace),  # SwiGLU
@@ -80,6 +89,8 @@ class Model:
         self._rope_cache: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
         self.embed_scale = math.sqrt(config.d_model) if config.arch.embed_scale else None
         self.gate = GATES[config.arch.gate]
+        self.norm_kind = NORMS[config.arch.norm]
+        self.rope = config.arch.position == "rope"  # else a learned position embedding, added to the first E
 
     def __repr__(self) -> str:
         c = self.config
@@ -128,10 +139,15 @@ class Model:
         """
         threads.tell_once_if_spinning(self.device.type)
         c, w, keep, buffers = self.config, self.w, Keeper(plan.record), _Buffers()
+        P = next(iter(plan.past.values()))[0].shape[-2] if plan.past else 0
         first, x = plan.start or (0, self._embed(ids).unsqueeze(0))  # (1 or B, T, d_model)
         x = x.expand(plan.batch, -1, -1)  # (B, T, d_model)
         keep("embed", x)
-        P = next(iter(plan.past.values()))[0].shape[-2] if plan.past else 0
+        if plan.start is None and "pos_embed" in w:  # E = token embedding + position embedding
+            positions = torch.arange(P, P + len(ids), device=self.device) if plan.positions is None else plan.positions
+            pos = w["pos_embed"][positions.to(self.device)]  # (T, d_model)
+            keep("pos_embed", pos.expand(plan.batch, -1, -1))
+            x = x + pos
         angles = {base: self._angles(len(ids), P, base) if plan.positions is None else self._angles_at(plan.positions, base)
                   for base in {c.rope_base_of(l) for l in range(c.n_layers)}}  # {θ: (cos, sin)}, one per RoPE base
         asked = slice(-1, None) if plan.asked is None else plan.asked  # the rows that predict
@@ -141,7 +157,7 @@ class Model:
             if l in plan.joining:
                 x = torch.cat([x, plan.joining[l].to(x.dtype)])  # (B + B_l, T, d_model)
             keep("resid_pre", x)
-            E = rms_norm(x, w[f"layers.{l}.attn_norm"], c.rms_eps)  # (B, T, d_model)
+            E = self._norm(x, f"layers.{l}.attn_norm")  # (B, T, d_model)
             keep("E", E)
             # In the last layer only the asked questions predict: unless more is kept, the other
             # rows give their keys and values and nothing else.
@@ -150,7 +166,7 @@ class Model:
             attn_out = self._attention(l, E, cos, sin, plan, keep, asked if shortcut else None)  # (B, T or R, d_model)
             x = (x[:, asked] if shortcut else x) + attn_out
             keep("resid_mid", x)
-            mlp_out = self._mlp(l, rms_norm(x, w[f"layers.{l}.mlp_norm"], c.rms_eps), buffers)  # (B, T or R, d_model)
+            mlp_out = self._mlp(l, self._norm(x, f"layers.{l}.mlp_norm"), buffers)  # (B, T or R, d_model)
             keep("mlp_out", mlp_out)
             x = x + mlp_out
             keep("resid_post", x)
@@ -161,9 +177,13 @@ class Model:
             return torch.empty(0), keep.steps
         keep("resid_final", x)
         x = x if plan.all_logits or shortcut else x[:, asked]  # (B, T or R, d_model): only asked rows predict
-        final = rms_norm(x, w["final_norm"], c.rms_eps)
+        final = self._norm(x, "final_norm")
         keep("final", final)
         return project(final, w["unembed"]), keep.steps  # (B, T or R, vocab)
+
+    def _norm(self, x: torch.Tensor, name: str) -> torch.Tensor:
+        """The family's norm (RMSNorm, or LayerNorm with its bias) with weight `name`. (…, d_model) -> same"""
+        return self.norm_kind(x, self.w[name], self.config.rms_eps, self.w.get(name + "_bias"))
 
     def _embed(self, ids: torch.Tensor) -> torch.Tensor:
         """Token embeddings, times √d_model where the family scales them (Gemma). (T,) -> (T, d_model)"""
@@ -196,7 +216,8 @@ class Model:
             q, k = rms_norm(q, w[f"layers.{l}.q_norm"], c.rms_eps), rms_norm(k, w[f"layers.{l}.k_norm"], c.rms_eps)
             keep("q_normed", q), keep("k_normed", k)
         asking = slice(None) if rows is None else rows
-        q, k = rope.apply(q, cos[asking], sin[asking]), rope.apply(k, cos, sin)
+        if self.rope:
+            q, k = rope.apply(q, cos[asking], sin[asking]), rope.apply(k, cos, sin)
         keep("q", q), keep("k", k)
         z = self._over_shared_past(l, q, k, v, plan, keep)  # (B, H, 1, d), or None
         if z is None:
@@ -214,6 +235,8 @@ class Model:
             z = z * (g[:, :, None, None] if g.dim() == 2 else g[..., asking, None]).to(z.dtype)  # silenced: writes nothing
         W_O = w[f"layers.{l}.W_O"]  # (H·d, d_model)
         attn_out = project(z.transpose(1, 2).reshape(B, q.shape[2], H * d), W_O)  # (B, R, d_model)
+        if f"layers.{l}.b_O" in w:  # GPT-2: W_O's bias, written once, by no head
+            attn_out = attn_out + w[f"layers.{l}.b_O"]
         scale = None
         if f"layers.{l}.post_attn_norm" in w:  # Gemma: the heads' sum is normed before the residual
             keep("attn_pre_norm", attn_out)
@@ -307,6 +330,8 @@ class Model:
         Without autograd (which cannot differentiate through out= or in place), its two wide
         intermediates live in buffers every layer reuses (oneDNN's product, in a small pass, is
         a fresh tensor: see `studygroup.model.linear`)."""
+        if not self.config.arch.gated:
+            return self._plain_mlp(l, x)
         W_gate_up, W_down = self.w[f"layers.{l}.W_gate_up"], self.w[f"layers.{l}.W_down"]
         grad = torch.is_grad_enabled()
         shape = (*x.shape[:-1], W_gate_up.shape[1])  # (B, T, 2·d_mlp)
@@ -317,6 +342,12 @@ class Model:
         out = project(h, W_down)  # (B, T, d_model)
         post = self.w.get(f"layers.{l}.post_mlp_norm")
         return out if post is None else rms_norm(out, post, self.config.rms_eps)
+
+    def _plain_mlp(self, l: int, x: torch.Tensor) -> torch.Tensor:
+        """GPT-2's MLP, no gate: gelu(x·W_up + b_up)·W_down + b_down. (B, T, d_model) -> (B, T, d_model)"""
+        p = f"layers.{l}."
+        h = self.gate(project(x, self.w[p + "W_up"]) + self.w[p + "b_up"], False)  # (B, T, d_mlp)
+        return project(h, self.w[p + "W_down"]) + self.w[p + "b_down"]
 
     def _angles_at(self, positions: torch.Tensor, base: float | None = None):
         """cos, sin (T, d_head) at each row's position: positions (T,) long."""

@@ -46,6 +46,11 @@ RUN_STEPS: dict[str, str] = {
     "final": "(R, d_model) RMSNorm(resid_final), what the unembedding reads",
 }
 
+#: Steps recorded once per run by the families that have them.
+FAMILY_RUN_STEPS: dict[str, str] = {
+    "pos_embed": "(R, d_model) the learned position embedding (GPT-2), added to `embed` at the first layer",
+}
+
 #: Steps whose rows are keys (every member), not questions: never cut to the last row.
 KEY_STEPS = frozenset({"k_pre_rope", "k_normed", "k", "v"})
 
@@ -175,7 +180,7 @@ def _check_steps(steps: tuple[str, ...], n_layers: int) -> None:
     """
     from studygroup.errors import InputError
 
-    every = [*names(n_layers), *(f"layers.0.{s}" for s in FAMILY_STEPS)]
+    every = [*names(n_layers), *(f"layers.0.{s}" for s in FAMILY_STEPS), *FAMILY_RUN_STEPS]
     for p in steps:
         if not isinstance(p, str) or not any(fnmatch.fnmatchcase(n, p) or n.rsplit(".", 1)[-1] == p for n in every):
             known = ", ".join(["embed", *LAYER_STEPS, "resid_final", "final"])

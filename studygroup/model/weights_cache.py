@@ -70,6 +70,7 @@ def write_deferred() -> None:
 #: them without a copy (an (in, out) entry would be copied on every load, ~0.5 s; separate
 #: matrices would be copied by the model's fusing, keeping 0.28 GB of the file's pages resident).
 CACHE_LAYOUT = "matrices-out-in-joined"
+EMBEDDINGS = ("embed", "pos_embed")  # tables read by row, stored as they are
 
 
 def _for_cache(weights: Mapping[str, torch.Tensor], n_layers: int) -> dict[str, torch.Tensor | list[torch.Tensor]]:
@@ -79,6 +80,9 @@ def _for_cache(weights: Mapping[str, torch.Tensor], n_layers: int) -> dict[str, 
     stored = {n: _as_rows(n, t) for n, t in weights.items() if n not in parts}
     for l in range(n_layers):
         for joined, group in gguf_layout.FUSED.items():
+            if f"layers.{l}.{group[0]}" not in weights:  # no gate (GPT-2): W_up stored alone
+                stored[f"layers.{l}.{group[-1]}"] = _as_rows(group[-1], weights[f"layers.{l}.{group[-1]}"])
+                continue
             stored[f"layers.{l}.{joined}"] = [weights[f"layers.{l}.{p}"].T for p in group]
     return stored
 
@@ -99,12 +103,12 @@ def _from_stored(stored: Mapping[str, torch.Tensor], config: Config) -> dict[str
 
 def _as_rows(name: str, t: torch.Tensor) -> torch.Tensor:
     """A paper-layout (in, out) matrix as (out, in) rows (a view); the embedding and vectors as they are."""
-    return t.T if t.dim() == 2 and name != "embed" else t
+    return t.T if t.dim() == 2 and name not in EMBEDDINGS else t
 
 
 def _as_paper(name: str, t: torch.Tensor) -> torch.Tensor:
     """Inverse of _as_rows, as a view: (in, out) shape over (out, in) memory."""
-    return t.T if t.dim() == 2 and name != "embed" else t
+    return t.T if t.dim() == 2 and name not in EMBEDDINGS else t
 
 
 def _from_cache(entry: Path) -> tuple[Config, dict[str, torch.Tensor]] | None:

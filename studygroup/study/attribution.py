@@ -10,6 +10,12 @@ so with the norm's scale rms(x) frozen at its value in this run the logit is lin
 writes, and each write's share is  write · (g ⊙ W_U[:, t]) / rms(x).  The shares add up to the
 logit exactly (up to float error). They are not the effect of removing a part: removing one
 changes rms(x) and what every later layer computes (see `studygroup.study.effects` for that).
+
+A family whose final norm is a LayerNorm (GPT-2) also subtracts the mean of x and adds a bias b:
+with its scale σ(x) = sqrt(var(x) + ε) held, the centring is linear too (a write's mean is taken
+out by reading it along the centred direction), and the parts are then the token embedding, the
+position embedding, the heads, the MLPs and the biases no head writes (attention's output bias,
+the final norm's b · W_U[:, t]).
 """
 from __future__ import annotations
 
@@ -18,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 #: What a run must have recorded (the last row is enough) for `direct_contributions`.
-NEEDED_STEPS = ("embed", "write", "mlp_out", "resid_final")
+NEEDED_STEPS = ("embed", "pos_embed", "write", "mlp_out", "resid_final")  # pos_embed: where the family has one
 
 
 @dataclass(frozen=True)
@@ -29,33 +35,42 @@ class LogitParts:
     embed: float  # the token embedding's share
     heads: torch.Tensor  # (n_layers, n_heads) each head's share
     mlps: torch.Tensor  # (n_layers,) each MLP's share
+    position: float = 0.0  # the learned position embedding's share (GPT-2; 0 for RoPE families)
+    biases: float = 0.0  # the biases no head or MLP writes: attention's output bias, the final norm's (GPT-2)
 
     @property
     def total(self) -> float:
-        """embed + Σ heads + Σ MLPs: equals `logit` up to float error."""
-        return self.embed + float(self.heads.double().sum()) + float(self.mlps.double().sum())
+        """embed + position + Σ heads + Σ MLPs + biases: equals `logit` up to float error."""
+        return (self.embed + self.position + float(self.heads.double().sum()) + float(self.mlps.double().sum())
+                + self.biases)
 
 
 def logit_direction(resid_final: torch.Tensor, final_norm: torch.Tensor, unembed_col: torch.Tensor,
-                    eps: float) -> torch.Tensor:
+                    eps: float, centred: bool = False) -> torch.Tensor:
     """g ⊙ W_U[:, t] / rms(x): the direction a write is read along, with the norm's scale frozen.
+    centred (LayerNorm): (g ⊙ W_U[:, t] − its mean) / sqrt(var(x) + ε), so that a write's mean is
+    taken out as the norm takes it out of x.
 
     resid_final (d_model,) the last position's residual stream; final_norm g (d_model,);
     unembed_col W_U[:, t] (d_model,) -> (d_model,).
 
     >>> logit_direction(torch.tensor([3.0, 4.0]), torch.ones(2), torch.tensor([1.0, 0.0]), 0.0)
     tensor([0.2828, 0.0000])
+    >>> logit_direction(torch.tensor([3.0, 4.0]), torch.ones(2), torch.tensor([1.0, 0.0]), 0.0, centred=True)
+    tensor([ 1., -1.])
     """
     x = resid_final.double()
-    rms = torch.sqrt(x.pow(2).mean() + eps)
-    return (final_norm.double() * unembed_col.double() / rms).float()  # (d_model,)
+    read = final_norm.double() * unembed_col.double()  # (d_model,)
+    if centred:
+        return ((read - read.mean()) / torch.sqrt(x.var(unbiased=False) + eps)).float()  # (d_model,)
+    return (read / torch.sqrt(x.pow(2).mean() + eps)).float()  # (d_model,)
 
 
 def direction_for(run, token: int) -> torch.Tensor:
     """The logit direction of `token` at the last position of `run`. -> (d_model,)"""
     model = run.model
     return logit_direction(run["resid_final"][-1], model.w["final_norm"], model.w["unembed"][:, token],
-                           model.config.rms_eps)
+                           model.config.rms_eps, centred=model.config.arch.norm == "layer")
 
 
 def direct_contributions(run, token: int) -> LogitParts:
@@ -67,7 +82,8 @@ def direct_contributions(run, token: int) -> LogitParts:
     >>> abs(parts.total - parts.logit) < 1e-3
     True
     """
-    missing = [s for s in NEEDED_STEPS if not any(k.endswith(s) for k in run.steps)]
+    missing = [s for s in NEEDED_STEPS if not any(k.endswith(s) for k in run.steps)
+               and (s != "pos_embed" or "pos_embed" in run.model.w)]
     if missing:
         raise KeyError(f"direct contributions need the recorded steps {', '.join(missing)}")
     L = run.model.config.n_layers
@@ -75,7 +91,18 @@ def direct_contributions(run, token: int) -> LogitParts:
     writes = torch.stack([run[f"layers.{l}.write"][:, -1] for l in range(L)])  # (L, H, d_model)
     mlps = torch.stack([run[f"layers.{l}.mlp_out"][-1] for l in range(L)])  # (L, d_model)
     return LogitParts(logit=float(run.last_logits[token]), embed=float(run["embed"][-1] @ u),
-                      heads=writes @ u, mlps=mlps @ u)  # (L, H), (L,)
+                      heads=writes @ u, mlps=mlps @ u,  # (L, H), (L,)
+                      position=float(run["pos_embed"][-1] @ u) if "pos_embed" in run.steps else 0.0,
+                      biases=_biases(run.model, u, token))
+
+
+def _biases(model, u: torch.Tensor, token: int) -> float:
+    """The share of the biases no head or MLP writes: each layer's attention output bias, read
+    along u, and the final norm's bias times W_U[:, t] (0 in a family without them)."""
+    w, L = model.w, model.config.n_layers
+    total = sum(float(w[f"layers.{l}.b_O"].double() @ u.double()) for l in range(L) if f"layers.{l}.b_O" in w)
+    b = w.get("final_norm_bias")
+    return total + (0.0 if b is None else float(b.double() @ w["unembed"][:, token].double()))
 
 
 def answers_through_head(v: torch.Tensor, W_O_h: torch.Tensor,

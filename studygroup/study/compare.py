@@ -65,6 +65,8 @@ class LogitShift(JSONable):
     embed: float
     heads: float
     mlps: float
+    position: float = 0.0  # change of the position embedding's share (GPT-2)
+    biases: float = 0.0  # change of the biases' share (GPT-2)
 
 
 @dataclass
@@ -175,12 +177,14 @@ def _shift(model, a: Explanation, b: Explanation, lp_a, lp_b, lp_silenced) -> li
 
 def _minus(p: attribution.LogitParts, q: attribution.LogitParts) -> attribution.LogitParts:
     """The parts of logit(w) - logit(r): exact, as both were split with the same frozen norm scale."""
-    return attribution.LogitParts(p.logit - q.logit, p.embed - q.embed, p.heads - q.heads, p.mlps - q.mlps)
+    return attribution.LogitParts(p.logit - q.logit, p.embed - q.embed, p.heads - q.heads, p.mlps - q.mlps,
+                                  p.position - q.position, p.biases - q.biases)
 
 
 def _logit_shift(pa: attribution.LogitParts, pb: attribution.LogitParts) -> LogitShift:
     d = lambda x, y: float(y.double().sum() - x.double().sum())  # noqa: E731
-    return LogitShift(pa.logit, pb.logit, pb.embed - pa.embed, d(pa.heads, pb.heads), d(pa.mlps, pb.mlps))
+    return LogitShift(pa.logit, pb.logit, pb.embed - pa.embed, d(pa.heads, pb.heads), d(pa.mlps, pb.mlps),
+                      pb.position - pa.position, pb.biases - pa.biases)
 
 
 def _head_shifts(heads_a: torch.Tensor, heads_b: torch.Tensor) -> list[HeadShift]:

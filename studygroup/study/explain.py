@@ -42,7 +42,7 @@ from studygroup.study.results import (Analysis, Explanation, HeadEffect, Listene
 
 #: What explain records: the last member's row everywhere, and every member's answer (v).
 #: (Every member's keys, k, are recorded too: silencing a member reuses the rows before it.)
-STEPS = ("embed", "write", "mlp_out", "resid_final", "weights", "v", "q")
+STEPS = (*attribution.NEEDED_STEPS, "weights", "v", "q")
 #: Past this many members explain first says what it will need, and shows progress bars.
 FULL_RECORD_MAX_T = 64
 #: Up to this many members a head's listening lists them all; past it, the largest contributions.
@@ -379,7 +379,8 @@ def _word(run, lp: torch.Tensor, i: int) -> Word:
 
 
 def _logit_sum(p: attribution.LogitParts) -> LogitSum:
-    return LogitSum(p.logit, p.embed, float(p.heads.double().sum()), float(p.mlps.double().sum()), p.total)
+    return LogitSum(p.logit, p.embed, float(p.heads.double().sum()), float(p.mlps.double().sum()), p.total,
+                    p.position, p.biases)
 
 
 def candidates(direct: torch.Tensor, estimate: torch.Tensor, n: int) -> list[tuple[int, int]]:

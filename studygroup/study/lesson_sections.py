@@ -136,19 +136,25 @@ def _members(model, run, h, i, j, text, top) -> dict:
 
 def _embedding(model, run, h, i, j, text, top) -> dict:
     E0 = run["layers.0.E"]  # (T, d_model)
-    d_model = E0.shape[1]
+    d_model, arch = E0.shape[1], model.config.arch
+    learned = arch.position == "learned"
+    position = ([f"This model adds a learned position embedding: E = token embedding + position embedding "
+                 f"(row p of a learned table for the member at position p), literally, before the {arch.norm_name}. "
+                 "The same token's E differs with where it stands; attention turns nothing: q and k are used as "
+                 "made."] if learned else
+                ["This model adds no position embedding: a token's E is the same wherever it stands (a model with "
+                 "learned positions has E = token + position, literally). Position enters inside attention, by RoPE: "
+                 "each question q and each key k is turned by an angle set by its member's position, so a score "
+                 "depends on how far apart the two members are.",
+                 f"Here RoPE changes the score of the pair ({i}, {j}) in this head from "
+                 f"{float(attention.scores(h.q_pre_rope[None], h.k_pre_rope[None])[0, i, j]):.4g} (unturned) to "
+                 f"{float(h.scores[i, j]):.4g}."])
     return _section(
         "E at layer 0: the token embedding, and where position enters",
         f"E is T × d_model = {run.T} × {d_model}: row i is member i", f"E is d_model × T = {d_model} × {run.T}: column i is member i",
-        [f"Each member enters as its token's embedding, normalised (RMSNorm): a vector of d_model = {d_model} numbers. "
-         f"Member {i}'s has norm {float(E0[i].norm()):.4g}; member {j}'s {float(E0[j].norm()):.4g}.",
-         "This model adds no position embedding: a token's E is the same wherever it stands (a model with "
-         "learned positions has E = token + position, literally). Position enters inside attention, by RoPE: "
-         "each question q and each key k is turned by an angle set by its member's position, so a score depends "
-         "on how far apart the two members are.",
-         f"Here RoPE changes the score of the pair ({i}, {j}) in this head from "
-         f"{float(attention.scores(h.q_pre_rope[None], h.k_pre_rope[None])[0, i, j]):.4g} (unturned) to "
-         f"{float(h.scores[i, j]):.4g}."],
+        [f"Each member enters as its token's embedding{' plus its position' if learned else ''}, normalised "
+         f"({arch.norm_name}): a vector of d_model = {d_model} numbers. "
+         f"Member {i}'s has norm {float(E0[i].norm()):.4g}; member {j}'s {float(E0[j].norm()):.4g}.", *position],
         d_model=d_model, query_row=_floats(E0[i]), key_row=_floats(E0[j]), norms=_floats(E0.norm(dim=-1)))
 
 
@@ -157,7 +163,7 @@ def _layer_input(model, run, h, i, j, text, top) -> dict:
     writers = "layer 0" if h.layer == 1 else f"the {h.layer} earlier layers"
     earlier = ("Layer 0: nothing has been written yet, so the input is E itself." if h.layer == 0 else
                f"It is not the token embedding: it is E plus what {writers} wrote (the residual "
-               f"stream), normalised (RMSNorm). Member {i}'s row has norm {float(E[i].norm()):.4g}.")
+               f"stream), normalised ({model.config.arch.norm_name}). Member {i}'s row has norm {float(E[i].norm()):.4g}.")
     return _section(
         f"The input of layer {h.layer}: the normalised residual stream",
         f"E (layer {h.layer}) is T × d_model: row i is member i", f"E (layer {h.layer}) is d_model × T: column i is member i",
@@ -169,8 +175,8 @@ def _qkv(model, run, h, i, j, text, top) -> dict:
     T, d = h.q.shape
     d_model = run[f"layers.{h.layer}.E"].shape[1]
     normed = f"layers.{h.layer}.q_norm" in model.w  # Gemma 3: a per-head RMSNorm of q and k before RoPE
-    then = "q and k then normalised per head (RMSNorm over d_head) and turned by RoPE" if normed else \
-        "q and k then turned by RoPE"
+    then = ("q and k then normalised per head (RMSNorm over d_head) and turned by RoPE" if normed else
+            "q and k then turned by RoPE" if model.config.arch.position == "rope" else "no turning: position entered with E")
     return _section(
         "Questions Q, natures of the answers K, answers V",
         f"Q = E·W_Q, K = E·W_K, V = E·W_V: E (T × {d_model}) times W_Q, W_K, W_V ({d_model} × {d}) gives T × {d}; {then}",

@@ -125,7 +125,7 @@ def _with_steps(run, rows: str):
     needed = ("weights", *attribution.NEEDED_STEPS)
     L = run.model.config.n_layers
     has = all(f"layers.{l}.{s}" in run for l in range(L) for s in ("weights", "write", "mlp_out"))
-    has = has and "embed" in run and "resid_final" in run
+    has = has and "embed" in run and "resid_final" in run and ("pos_embed" in run or "pos_embed" not in run.model.w)
     if has and (rows == "last" or run["layers.0.weights"].shape[-2] == run.T):
         return run
     from studygroup.model.run import Run

@@ -89,7 +89,9 @@ class LogitSum(JSONable):
     embed: float
     heads: float  # Σ over every head
     mlps: float  # Σ over every MLP
-    total: float  # embed + heads + mlps: equals logit up to float error
+    total: float  # embed + heads + mlps + position + biases: equals logit up to float error
+    position: float = 0.0  # the learned position embedding's share (GPT-2; 0 for RoPE families)
+    biases: float = 0.0  # the biases no head or MLP writes (GPT-2's attention output bias, final norm bias)
 
 
 @dataclass

@@ -286,8 +286,16 @@ def _thinking_alone(e) -> list[dict]:
             _v(p.logit, "logit_parts.logit", f"{p.logit:.2f}"), _t(f", the {n_heads} heads' writes add "),
             _v(p.heads, "logit_parts.heads", signed(p.heads, 2)), _t(f" directly, the {n_layers} MLPs "),
             _v(p.mlps, "logit_parts.mlps", signed(p.mlps, 2)), _t(" and the embedding "),
-            _v(p.embed, "logit_parts.embed", signed(p.embed, 2)),
+            _v(p.embed, "logit_parts.embed", signed(p.embed, 2)), *_position_and_biases(p),
             _t(": the heads matter mostly through what later layers make of their writes, which silencing measures.")]
+
+
+def _position_and_biases(p) -> list[dict]:
+    """The learned position embedding's and the biases' shares, in a family that has them (GPT-2)."""
+    if not (p.position or p.biases):
+        return []
+    return [_t(", the position embedding "), _v(p.position, "logit_parts.position", signed(p.position, 2)),
+            _t(" and the biases no head writes "), _v(p.biases, "logit_parts.biases", signed(p.biases, 2))]
 
 
 def explain_parts(e, norm_after_attention: bool = False) -> list[list[dict]]:

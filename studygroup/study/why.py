@@ -139,6 +139,10 @@ def why(model, text, layer: int, head: int, query: int, key: int, silenced_membe
     >>> abs(w.content + w.position - w.score) < 1e-5, len(w.pairs) == w.n_parts ** 2
     (True, True)
     """
+    arch = model.config.arch
+    if arch.norm != "rms" or arch.position != "rope":
+        raise InputError(f"why splits a score through RMSNorm and RoPE; a {arch.name!r} model's LayerNorm, biases and "
+                         "learned positions are not split: why does not explain this family's scores")
     layer, head = model.check_head(layer, head)
     ids = checked_ids(model, text)
     i, j = model.check_member(query, len(ids)), model.check_member(key, len(ids))

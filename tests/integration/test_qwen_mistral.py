@@ -13,7 +13,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import studygroup
-from conftest import write_tiny_gguf, _add_value, _gguf_name, random_hf_weights, tiny_metadata, tiny_vocab
+from conftest import (write_tiny_gguf, _add_value, _gguf_name, assert_logits_equal, assert_silenced_members_agree,
+                      random_hf_weights, random_ids, tiny_metadata, tiny_vocab)
 from studygroup.errors import ModelFileError
 from studygroup.gguf.weights import read_weights
 from studygroup.study.attribution import direct_contributions
@@ -113,19 +114,9 @@ def pair(request, tmp_path_factory):
     return studygroup.load(path, cache=False), theirs
 
 
-def random_ids(model, T, seed):
-    return torch.randint(0, model.config.vocab_size, (T,), generator=torch.Generator().manual_seed(seed)).tolist()
-
-
 @pytest.mark.parametrize("T", [1, 5, 23])
 def test_logits_equal_transformers(pair, T):
-    ours, theirs = pair
-    ids = random_ids(ours, T, T)
-    with torch.no_grad():
-        expected = theirs(torch.tensor([ids])).logits[0]  # (T, vocab)
-    for record in ("none", "all"):
-        got = ours.run(ids, record=record, logits="all").logits
-        assert (got - expected).abs().max() < 1e-4, record
+    assert_logits_equal(*pair, T)
 
 
 def test_recorded_steps_equal_transformers(pair):
@@ -174,11 +165,7 @@ def test_direct_contributions_add_up_to_the_logit(pair):
 
 
 def test_silenced_members_agree_with_a_masked_run(pair):
-    ours, _ = pair
-    ids = random_ids(ours, 8, 5)
-    batched = ours.silenced_logits(ids, [1, 5])
-    for b, j in enumerate([1, 5]):
-        assert (batched[b] - ours.run(ids, record="none", silence_members=[j]).logits[-1]).abs().max() < 1e-4
+    assert_silenced_members_agree(pair[0])
 
 
 @pytest.mark.parametrize("arch,drop,reshape,says", [
