@@ -16,7 +16,7 @@ import torch
 
 from studygroup.formulas import rope
 from studygroup.model.linear import project
-from studygroup.model.model import rms_norm
+from studygroup.model.norm import rms_norm
 
 
 class LeanStep:
