@@ -4,11 +4,13 @@ beside transformers' `generate` (float32, sdpa, its cache, min_new_tokens=64) on
 in the same run; and the bare multiplies of one row (every weight matrix times one vector: the
 memory-bandwidth floor of a step). Prints the CPU, each peer's words/s, and the ratio.
 
-    .venv/bin/python bench/generate.py [--repeats 3]
+    .venv/bin/python bench/generate.py [--repeats 3] [--out bench/results/NAME.json]
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
 import time
 
@@ -52,6 +54,7 @@ def bare_row(model) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", help="write the figures here as JSON")
     args = parser.parse_args()
     ours = studygroup.load()
     config, weights = load_weights(default_model_path())
@@ -78,6 +81,14 @@ def main() -> None:
     print(f"  transformers generate:     {WORDS / t_theirs:.2f} words/s ({1000 * t_theirs / WORDS:.1f} ms a word)")
     print(f"  bare multiplies of one row: {1000 * t_row:.1f} ms (the floor of a step)")
     print(f"  ratio studygroup / transformers: {t_theirs / t_ours:.2f}x; same greedy ids: {same}")
+    print(f"  load average (1, 5, 15 min): {os.getloadavg()}")
+    if args.out:
+        figures = {"date": time.strftime("%Y-%m-%dT%H:%M:%S"), "cpu": cpu(), "threads": torch.get_num_threads(),
+                   "load_average": os.getloadavg(), "prompt": PROMPT, "words": WORDS, "repeats": args.repeats,
+                   "ms_a_word": {"studygroup": 1000 * t_ours / WORDS, "transformers": 1000 * t_theirs / WORDS},
+                   "bare_row_ms": 1000 * t_row, "ratio": t_theirs / t_ours, "same_greedy_ids": same}
+        with open(args.out, "w") as f:
+            json.dump(figures, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from studygroup.model.arguments import whole_number
 from studygroup.model.interventions import Interventions
 from studygroup.model.record import Record
 from studygroup.model.sampling import Sampling
+from studygroup.model.step import LeanStep
 
 #: Largest weights kept per head and word.
 KEPT_WEIGHTS = 16
@@ -127,10 +128,12 @@ def generate(model, text_or_ids, n: int, sampling: Sampling = Sampling(), ignore
     plan = interventions.plan(model, len(ids), _KEPT)
     logits, steps = model.forward(torch.tensor(ids, device=model.device), plan)  # (1, 1, V)
     cache.append(steps)
+    q, w = _last_row(steps, c)
+    lean = LeanStep(model, cache) if not (interventions.silenced_members or interventions.silenced_heads) else None  # silenced: the general pass
     for _ in range(n):
-        z = logits[0, -1].float()  # (V,)
+        z = logits.reshape(-1, logits.shape[-1])[-1].float()  # (V,)
         word_id = sampling.choose(z, generator)
-        word = _word(z, word_id, candidates, steps, c)
+        word = _word(z, word_id, candidates, q, w)
         if word_id in stops:
             word.stop = "eos"
         out.words.append(word)
@@ -138,7 +141,11 @@ def generate(model, text_or_ids, n: int, sampling: Sampling = Sampling(), ignore
             on_word(word)
         if word.stop or len(out.words) == n:
             break
-        logits, steps = _step(model, interventions, cache, word_id)
+        if lean is not None:
+            logits, q, w = lean(word_id)  # (V,), (L, H, d), (L, H, P)
+        else:
+            logits, steps = _step(model, interventions, cache, word_id)
+            q, w = _last_row(steps, c)
     out.keys = cache.keys()
     return out
 
@@ -154,15 +161,20 @@ def _step(model, interventions: Interventions, cache: "_Cache", word_id: int):
     return logits, steps
 
 
-def _word(z: torch.Tensor, word_id: int, candidates: int, steps, c) -> Word:
-    """The chosen word with its probability and the top candidates, and what the questions of the
-    pass that chose it heard (its last row)."""
-    lp = torch.log_softmax(z.double(), -1)  # (V,)
-    values, top = lp.topk(min(candidates, lp.numel()))
-    ranked = [(i, float(v.exp()), float(z[i])) for v, i in zip(values, top.tolist())]
+def _last_row(steps, c) -> tuple[torch.Tensor, torch.Tensor]:
+    """The last member's questions (L, H, d) and weights (L, H, P) from a general pass's record."""
     L = c.n_layers
     q = torch.stack([steps[f"layers.{l}.q"][0, :, -1] for l in range(L)])  # (L, H, d)
     w = torch.stack([steps[f"layers.{l}.weights"][0, :, -1] for l in range(L)])  # (L, H, P)
+    return q, w
+
+
+def _word(z: torch.Tensor, word_id: int, candidates: int, q: torch.Tensor, w: torch.Tensor) -> Word:
+    """The chosen word with its probability and the top candidates, and what the questions of the
+    pass that chose it heard: q (L, H, d), w (L, H, P) its last row's."""
+    lp = torch.log_softmax(z.double(), -1)  # (V,)
+    values, top = lp.topk(min(candidates, lp.numel()))
+    ranked = [(i, float(v.exp()), float(z[i])) for v, i in zip(values, top.tolist())]
     weights, members = w.topk(min(KEPT_WEIGHTS, w.shape[-1]), -1)  # (L, H, 16)
     sink = w[..., 0].clone()  # (L, H)
     return Word(word_id, float(lp[word_id].exp()), float(z[word_id]), ranked, q, members, weights, sink)

@@ -26,16 +26,10 @@ from studygroup.errors import InputError, ModelFileError
 from studygroup.model.interventions import Interventions, PassPlan, each_member_silenced, packed_members_silenced
 from studygroup.model.record import Keeper, resolve
 from studygroup.model.fusing import fuse
+from studygroup.model.norm import rms_norm  # noqa: F401 (studygroup.model.model.rms_norm, as callers import it)
 from studygroup.model.run import Run
 from studygroup.gguf.model_path import default_model_path
 from studygroup.gguf.tokenizer import Tokenizer
-
-
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMSNorm: x / sqrt(mean(x²) + eps) · weight, computed in float32. (…, d_model) -> (…, d_model)"""
-    x32 = x.float()
-    normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-    return (normed * weight.float()).to(x.dtype)
 
 
 def norm_scale(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

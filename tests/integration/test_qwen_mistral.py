@@ -257,3 +257,24 @@ def test_a_model_whose_weights_do_not_fit_is_refused_at_once(tmp_path, monkeypat
             monkeypatch.setattr(estimate, "available_bytes", lambda device: None)
             studygroup.load(path, cache=True)
             monkeypatch.setattr(estimate, "available_bytes", lambda device: 2**16)
+
+
+def test_generation_equals_transformers_and_full_passes(pair):
+    """The lean generation step (biases, q/k norms, fused Phi-3 matrices, windows as data): greedy
+    ids equal transformers' generate; each word's questions and weights equal a full pass."""
+    ours, theirs = pair
+    ids, n = random_ids(ours, 6, 5), 8
+    with torch.no_grad():
+        out = theirs.generate(torch.tensor([ids]), max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                              pad_token_id=0, eos_token_id=None)
+    g = ours.generate(ids, n, ignore_eos=True)
+    assert g.ids == out[0, len(ids):].tolist()
+    seq = list(ids)
+    for word in g.words:
+        run = ours.run(seq, record=["q", "weights"])
+        for l in range(ours.config.n_layers):
+            full = run["weights", l][:, -1]  # (H, P)
+            assert (word.questions[l] - run["q", l][:, -1]).abs().max() < 1e-5
+            assert (word.sink[l] - full[:, 0]).abs().max() < 1e-5
+            assert (word.weights[l] - full.topk(min(16, full.shape[-1]), -1).values).abs().max() < 1e-5
+        seq.append(word.id)
