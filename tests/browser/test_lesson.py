@@ -115,6 +115,8 @@ def test_the_url_restores_text_section_head_and_silencing(page, server_url):
     assert "silence=1" in url and "head=1.3" in url and "notation=columns" in url
 
     other = page.context.new_page()
+    asked = []
+    other.on("request", lambda r: asked.append(r.url) if r.url.endswith("/api/lesson") else None)
     other.goto(url)
     wait_section(other, "scores")
     other.wait_for_function("() => { const d = document.querySelector('.sg-root').studygroup.lesson.data; return d && d.silenced_members.length === 1; }", timeout=60_000)
@@ -124,6 +126,8 @@ def test_the_url_restores_text_section_head_and_silencing(page, server_url):
     assert other.locator(".sg-lesson-pick button[data-notation='columns']").get_attribute("aria-pressed") == "true"
     other.locator(".sg-chip[data-index='1'] .sg-mute[aria-pressed='true']").wait_for(timeout=60_000)  # the explore view too
     assert "silence=1" in other.url
+    other.wait_for_load_state("networkidle")  # the explore view has settled its silencing
+    assert len(asked) == 1, "the lesson the URL names is computed once, not again when the explore view has its silencing"
     assert check_numbers(other, api_lesson(other, server_url, before)) > 10
 
 

@@ -105,7 +105,7 @@
       this.pendingUrl = null;
       if (s && s.text != null) this.q(".sg-text").value = s.text;
       if (!s) Object.assign(this.lesson, { head: null, query: null, key: null }); // a new text: its own default head
-      this.lesson.data = null;
+      Object.assign(this.lesson, { data: null, asked: null });
       const silence = s && (s.members.length || s.heads.length) ? s : null;
       this.lesson.pendingSilence = silence; // the URL's silencing until the explore view has it
       if (this.lesson.on) this.loadLesson(silence);
@@ -129,6 +129,9 @@
       if (L.head) Object.assign(body, { layer: L.head[0], head: L.head[1] });
       if (L.query != null) body.query = L.query;
       if (L.key != null) body.key = L.key;
+      const asked = JSON.stringify(body);
+      if (asked === L.asked) return; // this lesson is shown, or on its way
+      L.asked = asked;
       clear(this.q(".sg-lesson-body")).appendChild(el("p", { cls: "sg-hint", text: L.head ? "Computing the lesson\u2026"
         : "Computing the lesson: finding the most decisive head that is not resting on a sink (silencing heads one at a time)\u2026" }));
       try {
@@ -139,7 +142,9 @@
         this.writeHash();
         this.renderLesson();
       } catch (e) {
-        if (gen === L.gen) clear(this.q(".sg-lesson-body")).appendChild(el("p", { cls: "sg-error", attrs: { role: "alert" }, text: e.message }));
+        if (gen !== L.gen) return;
+        L.asked = null; // asking again is allowed after an error
+        clear(this.q(".sg-lesson-body")).appendChild(el("p", { cls: "sg-error", attrs: { role: "alert" }, text: e.message }));
       }
     }
 
