@@ -3,11 +3,16 @@
 1. content + position. RoPE rotates q_i by its position i and k_j by j, so
    RoPE_i(q)·RoPE_j(k) = q·R_{j−i}k depends on the distance only. `content` is the score the
    two would have at distance 0 (q and k before this layer's rotation); `position` is the rest.
-2. parts. The residual stream entering layer L is a sum of parts: the token embedding, each
-   earlier head's write and each earlier MLP's write. With each member's RMSNorm scale held at
-   its value in the run, q_i = RoPE_i(rms_i · (Σ_a a_i) ⊙ g · W_Q[h]) is linear in the parts, and
-   so is k_j; the score is then Σ_{a,b} q_i(a)·k_j(b)/√d_k over every (query part, key part) pair.
-   A family that norms each head's q and k (Gemma 3) has that norm's scale held at its value too.
+   A family without RoPE (GPT-2) turns nothing: position is 0 and content is the whole score.
+2. parts. The residual stream entering layer L is a sum of parts: the token embedding (and the
+   learned position embedding where the family has one), each earlier head's write, each earlier
+   attention's output bias (written by no head, where there is one) and each earlier MLP's write.
+   With each member's norm scale held at its value in the run, the norm is linear: RMSNorm scales
+   each part, a · g / rms(x); LayerNorm centres it, then scales it, (a − mean(a)) · g / σ(x).
+   So q_i = RoPE_i(Σ_a norm(a_i) · W_Q[h] + β · W_Q[h] + b_Q[h]) is linear in the parts, the
+   norm's bias β and the projection's bias b_Q being parts of their own (where the family has
+   them); so is k_j, and the score is Σ_{a,b} q_i(a)·k_j(b)/√d_k over every (query part, key part)
+   pair. A family that norms each head's q and k (Gemma 3, Qwen 3) has that norm's scale held too.
 
 Both are computed in float64 from the run's own recorded float32 numbers.
 """
@@ -34,6 +39,45 @@ HEAD_NORMED = ("q_normed", "k_normed")  # q and k before the rotation, in a fami
 NOT_MEANING_VS_PLACE = ("This is not \"meaning vs place\": q and k are made from the residual stream, which "
                         "already carries position from earlier layers (their heads attend by position too); "
                         "content is only the score without this layer's rotation.")
+CONTENT_IS_NOT_MEANING = ("Content is not \"meaning\": q and k are made from the residual stream, which carries the "
+                          "position embedding and what earlier heads made of it; the pairs below say which parts the "
+                          "score comes from.")
+
+
+def rms_scale(x: torch.Tensor, eps: float) -> float:
+    """RMSNorm's scale 1/√(mean(x²) + ε) of one row x (d_model,), in float64."""
+    return float(torch.rsqrt(x.double().pow(2).mean() + eps))
+
+
+def layer_scale(x: torch.Tensor, eps: float) -> float:
+    """LayerNorm's scale 1/√(var(x) + ε) of one row x (d_model,), in float64 (the variance over d_model)."""
+    return float(torch.rsqrt(x.double().var(unbiased=False) + eps))
+
+
+#: A norm with its scale held at its value for the member's stream x, by `Architecture.norm`: linear
+#: in each part a. a (P, d_model), x (d_model,), ε -> (P, d_model), before the gain. LayerNorm's
+#: centring is linear: the mean of x is the sum of the parts' means.
+HELD_NORMS = {
+    "rms": lambda a, x, eps: a * rms_scale(x, eps),
+    "layer": lambda a, x, eps: (a - a.mean(-1, keepdim=True)) * layer_scale(x, eps),
+}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The parts a family has beyond the embedding, the heads' writes and the MLPs' writes."""
+
+    position: bool = False  # a learned position embedding, added to the first layer's input (GPT-2)
+    attention_bias: bool = False  # each attention's output bias b_O, written by no head (GPT-2)
+    norm_bias: str | None = None  # the norm's name when it adds a bias β ("LayerNorm"), else None
+    projection_bias: bool = False  # q and k have biases of their own, b_Q and b_K (GPT-2, Qwen 2)
+
+    @classmethod
+    def of(cls, model, layer: int) -> "Layout":
+        """The layout of `model`'s residual stream and of layer `layer`'s q and k, from its weights."""
+        w, p = model.w, f"layers.{layer}."
+        return cls("pos_embed" in w, "layers.0.b_O" in w,
+                   model.config.arch.norm_name if p + "attn_norm_bias" in w else None, p + "b_Q" in w)
 
 
 @dataclass
@@ -59,10 +103,11 @@ class Why(JSONable):
     key: int  # j, the member answering (j <= i)
     score: float  # q_i·k_j/√d_k as the model computed it: head --json's scores[i][j]
     weight: float  # w_ij: softmax of row i of the scores
-    content: float  # the score at distance 0: q_i and k_j before this layer's rotation
-    position: float  # score − content: what the distance i − j adds through RoPE
+    content: float  # the score at distance 0: q_i and k_j before this layer's rotation (no RoPE: the score)
+    position: float  # score − content: what the distance i − j adds through RoPE (no RoPE: 0)
+    rope: bool  # whether this layer turns q and k (RoPE); False: position is 0
     parts_total: float  # Σ of every pair's value (float64): the score up to float error
-    n_parts: int  # parts per member: 1 + layer·n_heads + layer
+    n_parts: int  # parts per member: len(part_names(...)), 1 + layer·n_heads + layer in a Llama
     pairs: list[PartPair]  # every (query part, key part) pair, largest |value| first
     notes: list[str]  # the two splits in words
     silenced_members: list[int] = field(default_factory=list)  # members nobody hears in this run
@@ -74,41 +119,33 @@ class Why(JSONable):
                            f"{self.position:.4g}; {len(self.pairs)} part pairs", ".pairs, .notes, .to_dict()")
 
 
-def part_names(layer: int, n_heads: int) -> list[str]:
-    """The residual stream's parts entering `layer`, in the order `residual_parts` stacks them.
+def part_names(layer: int, n_heads: int, layout: Layout = Layout()) -> list[str]:
+    """The parts of q and k at `layer`, in the order `_projected` stacks them: the residual
+    stream's (`residual_parts`), then the biases added after the norm.
 
     >>> part_names(2, 2)
     ['embedding', 'head 0.0', 'head 0.1', 'MLP 0', 'head 1.0', 'head 1.1', 'MLP 1']
+    >>> part_names(1, 2, Layout(True, True, "LayerNorm", True))
+    ['embedding', 'position embedding', 'head 0.0', 'head 0.1', 'attention bias 0', 'MLP 0', 'LayerNorm bias', 'q/k bias']
     """
-    names = ["embedding"]
+    names = ["embedding"] + (["position embedding"] if layout.position else [])
     for l in range(layer):
-        names += [f"head {l}.{h}" for h in range(n_heads)] + [f"MLP {l}"]
-    return names
+        names += [f"head {l}.{h}" for h in range(n_heads)] + ([f"attention bias {l}"] if layout.attention_bias else [])
+        names.append(f"MLP {l}")
+    return names + ([f"{layout.norm_bias} bias"] if layout.norm_bias else []) + (["q/k bias"] if layout.projection_bias else [])
 
 
-def residual_parts(run, layer: int, rows: list[int]) -> torch.Tensor:
-    """The parts that add up to the residual stream entering `layer`, at these rows (members).
+def residual_parts(run, layer: int, row: int, layout: Layout = Layout()) -> torch.Tensor:
+    """The parts that add up to the residual stream entering `layer` at member `row`.
 
-    Returns (P, len(rows), d_model) float64, P = 1 + layer·n_heads + layer, in `part_names` order.
+    Returns (S, d_model) float64 in `part_names` order (the stream's parts, without the biases after the norm).
     """
-    parts = [run["embed"][rows]]  # (R, d_model)
+    parts = [run["embed"][row]] + ([run["pos_embed"][row]] if layout.position else [])  # (d_model,) each
     for l in range(layer):
-        parts += [*run["write", l][:, rows]]  # n_heads × (R, d_model)
-        parts.append(run["mlp_out", l][rows])
-    return torch.stack(parts).double()  # (P, R, d_model)
-
-
-def rotated(parts: torch.Tensor, scale: float, gain: torch.Tensor, W: torch.Tensor, cos: torch.Tensor,
-            sin: torch.Tensor, head_gain: torch.Tensor | None = None, eps: float = 0.0) -> torch.Tensor:
-    """Each part's question (or key) at one position, the RMSNorm scale held: RoPE(a · scale ⊙ g · W);
-    with `head_gain` (Gemma's per-head norm), RoPE(p · rms(Σ p) ⊙ head_gain) for p = a · scale ⊙ g · W.
-
-    parts (P, d_model), gain (d_model,), W (d_model, d_head), cos, sin, head_gain (d_head,) -> (P, d_head)
-    """
-    projected = (parts * scale * gain) @ W  # (P, d_head)
-    if head_gain is not None:  # the scale of the whole q (or k), held: linear in the parts again
-        projected = projected * rms_scale(projected.sum(0), eps) * head_gain.double()
-    return rope.apply(projected, cos[None], sin[None])  # (P, d_head)
+        parts += [*run["write", l][:, row]]  # n_heads × (d_model,)
+        parts += [run.model.w[f"layers.{l}.b_O"]] if layout.attention_bias else []
+        parts.append(run["mlp_out", l][row])
+    return torch.stack(parts).double()  # (S, d_model)
 
 
 def pair_values(q_parts: torch.Tensor, k_parts: torch.Tensor) -> torch.Tensor:
@@ -118,11 +155,6 @@ def pair_values(q_parts: torch.Tensor, k_parts: torch.Tensor) -> torch.Tensor:
     [[1.4142135381698608], [0.7071067690849304]]
     """
     return q_parts @ k_parts.T / math.sqrt(q_parts.shape[-1])  # (P, P)
-
-
-def rms_scale(x: torch.Tensor, eps: float) -> float:
-    """RMSNorm's scale 1/√(mean(x²) + ε) of one row x (d_model,), in float64."""
-    return float(torch.rsqrt(x.double().pow(2).mean() + eps))
 
 
 def why(model, text, layer: int, head: int, query: int, key: int, silenced_members: Sequence[int] = (),
@@ -139,10 +171,6 @@ def why(model, text, layer: int, head: int, query: int, key: int, silenced_membe
     >>> abs(w.content + w.position - w.score) < 1e-5, len(w.pairs) == w.n_parts ** 2
     (True, True)
     """
-    arch = model.config.arch
-    if arch.norm != "rms" or arch.position != "rope":
-        raise InputError(f"why splits a score through RMSNorm and RoPE; a {arch.name!r} model's LayerNorm, biases and "
-                         "learned positions are not split: why does not explain this family's scores")
     layer, head = model.check_head(layer, head)
     ids = checked_ids(model, text)
     i, j = model.check_member(query, len(ids)), model.check_member(key, len(ids))
@@ -154,62 +182,82 @@ def why(model, text, layer: int, head: int, query: int, key: int, silenced_membe
     if not before.mask(layer, head, i + 1)[i, j]:  # (members after i change nothing up to i)
         raise InputError(f"member {j} is silenced in this run: member {i}'s question does not hear it, so its "
                          f"score decides nothing; give another key, or leave member {j} heard")
-    run = model.run(ids[:i + 1], record=_record(layer, _head_norms(model, layer)), silence_members=before.silenced_members,
+    layout = Layout.of(model, layer)
+    run = model.run(ids[:i + 1], record=_record(model, layer, layout), silence_members=before.silenced_members,
                     silence_heads=sorted(before.silenced_heads))
     score, weight, content = _score(run, layer, head, i, j)
-    values = _pair_values(model, run, layer, head, i, j)  # (P, P) float64
-    names = part_names(layer, model.config.n_heads)
-    pairs = _sorted_pairs(values, names)
+    values = _pair_values(model, run, layer, head, i, j, layout)  # (P, P) float64
+    names = part_names(layer, model.config.n_heads, layout)
     total = float(values.sum())
     tokens = [model.tokenizer.readable(t) for t in ids]
+    notes = _notes(model, layer, layout, i, j, score, content, total, len(names))
     return Why(text if isinstance(text, str) else None, tokens, list(ids), layer, head, model.config.kv_head_of(head),
-               i, j, score, weight, content, score - content, total, len(names), pairs,
-               _notes(layer, model.config.n_heads, i, j, score, content, total, len(names)), **chosen.silenced())
+               i, j, score, weight, content, score - content, model.rope, total, len(names),
+               _sorted_pairs(values, names), notes, **chosen.silenced())
 
 
-def _record(layer: int, head_norms: bool) -> Record:
-    """The embedding, every earlier layer's writes, and this layer's input, q, k (normed per head
-    where the family does) and weights."""
+def _record(model, layer: int, layout: Layout) -> Record:
+    """The embedding (and position embedding), every earlier layer's writes, and this layer's
+    input, q, k (normed per head where the family does) and weights."""
     steps = [f"layers.{l}.{s}" for l in range(layer) for s in PART_STEPS]
-    own = LAYER_STEPS + (HEAD_NORMED if head_norms else ())
-    return Record(steps=("embed", *steps, *(f"layers.{layer}.{s}" for s in own)))
+    own = LAYER_STEPS + (HEAD_NORMED if _head_norms(model, layer) else ())
+    first = ("embed", "pos_embed") if layout.position else ("embed",)
+    return Record(steps=(*first, *steps, *(f"layers.{layer}.{s}" for s in own)))
 
 
 def _score(run, layer: int, head: int, i: int, j: int) -> tuple[float, float, float]:
-    """The run's score and weight of cell (i, j), and the score before the rotation (float64)."""
+    """The run's score and weight of cell (i, j), and the score before the rotation (float64;
+    the score itself where nothing is rotated)."""
     kv = run.model.config.kv_head_of(head)
     q, k = run["q", layer][head], run["k", layer][kv]  # (T, d_head) each
     score = float(attention.scores(q[None], k[None], validate=False)[0, i, j])
+    weight = float(run["weights", layer][head, i, j])
+    if not run.model.rope:
+        return score, weight, score
     before = HEAD_NORMED if _head_norms(run.model, layer) else ("q_pre_rope", "k_pre_rope")  # before the rotation
     q_pre, k_pre = (run[f"layers.{layer}.{before[0]}"][head, i].double(),
                     run[f"layers.{layer}.{before[1]}"][kv, j].double())  # (d_head,)
-    content = float(q_pre @ k_pre) / math.sqrt(q_pre.shape[0])
-    return score, float(run["weights", layer][head, i, j]), content
+    return score, weight, float(q_pre @ k_pre) / math.sqrt(q_pre.shape[0])
 
 
-def _pair_values(model, run, layer: int, head: int, i: int, j: int) -> torch.Tensor:
-    """(P, P) float64: every pair's value, q_i's parts by k_j's parts (see `rotated`)."""
-    c, w = model.config, model.w
-    d = c.d_head
-    kv = c.kv_head_of(head)
-    W_Q = w[f"layers.{layer}.W_Q"][:, head * d:(head + 1) * d].double()  # (d_model, d_head)
-    W_K = w[f"layers.{layer}.W_K"][:, kv * d:(kv + 1) * d].double()  # (d_model, d_head)
-    gain = w[f"layers.{layer}.attn_norm"].double()  # (d_model,)
-    base = c.rope_base_of(layer)  # Gemma's local layers turn with their own base
-    divisors = w.get("rope_freqs") if base == c.rope_base else None
-    cos, sin = rope.angles(i + 1, d, base, freq_divisors=divisors)  # (i + 1, d_head), float32 as the pass
-    cos, sin = cos.double(), sin.double()
-    resid = run["resid_pre", layer]  # (T, d_model)
-    parts = residual_parts(run, layer, [i, j])  # (P, 2, d_model)
-    q = rotated(parts[:, 0], rms_scale(resid[i], c.rms_eps), gain, W_Q, cos[i], sin[i],
-                w.get(f"layers.{layer}.q_norm"), c.rms_eps)  # (P, d_head)
-    k = rotated(parts[:, 1], rms_scale(resid[j], c.rms_eps), gain, W_K, cos[j], sin[j],
-                w.get(f"layers.{layer}.k_norm"), c.rms_eps)  # (P, d_head)
+def _pair_values(model, run, layer: int, head: int, i: int, j: int, layout: Layout) -> torch.Tensor:
+    """(P, P) float64: every pair's value, q_i's parts by k_j's parts (see `_projected`)."""
+    c = model.config
+    q = _projected(model, run, layer, i, "q", head, layout)  # (P, d_head)
+    k = _projected(model, run, layer, j, "k", c.kv_head_of(head), layout)  # (P, d_head)
+    if model.rope:
+        base = c.rope_base_of(layer)  # Gemma's local layers turn with their own base
+        divisors = model.w.get("rope_freqs") if base == c.rope_base else None
+        cos, sin = rope.angles(i + 1, c.d_head, base, freq_divisors=divisors)  # (i + 1, d_head), float32 as the pass
+        q = rope.apply(q, cos[i].double()[None], sin[i].double()[None])
+        k = rope.apply(k, cos[j].double()[None], sin[j].double()[None])
     return pair_values(q, k)  # (P, P)
 
 
+def _projected(model, run, layer: int, member: int, side: str, h: int, layout: Layout) -> torch.Tensor:
+    """Each part's q (side "q", query head h) or k (side "k", key/value head h) at one member,
+    before the rotation: norm(a) ⊙ g · W, then β · W and the projection's bias (where the family
+    has them); with a per-head norm of q and k (Gemma 3, Qwen 3), its scale held at the whole
+    q's (or k's) value. -> (P, d_head) float64, in `part_names` order."""
+    c, w, p = model.config, model.w, f"layers.{layer}."
+    cols = slice(h * c.d_head, (h + 1) * c.d_head)
+    W = w[p + ("W_Q" if side == "q" else "W_K")][:, cols].double()  # (d_model, d_head)
+    stream = residual_parts(run, layer, member, layout)  # (S, d_model)
+    normed = HELD_NORMS[c.arch.norm](stream, run["resid_pre", layer][member].double(), c.rms_eps)  # (S, d_model)
+    parts = [(normed * w[p + "attn_norm"].double()) @ W]  # (S, d_head)
+    if layout.norm_bias:
+        parts.append((w[p + "attn_norm_bias"].double() @ W)[None])  # (1, d_head)
+    if layout.projection_bias:
+        parts.append(w[p + ("b_Q" if side == "q" else "b_K")][cols].double()[None])  # (1, d_head)
+    projected = torch.cat(parts)  # (P, d_head)
+    gain = w.get(p + f"{side}_norm")
+    if gain is not None:  # the scale of the whole q (or k), held: linear in the parts again
+        projected = projected * rms_scale(projected.sum(0), c.rms_eps) * gain.double()
+    return projected
+
+
 def _head_norms(model, layer: int) -> bool:
-    """Whether the family norms each head's q and k (Gemma 3)."""
+    """Whether the family norms each head's q and k (Gemma 3, Qwen 3)."""
     return f"layers.{layer}.q_norm" in model.w
 
 
@@ -222,13 +270,32 @@ def _sorted_pairs(values: torch.Tensor, names: list[str]) -> list[PartPair]:
     return [PartPair(names[n // P], names[n % P], vals[n]) for n in order]
 
 
-def _notes(layer: int, n_heads: int, i: int, j: int, score: float, content: float, total: float, P: int) -> list[str]:
-    return [
-        f"The score {score:.4g} = content {content:.4g} (q_{i}·k_{j} before this layer's rotation: the two at "
-        f"distance 0) + position {score - content:.4g} (what their distance, {i - j}, adds through RoPE).",
-        NOT_MEANING_VS_PLACE,
-        f"With each member's RMSNorm scale held at its value in the run, q_{i} and k_{j} are linear in the {P} "
-        f"parts of the residual stream entering layer {layer} (the embedding, the writes of the {layer * n_heads} "
-        f"earlier heads and of the {layer} earlier MLPs), so the score is the sum of {P}×{P} pair values: "
-        f"{total:.6g} in float64.",
+def _notes(model, layer: int, layout: Layout, i: int, j: int, score: float, content: float, total: float,
+           P: int) -> list[str]:
+    """The two splits in words: content + position (or no rotation at all), and the parts."""
+    c = model.config
+    if model.rope:
+        first = [f"The score {score:.4g} = content {content:.4g} (q_{i}·k_{j} before this layer's rotation: the two "
+                 f"at distance 0) + position {score - content:.4g} (what their distance, {i - j}, adds through RoPE).",
+                 NOT_MEANING_VS_PLACE]
+    else:
+        first = [f"The score {score:.4g} is all content: this model turns no q or k (no RoPE), so position is 0; "
+                 "where the members stand enters through the learned position embedding, one of the parts below.",
+                 CONTENT_IS_NOT_MEANING]
+    centred = " (LayerNorm also centres: each part is centred, then scaled)" if c.arch.norm == "layer" else ""
+    return first + [
+        f"With each member's {c.arch.norm_name} scale held at its value in the run{centred}, q_{i} and k_{j} are "
+        f"linear in the {P} parts ({_listing(layer, c.n_heads, layout)}), so the score is the sum of {P}×{P} pair "
+        f"values: {total:.6g} in float64.",
     ]
+
+
+def _listing(layer: int, n_heads: int, layout: Layout) -> str:
+    """The parts in words: "the embedding, the writes of the 9 earlier heads and of the 1 earlier MLPs"."""
+    stream = ["the embedding"] + (["the position embedding"] if layout.position else [])
+    writes = f"the writes of the {layer * n_heads} earlier heads"
+    writes += f", of the {layer} earlier attention output biases" if layout.attention_bias else ""
+    stream.append(writes + f" and of the {layer} earlier MLPs")
+    after = ([f"the {layout.norm_bias}'s bias"] if layout.norm_bias else []) + (
+        ["q's and k's own biases"] if layout.projection_bias else [])
+    return (", ".join(stream) + f", entering layer {layer}" + (", then " + " and ".join(after) if after else ""))

@@ -316,8 +316,10 @@ def why(w, shown: int = WHY_PAIRS_SHOWN) -> str:
     q, k = w.tokens[w.query], w.tokens[w.key]
     lines = [f"head {w.layer}.{w.head} (kv head {w.kv_head}): why member {w.query} ({q}) listens to member "
              f"{w.key} ({k})", *_silenced(w), f"  score q·k/√d_k = {w.score:.4f}   weight {percent(w.weight)}", "",
-             "content + position:", f"  content   {signed(w.content, 4)}   (before this layer's rotation: distance 0)",
-             f"  position  {signed(w.position, 4)}   (what distance {w.query - w.key} adds through RoPE)",
+             "content + position:", f"  content   {signed(w.content, 4)}   " + ("(before this layer's rotation: distance 0)"
+                                                                         if w.rope else "(the whole score)"),
+             f"  position  {signed(w.position, 4)}   " + (f"(what distance {w.query - w.key} adds through RoPE)" if w.rope
+                                                      else "(no RoPE in this model: nothing is turned)"),
              wrap(w.notes[1]), "", f"the largest of {len(w.pairs):,} (query part, key part) pairs:"]
     top, rest = w.pairs[:shown], w.pairs[shown:]
     lines.append(table(["query part", "key part", "value"], [[p.query_part, p.key_part, p.value] for p in top]))

@@ -141,7 +141,7 @@ def test_direct_contributions_add_up_to_the_logit(pair):
     assert abs(float((write - write.mean()) / sigma * g @ u) - float(parts.heads[1, 2])) < 1e-5
 
 
-def test_explain_runs_and_why_is_refused_in_one_line(pair, capsys):
+def test_explain_runs_and_why_answers_on_the_command_line(pair):
     import subprocess, sys, os
     ours, _ = pair
     e = studygroup.explain(ours, "Cash or credit card? I have a lot")
@@ -154,7 +154,41 @@ def test_explain_runs_and_why_is_refused_in_one_line(pair, capsys):
     assert r.returncode == 0 and "position embedding" in r.stdout, r.stderr
     r = subprocess.run([*cli, "why", "I have a lot", "--model", str(ours.path), "--layer", "1", "--head", "0",
                         "--query", "3", "--key", "1"], capture_output=True, text=True, env=env, timeout=300)
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "'gpt2'" in r.stderr, r.stderr
+    words = " ".join(r.stdout.split())
+    assert r.returncode == 0 and "no RoPE" in words and "LayerNorm also centres" in words, r.stderr
+    assert "the largest of 100 (query part, key part) pairs" in words
+    r = subprocess.run([*cli, "why", "I have a lot", "--model", str(ours.path), "--layer", "1", "--head", "0",
+                        "--query", "1", "--key", "3"], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 2 and r.stdout == "" and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "comes after member 1" in r.stderr
+
+
+@pytest.mark.parametrize("layer, head, query, key", [(0, 1, 5, 2), (1, 2, 8, 3), (1, 0, 4, 4), (1, 3, 8, 0)])
+def test_why_splits_the_score_through_layer_norm_and_the_biases(pair, layer, head, query, key):
+    """No RoPE: content is the score and position 0. The pairs (embedding, position embedding, heads,
+    attention output biases, MLPs, the LayerNorm's bias, q's and k's biases) add up to the score, and
+    the score equals q·k/√d_k from transformers' own c_attn output (its biases included)."""
+    from studygroup.study.why import why
+    ours, theirs = pair
+    ids = random_ids(ours, 9, 4)
+    w = why(ours, ids, layer, head, query, key)
+    assert w.position == 0 and w.content == w.score and not w.rope
+    assert w.n_parts == 1 + 1 + layer * (H + 2) + 2 and len(w.pairs) == w.n_parts ** 2
+    names = {p.query_part for p in w.pairs}
+    assert {"embedding", "position embedding", "LayerNorm bias", "q/k bias"} <= names
+    assert ("attention bias 0" in names) == (layer == 1)
+    assert abs(sum(p.value for p in w.pairs) - w.score) <= 1e-5 * max(1.0, abs(w.score))
+    assert abs(w.parts_total - w.score) <= 1e-5 * max(1.0, abs(w.score))
+    got = {}
+    hook = theirs.transformer.h[layer].attn.c_attn.register_forward_hook(lambda m, i, o: got.__setitem__("qkv", o[0]))
+    with torch.no_grad():
+        out = theirs(torch.tensor([ids]), output_attentions=True)
+    hook.remove()
+    q, k, _ = got["qkv"].double().split(D, -1)  # (T, D) each, biases added
+    d = D // H
+    q_i, k_j = q[query, head * d:(head + 1) * d], k[key, head * d:(head + 1) * d]  # (d_head,)
+    assert w.score == pytest.approx(float(q_i @ k_j) / d ** 0.5, abs=1e-4)
+    assert w.weight == pytest.approx(float(out.attentions[layer][0, head, query, key]), abs=1e-5)
 
 
 def test_gpt2_tokenizer_ids_equal_transformers(tmp_path):
@@ -202,4 +236,9 @@ def test_the_page_answers_on_gpt2(pair):
             r = client.post(url, json=body)
             assert r.status_code == 200, (url, r.text)
         r = client.post("/api/why", json={"text": "I have a lot", "layer": 1, "head": 0, "query": 3, "key": 1})
-        assert r.status_code == 400 and "'gpt2'" in r.json()["error"], r.text
+        assert r.status_code == 200, r.text
+        w = r.json()
+        assert w["rope"] is False and w["position"] == 0 and len(w["pairs"]) == w["n_parts"] ** 2
+        assert abs(sum(p["value"] for p in w["pairs"]) - w["score"]) <= 1e-5 * max(1.0, abs(w["score"]))
+        r = client.post("/api/why", json={"text": "I have a lot", "layer": 2, "head": 0, "query": 3, "key": 1})
+        assert r.status_code == 400 and "layer 2 does not exist" in r.json()["error"], r.text

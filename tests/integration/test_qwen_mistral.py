@@ -164,6 +164,25 @@ def test_direct_contributions_add_up_to_the_logit(pair):
     assert abs(parts.total - parts.logit) < 1e-3 * max(1.0, abs(parts.logit))
 
 
+def test_why_adds_up_to_the_score_and_its_weight_is_transformers(pair):
+    """The pairs (Qwen 2's q/k biases a part of their own, Qwen 3's per-head norms held) add up to the
+    score, which is q·k/√d_k from the run; the cell's weight equals transformers' attention weight."""
+    from studygroup.study.why import why
+    ours, theirs = pair
+    ids = random_ids(ours, 9, 4)
+    with torch.no_grad():
+        attentions = theirs(torch.tensor([ids]), output_attentions=True).attentions
+    run = ours.run(ids, record="all")
+    for layer, head, query, key in [(1, 3, 8, 2), (1, 0, 5, 5), (0, 2, 6, 0)]:
+        w = why(ours, ids, layer, head, query, key)
+        assert abs(sum(p.value for p in w.pairs) - w.score) <= 1e-5 * max(1.0, abs(w.score))
+        assert w.content + w.position == pytest.approx(w.score, abs=1e-12) and w.rope
+        q, k = run[f"layers.{layer}.q"][head, query].double(), run[f"layers.{layer}.k"][head // 2, key].double()
+        assert w.score == pytest.approx(float(q @ k) / 8 ** 0.5, abs=1e-5)
+        assert w.weight == pytest.approx(float(attentions[layer][0, head, query, key]), abs=1e-5)
+        assert ("q/k bias" in {p.query_part for p in w.pairs}) == ("layers.0.b_Q" in ours.w)
+
+
 def test_silenced_members_agree_with_a_masked_run(pair):
     assert_silenced_members_agree(pair[0])
 
