@@ -3,12 +3,14 @@ and their weights equal a plain recomputation from every kept map, the story nam
 wherever it names a head that rests on one, every number in the story resolves to its JSON field,
 and what a head listened to is ranked by effect_in_head; the conclusion on the last sentence alone
 equals a run on its ids."""
+import math
 import re
 
 import numpy as np
 import pytest
 import torch
 
+from conftest import rope64
 from studygroup.study.explain import explain
 from studygroup.study.story import quote
 
@@ -110,3 +112,65 @@ def test_why_adds_up_for_the_decisive_heads_largest_weight_off_the_sink(model, e
     assert w.score == pytest.approx(float(q @ k) / q.numel() ** 0.5, abs=1e-4)
     assert abs(sum(p.value for p in w.pairs) - w.score) <= 1e-5 * max(1.0, abs(w.score))
     assert w.content + w.position == pytest.approx(w.score, abs=1e-9)
+
+
+def float64_log_p_from(model, resid, start, token, silenced=None):
+    """log p(token) at the last member from a plain float64 Llama pass over layers start … end,
+    written from the paper, from `resid` (T, d_model), the stream entering layer `start`;
+    silenced: (layer, head, member), a key that one head's questions do not hear (the member's own
+    question, left with no key, hears itself, as studygroup's mask does)."""
+    c, w = model.config, {k: v.double() for k, v in model.w.items() if not k.startswith("layers.")}
+    H, H_kv, d, eps, T = c.n_heads, c.n_kv_heads, c.d_head, c.rms_eps, resid.shape[0]
+    x = resid.double()  # (T, d_model)
+    norm = lambda x, g: x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * g.double()  # noqa: E731
+    for l in range(start, c.n_layers):
+        p = f"layers.{l}."
+        E = norm(x, model.w[p + "attn_norm"])
+        q = rope64((E @ model.w[p + "W_Q"].double()).view(T, H, d).transpose(0, 1), c.rope_base)  # (H, T, d)
+        k = rope64((E @ model.w[p + "W_K"].double()).view(T, H_kv, d).transpose(0, 1), c.rope_base)  # (H_kv, T, d)
+        v = (E @ model.w[p + "W_V"].double()).view(T, H_kv, d).transpose(0, 1)
+        k, v = k.repeat_interleave(H // H_kv, 0), v.repeat_interleave(H // H_kv, 0)  # (H, T, d)
+        mask = torch.ones(H, T, T, dtype=torch.bool).tril()
+        if silenced is not None and silenced[0] == l:
+            mask[silenced[1], :, silenced[2]] = False
+            mask[silenced[1], silenced[2], silenced[2]] = True  # a question left with no key hears itself
+        z = torch.softmax((q @ k.mT / math.sqrt(d)).masked_fill(~mask, -math.inf), -1) @ v  # (H, T, d)
+        x = x + z.transpose(0, 1).reshape(T, H * d) @ model.w[p + "W_O"].double()
+        M = norm(x, model.w[p + "mlp_norm"])
+        x = x + (torch.nn.functional.silu(M @ model.w[p + "W_gate"].double()) * (M @ model.w[p + "W_up"].double())) \
+            @ model.w[p + "W_down"].double()
+    logits = norm(x[-1], w["final_norm"]) @ w["unembed"]  # (vocab,)
+    return float(torch.log_softmax(logits, -1)[token])
+
+
+@pytest.mark.parametrize("layer, head", [(24, 6), (24, 7), (24, 8)])
+def test_the_sinks_effect_in_head_equals_a_float64_pass(model, explained, layer, head):
+    """Removing “C” from one head of layer 24 alone, recomputed in float64 from layer 24's input: each
+    head's own value (24.6 and 24.7 print the same two digits, +0.0023, yet differ: 0.00227, 0.00234)."""
+    token = explained.predicted.id
+    resid = model.run(explained.token_ids, record=["layers.24.resid_pre"])["resid_pre", 24]  # (T, d_model)
+    clean = float64_log_p_from(model, resid, 24, token)
+    assert clean == pytest.approx(math.log(explained.predicted.prob), abs=1e-4)
+    h = next(x for x in explained.heads if (x.layer, x.head) == (layer, head))
+    sink = next(x for x in h.listened if x.index == 0)
+    assert sink.is_sink and sink.effect_in_head is not None
+    assert sink.effect_in_head == pytest.approx(float64_log_p_from(model, resid, 24, token, (layer, head, 0)) - clean,
+                                                abs=2e-5)
+
+
+def test_every_number_in_a_sentence_about_a_head_is_that_heads(explained):
+    """Each sentence naming exactly one head reads its head numbers from that head's JSON entry."""
+    d = explained.to_dict()
+    checked = 0
+    for sentence in d["story_parts"]:
+        text = "".join(p["text"] for p in sentence)
+        named = set(re.findall(r"head (\d+) of layer (\d+)", text))
+        if len(named) != 1:
+            continue
+        head, layer = map(int, named.pop())
+        for p in sentence:
+            if "field" in p and p["field"].startswith("heads["):
+                k = int(re.match(r"heads\[(\d+)\]", p["field"]).group(1))
+                assert (d["heads"][k]["layer"], d["heads"][k]["head"]) == (layer, head), (text, p)
+                checked += 1
+    assert checked >= 5
