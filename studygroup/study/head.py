@@ -19,6 +19,7 @@ from studygroup.study.jsonable import JSONable
 from studygroup.study.mask_reasons import mask_reasons
 from studygroup.study.explain import checked_ids
 from studygroup.study.ranking import largest_first
+from studygroup.study.sinks import MAX_QUESTIONS, head_sinks_of, sink_weight
 from studygroup.study.story import brief
 from studygroup.study.window import Window, window
 
@@ -99,6 +100,8 @@ class HeadView(JSONable):
     k_pre_rope: list[list[float]]
     output: list[list[float]]  # the weighted sums of the questions shown
     members: list[MemberRow]  # the members whose questions are shown
+    sinks: list[int]  # the head's attention sinks (study.sinks), over its last min(T, 512) questions, whatever the window
+    sink_weight: float  # the weight the last member's question gives them
     check: NotationCheck
     silenced_members: list[int] = field(default_factory=list)  # whose answers nobody heard in this run
     silenced_heads: list[list[int]] = field(default_factory=list)  # [layer, head] pairs that wrote nothing
@@ -191,7 +194,18 @@ def head_view(model, text, layer: int, head: int, notation: str = "paper", large
         q=t(vec["q"][R]).tolist(), k=t(vec["k"][K]).tolist(), v=t(vec["v"][K]).tolist(),
         q_pre_rope=t(vec["q_pre_rope"][R]).tolist(), k_pre_rope=t(vec["k_pre_rope"][K]).tolist(),
         output=(g.cols_output if notation == "columns" else g.output).tolist(),
-        members=_members(vec, g, w.rows, run.tokens, largest), check=g.check(), **run.interventions.silenced())
+        members=_members(vec, g, w.rows, run.tokens, largest), **_sinks(vec, run.head_mask(layer, head)),
+        check=g.check(), **run.interventions.silenced())
+
+
+def _sinks(vec: dict[str, torch.Tensor], mask: torch.Tensor) -> dict:
+    """The head's sinks over its last min(T, MAX_QUESTIONS) questions and the last one's weight on
+    them. vec: (T, d_head) each; mask (T, T) bool."""
+    T = mask.shape[0]
+    rows = slice(T - min(T, MAX_QUESTIONS), T)
+    _, weights = attention.paper(vec["q"][rows][None], vec["k"][None], vec["v"][None], mask=mask[rows])  # (1, R, T)
+    s = head_sinks_of(weights[0])
+    return {"sinks": s, "sink_weight": sink_weight(weights[0, -1], s)}
 
 
 @dataclass

@@ -9,7 +9,7 @@ formula in both notations (rows: the paper; columns: 3Blue1Brown's video) and se
 the numbers it shows.
 
 The default head is the most decisive one (explain's order) that is not resting on a sink: the
-chosen question gives < REST_WEIGHT of its weight to the head's sinks (study.sinks.sinks).
+chosen question gives < REST_WEIGHT of its weight to the head's sinks (study.sinks.head_sinks_of).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from studygroup.formulas.softmax_example import softmax_example
 from studygroup.model.record import Record
 from studygroup.study.explain import top_words
 from studygroup.study.jsonable import JSONable
-from studygroup.study.sinks import REST_WEIGHT, sink_weight, sinks
+from studygroup.study.sinks import REST_WEIGHT, head_sinks_of, sink_weight
 from studygroup.study.story import brief, clipped, members_line, percent, quote
 from studygroup.study.text_ids import checked_ids
 
@@ -65,14 +65,14 @@ def _floats(x: torch.Tensor) -> list:
 
 
 def sink_share(weights: torch.Tensor, i: int) -> tuple[list[int], float]:
-    """The head's sinks (sinks.sinks over its rows) and the weight question i gives them.
+    """The head's sinks (sinks.head_sinks_of its rows) and the weight question i gives them.
 
     weights: (T, T) the head's weights, rows are questions.
 
     >>> sink_share(torch.tensor([[1.0, 0.0], [0.9, 0.1]]), 1)
     ([0], 0.8999999761581421)
     """
-    s = sinks(weights)
+    s = head_sinks_of(weights)
     return s, sink_weight(weights[i], s)
 
 

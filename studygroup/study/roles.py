@@ -29,7 +29,7 @@ import torch
 from studygroup.errors import InputError
 from studygroup.gguf.tokenizer import TOKEN_NORMAL
 from studygroup.study.jsonable import JSONable
-from studygroup.study.sinks import MAX_QUESTIONS, SINK_SHARE, SINK_WEIGHT, last_rows, sink_weight, sinks
+from studygroup.study.sinks import MAX_QUESTIONS, SINK_SHARE, SINK_WEIGHT, head_sinks_of, last_rows, sink_weight, sinks
 from studygroup.study.story import brief
 from studygroup.study.text_ids import checked_ids
 
@@ -193,7 +193,6 @@ def head_sinks(model, ids: list[int]) -> dict[tuple[int, int], HeadSinks]:
     T, out = len(ids), {}
     for l, rows in last_rows(model, ids):
         for h, w in enumerate(rows):  # w: (R, T)
-            asked = w[1:] if w.shape[0] == T else w  # question 0 hears only itself
-            s = sinks(asked) if len(asked) else [0]
+            s = head_sinks_of(w)
             out[l, h] = HeadSinks(s, sink_weight(w[-1], s), role_scores(w, ids) if T <= MAX_QUESTIONS and T > 1 else None)
     return out

@@ -41,6 +41,18 @@ def sinks(weights: torch.Tensor) -> list[int]:
     return heavy.nonzero()[:, 0].tolist()
 
 
+def head_sinks_of(rows: torch.Tensor) -> list[int]:
+    """A head's sinks from its last R questions' rows (R, T), question 0 left out when present (it
+    hears only itself, so it says nothing of the rule).
+
+    >>> head_sinks_of(torch.tensor([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.2, 0.4, 0.4]]))
+    [0, 1]
+    """
+    R, T = rows.shape
+    asked = rows[1:] if R == T else rows
+    return sinks(asked) if len(asked) else [0]
+
+
 def sink_weight(row: torch.Tensor, members: list[int]) -> float:
     """The weight one question's row gives the sinks `members`. row: (T,).
 

@@ -17,8 +17,8 @@ from matplotlib.patches import Patch, Rectangle
 from studygroup.errors import InputError
 from studygroup.study.mask_reasons import FUTURE, REASONS, SILENCED, VISIBLE
 from studygroup.views import colours
-from studygroup.views.figures_style import (MASK_EDGE, MASK_FACE, SCORES_CMAP, WEIGHTS_CMAP, clear_bad, hatch, label,
-                                            new_figure, style)
+from studygroup.views.figures_style import (MASK_EDGE, MASK_FACE, SCORES_CMAP, SINK_TAG, WEIGHTS_CMAP, answer_axis,
+                                            clear_bad, hatch, label, new_figure, style)
 
 FULL_GRID_MAX_T = 32  # longer texts show the last question row(s) only
 CELL_VALUES_MAX = 12  # grids up to this many members per side print their values
@@ -96,7 +96,8 @@ def paper_reasons(head: dict, mask: np.ndarray) -> np.ndarray:
 def head_figure(head: dict, notation: str = "paper", last_rows: int | None = None) -> Figure:
     """The weight grid (viridis, 0–1) and the score grid (diverging at 0) of one head, side by side.
 
-    head: as `paper_grids` reads it, plus optional "layer", "head", "kv_head". notation: the
+    head: as `paper_grids` reads it, plus optional "layer", "head", "kv_head", "sinks" (the members
+    tagged as the head's attention sinks on the answers' axis). notation: the
     orientation to draw ("paper": rows are questions; "columns": the transpose). last_rows: how
     many of the last questions to show (default: all up to FULL_GRID_MAX_T members, else 1).
 
@@ -118,9 +119,10 @@ def head_figure(head: dict, notation: str = "paper", last_rows: int | None = Non
         strip = notation == "paper" and shown <= STRIP_ROWS < T  # a few long rows: one panel above the other
         fig = _head_canvas(shown, T, notation, panels, strip)
         axes = fig.subplots(panels if strip else 1, 1 if strip else panels, squeeze=False).flatten()
-        _head_grid(fig, axes[0], W, mask, reasons, head["tokens"], questions, notation, "weights")
+        sinks = list(head.get("sinks") or ())
+        _head_grid(fig, axes[0], W, mask, reasons, head["tokens"], questions, notation, "weights", sinks)
         if S is not None:
-            _head_grid(fig, axes[1], S, mask, reasons, head["tokens"], questions, notation, "scores")
+            _head_grid(fig, axes[1], S, mask, reasons, head["tokens"], questions, notation, "scores", sinks)
         if not mask.all():
             _mask_legend(fig, reasons)
         fig.suptitle(_head_title(head, shown, T), fontsize=14, fontweight="bold")
@@ -148,7 +150,7 @@ def _head_canvas(R: int, T: int, notation: str, panels: int, strip: bool) -> Fig
 
 
 def _head_grid(fig: Figure, ax, grid: np.ndarray, mask: np.ndarray, reasons: np.ndarray, tokens: list[str],
-               questions: list[int], notation: str, kind: str) -> None:
+               questions: list[int], notation: str, kind: str, sinks: list[int] = ()) -> None:
     """One grid (R questions × T answers, paper orientation) drawn in `notation` on `ax`."""
     values = np.ma.masked_array(grid, mask=~mask | np.isnan(grid))
     shown = values if notation == "paper" else values.T
@@ -159,7 +161,7 @@ def _head_grid(fig: Figure, ax, grid: np.ndarray, mask: np.ndarray, reasons: np.
         cmap, norm, legend = clear_bad(SCORES_CMAP), TwoSlopeNorm(0.0, -m, m), "score q·k/√d_head"
     image = ax.imshow(shown, cmap=cmap, norm=norm, aspect="auto", interpolation="nearest", zorder=1)
     _hatch_background(ax, reasons if notation == "paper" else reasons.T)
-    _axis_labels(ax, tokens, questions, notation)
+    _axis_labels(ax, tokens, questions, notation, sinks)
     if max(shown.shape) <= CELL_VALUES_MAX:
         _cell_values(ax, shown, cmap, norm, 2 if kind == "weights" else 1)
     ax.set_title("Weights" if kind == "weights" else "Scores (before the mask)", pad=10 if notation == "paper" else 24)
@@ -193,14 +195,15 @@ def _mask_legend(fig: Figure, reasons: np.ndarray) -> None:
                handleheight=1.2, ncols=len(patches))
 
 
-def _axis_labels(ax, tokens: list[str], questions: list[int], notation: str) -> None:
+def _axis_labels(ax, tokens: list[str], questions: list[int], notation: str, sinks: list[int]) -> None:
+    """Members on both axes; the answers that are the head's attention sinks tagged so, the axis saying what one is."""
     answers = list(range(len(tokens)))
     q_ticks, a_ticks = _tick_positions(len(questions)), _tick_positions(len(answers))
     q_labels = [label(tokens[questions[i]]) for i in q_ticks]
-    a_labels = [label(tokens[i]) for i in a_ticks]
+    a_labels = [label(tokens[i]) + (SINK_TAG if i in sinks else "") for i in a_ticks]
     size = 11 if len(answers) <= 24 else 9 if len(answers) <= TICK_LABELS_MAX else 8
     q_name = "question from…" + ("" if len(questions) <= STRIP_ROWS else " (the member asking)")
-    a_name = "answer from… (the member heard)"
+    a_name = answer_axis(any(i in sinks for i in a_ticks))
     if notation == "paper":
         ax.set_yticks(q_ticks, q_labels, fontsize=size)
         ax.set_xticks(a_ticks, a_labels, fontsize=size, rotation=60, ha="right", rotation_mode="anchor")

@@ -65,6 +65,15 @@ def _font_chars() -> frozenset[int]:
     return frozenset(ft2font.FT2Font(path).get_charmap())
 
 
+SINK_TAG = " (attention sink)"  # after a sink member's label
+
+
+def answer_axis(with_sink: bool) -> str:
+    """The answers' axis title; where a sink is shown, with the plain explanation of one."""
+    return ("answer from… (the member heard; an attention sink takes weight the head does not need)" if with_sink
+            else "answer from… (the member heard)")
+
+
 def label(token: str, limit: int = 18) -> str:
     """A member or word as the figures print it: every character one DejaVu Sans can draw.
 

@@ -103,13 +103,25 @@ def explanation(e, full: bool = False) -> str:
     return "\n".join(lines)
 
 
+SINK_SAID = "weight the head does not need: that answer is written on every text alike"
+SINKS_NAMED = 3
+
+
 def _sink_line(e, h) -> list[str]:
     """Where the head rests on an attention sink: the weight on it, in words (ranked by effect_in_head below)."""
     if h.sink_weight is None or h.sink_weight < REST_WEIGHT:
         return []
     named = ", ".join(e.tokens[j] for j in h.sinks[:3])
-    return [f"    {percent(h.sink_weight)} of this question's weight rests on {named}, an attention sink "
-            f"(weight the head does not need: that answer is written on every text alike)"]
+    return [f"    {percent(h.sink_weight)} of this question's weight rests on {named}, an attention sink ({SINK_SAID})"]
+
+
+def _head_sinks(v) -> list[str]:
+    """The head's attention sinks, in words, and the last question's weight on them."""
+    named = ", ".join(f"{_short(v.tokens[j], 24)} (member {j})" for j in v.sinks[:SINKS_NAMED])
+    named += f" and {len(v.sinks) - SINKS_NAMED} more" if len(v.sinks) > SINKS_NAMED else ""
+    rests = ": it rests on them" if v.sink_weight >= REST_WEIGHT else ""
+    return [wrap(f"attention sinks of this head: {named} ({SINK_SAID}); the last question gives them "
+                 f"{percent(v.sink_weight)} of its weight{rests}", indent="")]
 
 
 def bounded(text: str, full: bool = False, rest: str = "--full shows them all, --json gives every number") -> str:
@@ -246,7 +258,7 @@ def head_view(v, full: bool = False) -> str:
     sums = "each column of weights sums to 1" if v.notation == "columns" else "each row of weights sums to 1"
     lines = [_head_members(v.tokens, full), "",
              f"layer {v.layer} head {v.head} (key/value head {v.kv_head}, shared by heads {v.shares_keys_with})",
-             f"notation: {v.notation}: {v.orientation}", *_silenced(v, full), *_window(v), "",
+             f"notation: {v.notation}: {v.orientation}", *_silenced(v, full), *_window(v), *_head_sinks(v), "",
              "each member: its question q, the nature of its answer k (before and after RoPE), its answer v,",
              "and the weighted sum of what it heard (norm, then the largest entries by size):"]
     shown = v.members if full else v.members[-HEAD_MEMBERS:]

@@ -208,6 +208,44 @@ def test_head_view_of_the_tiny_model(model):
     assert [t.get_text() for t in paper_fig.axes[0].get_yticklabels()] == [figures.label(t) for t in paper["tokens"]]
 
 
+def rule_sinks(W):
+    """The sink rule written out (issue 15) from a (T, T) map: member 0, and members taking >= 0.3 of
+    the weight of >= 80 % of the questions 1 … T-1."""
+    rows = W[1:]
+    return sorted({0} | {j for j in range(W.shape[1]) if len(rows) and np.mean(rows[:, j] >= 0.3) >= 0.8})
+
+
+def answer_labels(ax, notation):
+    return [t.get_text() for t in (ax.get_xticklabels() if notation == "paper" else ax.get_yticklabels())]
+
+
+@pytest.mark.parametrize("layer, head, notation", [(0, 1, "paper"), (1, 3, "columns"), (1, 0, "paper")])
+def test_the_head_figure_and_text_name_its_attention_sinks(model, layer, head, notation):
+    from studygroup.views import text as render
+    v = study_head.head_view(model, TEXT_B, layer, head, notation)
+    W = model.run(TEXT_B, record="all")["weights", layer][head].double().numpy()  # (T, T)
+    assert v.sinks == rule_sinks(W) and v.sink_weight == pytest.approx(W[-1, v.sinks].sum(), abs=1e-6)
+    ax = figures.head_view_figure(v.to_dict()).axes[0]
+    labels = answer_labels(ax, notation)
+    assert labels == [figures.label(t) + (" (attention sink)" if j in v.sinks else "") for j, t in enumerate(v.tokens)]
+    axis = ax.get_xlabel() if notation == "paper" else ax.get_ylabel()
+    assert "an attention sink takes weight the head does not need" in axis
+    out = " ".join(render.head_view(v).split())
+    assert "attention sinks of this head: " + figures.label(v.tokens[0]) in out and "does not need" in out
+    assert f"gives them {render.percent(v.sink_weight)} of its weight" in out
+
+
+def test_the_explain_figure_tags_the_sinks_of_the_head_it_shows(analysis):
+    e = analysis.explanation.to_dict()
+    fig = figures.explain_figure(e)
+    h = e["heads"][0]
+    ax = next(a for a in fig.axes if a.get_title(loc="left").startswith(f"Layer {h['layer']}, head {h['head']}"))
+    shown = sorted(h["listened"][:20], key=lambda x: x["index"])  # ranked by effect_in_head, drawn in reading order
+    assert [t.get_text() for t in ax.get_xticklabels()] == [
+        figures.label(m["token"]) + (" (attention sink)" if m["is_sink"] else "") for m in shown]
+    assert any(m["is_sink"] for m in shown) and "does not need" in ax.get_xlabel()
+
+
 # ---- bars ----------------------------------------------------------------------------------------
 def test_conclusion_bars_in_percent():
     fig = figures.conclusion_figure([{"token": "␣of", "prob": 0.9581}, {"token": "␣on", "prob": 0.0174}])
