@@ -9,6 +9,7 @@ import studygroup
 from conftest import TEXT_B, reference_llama
 from studygroup.errors import InputError
 from studygroup.study import head as study_head
+from studygroup.study.story import percent
 from studygroup.study.why import part_names, why
 
 CELLS = [(1, 2, 4, 1), (1, 0, 3, 3), (0, 3, 2, 0), (1, 3, 4, 0)]  # layer, head, query, key
@@ -63,6 +64,10 @@ def test_the_api_has_why(model):
     assert studygroup.why(model, TEXT_B, 1, 0, 2, 2).score == why(model, TEXT_B, 1, 0, 2, 2).score
 
 
+def model_of(tiny):
+    return studygroup.load(tiny.path)
+
+
 def cli(capsys, *argv):
     from studygroup.cli import main
 
@@ -75,6 +80,10 @@ def test_the_command_prints_the_splits_and_json(capsys, tiny_model):
                          "--model", tiny_model.path)
     assert code == 0 and err == "" and "content" in out and "position" in out and "meaning vs place" in out
     assert "the largest of 36 (query part, key part) pairs" in out and len(out.splitlines()) <= 60
+    w = why(model_of(tiny_model), TEXT_B, 1, 2, 4, 1)
+    rest = w.pairs[20:]  # the CLI shows 20 pairs, then the rest's sum and share of Σ|value|
+    share = sum(abs(p.value) for p in rest) / sum(abs(p.value) for p in w.pairs)
+    assert f"the other 16 pairs: {sum(p.value for p in rest):+.4f} in all, {percent(share)} of Σ|value|" in out
     code, out, _ = cli(capsys, "why", TEXT_B, "--layer", 1, "--head", 2, "--key", 1, "--model", tiny_model.path,
                        "--json")
     import json
