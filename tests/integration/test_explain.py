@@ -468,6 +468,37 @@ def test_the_conclusion_without_earlier_sentences_is_a_run_on_the_last_sentence(
     assert any("Without its earlier sentences" in line and f"“{s.predicted.token}”" in line for line in e.story)
 
 
+REPEATED = "the tin the tin an ear the tin"
+
+
+def test_story_parts_resolve_every_value_and_name_the_right_member_of_a_repeated_word(model):
+    """Every {value, field} equals the JSON at its field; every {member: i} chip is member i, and where
+    a sentence gives a member's number, the chip just before it is that very member (not an earlier
+    copy of the same word)."""
+    e = study.explain(model, REPEATED)
+    d = json.loads(e.to_json())
+    tokens = d["tokens"]
+    assert len(set(tokens)) < len(tokens)  # a word comes more than once
+    assert ["".join(p["text"] for p in s) for s in d["story_parts"]] == d["story"]
+    owned = 0
+    for sentence in d["story_parts"]:
+        last_member = None
+        for p in sentence:
+            if "member" in p:
+                assert p["text"] == "“" + tokens[p["member"]] + "”"
+                last_member = p["member"]
+            if "field" not in p:
+                continue
+            assert resolve(d, p["field"]) == p["value"], p
+            m = re.match(r"(members\[\d+\]|heads\[\d+\]\.listened\[\d+\])\.", p["field"])
+            if m:  # a member's own number: the chip before it names that member
+                assert last_member == resolve(d, m.group(1))["index"], (sentence, p)
+                owned += 1
+    named = {p["member"] for s in d["story_parts"] for p in s if "member" in p}
+    assert named == set(range(len(tokens)))  # every member named, each copy of a word by its own index
+    assert owned >= 3
+
+
 def test_the_last_sentence_alone_keeps_the_bos_the_model_adds(tiny_gemma3):
     gemma = studygroup.load(tiny_gemma3.path, cache=False)
     e = study.explain(gemma, "an ear! then the tin", silence_heads=1, silence_members=1)

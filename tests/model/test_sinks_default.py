@@ -174,3 +174,23 @@ def test_every_number_in_a_sentence_about_a_head_is_that_heads(explained):
                 assert (d["heads"][k]["layer"], d["heads"][k]["head"]) == (layer, head), (text, p)
                 checked += 1
     assert checked >= 5
+
+
+def test_the_story_tells_direct_contribution_from_silencing_and_the_mlps_share(model, explained):
+    """The two measures defined once, with why they disagree; the heads' and the MLPs' direct shares
+    ("thinking alone") as a float64 recomputation from the run's writes through the final RMSNorm."""
+    story = explained.story
+    defined = [s for s in story if "A head's direct contribution is" in s]
+    assert len(defined) == 1 and "They can disagree" in defined[0] and "only silencing sees" in defined[0]
+    run = model.run(explained.token_ids, record="all")
+    x = run["resid_final"][-1].double()  # (d_model,)
+    u = model.w["final_norm"].double() * model.w["unembed"][:, explained.predicted.id].double()
+    u = u / torch.sqrt(x.pow(2).mean() + model.config.rms_eps)  # the logit's direction, the norm's scale held
+    L = model.config.n_layers
+    heads = sum(float((run["write", l][:, -1].double() @ u).sum()) for l in range(L))
+    mlps = sum(float(run["mlp_out", l][-1].double() @ u) for l in range(L))
+    embed = float(run["embed"][-1].double() @ u)
+    assert heads + mlps + embed == pytest.approx(float(run.last_logits[explained.predicted.id]), abs=1e-2)
+    line = next(s for s in story if "thinking alone" in s)
+    assert line.startswith("Attention moves information between members")
+    assert f"the 270 heads' writes add {heads:+.2f} directly, the 30 MLPs {mlps:+.2f}" in line
