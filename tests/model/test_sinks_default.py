@@ -13,6 +13,7 @@ import torch
 from conftest import rope64
 from studygroup.study.explain import explain
 from studygroup.study.story import quote
+from studygroup.views import text as render_text
 
 TEXT = "Cash or credit card? I have a lot"
 
@@ -194,3 +195,22 @@ def test_the_story_tells_direct_contribution_from_silencing_and_the_mlps_share(m
     line = next(s for s in story if "thinking alone" in s)
     assert line.startswith("Attention moves information between members")
     assert f"the 270 heads' writes add {heads:+.2f} directly, the 30 MLPs {mlps:+.2f}" in line
+
+
+def test_the_text_tables_tag_each_listened_member_that_is_a_sink(explained):
+    """explain's text: under each head shown, a member's row ends in "yes" exactly when it is one of
+    that head's attention sinks, and the column says so."""
+    e = explained
+    lines = render_text.explanation(e).splitlines()
+    starts = [n for n, line in enumerate(lines) if re.match(r"layer \d+ head \d+: the last member", line)]
+    assert starts
+    tagged = 0
+    for n in starts:
+        layer, head = map(int, re.match(r"layer (\d+) head (\d+)", lines[n]).groups())
+        h = next(x for x in e.heads if (x.layer, x.head) == (layer, head))
+        header = next(k for k in range(n, len(lines)) if lines[k].rstrip().endswith("attention sink"))
+        rows = [line.split() for line in lines[header + 1:] if line.strip()][:len(h.listened[:3])]
+        assert [int(r[1]) for r in rows] == [x.index for x in h.listened[:3]]
+        assert [r[-1] == "yes" for r in rows] == [x.index in h.sinks for x in h.listened[:3]]
+        tagged += sum(r[-1] == "yes" for r in rows)
+    assert tagged >= 3  # “C”, the sink of heads 24.6, 24.8 and 24.7, is shown under each

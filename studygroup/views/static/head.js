@@ -232,8 +232,9 @@
         on: { click: () => { this.ui.why = null; clear(box).hidden = true; } } }));
       box.appendChild(el("h3", {}, ["Why member " + d.query + "'s question (", tokenNode(d.tokens[d.query], "sg-chipish"), ") gives weight " +
         sig4(d.weight) + " to member " + d.key + "'s answer (", tokenNode(d.tokens[d.key], "sg-chipish"), ")"]));
-      box.appendChild(el("p", { text: "Score q\u1d62\u00b7k\u2c7c/\u221ad\u2096 = " + sig4(d.score) + " = content " + sig4(d.content) +
-        " (before the rotation) + position " + sig4(d.position) + " (what the distance " + (d.query - d.key) + " adds through RoPE)." }));
+      box.appendChild(el("p", { text: "Score q\u1d62\u00b7k\u2c7c/\u221ad\u2096 = " + sig4(d.score) + (d.rope
+        ? " = content " + sig4(d.content) + " (before the rotation) + position " + sig4(d.position) + " (what the distance " + (d.query - d.key) + " adds through RoPE)."
+        : ", all content: this model turns no q or k (no RoPE), so position is 0.") }));
       const list = el("ol", { cls: "sg-why-parts" });
       for (const p of d.pairs.slice(0, 5)) list.appendChild(el("li", { text: p.query_part + " \u00b7 " + p.key_part + ": " + signed(p.value, 3) }));
       box.appendChild(el("p", { cls: "sg-hint", text: "The largest of the " + d.pairs.length + " pairs of parts (the question's part \u00b7 the answer's part):" }));
