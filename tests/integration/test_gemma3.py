@@ -162,3 +162,16 @@ def test_views_name_members_outside_the_window(gemma):
     local = mv.mask_reasons if mv.heads[0][0].mask_reasons is None else mv.heads[0][0].mask_reasons
     glob = mv.mask_reasons if mv.heads[5][0].mask_reasons is None else mv.heads[5][0].mask_reasons
     assert local[8][4] == OUTSIDE_WINDOW and glob[8][4] == VISIBLE
+
+
+@pytest.mark.parametrize("layer, head, query, key", [(2, 1, 7, 3), (5, 3, 9, 0), (4, 0, 6, 6)])
+def test_why_adds_up_through_the_per_head_norms_and_the_norm_after_attention(gemma, theirs, layer, head, query, key):
+    """q and k normed per head (their scale held), earlier writes through the norm after attention:
+    the pairs add up to the score, and the cell's weight is transformers'."""
+    from studygroup.study.why import why
+    ids = random_ids(gemma, 10, 5)
+    w = why(gemma, ids, layer, head, query, key)
+    assert abs(sum(p.value for p in w.pairs) - w.score) <= 1e-5 * max(1.0, abs(w.score)) and w.rope
+    with torch.no_grad():
+        attentions = theirs(torch.tensor([ids]), output_attentions=True).attentions
+    assert w.weight == pytest.approx(float(attentions[layer][0, head, query, key]), abs=1e-5)
