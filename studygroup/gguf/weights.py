@@ -18,7 +18,7 @@ from gguf import GGMLQuantizationType as Q
 
 from studygroup.gguf import layout as gguf_layout
 from studygroup.gguf.architectures import ARCHITECTURES, supported
-from studygroup.gguf.config import Config, config_from_gguf
+from studygroup.gguf.config import VISION_PREFIXES, Config, config_from_gguf
 from studygroup.errors import ModelFileError
 from studygroup.gguf.container import GGUFFile, TensorInfo, read_gguf
 from studygroup.gguf.metadata import lookup
@@ -47,12 +47,13 @@ def read_weights(path: str | Path, before_reading=None) -> tuple[Config, dict[st
     file = read_gguf(resolve_model_path(path))
     with _about(file.path):
         _check_architecture(file.fields)
-        config = config_from_gguf(file.fields)
-        _check_layers_fit(config, len(file.tensors))
+        config = config_from_gguf(file.fields, file.tensors.values(), file.path.stat().st_size)
+        text_tensors = {n for n in file.tensors if not n.startswith(VISION_PREFIXES)}  # a vision encoder is not read
+        _check_layers_fit(config, len(text_tensors))
         names = gguf_layout.name_map(config.n_layers, tied="output.weight" not in file.tensors,
                                      rope_freqs="rope_freqs.weight" in file.tensors, arch=config.arch)
         _check_no_longrope(file.tensors)
-        _check_tensor_names(set(file.tensors), names, config.architecture)
+        _check_tensor_names(text_tensors, names, config.architecture)
         if before_reading is not None:
             before_reading(config)
         weights = {ours: _load_tensor(file, file.tensors[name], ours, config) for name, ours in names.items()}

@@ -195,9 +195,7 @@ def _pair_values(model, run, layer: int, head: int, i: int, j: int) -> torch.Ten
     W_Q = w[f"layers.{layer}.W_Q"][:, head * d:(head + 1) * d].double()  # (d_model, d_head)
     W_K = w[f"layers.{layer}.W_K"][:, kv * d:(kv + 1) * d].double()  # (d_model, d_head)
     gain = w[f"layers.{layer}.attn_norm"].double()  # (d_model,)
-    base = c.rope_base_of(layer)  # Gemma's local layers turn with their own base
-    divisors = w.get("rope_freqs") if base == c.rope_base else None
-    cos, sin = rope.angles(i + 1, d, base, freq_divisors=divisors)  # (i + 1, d_head), float32 as the pass
+    cos, sin = model.rope_angles(layer, i + 1)  # (i + 1, d_head), float32 as the pass (Gemma's local layers: their own base)
     cos, sin = cos.double(), sin.double()
     resid = run["resid_pre", layer]  # (T, d_model)
     parts = residual_parts(run, layer, [i, j])  # (P, 2, d_model)

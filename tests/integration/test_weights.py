@@ -53,11 +53,12 @@ def tiny(tiny_model):
     return read_weights(tiny_model.path)
 
 
-def test_config_of_the_tiny_model(tiny):
+def test_config_of_the_tiny_model(tiny, tiny_model):
     config, _ = tiny
+    tiny_model_size = tiny_model.path.stat().st_size
     assert config == Config(n_layers=2, n_heads=4, n_kv_heads=2, d_model=32, d_head=8, d_mlp=64,
                             context_length=64, rope_base=10000.0, rms_eps=config.rms_eps, vocab_size=273,
-                            name="tiny-random-llama")
+                            name="tiny-random-llama", quantization="F32", file_size=tiny_model_size)
     assert config.rms_eps == pytest.approx(1e-5) and config.group_size == 2
 
 
@@ -279,9 +280,10 @@ def test_tensor_shape_must_fit_the_config(tmp_path):
         read_weights(model.path)
 
 
-def test_rope_scaling_is_refused(tmp_path):
-    model = write_tiny_gguf(tmp_path / "rs.gguf", metadata={"llama.rope.scaling.type": "linear"})
-    with pytest.raises(ModelFileError, match="'linear' RoPE scaling"):
+def test_rope_scaling_other_than_linear_is_refused(tmp_path):
+    model = write_tiny_gguf(tmp_path / "rs.gguf", metadata={"llama.rope.scaling.type": "yarn",
+                                                            "llama.rope.scaling.factor": 4.0})
+    with pytest.raises(ModelFileError, match="'yarn' RoPE scaling, which studygroup does not implement"):
         read_weights(model.path)
 
 
