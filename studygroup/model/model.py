@@ -176,6 +176,11 @@ class Model:
         keep("final", final)
         return project(final, w["unembed"]), keep.steps  # (B, T or R, vocab)
 
+    def final_logits(self, resid_final: torch.Tensor) -> torch.Tensor:
+        """Logits from the last layer's residual stream: the family's final norm (RMSNorm, or GPT-2's
+        LayerNorm with its bias), then the unembedding. (…, d_model) -> (…, vocab)"""
+        return project(self._norm(resid_final, "final_norm"), self.w["unembed"])
+
     def _norm(self, x: torch.Tensor, name: str) -> torch.Tensor:
         """The family's norm (RMSNorm, or LayerNorm with its bias) with weight `name`. (…, d_model) -> same"""
         return self.norm_kind(x, self.w[name], self.config.rms_eps, self.w.get(name + "_bias"))
