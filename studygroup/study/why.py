@@ -7,7 +7,8 @@
    earlier head's write and each earlier MLP's write. With each member's RMSNorm scale held at
    its value in the run, q_i = RoPE_i(rms_i · (Σ_a a_i) ⊙ g · W_Q[h]) is linear in the parts, and
    so is k_j; the score is then Σ_{a,b} q_i(a)·k_j(b)/√d_k over every (query part, key part) pair.
-   A family that norms each head's q and k (Gemma 3) has that norm's scale held at its value too.
+   A family that norms each head's q and k (Gemma 3) has that norm's scale held at its value too;
+   one that adds a bias to q and k (Qwen 2) has it as one more part, "bias", on each side.
 
 Both are computed in float64 from the run's own recorded float32 numbers.
 """
@@ -62,7 +63,7 @@ class Why(JSONable):
     content: float  # the score at distance 0: q_i and k_j before this layer's rotation
     position: float  # score − content: what the distance i − j adds through RoPE
     parts_total: float  # Σ of every pair's value (float64): the score up to float error
-    n_parts: int  # parts per member: 1 + layer·n_heads + layer
+    n_parts: int  # parts per member: 1 + layer·n_heads + layer, and 1 more ("bias") where q and k have biases
     pairs: list[PartPair]  # every (query part, key part) pair, largest |value| first
     notes: list[str]  # the two splits in words
     silenced_members: list[int] = field(default_factory=list)  # members nobody hears in this run
@@ -99,13 +100,18 @@ def residual_parts(run, layer: int, rows: list[int]) -> torch.Tensor:
 
 
 def rotated(parts: torch.Tensor, scale: float, gain: torch.Tensor, W: torch.Tensor, cos: torch.Tensor,
-            sin: torch.Tensor, head_gain: torch.Tensor | None = None, eps: float = 0.0) -> torch.Tensor:
+            sin: torch.Tensor, head_gain: torch.Tensor | None = None, eps: float = 0.0,
+            bias: torch.Tensor | None = None) -> torch.Tensor:
     """Each part's question (or key) at one position, the RMSNorm scale held: RoPE(a · scale ⊙ g · W);
-    with `head_gain` (Gemma's per-head norm), RoPE(p · rms(Σ p) ⊙ head_gain) for p = a · scale ⊙ g · W.
+    with `bias` (Qwen 2's b_Q or b_K), RoPE(bias) as one more part, the last; with `head_gain`
+    (Gemma's per-head norm), RoPE(p · rms(Σ p) ⊙ head_gain) for each such p.
 
-    parts (P, d_model), gain (d_model,), W (d_model, d_head), cos, sin, head_gain (d_head,) -> (P, d_head)
+    parts (P, d_model), gain (d_model,), W (d_model, d_head), cos, sin, head_gain, bias (d_head,)
+    -> (P, d_head), or (P + 1, d_head) with a bias
     """
     projected = (parts * scale * gain) @ W  # (P, d_head)
+    if bias is not None:
+        projected = torch.cat([projected, bias.double()[None]])  # (P + 1, d_head)
     if head_gain is not None:  # the scale of the whole q (or k), held: linear in the parts again
         projected = projected * rms_scale(projected.sum(0), eps) * head_gain.double()
     return rope.apply(projected, cos[None], sin[None])  # (P, d_head)
@@ -158,13 +164,14 @@ def why(model, text, layer: int, head: int, query: int, key: int, silenced_membe
                     silence_heads=sorted(before.silenced_heads))
     score, weight, content = _score(run, layer, head, i, j)
     values = _pair_values(model, run, layer, head, i, j)  # (P, P) float64
-    names = part_names(layer, model.config.n_heads)
+    names = part_names(layer, model.config.n_heads) + (["bias"] if f"layers.{layer}.b_Q" in model.w else [])
     pairs = _sorted_pairs(values, names)
     total = float(values.sum())
     tokens = [model.tokenizer.readable(t) for t in ids]
     return Why(text if isinstance(text, str) else None, tokens, list(ids), layer, head, model.config.kv_head_of(head),
                i, j, score, weight, content, score - content, total, len(names), pairs,
-               _notes(layer, model.config.n_heads, i, j, score, content, total, len(names)), **chosen.silenced())
+               _notes(layer, model.config.n_heads, i, j, score, content, total, len(names), names[-1] == "bias"),
+               **chosen.silenced())
 
 
 def _record(layer: int, head_norms: bool) -> Record:
@@ -199,10 +206,11 @@ def _pair_values(model, run, layer: int, head: int, i: int, j: int) -> torch.Ten
     cos, sin = cos.double(), sin.double()
     resid = run["resid_pre", layer]  # (T, d_model)
     parts = residual_parts(run, layer, [i, j])  # (P, 2, d_model)
+    b_Q, b_K = w.get(f"layers.{layer}.b_Q"), w.get(f"layers.{layer}.b_K")  # (n_heads·d_head,), (n_kv_heads·d_head,)
     q = rotated(parts[:, 0], rms_scale(resid[i], c.rms_eps), gain, W_Q, cos[i], sin[i],
-                w.get(f"layers.{layer}.q_norm"), c.rms_eps)  # (P, d_head)
+                w.get(f"layers.{layer}.q_norm"), c.rms_eps, None if b_Q is None else b_Q[head * d:(head + 1) * d])
     k = rotated(parts[:, 1], rms_scale(resid[j], c.rms_eps), gain, W_K, cos[j], sin[j],
-                w.get(f"layers.{layer}.k_norm"), c.rms_eps)  # (P, d_head)
+                w.get(f"layers.{layer}.k_norm"), c.rms_eps, None if b_K is None else b_K[kv * d:(kv + 1) * d])
     return pair_values(q, k)  # (P, P)
 
 
@@ -220,13 +228,15 @@ def _sorted_pairs(values: torch.Tensor, names: list[str]) -> list[PartPair]:
     return [PartPair(names[n // P], names[n % P], vals[n]) for n in order]
 
 
-def _notes(layer: int, n_heads: int, i: int, j: int, score: float, content: float, total: float, P: int) -> list[str]:
+def _notes(layer: int, n_heads: int, i: int, j: int, score: float, content: float, total: float, P: int,
+           bias: bool = False) -> list[str]:
+    with_bias = ", and the bias this layer adds to q and to k (one more part)" if bias else ""
     return [
         f"The score {score:.4g} = content {content:.4g} (q_{i}·k_{j} before this layer's rotation: the two at "
         f"distance 0) + position {score - content:.4g} (what their distance, {i - j}, adds through RoPE).",
         NOT_MEANING_VS_PLACE,
-        f"With each member's RMSNorm scale held at its value in the run, q_{i} and k_{j} are linear in the {P} "
-        f"parts of the residual stream entering layer {layer} (the embedding, the writes of the {layer * n_heads} "
-        f"earlier heads and of the {layer} earlier MLPs), so the score is the sum of {P}×{P} pair values: "
+        f"With each member's RMSNorm scale held at its value in the run, q_{i} and k_{j} are linear in the "
+        f"{P - bias} parts of the residual stream entering layer {layer} (the embedding, the writes of the {layer * n_heads} "
+        f"earlier heads and of the {layer} earlier MLPs){with_bias}, so the score is the sum of {P}×{P} pair values: "
         f"{total:.6g} in float64.",
     ]
