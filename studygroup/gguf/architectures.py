@@ -115,8 +115,8 @@ QWEN3 = Architecture(
     layer_names=MappingProxyType(LLAMA_LAYER | QK_NORM), permuted_qk=False, gate="silu")
 # Phi-3 (llama.cpp's LLM_ARCH_PHI3): a Llama with fused tensors and rotate-half RoPE (NEOX type).
 # Its `phi3.attention.sliding_window` is read by llama.cpp and then set aside ("Phi SWA is currently
-# disabled", llama.cpp PR 13676: every layer sees every member), and transformers' GGUF loader
-# ignores it too: so do we. LongRoPE files (rope_factors_long/short) are refused (`weights`).
+# disabled": swa_type NONE, n_swa 0 in src/models/phi3.cpp, PR 13676; every layer sees every
+# member), and transformers' GGUF loader ignores it too: so do we (tests/integration/test_phi3_window.py). LongRoPE files (rope_factors_long/short) are refused (`weights`).
 PHI3 = Architecture(
     name="phi3", examples="Phi-3 mini/medium 4k, Phi-3.5 (4k context)",
     layer_names=MappingProxyType(PHI3_LAYER), permuted_qk=False, gate="silu")
