@@ -18,6 +18,7 @@ from studygroup.gguf.architectures import ARCHITECTURES
 from studygroup.gguf.config import VISION_NOTE, VISION_PREFIXES, display_name, quantization_of
 from studygroup.gguf.container import read_gguf
 from studygroup.gguf.metadata import lookup
+from studygroup.gguf.weights import SUPPORTED_NAMES, SUPPORTED_TYPES
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,9 @@ def _readable(fields, arch: str | None, tensors, n_files: int) -> tuple[bool, st
         return False, f"its architecture {arch!r} is not one studygroup reads ({', '.join(ARCHITECTURES)})"
     if n_files > 1:
         return False, split_advice(n_files, "FIRST-PART")
+    unread = sorted({t.qtype.name for t in tensors if t.qtype not in SUPPORTED_TYPES and not t.name.startswith(VISION_PREFIXES)})
+    if unread:
+        return False, f"it holds tensors of type {', '.join(unread)}, which studygroup cannot dequantize (supported: {SUPPORTED_NAMES})"
     if any(t.name.startswith(VISION_PREFIXES) for t in tensors):
         return True, VISION_NOTE
     return True, ""

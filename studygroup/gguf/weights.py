@@ -27,6 +27,7 @@ from studygroup.gguf.model_path import resolve_model_path
 # Tensor types we dequantize, all with gguf's own `gguf.quants.dequantize`.
 SUPPORTED_TYPES = frozenset({Q.F32, Q.F16, Q.BF16, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0,
                              Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K})
+SUPPORTED_NAMES = ", ".join(sorted(t.name for t in SUPPORTED_TYPES))  # for messages
 
 
 def read_weights(path: str | Path, before_reading=None) -> tuple[Config, dict[str, torch.Tensor]]:
@@ -121,7 +122,7 @@ def dequantize(name: str, data: np.ndarray, qtype: Q) -> np.ndarray:
     """
     if qtype not in SUPPORTED_TYPES:
         raise ModelFileError(f"tensor {name} has type {Q(qtype).name}, which studygroup cannot dequantize; "
-                             f"supported: {', '.join(sorted(t.name for t in SUPPORTED_TYPES))}")
+                             f"supported: {SUPPORTED_NAMES}")
     with np.errstate(all="ignore"):  # damaged scales overflow: the finiteness check says so in one line
         values = gguf.quants.dequantize(data, qtype)
     # F32 comes back as a read-only view of the memory-mapped file: copy it, and only it

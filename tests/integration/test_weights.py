@@ -268,6 +268,18 @@ def test_unsupported_tensor_type(tmp_path):
         read_weights(model.path)
 
 
+def test_an_unsupported_type_is_named_by_the_cli_and_by_models(tmp_path, capsys):
+    from studygroup.cli import main
+    from studygroup.gguf.summary import summarize
+
+    model = write_tiny_gguf(tmp_path / "iq.gguf", type_overrides={"blk.1.attn_v.weight": Q.IQ4_NL})
+    assert main(["explain", "the tin", "--model", str(model.path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "blk.1.attn_v.weight has type IQ4_NL" in err and "Q4_K" in err
+    s = summarize((model.path,))
+    assert not s.readable and "tensors of type IQ4_NL, which studygroup cannot dequantize (supported: " in s.reason
+
+
 def test_missing_tensor(tmp_path):
     model = write_tiny_gguf(tmp_path / "drop.gguf", drop=("blk.1.ffn_up.weight",))
     with pytest.raises(ModelFileError, match=r"lacks 1 tensor.*blk\.1\.ffn_up\.weight"):
