@@ -199,6 +199,17 @@ def test_a_head_over_a_window_of_its_grid_equals_transformers_weights(pair, laye
         assert (torch.tensor(columns.weights) - torch.tensor(v.weights).T).abs().max() < 1e-6  # the transpose
 
 
+def test_the_model_view_holds_every_heads_map_as_transformers_weights(pair):
+    ours, theirs = pair
+    ids = ids_of(ours, 12, seed=9)
+    attentions = reference(ours, theirs, ids, attentions=True).attentions  # n_layers × (1, H, T, T)
+    view = studygroup.model_view(ours.run(ids))
+    assert (view.rows, len(view.heads), len(view.heads[0])) == ("all", ours.config.n_layers, ours.config.n_heads)
+    for l, layer in enumerate(view.heads):
+        for h, head in enumerate(layer):
+            assert (torch.tensor(head.weights) - attentions[l][0, h]).abs().max() < 1e-5, (l, h)
+
+
 def test_the_figures_are_drawn(pair, tmp_path):
     ours, _ = pair
     ids = ids_of(ours, 8, seed=5)
