@@ -97,3 +97,14 @@ def test_gemma3_27b_query_scale_is_refused_in_one_line():
         config_from_gguf(fields)
     assert "\n" not in str(e.value)
     assert config_from_gguf({**fields, "gemma3.block_count": 34}).n_layers == 34  # the 4B's 34 layers are read
+
+
+def test_why_turns_the_global_layer_with_the_scaled_rope(scaled):
+    """why rebuilds q_i and k_j with the layer's own RoPE: on the scaled global layer its parts add up
+    to the score, and its weight is transformers'."""
+    _, ours, theirs = scaled
+    ids = list(range(5, 35))
+    with torch.no_grad():
+        weights = theirs(torch.tensor([ids]), output_attentions=True).attentions[5][0]  # (H, T, T), layer 5 global
+    w = studygroup.why(ours, ids, 5, 1, 29, 3)
+    assert w.parts_total == pytest.approx(w.score, abs=1e-4) and w.weight == pytest.approx(float(weights[1, 29, 3]), abs=1e-5)
