@@ -75,7 +75,9 @@ def explanation(e, full: bool = False) -> str:
     Unless `full`, the tables show the HEADS_SHOWN most decisive heads and, on a text of more than
     MEMBERS_SHOWN members, the MEMBERS_SHOWN measured members that matter most, and count the rest."""
     w = e.predicted.token
-    lines = [_head_members(e.tokens, full), *_silenced(e, full), "", "the group's conclusion (next word):", *_conclusion(e.top), ""]
+    model = e.model.label or e.model.name
+    lines = [_head_members(e.tokens, full), *_silenced(e, full), "", f"the group's conclusion (next word; model {model}):",
+             *_conclusion(e.top), ""]
     lines += ["which heads decided it:", wrap(f"(measured one at a time: {e.heads_silenced})"),
               "  silence_effect: the head's write zeroed at every position; silence_effect_last_position: at the "
               "last position only (· = not measured)",

@@ -53,3 +53,11 @@ def test_serve_names_the_model_by_its_label(tiny_model):
     finally:
         proc.terminate()
         proc.wait(15)
+
+
+def test_explain_names_the_model_by_its_label(tiny_model, capsys):
+    from studygroup.cli import main
+
+    assert main(["explain", "the tin", "--model", str(tiny_model.path), "--measure-heads", "0"]) == 0
+    label = f"tiny-random-llama · F32 · {size_text(os.path.getsize(tiny_model.path))}"
+    assert f"the group's conclusion (next word; model {label}):" in capsys.readouterr().out.splitlines()
