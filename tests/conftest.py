@@ -259,7 +259,8 @@ GEMMA3_HF_TO_GGUF = {
 def write_tiny_gemma3_gguf(path, *, seed: int = 0, n_layers: int = 6, n_heads: int = 4, n_kv_heads: int = 2,
                            d_model: int = 64, d_head: int = 32, d_mlp: int = 96, context: int = 64,
                            sliding_window: int = 4, rope_base: float = 1e6, rms_eps: float = 1e-6,
-                           tensor_type: Q = Q.F32) -> TinyModel:
+                           tensor_type: Q = Q.F32, rope_scale: float | None = None,
+                           extra_tensors: dict | None = None) -> TinyModel:
     """Write a tiny random Gemma 3 to `path` as llama.cpp's converter (Gemma3Model) would, and return it.
 
     Unlike a Llama: no Q/K row permutation (llama.cpp applies Gemma's RoPE rotate-half style); every
@@ -267,6 +268,9 @@ def write_tiny_gemma3_gguf(path, *, seed: int = 0, n_layers: int = 6, n_heads: i
     transformers' GGUF loader subtracts it); d_model need not be n_heads · d_head. Layer 5 is global,
     the others local with `sliding_window`. `hf_config` holds Gemma3TextConfig's arguments, with
     query_pre_attn_scalar = d_head (llama.cpp scales queries by 1/√d_head for every Gemma 3 but the 27B).
+    `rope_scale`: linear RoPE scaling as the 4B and larger files carry it (rope.scaling.type "linear"
+    and rope.scaling.factor), in hf_config on the global layers' RoPE only, as transformers applies it.
+    `extra_tensors`: {GGUF name: float32 array} written besides the model's (a vision encoder's v.*, mm.*).
     """
     path, rng = Path(path), np.random.default_rng(seed)
     tokens, types, scores = spm_vocab()
@@ -277,6 +281,8 @@ def write_tiny_gemma3_gguf(path, *, seed: int = 0, n_layers: int = 6, n_heads: i
                      hidden_activation="gelu_pytorch_tanh", bos_token_id=1, eos_token_id=2, pad_token_id=0,
                      rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": rope_base},
                                       "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}})
+    if rope_scale is not None:
+        hf_config["rope_parameters"]["full_attention"] = {"rope_type": "linear", "factor": rope_scale, "rope_theta": rope_base}
     shapes = {"model.embed_tokens.weight": (len(tokens), d_model), "model.norm.weight": (d_model,)}
     layer = {"input_layernorm.weight": (d_model,), "self_attn.q_proj.weight": (n_heads * d_head, d_model),
              "self_attn.k_proj.weight": (n_kv_heads * d_head, d_model),
@@ -299,8 +305,12 @@ def write_tiny_gemma3_gguf(path, *, seed: int = 0, n_layers: int = 6, n_heads: i
              "gemma3.attention.value_length": d_head, "gemma3.attention.sliding_window": sliding_window,
              "tokenizer.ggml.model": "llama", "tokenizer.ggml.scores": scores, "tokenizer.ggml.unknown_token_id": 0,
              "tokenizer.ggml.add_space_prefix": False}
+    if rope_scale is not None:
+        keys |= {"gemma3.rope.scaling.type": "linear", "gemma3.rope.scaling.factor": float(rope_scale)}
     for key, value in keys.items():
         _add_value(writer, key, value)
+    for name, t in (extra_tensors or {}).items():
+        writer.add_tensor(name, np.asarray(t, np.float32))
     stored_values = {}
     for hf_name, w in floats.items():
         parts = hf_name.split(".")

@@ -15,12 +15,13 @@ import torch
 
 
 def angles(T: int, d_head: int, base: float, device=None, offset: int = 0,
-           freq_divisors: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+           freq_divisors: torch.Tensor | None = None, scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of the rotation angle for each position and dimension.
 
-    θ_{p,k} = p · base^(-2k/d_head) / divisor_k, repeated over both halves. The divisors (d_head/2,)
-    are Llama 3.1's frequency scaling as llama.cpp stores it (rope_freqs.weight): slow pairs turn
-    up to `factor` times slower, for a longer context; none (all 1) elsewhere.
+    θ_{p,k} = (p / scale) · base^(-2k/d_head) / divisor_k, repeated over both halves. The divisors
+    (d_head/2,) are Llama 3.1's frequency scaling as llama.cpp stores it (rope_freqs.weight): slow
+    pairs turn up to `factor` times slower, for a longer context; none (all 1) elsewhere. `scale` is
+    linear RoPE scaling (rope.scaling.factor; llama.cpp's freq_scale = 1/scale): every pair slower.
 
     Returns cos, sin: (T, d_head), float32.
 
@@ -31,6 +32,7 @@ def angles(T: int, d_head: int, base: float, device=None, offset: int = 0,
     inv_freq = base ** (-torch.arange(0, d_head, 2, dtype=torch.float64, device=device) / d_head)  # (d_head/2,)
     if freq_divisors is not None:
         inv_freq = inv_freq / freq_divisors.to(device=inv_freq.device, dtype=torch.float64)
+    inv_freq = inv_freq / scale
     positions = torch.arange(offset, offset + T, dtype=torch.float64, device=device)  # (T,)
     theta = torch.outer(positions, inv_freq)  # (T, d_head/2)
     theta = torch.cat([theta, theta], dim=-1)  # (T, d_head)

@@ -92,8 +92,11 @@ LLAMA = Architecture(
 # (llama.cpp: set_swa_pattern(6); transformers: sliding_window_pattern 6), local layers' RoPE base
 # 10,000 (llama.cpp: rope_freq_base_train_swa; transformers: rope_local_base_freq). Rotate-half
 # RoPE (llama.cpp's NEOX type): the converter leaves W_Q/W_K rows as they are. Queries are scaled
-# by 1/√d_head (llama.cpp's f_attention_scale for every size but the 27B; transformers:
-# query_pre_attn_scalar = 256 = d_head), no logit softcapping in Gemma 3.
+# by 1/√d_head (llama.cpp's f_attention_scale for every size but the 27B, which `config` refuses;
+# transformers: query_pre_attn_scalar = 256 = d_head), no logit softcapping in Gemma 3. The 4B and
+# larger files carry linear RoPE scaling, which applies to the global layers only (llama.cpp:
+# rope_freq_scale_train_swa = 1; transformers: rope_scaling updates full_attention's RoPE), and a
+# vision encoder (v.*, mm.*), which is not read.
 GEMMA3 = Architecture(
     name="gemma3", examples="Gemma 3 270M, 1B (text)",
     layer_names=MappingProxyType(LLAMA_LAYER | GEMMA3_EXTRA), permuted_qk=False, gate="gelu_tanh",
@@ -112,8 +115,8 @@ QWEN3 = Architecture(
     layer_names=MappingProxyType(LLAMA_LAYER | QK_NORM), permuted_qk=False, gate="silu")
 # Phi-3 (llama.cpp's LLM_ARCH_PHI3): a Llama with fused tensors and rotate-half RoPE (NEOX type).
 # Its `phi3.attention.sliding_window` is read by llama.cpp and then set aside ("Phi SWA is currently
-# disabled", llama.cpp PR 13676: every layer sees every member), and transformers' GGUF loader
-# ignores it too: so do we. LongRoPE files (rope_factors_long/short) are refused (`weights`).
+# disabled": swa_type NONE, n_swa 0 in src/models/phi3.cpp, PR 13676; every layer sees every
+# member), and transformers' GGUF loader ignores it too: so do we (tests/integration/test_phi3_window.py). LongRoPE files (rope_factors_long/short) are refused (`weights`).
 PHI3 = Architecture(
     name="phi3", examples="Phi-3 mini/medium 4k, Phi-3.5 (4k context)",
     layer_names=MappingProxyType(PHI3_LAYER), permuted_qk=False, gate="silu")

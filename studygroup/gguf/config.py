@@ -7,7 +7,9 @@ downstream has to.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +17,8 @@ from studygroup.errors import ModelFileError
 from studygroup.gguf.architectures import ARCHITECTURES, Architecture, supported
 from studygroup.gguf.metadata import REQUIRED, lookup
 
+VISION_PREFIXES = ("v.", "mm.")  # llama.cpp's names for vision tensors kept in a text model's file
+VISION_NOTE = "the text model only (the file also holds a vision encoder)"
 DEFAULT_ROPE_BASE = 10000.0  # llama.cpp's default when `{arch}.rope.freq_base` is absent
 DEFAULT_RMS_EPS = 1e-5  # likewise for `{arch}.attention.layer_norm_rms_epsilon`
 
@@ -42,6 +46,10 @@ class Config:
     name: str = ""  # for display only: general.basename and size_label, else general.name
     architecture: str = "llama"  # general.architecture: the family (studygroup.gguf.architectures)
     sliding_window: int = 0  # members a local layer sees, the latest ones (0: no local layers)
+    rope_scale: float = 1.0  # linear RoPE scaling of the global layers: positions turn as p / rope_scale
+    quantization: str = ""  # for display only: general.file_type's name ("Q4_1"), else the commonest tensor type
+    file_size: int = 0  # for display only: the file's bytes
+    vision: bool = False  # the file also holds a vision encoder (v.*, mm.* tensors), which is not read
 
     @property
     def arch(self) -> Architecture:
@@ -61,6 +69,34 @@ class Config:
         """RoPE base θ of `layer`: the local layers' own where the family has one, else rope_base."""
         local = self.arch.local_rope_base
         return local if local is not None and self.arch.is_local(layer) else self.rope_base
+
+    def rope_of(self, layer: int) -> tuple[float, float]:
+        """(θ, linear scale) of `layer`'s RoPE: local layers keep their own base unscaled (llama.cpp's
+        rope_freq_scale_train_swa = 1, transformers' sliding_attention RoPE); the others take
+        rope_base and rope_scale.
+
+        >>> c = Config(12, 4, 1, 64, 16, 128, 64, 1e6, 1e-6, 300, architecture="gemma3", sliding_window=8, rope_scale=8.0)
+        >>> c.rope_of(0), c.rope_of(5)
+        ((10000.0, 1.0), (1000000.0, 8.0))
+        """
+        local = self.arch.local_rope_base is not None and self.arch.is_local(layer)
+        return (self.rope_base_of(layer), 1.0 if local else self.rope_scale)
+
+    @property
+    def label(self) -> str:
+        """How the model is named to a person: name, quantization and file size.
+
+        >>> Config(30, 9, 3, 576, 64, 1536, 8192, 1e5, 1e-5, 49152, name="smollm2 135M", quantization="Q4_1",
+        ...        file_size=98_362_432).label
+        'smollm2 135M · Q4_1 · 98.4 MB'
+        """
+        size = size_text(self.file_size) if self.file_size else ""
+        return " · ".join(filter(None, (self.name or "unnamed model", self.quantization, size)))
+
+    @property
+    def note(self) -> str:
+        """What of the file is not read, for the load message and the page ("" when all of it is)."""
+        return VISION_NOTE if self.vision else ""
 
     @property
     def group_size(self) -> int:
@@ -105,12 +141,14 @@ REQUIRED_KEYS = {
 }
 
 
-def config_from_gguf(fields: Mapping[str, Any]) -> Config:
-    """Build and check the `Config` of a Llama-family GGUF file from its metadata.
+def config_from_gguf(fields: Mapping[str, Any], tensors: Iterable = (), file_size: int = 0) -> Config:
+    """Build and check the `Config` of a GGUF file from its metadata.
 
     `fields` maps metadata keys to values: either gguf's `ReaderField`s (`GGUFReader(p).fields`)
     or plain Python values (handy in tests). Missing optional keys take llama.cpp's defaults:
     n_kv_heads = n_heads, d_head = d_model / n_heads, rope_base = 10000, rms_eps = 1e-5.
+    `tensors` (the file's TensorInfos) and `file_size` (bytes) serve only the name shown: the
+    quantization where general.file_type is absent, whether a vision encoder is left unread, the size.
 
     >>> config_from_gguf({"general.architecture": "llama", "llama.block_count": 2,
     ...     "llama.attention.head_count": 4, "llama.attention.head_count_kv": 2,
@@ -122,6 +160,7 @@ def config_from_gguf(fields: Mapping[str, Any]) -> Config:
     if arch not in ARCHITECTURES:
         raise ModelFileError(f"the model's architecture is {arch!r}; studygroup reads {supported()}")
     _check_supported(fields, arch)
+    tensors = list(tensors)
     sizes = {name: lookup(fields, f"{arch}.{key}", int, REQUIRED) for name, key in REQUIRED_KEYS.items()}
     sizes["n_kv_heads"] = lookup(fields, f"{arch}.attention.head_count_kv", int, sizes["n_heads"])
     sizes["vocab_size"] = _vocab_size(fields, arch)
@@ -134,9 +173,44 @@ def config_from_gguf(fields: Mapping[str, Any]) -> Config:
         architecture=arch,
         sliding_window=(lookup(fields, f"{arch}.attention.sliding_window", int, REQUIRED)
                         if ARCHITECTURES[arch].global_every else 0),
+        rope_scale=_rope_scale(fields, arch),
+        quantization=quantization_of(fields, tensors) or "",
+        file_size=file_size,
+        vision=any(t.name.startswith(VISION_PREFIXES) for t in tensors),
     )
     _check_config(config)
+    _check_query_scale(config)
     return config
+
+
+def quantization_of(fields: Mapping[str, Any], tensors: Iterable) -> str | None:
+    """general.file_type's name ("Q4_K_M"), else the tensor type holding the most values.
+
+    >>> quantization_of({"general.file_type": 3}, [])
+    'Q4_1'
+    """
+    from gguf import LlamaFileType  # here: a load from the cache never imports gguf
+
+    code = lookup(fields, "general.file_type", int)
+    try:
+        return LlamaFileType(code).name.removeprefix("MOSTLY_").removeprefix("ALL_")
+    except ValueError:
+        pass
+    counts = Counter()
+    for t in tensors:
+        counts[t.qtype.name] += math.prod(int(n) for n in t.dims)
+    return counts.most_common(1)[0][0] if counts else None
+
+
+def size_text(n: int | None) -> str:
+    """A file size in MB or GB (10^6, 10^9 bytes), three figures.
+
+    >>> size_text(253_113_024), size_text(98_362_432), size_text(3_338_801_504), size_text(None)
+    ('253 MB', '98.4 MB', '3.34 GB', '?')
+    """
+    if n is None:
+        return "?"
+    return f"{n / 1e9:.3g} GB" if n >= 1e9 else f"{n / 1e6:.3g} MB"
 
 
 def display_name(fields: Mapping[str, Any]) -> str:
@@ -179,9 +253,31 @@ def _check_supported(fields: Mapping[str, Any], arch: str) -> None:
         raise ModelFileError("the model is a mixture of experts (e.g. Mixtral); studygroup implements "
                              "only dense Llama models")
     scaling = lookup(fields, f"{arch}.rope.scaling.type", default="none")
-    if scaling != "none":
-        raise ModelFileError(f"the model uses {scaling!r} RoPE scaling, which studygroup does not implement; "
-                             "use a model without rope.scaling")
+    if scaling not in ("none", "linear"):
+        raise ModelFileError(f"the model uses {scaling!r} RoPE scaling, which studygroup does not implement "
+                             "(it implements linear scaling); use a model without rope.scaling")
+
+
+def _rope_scale(fields: Mapping[str, Any], arch: str) -> float:
+    """The linear RoPE scaling factor, as llama.cpp reads it: rope.scaling.factor (else the older
+    rope.scale_linear) under a scaling type that is linear or absent; 1 without one."""
+    if lookup(fields, f"{arch}.rope.scaling.type", default="linear") != "linear":
+        return 1.0
+    factor = lookup(fields, f"{arch}.rope.scaling.factor", float)
+    factor = lookup(fields, f"{arch}.rope.scale_linear", float, 0.0) if factor is None else factor
+    if factor < 0 or not math.isfinite(factor):
+        raise ModelFileError(f"the model file gives rope.scaling.factor = {factor}; it must be positive")
+    return factor or 1.0
+
+
+def _check_query_scale(c: Config) -> None:
+    """Gemma 3 27B (62 layers, as llama.cpp tells it) scales queries by 1/√(d_model/n_heads), not by
+    1/√d_head (llama.cpp's f_attention_scale; transformers' query_pre_attn_scalar = 168): every score
+    studygroup shows and explains is q·k/√d_k with d_k = d_head, so such a file is refused."""
+    if c.architecture == "gemma3" and c.n_layers == 62 and c.d_model // c.n_heads != c.d_head:
+        raise ModelFileError(f"Gemma 3 27B scales its queries by 1/√(d_model/n_heads) = 1/√{c.d_model // c.n_heads}, "
+                             f"not by 1/√d_head = 1/√{c.d_head}; studygroup computes and explains scores as "
+                             "q·k/√d_head, so it does not read this model")
 
 
 def _d_head(fields: Mapping[str, Any], arch: str, d_model: int, n_heads: int) -> int:

@@ -18,7 +18,7 @@ from gguf import GGMLQuantizationType as Q
 
 from studygroup.gguf import layout as gguf_layout
 from studygroup.gguf.architectures import ARCHITECTURES, supported
-from studygroup.gguf.config import Config, config_from_gguf
+from studygroup.gguf.config import VISION_PREFIXES, Config, config_from_gguf
 from studygroup.errors import ModelFileError
 from studygroup.gguf.container import GGUFFile, TensorInfo, read_gguf
 from studygroup.gguf.metadata import lookup
@@ -27,6 +27,7 @@ from studygroup.gguf.model_path import resolve_model_path
 # Tensor types we dequantize, all with gguf's own `gguf.quants.dequantize`.
 SUPPORTED_TYPES = frozenset({Q.F32, Q.F16, Q.BF16, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0,
                              Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K})
+SUPPORTED_NAMES = ", ".join(sorted(t.name for t in SUPPORTED_TYPES))  # for messages
 
 
 def read_weights(path: str | Path, before_reading=None) -> tuple[Config, dict[str, torch.Tensor]]:
@@ -47,12 +48,13 @@ def read_weights(path: str | Path, before_reading=None) -> tuple[Config, dict[st
     file = read_gguf(resolve_model_path(path))
     with _about(file.path):
         _check_architecture(file.fields)
-        config = config_from_gguf(file.fields)
-        _check_layers_fit(config, len(file.tensors))
+        config = config_from_gguf(file.fields, file.tensors.values(), file.path.stat().st_size)
+        text_tensors = {n for n in file.tensors if not n.startswith(VISION_PREFIXES)}  # a vision encoder is not read
+        _check_layers_fit(config, len(text_tensors))
         names = gguf_layout.name_map(config.n_layers, tied="output.weight" not in file.tensors,
                                      rope_freqs="rope_freqs.weight" in file.tensors, arch=config.arch)
         _check_no_longrope(file.tensors)
-        _check_tensor_names(set(file.tensors), names, config.architecture)
+        _check_tensor_names(text_tensors, names, config.architecture)
         if before_reading is not None:
             before_reading(config)
         weights = {ours: _load_tensor(file, file.tensors[name], ours, config) for name, ours in names.items()}
@@ -120,7 +122,7 @@ def dequantize(name: str, data: np.ndarray, qtype: Q) -> np.ndarray:
     """
     if qtype not in SUPPORTED_TYPES:
         raise ModelFileError(f"tensor {name} has type {Q(qtype).name}, which studygroup cannot dequantize; "
-                             f"supported: {', '.join(sorted(t.name for t in SUPPORTED_TYPES))}")
+                             f"supported: {SUPPORTED_NAMES}")
     with np.errstate(all="ignore"):  # damaged scales overflow: the finiteness check says so in one line
         values = gguf.quants.dequantize(data, qtype)
     # F32 comes back as a read-only view of the memory-mapped file: copy it, and only it

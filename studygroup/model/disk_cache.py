@@ -45,7 +45,7 @@ from studygroup.progress import say
 ENV_VAR = "STUDYGROUP_CACHE_DIR"
 MAX_GB_ENV_VAR = "STUDYGROUP_CACHE_MAX_GB"
 DEFAULT_MAX_GB = 4.0
-FORMAT_VERSION = 4  # bump when what an entry holds changes: old entries then miss instead of misleading
+FORMAT_VERSION = 5  # bump when what an entry holds changes: old entries then miss instead of misleading
 STALE_TEMP_SECONDS = 3600  # temporary files older than this are leftovers of a crash
 READ_CHUNK = 16 << 20  # bytes read at a time while hashing a model file
 

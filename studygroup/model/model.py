@@ -23,6 +23,7 @@ from studygroup.model.linear import onednn_takes, project
 from studygroup.gguf.config import Config
 from studygroup.model.arguments import token_ids, whole_number
 from studygroup.errors import InputError, ModelFileError
+from studygroup.progress import say
 from studygroup.model.interventions import Interventions, PassPlan, each_member_silenced, packed_members_silenced
 from studygroup.model.record import Keeper, resolve
 from studygroup.model.fusing import fuse
@@ -89,7 +90,7 @@ class Model:
     def __repr__(self) -> str:
         c = self.config
         file = f", file {_file_name(self.path)}"
-        return (f"<Model {c.name or 'unnamed'} ({c.architecture}): {c.n_layers} layers × {c.n_heads} heads "
+        return (f"<Model {c.label} ({c.architecture}): {c.n_layers} layers × {c.n_heads} heads "
                 f"({c.n_kv_heads} kv heads), d_model {c.d_model}, d_head {c.d_head}, vocab {c.vocab_size}, "
                 f"context {c.context_length}, {str(self.dtype).removeprefix('torch.')} on {self.device}{file}>")
 
@@ -142,8 +143,8 @@ class Model:
             pos = w["pos_embed"][positions.to(self.device)]  # (T, d_model)
             keep("pos_embed", pos.expand(plan.batch, -1, -1))
             x = x + pos
-        angles = {base: self._angles(len(ids), P, base) if plan.positions is None else self._angles_at(plan.positions, base)
-                  for base in {c.rope_base_of(l) for l in range(c.n_layers)}}  # {θ: (cos, sin)}, one per RoPE base
+        angles = {r: self._angles(len(ids), P, r) if plan.positions is None else self._angles_at(plan.positions, r)
+                  for r in {c.rope_of(l) for l in range(c.n_layers)}}  # {(θ, scale): (cos, sin)}, one per RoPE
         asked = slice(-1, None) if plan.asked is None else plan.asked  # the rows that predict
         shortcut = False
         for l in range(first, c.n_layers if plan.stop_after is None else plan.stop_after + 1):
@@ -156,7 +157,7 @@ class Model:
             # In the last layer only the asked questions predict: unless more is kept, the other
             # rows give their keys and values and nothing else.
             shortcut = l == c.n_layers - 1 and not plan.all_logits and keep.last_row_suffices()
-            cos, sin = angles[c.rope_base_of(l)]
+            cos, sin = angles[c.rope_of(l)]
             attn_out = self._attention(l, E, cos, sin, plan, keep, asked if shortcut else None)  # (B, T or R, d_model)
             x = (x[:, asked] if shortcut else x) + attn_out
             keep("resid_mid", x)
@@ -174,6 +175,11 @@ class Model:
         final = self._norm(x, "final_norm")
         keep("final", final)
         return project(final, w["unembed"]), keep.steps  # (B, T or R, vocab)
+
+    def final_logits(self, resid_final: torch.Tensor) -> torch.Tensor:
+        """Logits from the last layer's residual stream: the family's final norm (RMSNorm, or GPT-2's
+        LayerNorm with its bias), then the unembedding. (…, d_model) -> (…, vocab)"""
+        return project(self._norm(resid_final, "final_norm"), self.w["unembed"])
 
     def _norm(self, x: torch.Tensor, name: str) -> torch.Tensor:
         """The family's norm (RMSNorm, or LayerNorm with its bias) with weight `name`. (…, d_model) -> same"""
@@ -343,24 +349,31 @@ class Model:
         h = self.gate(project(x, self.w[p + "W_up"]) + self.w[p + "b_up"], False)  # (B, T, d_mlp)
         return project(h, self.w[p + "W_down"]) + self.w[p + "b_down"]
 
-    def _angles_at(self, positions: torch.Tensor, base: float | None = None):
+    def rope_angles(self, layer: int, T: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin (T, d_head) of `layer`'s RoPE at positions 0 … T - 1, as the pass turns q and k
+        (the layer's base and linear scale: `Config.rope_of`)."""
+        return self._angles(T, 0, self.config.rope_of(layer))
+
+    def _angles_at(self, positions: torch.Tensor, rope_of: tuple[float, float] | None = None):
         """cos, sin (T, d_head) at each row's position: positions (T,) long."""
-        cos, sin = self._angles(int(positions.max()) + 1, 0, base)
+        cos, sin = self._angles(int(positions.max()) + 1, 0, rope_of)
         return cos[positions], sin[positions]
 
-    def _angles(self, T: int, offset: int = 0, base: float | None = None):
-        """cos, sin (T, d_head) for positions offset … offset + T - 1 at RoPE base `base` (None:
-        rope_base). Llama 3.1's frequency divisors (rope_freqs) apply at rope_base."""
+    def _angles(self, T: int, offset: int = 0, rope_of: tuple[float, float] | None = None):
+        """cos, sin (T, d_head) for positions offset … offset + T - 1 under `rope_of` = (θ, linear
+        scale), a layer's `Config.rope_of` (None: rope_base, rope_scale). Llama 3.1's frequency
+        divisors (rope_freqs) apply at rope_base."""
         c = self.config
-        base = c.rope_base if base is None else base
-        if (T, offset, base) not in self._rope_cache:
+        base, scale = (c.rope_base, c.rope_scale) if rope_of is None else rope_of
+        key = (T, offset, base, scale)
+        if key not in self._rope_cache:
             with torch.inference_mode(False):  # plain tensors, so that a pass with autograd may reuse them
-                cos, sin = rope.angles(T, c.d_head, base, device=self.device, offset=offset,
+                cos, sin = rope.angles(T, c.d_head, base, device=self.device, offset=offset, scale=scale,
                                        freq_divisors=self.w.get("rope_freqs") if base == c.rope_base else None)
             # one (T, offset) at a time: long texts would pile up otherwise
             self._rope_cache = {k: v for k, v in self._rope_cache.items() if k[:2] == (T, offset)}
-            self._rope_cache[(T, offset, base)] = (cos, sin)
-        return self._rope_cache[(T, offset, base)]
+            self._rope_cache[key] = (cos, sin)
+        return self._rope_cache[key]
 
     # ---- weights by head ----------------------------------------------------------------------
     def W_O_heads(self, l: int) -> torch.Tensor:
@@ -516,6 +529,8 @@ def load(path: str | Path | None = None, device: str = "cpu", dtype: str | torch
                          "than float32; use --dtype float32")
     path = model_names.model_file(path)  # "gemma-3-270m", "ollama:gemma3:270m", a listed name -> its file
     config, weights = load_weights(path, cache=cache, defer_write=defer_cache_write)
+    if config.note:  # e.g. a Gemma 3 4B file's vision encoder, left unread
+        say(f"studygroup: {config.label}: {config.note}")
     heap.use_own_mappings_for_large_blocks()
     return Model(config, weights, load_tokenizer(path, cache=cache), path, device, dtype)
 

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from studygroup.errors import ModelFileError
 from studygroup.gguf import stores
 from studygroup.gguf.model_path import default_model_path
-from studygroup.gguf.summary import Summary, split_advice, summarize
 from studygroup.model import packaged
+
+if TYPE_CHECKING:
+    from studygroup.gguf.summary import Summary
 
 OLLAMA_PREFIX = "ollama:"
 DEFAULT_NAME = "smollm2-135m"  # the default model (no --model), listed and taken by this name too
@@ -48,6 +51,8 @@ def listing() -> tuple[list[Listed], list[str]]:
 
 
 def _packaged():
+    from studygroup.gguf.summary import Summary, summarize  # here: a load by path never reads a summary (nor imports gguf)
+
     try:
         yield Listed(DEFAULT_NAME, "packaged", str(default_model_path()), summarize((default_model_path(),)))
     except ModelFileError as e:
@@ -62,6 +67,8 @@ def _packaged():
 
 
 def _listed(f: stores.Found) -> Listed:
+    from studygroup.gguf.summary import Summary, summarize
+
     if f.problem:
         return Listed(f.name, f.store, "", Summary("", None, None, None, None, None, False, f.problem))
     return Listed(f.name, f.store, str(f.paths[0]), summarize(f.paths))
@@ -128,6 +135,8 @@ def _by_name(name: str) -> Path:
 
 
 def _file_of(f: stores.Found) -> Path:
+    from studygroup.gguf.summary import split_advice
+
     if f.problem:
         raise ModelFileError(f"{f.name} ({f.store}) cannot be read: {f.problem}")
     if len(f.paths) > 1:

@@ -26,7 +26,7 @@ class LeanStep:
         c = model.config
         self.model, self.c, self.w, self.cache = model, c, model.w, cache
         capacity = cache.k[0].shape[-2]
-        self.angles = {base: model._angles(capacity, 0, base) for base in {c.rope_base_of(l) for l in range(c.n_layers)}}
+        self.angles = {r: model._angles(capacity, 0, r) for r in {c.rope_of(l) for l in range(c.n_layers)}}
         self.layers = [self._layer_weights(l) for l in range(c.n_layers)]
         self.scale = 1 / math.sqrt(c.d_head)
 
@@ -37,7 +37,7 @@ class LeanStep:
                 "q_norm": get("q_norm"), "k_norm": get("k_norm"), "W_O": w[p + "W_O"],
                 "post_attn_norm": get("post_attn_norm"), "mlp_norm": w[p + "mlp_norm"],
                 "W_gate_up": w[p + "W_gate_up"], "W_down": w[p + "W_down"], "post_mlp_norm": get("post_mlp_norm"),
-                "angles": self.angles[c.rope_base_of(l)], "window": c.window_of(l)}
+                "angles": self.angles[c.rope_of(l)], "window": c.window_of(l)}
 
     def __call__(self, word_id: int):
         """Logits (V,) of the new member at position P = cache.T, its questions (L, H, d) and its

@@ -36,8 +36,6 @@ def load_weights(path: str | Path | None = None, cache: bool = True,
     >>> config.n_layers, w["embed"].shape
     (30, torch.Size([49152, 576]))
     """
-    from studygroup.gguf.weights import read_weights
-
     path = resolve_model_path(path)
     if cache:
         entry = disk_cache.entry_path(disk_cache.file_key(path), "weights")
@@ -47,6 +45,8 @@ def load_weights(path: str | Path | None = None, cache: bool = True,
             return hit
         note(f"first use of {path.name}: dequantizing its weights into {entry.parent} "
              "(once per model file; a few seconds)")
+    from studygroup.gguf.weights import read_weights  # here: a load from the cache never imports gguf
+
     config, weights = read_weights(path, before_reading=estimate.check_weights_fit)  # refused before dequantizing
     metadata = {"config": json.dumps(config.to_dict()), "layout": CACHE_LAYOUT}
     buffer, stored = cache_entry.pack(_for_cache(weights, config.n_layers), metadata)

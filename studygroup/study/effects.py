@@ -18,7 +18,7 @@ import torch
 
 from studygroup.formulas import masks as masks_
 from studygroup.model.interventions import PassPlan
-from studygroup.model.model import Model, rms_norm
+from studygroup.model.model import Model
 from studygroup.model.record import Record
 from studygroup.model.interventions import Interventions, each_added
 from studygroup.model.run import Run
@@ -236,7 +236,7 @@ def _joined_log_probs(model: Model, ids: list[int], token: int, layers: Sequence
     pairs of those joining at it. -> (len(layers),) float64."""
     if not layers:
         return torch.empty(0, dtype=torch.float64)
-    c, w = model.config, model.w
+    c = model.config
     ids_t = torch.tensor(ids, device=model.device)
     order = sorted(range(len(layers)), key=lambda b: layers[b])  # by layer: copies join in this order
     per_pass = max(1, ROWS_PER_PASS // len(ids))
@@ -255,7 +255,7 @@ def _joined_log_probs(model: Model, ids: list[int], token: int, layers: Sequence
                 changes[l] = (gates or masks)(copies, joined, model.device)
             finals[group] = _joined_final(model, ids_t, [layers[b] for b in group], resid_pre, changes,
                                           "gates" if gates else "masks", on_layer)
-        logits = rms_norm(finals, w["final_norm"], c.rms_eps) @ w["unembed"]  # (B, vocab)
+        logits = model.final_logits(finals)  # (B, vocab): the family's final norm, then W_U
     return log_probs(logits)[:, token]
 
 

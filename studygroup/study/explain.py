@@ -365,7 +365,7 @@ def _check_count(name: str, value, allow_all: bool = True) -> None:
 def model_info(model) -> ModelInfo:
     c = model.config
     return ModelInfo(c.name or "model", None if model.path is None else str(model.path),
-                     c.n_layers, c.n_heads, c.n_kv_heads, c.d_head)
+                     c.n_layers, c.n_heads, c.n_kv_heads, c.d_head, c.quantization, c.file_size, c.label, c.note)
 
 
 def top_words(run, lp: torch.Tensor, k: int) -> list[Word]:

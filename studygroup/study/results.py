@@ -96,12 +96,18 @@ class LogitSum(JSONable):
 
 @dataclass
 class ModelInfo(JSONable):
-    name: str
+    """The model as the page and the report name it. See docs/json.md."""
+
+    name: str  # general.basename and general.size_label ("smollm2 135M"), else general.name
     path: str | None
     n_layers: int
     n_heads: int
     n_kv_heads: int
     d_head: int
+    quantization: str = ""  # "Q4_1": general.file_type's name, else the commonest tensor type
+    file_size: int = 0  # bytes of the file
+    label: str = ""  # "smollm2 135M · Q4_1 · 98.4 MB": name, quantization and file size (Config.label)
+    note: str = ""  # what of the file is not read ("" when all of it is)
 
 
 @dataclass

@@ -226,9 +226,7 @@ def _pair_values(model, run, layer: int, head: int, i: int, j: int, layout: Layo
     q = _projected(model, run, layer, i, "q", head, layout)  # (P, d_head)
     k = _projected(model, run, layer, j, "k", c.kv_head_of(head), layout)  # (P, d_head)
     if model.rope:
-        base = c.rope_base_of(layer)  # Gemma's local layers turn with their own base
-        divisors = model.w.get("rope_freqs") if base == c.rope_base else None
-        cos, sin = rope.angles(i + 1, c.d_head, base, freq_divisors=divisors)  # (i + 1, d_head), float32 as the pass
+        cos, sin = model.rope_angles(layer, i + 1)  # (i + 1, d_head), float32 as the pass (the layer's base and scale)
         q = rope.apply(q, cos[i].double()[None], sin[i].double()[None])
         k = rope.apply(k, cos[j].double()[None], sin[j].double()[None])
     return pair_values(q, k)  # (P, P)

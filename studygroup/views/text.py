@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import textwrap
 
+from studygroup.gguf.config import size_text
 from studygroup.study.mask_reasons import OUTSIDE_WINDOW
 from studygroup.study.sinks import REST_WEIGHT
 from studygroup.study.story import percent, signed
@@ -74,7 +75,9 @@ def explanation(e, full: bool = False) -> str:
     Unless `full`, the tables show the HEADS_SHOWN most decisive heads and, on a text of more than
     MEMBERS_SHOWN members, the MEMBERS_SHOWN measured members that matter most, and count the rest."""
     w = e.predicted.token
-    lines = [_head_members(e.tokens, full), *_silenced(e, full), "", "the group's conclusion (next word):", *_conclusion(e.top), ""]
+    model = e.model.label or e.model.name
+    lines = [_head_members(e.tokens, full), *_silenced(e, full), "", f"the group's conclusion (next word; model {model}):",
+             *_conclusion(e.top), ""]
     lines += ["which heads decided it:", wrap(f"(measured one at a time: {e.heads_silenced})"),
               "  silence_effect: the head's write zeroed at every position; silence_effect_last_position: at the "
               "last position only (· = not measured)",
@@ -373,7 +376,7 @@ def models(listed, skipped: list[str], full: bool = False) -> str:
     unreadable ones are not read and which folders were skipped."""
     shown = listed if full else listed[:MODELS_SHOWN]
     rows = [[m.name, m.store, m.summary.title or "?", m.summary.architecture or "?", _count(m.summary.parameters),
-             m.summary.quantization or "?", m.summary.context_length, _bytes(m.summary.size),
+             m.summary.quantization or "?", m.summary.context_length, size_text(m.summary.size),
              "yes" if m.summary.readable else "no"] for m in shown]
     lines = [f"GGUF models on this disk ({len(listed)}); --model takes the name, ollama:NAME[:TAG] or a path:",
              table(["name", "where", "model", "family", "params", "quant", "context", "size", "reads"], rows)]
@@ -398,14 +401,3 @@ def _count(n: int | None) -> str:
     if n is None:
         return "?"
     return f"{n / 1e9:.2g}B" if n >= 1e9 else f"{n / 1e6:.3g}M" if n >= 1e6 else f"{n / 1e3:.3g}k"
-
-
-def _bytes(n: int | None) -> str:
-    """A file size in MB or GB (10^6, 10^9 bytes).
-
-    >>> _bytes(253_113_024), _bytes(3_338_801_504)
-    ('253 MB', '3.3 GB')
-    """
-    if n is None:
-        return "?"
-    return f"{n / 1e9:.2g} GB" if n >= 1e9 else f"{n / 1e6:.3g} MB"

@@ -99,7 +99,8 @@ def main(args) -> str:
     model = load(args.model)
     hosts = LOOPBACK_HOSTS if local else None
     app = create_app(model, Limits(max_tokens=args.max_tokens), warm=args.warm, hosts=hosts)
-    print(f"studygroup: serving {model.config.name or 'the model'} at {url(sock)}  (Ctrl+C to stop)", flush=True)
+    note = f" ({model.config.note})" if model.config.note else ""
+    print(f"studygroup: serving {model.config.label}{note} at {url(sock)}  (Ctrl+C to stop)", flush=True)
     quiet_repeats()
     config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2, http=BoundedH11,
                             backlog=BACKLOG)

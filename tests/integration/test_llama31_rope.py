@@ -60,3 +60,17 @@ def test_cached_load_keeps_the_divisors(scaled):
 def test_name_map_has_rope_freqs_only_when_the_file_does():
     assert "rope_freqs.weight" not in gguf_layout.name_map(1, tied=True)
     assert gguf_layout.name_map(1, tied=True, rope_freqs=True)["rope_freqs.weight"] == "rope_freqs"
+
+
+def test_linear_rope_scaling_equals_transformers_linear_rope(tmp_path):
+    """rope.scaling.type "linear" with rope.scaling.factor F (as llama.cpp's converter writes a linear
+    rope_scaling): every layer's positions turn F times slower, as transformers' "linear" RoPE."""
+    tiny = write_tiny_gguf(tmp_path / "linear.gguf", context=128,
+                           metadata={"llama.rope.scaling.type": "linear", "llama.rope.scaling.factor": 4.0})
+    model = studygroup.load(tiny.path, cache=False)
+    assert model.config.rope_scale == 4.0 and model.config.rope_of(1) == (10000.0, 4.0)
+    ids = torch.randint(0, model.config.vocab_size, (60,), generator=torch.Generator().manual_seed(3)).tolist()
+    linear = {**tiny.hf_config, "rope_parameters": {"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0}}
+    expected = hf_logits(type(tiny)(**{**tiny.__dict__, "hf_config": linear}), ids)
+    assert (model.run(ids, logits="all").logits - expected).abs().max() < 1e-4
+    assert (hf_logits(tiny, ids) - expected)[1:].abs().max() > 1e-3  # unscaled differs

@@ -146,7 +146,24 @@ def test_what_studygroup_cannot_read_is_listed_with_the_reason(capsys, home):
 
 def test_readable_families_come_from_the_architectures_table(capsys, home, monkeypatch):
     monkeypatch.setattr("studygroup.gguf.summary.ARCHITECTURES", {**ARCHITECTURES, "mamba": None})
+    monkeypatch.setattr("studygroup.gguf.summary.config_from_gguf", lambda fields: None)  # its metadata: not asked here
     assert listed(capsys)["by_name"]["mamba-tiny"]["readable"] is True
+
+
+def test_what_the_metadata_refuses_is_listed_as_not_readable_with_the_reason(tmp_path):
+    from studygroup.gguf.summary import summarize
+
+    gemma = {"gemma3.block_count": 62, "gemma3.attention.head_count": 32, "gemma3.attention.head_count_kv": 16,
+             "gemma3.embedding_length": 5376, "gemma3.feed_forward_length": 21504, "gemma3.context_length": 131072,
+             "gemma3.attention.key_length": 128, "gemma3.attention.value_length": 128,
+             "gemma3.attention.sliding_window": 1024, "gemma3.vocab_size": 262208}
+    big = summarize((write_gguf(tmp_path / "gemma-27b.gguf", "gemma3", gemma, {"token_embd.weight": (4, 32)}),))
+    assert not big.readable and big.reason.startswith("Gemma 3 27B scales its queries by 1/√(d_model/n_heads)")
+    yarn = {"llama.block_count": 1, "llama.attention.head_count": 4, "llama.embedding_length": 32,
+            "llama.feed_forward_length": 64, "llama.context_length": 64, "llama.vocab_size": 10,
+            "llama.rope.scaling.type": "yarn"}
+    s = summarize((write_gguf(tmp_path / "yarn.gguf", "llama", yarn, {"token_embd.weight": (4, 32)}),))
+    assert not s.readable and "'yarn' RoPE scaling, which studygroup does not implement" in s.reason
 
 
 def test_loops_and_unreadable_folders_are_skipped_with_the_reason(capsys, home):
@@ -214,7 +231,8 @@ def test_bad_names_exit_2_in_one_line(capsys, home, model, message):
     assert (message or "architecture") in err
 
 
-def test_explain_and_serve_take_listed_names(capsys, home, tiny_model):
+def test_explain_and_serve_take_listed_names(capsys, home, tiny_model, monkeypatch):
+    monkeypatch.setattr("studygroup.progress._shown", True)  # serve hides announcements in this process: undone after
     code = main(["explain", "the tin", "--model", "ollama:tiny", "--json", "--measure-heads", "0"])
     assert code == 0 and json.loads(capsys.readouterr().out)["tokens"] == ["t", "he", "␣t", "in"]
     code = main(["serve", "--model", "nothing-like-it", "--port", "0"])

@@ -53,11 +53,12 @@ def tiny(tiny_model):
     return read_weights(tiny_model.path)
 
 
-def test_config_of_the_tiny_model(tiny):
+def test_config_of_the_tiny_model(tiny, tiny_model):
     config, _ = tiny
+    tiny_model_size = tiny_model.path.stat().st_size
     assert config == Config(n_layers=2, n_heads=4, n_kv_heads=2, d_model=32, d_head=8, d_mlp=64,
                             context_length=64, rope_base=10000.0, rms_eps=config.rms_eps, vocab_size=273,
-                            name="tiny-random-llama")
+                            name="tiny-random-llama", quantization="F32", file_size=tiny_model_size)
     assert config.rms_eps == pytest.approx(1e-5) and config.group_size == 2
 
 
@@ -267,6 +268,18 @@ def test_unsupported_tensor_type(tmp_path):
         read_weights(model.path)
 
 
+def test_an_unsupported_type_is_named_by_the_cli_and_by_models(tmp_path, capsys):
+    from studygroup.cli import main
+    from studygroup.gguf.summary import summarize
+
+    model = write_tiny_gguf(tmp_path / "iq.gguf", type_overrides={"blk.1.attn_v.weight": Q.IQ4_NL})
+    assert main(["explain", "the tin", "--model", str(model.path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "blk.1.attn_v.weight has type IQ4_NL" in err and "Q4_K" in err
+    s = summarize((model.path,))
+    assert not s.readable and "tensors of type IQ4_NL, which studygroup cannot dequantize (supported: " in s.reason
+
+
 def test_missing_tensor(tmp_path):
     model = write_tiny_gguf(tmp_path / "drop.gguf", drop=("blk.1.ffn_up.weight",))
     with pytest.raises(ModelFileError, match=r"lacks 1 tensor.*blk\.1\.ffn_up\.weight"):
@@ -279,9 +292,10 @@ def test_tensor_shape_must_fit_the_config(tmp_path):
         read_weights(model.path)
 
 
-def test_rope_scaling_is_refused(tmp_path):
-    model = write_tiny_gguf(tmp_path / "rs.gguf", metadata={"llama.rope.scaling.type": "linear"})
-    with pytest.raises(ModelFileError, match="'linear' RoPE scaling"):
+def test_rope_scaling_other_than_linear_is_refused(tmp_path):
+    model = write_tiny_gguf(tmp_path / "rs.gguf", metadata={"llama.rope.scaling.type": "yarn",
+                                                            "llama.rope.scaling.factor": 4.0})
+    with pytest.raises(ModelFileError, match="'yarn' RoPE scaling, which studygroup does not implement"):
         read_weights(model.path)
 
 

@@ -67,3 +67,12 @@ def test_a_local_layer_masks_members_outside_its_window(gemma):
     local, global_ = run["layers.0.weights"][:, -1], run["layers.5.weights"][:, -1]  # (H, T)
     assert (local[:, :T - 512] == 0).all() and (local[:, T - 512:].sum(-1) - 1).abs().max() < 1e-5
     assert (global_[:, :T - 512] > 0).any()
+
+
+def test_gemma_is_named_with_its_quantization_and_file_size(gemma):
+    import gguf
+
+    reader = gguf.GGUFReader(gemma.path)  # gguf's own reader of the same file
+    file_type = gguf.LlamaFileType(int(reader.fields["general.file_type"].contents()))
+    assert (file_type.name, gemma.path.stat().st_size) == ("MOSTLY_Q4_K_M", PACKAGED["gemma-3-270m"].size)
+    assert gemma.config.label == "gemma-3 270M · Q4_K_M · 253 MB" and gemma.config.rope_scale == 1.0

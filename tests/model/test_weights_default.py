@@ -103,3 +103,12 @@ def test_warm_load_is_well_under_a_second(loaded):
     elapsed = time.perf_counter() - start
     assert isinstance(config, Config) and tok.vocab_size == config.vocab_size
     assert elapsed < 1.0, f"warm load took {elapsed:.2f} s"
+
+
+def test_the_default_model_is_named_with_its_quantization_and_file_size(loaded):
+    config, _ = loaded
+    reader = gguf.GGUFReader(default_model_path())  # gguf's own reader of the same file
+    file_type = gguf.LlamaFileType(int(reader.fields["general.file_type"].contents()))
+    size = os.path.getsize(default_model_path())
+    assert (file_type.name, size) == ("MOSTLY_Q4_1", 98_362_432)
+    assert config.label == "smollm2 135M · Q4_1 · 98.4 MB"

@@ -5,6 +5,10 @@
 
   const { el } = sg;
 
+  /** The model as the header names it: "smollm2 135M · Q4_1 · 98.4 MB: 30 layers × 9 heads, 3 key/value heads". */
+  const modelLine = (m) => (m.label || m.name) + (m.note ? " (" + m.note + ")" : "") + ": " + m.n_layers +
+    " layers \u00d7 " + m.n_heads + " heads, " + m.n_kv_heads + " key/value heads";
+
   sg.mixin(class {
     // -- server mode --
     post(path, body) { return sg.api.post(this.api, path, body); }
@@ -13,8 +17,7 @@
       try {
         const info = await sg.api.info(this.api);
         this.d.info = info;
-        this.q(".sg-model").textContent = info.model.name + ": " + info.model.n_layers + " layers \u00d7 " + info.model.n_heads +
-          " heads, " + info.model.n_kv_heads + " key/value heads shared by groups of " + info.group_size + " query heads";
+        this.q(".sg-model").textContent = modelLine(info.model) + " shared by groups of " + info.group_size + " query heads";
         this.q(".sg-text").value = info.default_text;
         const most = info.limits && info.limits.max_tokens;
         if (most) this.q(".sg-limit").textContent = "Texts of up to " + most + " tokens" +
@@ -101,7 +104,7 @@
         modelView: data.model_view || null, conclusion: data.conclusion || null, embeddedHeads: data.heads || {} };
       if (e) {
         const m = e.model;
-        this.q(".sg-model").textContent = m.name + ": " + m.n_layers + " layers \u00d7 " + m.n_heads + " heads, " + m.n_kv_heads + " key/value heads";
+        this.q(".sg-model").textContent = modelLine(m);
       }
       const given = this.q(".sg-given");
       given.textContent = "";
