@@ -175,7 +175,7 @@ class EveryQuestion:
         with Progress(1, label + ", layer by layer", show=self.show and n > 0) as bar:
             chosen, lps = measured_heads(order, silence_heads, run.T, lp_t, lambda h: measure(h, bar))
         clean = self.chosen == Interventions()  # the last-position and in-head measures reuse the clean run
-        last = last_question.silenced_heads_logits(run.model, run, chosen, token) if chosen and clean else None
+        last = effects.last_position_head_log_probs(run.model, run, token, chosen) if chosen and clean else None
         out = _head_effects(run, token, lp_t, direct, chosen, lps, last, estimate)
         if clean:
             _measure_in_head(run, token, lp_t, out[:HEADS_WITH_MEMBERS], resid_pre)
