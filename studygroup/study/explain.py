@@ -50,13 +50,14 @@ LISTEN_ALL_MAX_T = 64
 LISTEN_TOP = 32
 #: Past this many members, explain takes the last-question strategy.
 LONG_T = 512
-#: Up to this many members explain measures every head exactly by default (its own work within
-#: about 5 s warm on 2 cores: bench/explain_complete.py); past it, candidates in order until
+#: Up to this many members explain measures every head exactly by default: the article's sentence,
+#: where its own work is about 5 s warm on 2 cores (docs/performance.md, bench/explain_complete.py;
+#: every head costs ~9 CPU-seconds at 10 members, ~11 at 12); past it, candidates in order until
 #: STOP_AFTER heads in a row each move log p(t) by less than half the fifth-largest effect.
-HEADS_ALL_MAX_T = 12
+HEADS_ALL_MAX_T = 10
 STOP_AFTER = 16
-#: Up to this many members explain measures every member by default; past it, the MEMBERS_TOP
-#: largest by |direct share|.
+#: Up to this many members explain measures every member by default (every member costs ~1.8
+#: CPU-seconds at 24 members, ~3.2 at 32); past it, the MEMBERS_TOP largest by |direct share|.
 MEMBERS_ALL_MAX_T = 24
 MEMBERS_TOP = 24
 #: effect_in_head is measured for the first LISTENED_MEASURED members (by contribution) that each
