@@ -18,7 +18,7 @@ import torch
 
 from studygroup.formulas import masks as masks_
 from studygroup.model.interventions import PassPlan
-from studygroup.model.model import Model, rms_norm
+from studygroup.model.model import Model
 from studygroup.model.record import Record
 from studygroup.model.interventions import Interventions, each_added
 from studygroup.model.run import Run
@@ -279,7 +279,8 @@ def _joined_log_probs(model: Model, ids: list[int], token: int, layers: Sequence
                 changes[l] = (gates or masks)(copies, joined, model.device)
             finals[group] = _joined_final(model, ids_t, [layers[b] for b in group], resid_pre, changes,
                                           "gates" if gates else "masks", on_layer, past or {})
-        logits = rms_norm(finals, w["final_norm"], c.rms_eps) @ w["unembed"]  # (B, vocab)
+        final = model.norm_kind(finals, w["final_norm"], c.rms_eps, w.get("final_norm_bias"))  # the family's norm
+        logits = final @ w["unembed"]  # (B, vocab)
     return log_probs(logits)[:, token]
 
 
