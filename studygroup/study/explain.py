@@ -150,6 +150,11 @@ class EveryQuestion:
         c, T = self.model.config, len(self.ids)
         heads, members = _count(silence_heads, c.n_layers * c.n_heads, T), _members_count(silence_members, T)
         need = explain_needs(c, T, heads, members, effects.ROWS_PER_PASS)
+        if silence_heads is None and T > HEADS_ALL_MAX_T:  # the stopping rule: the first batch is all that is known
+            say(f"explaining {T} members: {need} with the first {heads} heads (a pass with a gradient, then heads "
+                f"silenced exactly in batches of {STOP_AFTER} until {STOP_AFTER} in a row are small, and {members} "
+                f"members, in batched passes)", stream)
+            return
         say(f"explaining {T} members: {need} (a pass with a gradient, then {heads} heads and {members} members "
             f"silenced exactly, in batched passes)", stream)
 

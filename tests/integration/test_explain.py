@@ -203,6 +203,10 @@ def test_a_longer_text_says_what_it_will_need_and_shows_its_progress(model, monk
     assert [b.label for b in bars] == ["a pass with a gradient, forward then backward", "silencing 3 heads, layer by layer",
                                        "silencing 5 members, layer by layer"]
     assert all(b.enabled and b.done == b.total > 0 for b in bars)  # every bar reaches its end
+    study.explain(model, ids)  # the default: the heads' count is known only for the first batch
+    err = capsys.readouterr().err
+    assert re.match(r"explaining 12 members: about \d+\.\d GiB and [\d.]+ (s|min) with the first 8 heads \(a pass "
+                    r"with a gradient, then heads silenced exactly in batches of 16 until 16 in a row are small", err), err
     assert bars[0].total == 2 * model.config.n_layers  # the backward pass advances it too
     for a, b in zip(short.members, e.members):  # the same effects, whatever was recorded
         assert (a.effect is None) == (b.effect is None)
