@@ -5,7 +5,8 @@ log p'(t) - log p(t): negative when what was silenced was helping the group reac
 
 - Silencing member j in every head (batched: one pass over copies of the text, each with one
   member's key removed; see `studygroup.formulas.masks`).
-- Silencing head (l, h): its write to the residual stream is zeroed (batched per layer).
+- Silencing head (l, h): its write to the residual stream is zeroed (batched per layer), at every
+  position, or at the last position only (one row per copy, over the run's keys and values).
 - The first-order estimate of every head's silencing effect at once: put a gate g on each head's
   write (g = 1 is the run itself, g = 0 silences it); then  effect ≈ -∂ log p(t) / ∂g  at g = 1,
   from one backward pass. It ranks candidates; the exact effect is then computed for the best.
