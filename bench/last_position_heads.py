@@ -4,6 +4,7 @@ joining the pass at its head's layer (`effects.last_position_head_log_probs`, wh
 Prints wall and process CPU seconds, the load average, and the largest |A - B| in log p(t).
 
     .venv/bin/python bench/last_position_heads.py --out bench/results/
+    .venv/bin/python bench/last_position_heads.py --T 10 --explain   # and the whole explain, both ways
 """
 from __future__ import annotations
 
@@ -19,11 +20,33 @@ from explain_complete import ARTICLE, commit, cpu, timed  # noqa: E402
 from long_explain import text_of  # noqa: E402
 
 
+def whole_explain(model, reps: int) -> dict:
+    """explain's own work on the article's sentence (every head and member), its last-position
+    copies taken each way, in turns."""
+    from studygroup.study import effects, explain, last_question
+    joined = effects.last_position_head_log_probs
+    ways = {"from_layer_0": lambda m, run, t, heads, bar=None: last_question.silenced_heads_logits(m, run, heads, t),
+            "joined_at_layer": joined}
+    runs = []
+    try:
+        for rep in range(reps):
+            for name, way in ways.items():
+                effects.last_position_head_log_probs = way
+                m = timed(lambda: explain.analyse(model, ARTICLE) and None)
+                m.pop("value")
+                runs.append({"way": name, "rep": rep, **m})
+                print(f"explain {runs[-1]}", file=sys.stderr, flush=True)
+    finally:
+        effects.last_position_head_log_probs = joined
+    return {"runs": runs, "least_cpu_s": {n: min(r["cpu_s"] for r in runs if r["way"] == n) for n in ways}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--T", type=int, nargs="+", default=[10, 47, 300])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--explain", action="store_true", help="also the whole explain of the article's sentence both ways")
     args = ap.parse_args()
     import studygroup
     model = studygroup.load()
@@ -48,6 +71,8 @@ def main() -> None:
         row["max_abs_difference"] = float((values["from_layer_0"] - values["joined_at_layer"]).abs().max())
         least = {n: min(r["wall_s"] for r in row["runs"] if r["way"] == n) for n in ways}
         row["least_wall_s"], row["joined_over_from_layer_0"] = least, round(least["joined_at_layer"] / least["from_layer_0"], 2)
+    if args.explain:
+        out["explain_article"] = whole_explain(model, args.reps)
     out["load_average_after"] = os.getloadavg()
     text = json.dumps(out, indent=1)
     print(text)
