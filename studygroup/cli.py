@@ -110,7 +110,7 @@ def _figures(p: argparse.ArgumentParser) -> None:
 def _silencing(p: argparse.ArgumentParser) -> None:
     p.add_argument("--measure-heads", "--silence-heads", dest="silence_heads", type=_count_or_all, default=None,
                    metavar="N|all", help="how many heads to measure exactly, each silenced alone (default: every head "
-                   "up to 12 tokens, else candidates until 16 in a row are small; all: every head, slower)")
+                   "up to 10 tokens, else candidates until 16 in a row are small; all: every head, slower)")
     p.add_argument("--measure-members", "--silence-members", dest="silence_members", type=_count_or_all, default=None,
                    metavar="N|all", help="measure every member up to N tokens, else the N with the largest direct "
                    "shares (default: every member up to 24 tokens, else 24)")

@@ -5,7 +5,8 @@ log p'(t) - log p(t): negative when what was silenced was helping the group reac
 
 - Silencing member j in every head (batched: one pass over copies of the text, each with one
   member's key removed; see `studygroup.formulas.masks`).
-- Silencing head (l, h): its write to the residual stream is zeroed (batched per layer).
+- Silencing head (l, h): its write to the residual stream is zeroed (batched per layer), at every
+  position, or at the last position only (one row per copy, over the run's keys and values).
 - The first-order estimate of every head's silencing effect at once: put a gate g on each head's
   write (g = 1 is the run itself, g = 0 silences it); then  effect ≈ -∂ log p(t) / ∂g  at g = 1,
   from one backward pass. It ranks candidates; the exact effect is then computed for the best.
@@ -22,6 +23,7 @@ from studygroup.model.model import Model
 from studygroup.model.record import Record
 from studygroup.model.interventions import Interventions, each_added
 from studygroup.model.run import Run
+from studygroup.study import last_question
 
 #: Rows (copies × tokens) one batched member-silencing pass may hold, to bound its memory.
 ROWS_PER_PASS = 4096
@@ -190,7 +192,8 @@ def added_log_probs(model: Model, ids: list[int], token: int, base: Intervention
 
 
 def head_log_probs(model: Model, ids: list[int], token: int, heads: Sequence[tuple[int, int]],
-                   resid_pre: dict[int, torch.Tensor] | None = None, bar=None) -> torch.Tensor:
+                   resid_pre: dict[int, torch.Tensor] | None = None, bar=None, past=None,
+                   per_pass: int | None = None) -> torch.Tensor:
     """log p(token) with each head silenced alone: (len(heads),) float64.
 
     Silencing a head of layer l changes nothing before l, so its copy of the text joins a batched
@@ -198,13 +201,32 @@ def head_log_probs(model: Model, ids: list[int], token: int, heads: Sequence[tup
     for every copy that needs them (a short text's pass is bound by reading the weights, not by
     arithmetic), and no copy computes a layer it does not change. Copies are split into passes of
     at most ROWS_PER_PASS rows. resid_pre: {layer: (T, d_model)} from a recorded run (or None: one
-    extra pass records it). bar: a Progress advanced after each layer of each pass.
+    extra pass records it). bar: a Progress advanced after each layer of each pass. past, per_pass:
+    as `_joined_log_probs` takes them.
     """
     def gates(copies, joined, device):
         g = torch.ones(joined, model.config.n_heads, device=device)  # (B by layer l, H)
         g[[b for b, _ in copies], [heads[i][1] for _, i in copies]] = 0
         return g
-    return _joined_log_probs(model, ids, token, [l for l, _ in heads], resid_pre, bar, gates=gates)
+    return _joined_log_probs(model, ids, token, [l for l, _ in heads], resid_pre, bar, gates=gates, past=past,
+                             per_pass=per_pass)
+
+
+def last_position_head_log_probs(model: Model, run: Run, token: int, heads: Sequence[tuple[int, int]],
+                                 bar=None) -> torch.Tensor:
+    """log p(token) with each head's write zeroed at the last position only: (len(heads),) float64.
+
+    Only the last row changes (no earlier member hears the last), and only from the head's layer
+    on: each copy is the last row alone, joining the batched pass at its head's layer with the
+    run's residual stream there, and asking over every earlier member's keys and values from the
+    run (shared by every copy, `studygroup.formulas.shared_past`). `run` must have recorded k, v
+    and resid_pre, every row (explain's recording does).
+    """
+    past = last_question.earlier_keys_and_values(model, run)  # {layer: (1, H_kv, T-1, d) each}
+    resid_pre = {l: run[f"layers.{l}.resid_pre"][-1:] for l in range(model.config.n_layers)}  # {layer: (1, d_model)}
+    heads = [model.check_head(l, h) for l, h in heads]
+    return head_log_probs(model, run.token_ids[-1:], token, heads, resid_pre, bar, past=past,
+                          per_pass=last_question.COPIES_PER_PASS)
 
 
 def member_in_head_log_probs(model: Model, ids: list[int], token: int, silenced: Sequence[tuple[int, int, int]],
@@ -229,17 +251,20 @@ def member_in_head_log_probs(model: Model, ids: list[int], token: int, silenced:
 
 
 def _joined_log_probs(model: Model, ids: list[int], token: int, layers: Sequence[int],
-                      resid_pre: dict[int, torch.Tensor] | None, bar, gates=None, masks=None) -> torch.Tensor:
+                      resid_pre: dict[int, torch.Tensor] | None, bar, gates=None, masks=None,
+                      past=None, per_pass: int | None = None) -> torch.Tensor:
     """log p(token) for copies of the text that each change one layer, layers[b], and join a
     batched pass there. gates / masks(copies, joined, device): the layer's (B, H) gates or
     (B, H, T, T) masks for the `joined` copies in the pass by then, `copies` the (row, index)
-    pairs of those joining at it. -> (len(layers),) float64."""
+    pairs of those joining at it. past: {layer: (k, v)}, each (1, H_kv, P, d), the keys and values
+    of P earlier members that every copy shares (then `ids` and resid_pre's rows are the members
+    after them). per_pass: copies a pass (None: ROWS_PER_PASS rows). -> (len(layers),) float64."""
     if not layers:
         return torch.empty(0, dtype=torch.float64)
     c = model.config
     ids_t = torch.tensor(ids, device=model.device)
     order = sorted(range(len(layers)), key=lambda b: layers[b])  # by layer: copies join in this order
-    per_pass = max(1, ROWS_PER_PASS // len(ids))
+    per_pass = per_pass or max(1, ROWS_PER_PASS // len(ids))
     groups = [order[i:i + per_pass] for i in range(0, len(order), per_pass)]
     on_layer = _layers_of(bar, sum(c.n_layers - layers[g[0]] for g in groups) + (c.n_layers if resid_pre is None else 0))
     if resid_pre is None:
@@ -254,13 +279,13 @@ def _joined_log_probs(model: Model, ids: list[int], token: int, layers: Sequence
                 joined = sum(1 for b in group if layers[b] <= l)
                 changes[l] = (gates or masks)(copies, joined, model.device)
             finals[group] = _joined_final(model, ids_t, [layers[b] for b in group], resid_pre, changes,
-                                          "gates" if gates else "masks", on_layer)
+                                          "gates" if gates else "masks", on_layer, past or {})
         logits = model.final_logits(finals)  # (B, vocab): the family's final norm, then W_U
     return log_probs(logits)[:, token]
 
 
 def _joined_final(model: Model, ids_t: torch.Tensor, layers: list[int], resid_pre: dict[int, torch.Tensor],
-                  changes: dict[int, torch.Tensor], kind: str, on_layer=None) -> torch.Tensor:
+                  changes: dict[int, torch.Tensor], kind: str, on_layer=None, past=None) -> torch.Tensor:
     """One pass, one copy per entry of `layers` (sorted), each joining at its layer with the clean
     residual stream; changes {layer: gates or masks} as `kind` says. Returns the last layer's
     residual stream at the last position: (B, d_model)."""
@@ -270,6 +295,6 @@ def _joined_final(model: Model, ids_t: torch.Tensor, layers: list[int], resid_pr
     first = layers[0]
     plan = PassPlan(start=(first, joining.pop(first)), joining=joining,
                     record=Record(steps=("resid_post",), rows="last", layers=(last,)), stop_after=last,
-                    on_layer=on_layer, **{kind: changes})
+                    on_layer=on_layer, past=past or {}, **{kind: changes})
     _, steps = model.forward(ids_t, plan)
     return steps[f"layers.{last}.resid_post"][:, -1].to(model.dtype)  # (B, d_model)

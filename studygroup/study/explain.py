@@ -50,13 +50,14 @@ LISTEN_ALL_MAX_T = 64
 LISTEN_TOP = 32
 #: Past this many members, explain takes the last-question strategy.
 LONG_T = 512
-#: Up to this many members explain measures every head exactly by default (its own work within
-#: about 5 s warm on 2 cores: bench/explain_complete.py); past it, candidates in order until
+#: Up to this many members explain measures every head exactly by default: the article's sentence,
+#: where its own work is about 5 s warm on 2 cores (docs/performance.md, bench/explain_complete.py;
+#: every head costs ~9 CPU-seconds at 10 members, ~11 at 12); past it, candidates in order until
 #: STOP_AFTER heads in a row each move log p(t) by less than half the fifth-largest effect.
-HEADS_ALL_MAX_T = 12
+HEADS_ALL_MAX_T = 10
 STOP_AFTER = 16
-#: Up to this many members explain measures every member by default; past it, the MEMBERS_TOP
-#: largest by |direct share|.
+#: Up to this many members explain measures every member by default (every member costs ~1.8
+#: CPU-seconds at 24 members, ~3.2 at 32); past it, the MEMBERS_TOP largest by |direct share|.
 MEMBERS_ALL_MAX_T = 24
 MEMBERS_TOP = 24
 #: effect_in_head is measured for the first LISTENED_MEASURED members (by contribution) that each
@@ -149,6 +150,11 @@ class EveryQuestion:
         c, T = self.model.config, len(self.ids)
         heads, members = _count(silence_heads, c.n_layers * c.n_heads, T), _members_count(silence_members, T)
         need = explain_needs(c, T, heads, members, effects.ROWS_PER_PASS)
+        if silence_heads is None and T > HEADS_ALL_MAX_T:  # the stopping rule: the first batch is all that is known
+            say(f"explaining {T} members: {need} with the first {heads} heads (a pass with a gradient, then heads "
+                f"silenced exactly in batches of {STOP_AFTER} until {STOP_AFTER} in a row are small, and {members} "
+                f"members, in batched passes)", stream)
+            return
         say(f"explaining {T} members: {need} (a pass with a gradient, then {heads} heads and {members} members "
             f"silenced exactly, in batched passes)", stream)
 
@@ -175,7 +181,7 @@ class EveryQuestion:
         with Progress(1, label + ", layer by layer", show=self.show and n > 0) as bar:
             chosen, lps = measured_heads(order, silence_heads, run.T, lp_t, lambda h: measure(h, bar))
         clean = self.chosen == Interventions()  # the last-position and in-head measures reuse the clean run
-        last = last_question.silenced_heads_logits(run.model, run, chosen, token) if chosen and clean else None
+        last = effects.last_position_head_log_probs(run.model, run, token, chosen) if chosen and clean else None
         out = _head_effects(run, token, lp_t, direct, chosen, lps, last, estimate)
         if clean:
             _measure_in_head(run, token, lp_t, out[:HEADS_WITH_MEMBERS], resid_pre)

@@ -35,7 +35,7 @@ def base_record(*extra: str) -> Record:
     return Record(steps=(*STEPS, *extra), rows="last")
 
 
-def _past(model: Model, run) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+def earlier_keys_and_values(model: Model, run) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
     """Keys and values of members 0..T-2 from the run: {layer: ((1, H_kv, T-1, d), same)}."""
     past = {}
     for l in range(model.config.n_layers):
@@ -52,7 +52,7 @@ def _last_row_logits(model: Model, run, masks=None, gates=None, token: int | Non
     token: return each copy's log-probability of this token instead, (B,) float64, pass by pass
       (every member of 8,191 silenced would otherwise hold 8,191 × 49,152 logits: 1.6 GB).
     on_pass: called with the number of copies after each pass (a progress bar's advance)."""
-    past = _past(model, run)
+    past = earlier_keys_and_values(model, run)
     B = masks.shape[0] if masks is not None else next(iter(gates.values())).shape[0]
     last = torch.tensor(run.token_ids[-1:], device=model.device)  # (1,)
     out = []

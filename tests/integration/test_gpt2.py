@@ -191,6 +191,26 @@ def test_why_splits_the_score_through_layer_norm_and_the_biases(pair, layer, hea
     assert w.weight == pytest.approx(float(out.attentions[layer][0, head, query, key]), abs=1e-5)
 
 
+def test_explain_head_measures_equal_runs_with_the_head_silenced(pair):
+    """On GPT-2 (LayerNorm with bias before the unembedding) both head measures equal a direct run."""
+    from studygroup.model.interventions import PassPlan
+    from studygroup.study import effects
+
+    ours, _ = pair
+    text = "Cash or credit card? I have a lot"
+    e = studygroup.explain(ours, text, silence_heads="all", silence_members=0)
+    ids, t = torch.tensor(e.token_ids), e.predicted.id
+    lp = effects.log_probs(ours.run(text, record="none").last_logits)[t]
+    for h in e.heads:
+        every = effects.log_probs(ours.run(text, record="none", silence_heads=[(h.layer, h.head)]).last_logits)[t]
+        gate = torch.ones(1, ours.config.n_heads, len(ids))
+        gate[0, h.head, -1] = 0  # the last position only
+        last = effects.log_probs(ours.forward(ids, PassPlan(gates={h.layer: gate}))[0][0, -1])[t]
+        assert h.silence_effect == pytest.approx(float(every - lp), abs=1e-5), (h.layer, h.head)
+        assert h.silence_effect_last_position == pytest.approx(float(last - lp), abs=1e-5), (h.layer, h.head)
+    assert max(abs(h.silence_effect) for h in e.heads) > 1e-3
+
+
 def test_gpt2_tokenizer_ids_equal_transformers(tmp_path):
     """Reference: transformers' GPT2Tokenizer (GPT-2's own pre-tokenizer regex, as llama.cpp's `gpt2`)
     on a byte-level BPE vocabulary trained here, written to the file with pre-tokenizer `gpt2`."""

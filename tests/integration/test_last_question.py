@@ -61,6 +61,27 @@ def test_last_position_head_silencing_equals_a_full_pass_gating_the_last_row(mod
         assert not torch.allclose(got[b], run.logits[-1], atol=1e-6)
 
 
+def test_last_position_copies_joining_at_their_layer_equal_copies_from_layer_0(model):
+    """effects.last_position_head_log_probs (each copy of the last row joins at its head's layer)
+    against silenced_heads_logits (every copy from layer 0) and a full pass gating the last row."""
+    from studygroup.study import effects, explain
+
+    ids = ids_of(model, 10, 6)
+    run = model.run(ids, record=explain.recording(10))
+    token = int(run.last_logits.argmax())
+    c = model.config
+    heads = [(l, h) for l in range(c.n_layers) for h in range(c.n_heads)][::-1]  # out of layer order
+    got = effects.last_position_head_log_probs(model, run, token, heads)
+    from_layer_0 = effects.log_probs(last_question.silenced_heads_logits(model, run, heads))[:, token]
+    assert torch.allclose(got, from_layer_0, atol=1e-5)
+    for b, (l, h) in enumerate(heads):
+        gate = torch.ones(1, c.n_heads, 10)
+        gate[0, h, -1] = 0
+        expected = effects.log_probs(full_pass(model, ids, gates={l: gate}))[token]
+        assert abs(float(got[b] - expected)) < 1e-5, (l, h)
+    assert (got - effects.log_probs(run.last_logits)[token]).abs().max() > 1e-3  # the heads matter
+
+
 def test_for_one_member_the_last_question_is_every_question(model):
     ids = ids_of(model, 1, 3)
     run = model.run(ids, record=last_question.base_record())

@@ -44,6 +44,21 @@ def test_explain_numbers_hold_together(model, comparison):
     assert sum(x.weight for x in top.listened) == pytest.approx(1.0, abs=1e-4)
 
 
+def test_last_position_copies_joining_at_their_layer_equal_copies_from_layer_0(model, comparison):
+    """Every head's silence_effect_last_position on the article's sentence, as explain measures it
+    (each copy of the last row joins at its head's layer), against every copy run from layer 0."""
+    from studygroup.study import explain, last_question
+
+    e = comparison.b
+    run = model.run(B["text"], record=explain.recording(len(e.tokens)))
+    heads = [(h.layer, h.head) for h in e.heads]
+    from_layer_0 = last_question.silenced_heads_logits(model, run, heads, e.predicted.id)  # (270,) log p(t)
+    lp_t = effects.log_probs(run.last_logits)[e.predicted.id]
+    got = torch.tensor([h.silence_effect_last_position for h in e.heads], dtype=torch.float64)
+    assert torch.allclose(got, from_layer_0 - lp_t, atol=1e-5)
+    assert got.abs().max() > 0.01  # some head's last-position write matters
+
+
 def test_compare_shift_has_the_reference_sign(comparison):
     ref = lambda prompt, i: next(t["prob"] for t in prompt["top10"] if t["id"] == i)  # noqa: E731
     of = next(s for s in comparison.shift if s.id == A["top10"][0]["id"])
