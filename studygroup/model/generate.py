@@ -52,13 +52,15 @@ class Word:
 
 @dataclass
 class Generation:
-    """The prompt's ids, the generated words, and the key cache they were asked of."""
+    """The prompt's ids, the generated words, and the key cache they were asked of. `more(n)` goes on
+    from the last word (the cache kept)."""
 
     model: "Model"
     prompt_ids: list[int]
     interventions: Interventions
     words: list[Word] = field(default_factory=list)
     keys: dict[int, torch.Tensor] = field(default_factory=dict)  # {layer: (H_kv, T, d)} after RoPE
+    _talk: "_Talk | None" = field(default=None, repr=False)
 
     @property
     def ids(self) -> list[int]:
@@ -74,14 +76,47 @@ class Generation:
     def text(self) -> str:
         return self.model.tokenizer.decode(self.ids)
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the key/value cache it keeps to go on."""
+        cache = self._talk.cache
+        return sum(t.numel() * t.element_size() for t in cache.k + cache.v)
+
+    def word_json(self, k: int) -> dict:
+        """Word k (from 1): {token, id, prob, logit, top: [{token, id, prob, logit}], stop?}."""
+        tok, w = self.model.tokenizer, self.words[k - 1]
+        word = lambda i, p, z: {"token": tok.readable(i), "id": i, "prob": p, "logit": z}
+        return {**word(w.id, w.prob, w.logit), "top": [word(*t) for t in w.top], **({"stop": w.stop} if w.stop else {})}
+
     def to_json(self) -> dict:
         """{"prompt": {"tokens", "token_ids"}, "words": [{token, id, prob, logit, top, stop?}], "stop"}."""
         tok = self.model.tokenizer
-        word = lambda i, p, z: {"token": tok.readable(i), "id": i, "prob": p, "logit": z}
-        words = [{**word(w.id, w.prob, w.logit), "top": [word(*t) for t in w.top],
-                  **({"stop": w.stop} if w.stop else {})} for w in self.words]
         return {"prompt": {"tokens": [tok.readable(i) for i in self.prompt_ids], "token_ids": list(self.prompt_ids)},
-                "words": words, "stop": self.stop}
+                "words": [self.word_json(k) for k in range(1, len(self.words) + 1)], "stop": self.stop}
+
+    @torch.inference_mode()
+    def more(self, n: int, on_word=None) -> "Generation":
+        """Up to n more words after the last (none after an end-of-generation token); on_word(word)
+        is called as each comes. Returns self."""
+        n = whole_number(n, "the number of words")
+        if n < 1:
+            raise InputError(f"the number of words must be at least 1, not {n}")
+        P, W, context = len(self.prompt_ids), len(self.words), self.model.config.context_length
+        if P + W + n > context:
+            so_far = f" and the {W} words so far" if W else ""
+            raise InputError(f"the prompt ({P} tokens){so_far} and {n} words exceed the model's context of {context}")
+        talk = self._talk
+        talk.reserve(P + W + n)
+        for _ in range(n):
+            if self.stop:
+                break
+            if talk.logits is None:  # the last word has not been passed yet
+                talk.step(self.words[-1].id)
+            self.words.append(talk.choose())
+            if on_word is not None:
+                on_word(self.words[-1])
+        self.keys = talk.cache.keys()
+        return self
 
     def row(self, k: int, layer: int, head: int) -> torch.Tensor:
         """(P,) the whole attention row, in this head, of the question that chose word k (from 1):
@@ -109,45 +144,67 @@ def _row_mask(model, interventions: Interventions, layer: int, head: int, P: int
     return visible
 
 
-@torch.inference_mode()
 def generate(model, text_or_ids, n: int, sampling: Sampling = Sampling(), ignore_eos: bool = False,
              candidates: int = 5, silence_members=(), silence_heads=(), on_word=None) -> Generation:
     """Generate up to n words after the prompt. on_word(word) is called as each word comes."""
-    ids = model.ids(text_or_ids)
     n = whole_number(n, "the number of words")
-    candidates = whole_number(candidates, "candidates")
-    c = model.config
     if n < 1:
         raise InputError(f"the number of words must be at least 1, not {n}")
-    if len(ids) + n > c.context_length:
-        raise InputError(f"the prompt ({len(ids)} tokens) and {n} words exceed the model's context of {c.context_length}")
+    ids = model.ids(text_or_ids)
+    if len(ids) + n > model.config.context_length:  # refused before the prompt's pass
+        raise InputError(f"the prompt ({len(ids)} tokens) and {n} words exceed the model's context of "
+                         f"{model.config.context_length}")
+    return start(model, ids, sampling, ignore_eos, candidates, silence_members, silence_heads, n).more(n, on_word)
+
+
+@torch.inference_mode()
+def start(model, text_or_ids, sampling: Sampling = Sampling(), ignore_eos: bool = False, candidates: int = 5,
+          silence_members=(), silence_heads=(), capacity: int = 1) -> Generation:
+    """A generation with no words yet: the prompt passed, its keys and values in a cache with room
+    for `capacity` words (more grows it); `more(n)` generates."""
+    ids = model.ids(text_or_ids)
+    candidates = whole_number(candidates, "candidates")
     interventions = Interventions.make(model, len(ids), silence_members, None, silence_heads)
-    out = Generation(model, ids, interventions)
-    cache = _Cache(c, len(ids) + n, model.device, model.dtype)
-    generator, stops = sampling.generator(), set() if ignore_eos else end_ids(model)
-    plan = interventions.plan(model, len(ids), _KEPT)
-    logits, steps = model.forward(torch.tensor(ids, device=model.device), plan)  # (1, 1, V)
-    cache.append(steps)
-    q, w = _last_row(steps, c)
-    lean = LeanStep(model, cache) if not (interventions.silenced_members or interventions.silenced_heads) else None  # silenced: the general pass
-    for _ in range(n):
-        z = logits.reshape(-1, logits.shape[-1])[-1].float()  # (V,)
-        word_id = sampling.choose(z, generator)
-        word = _word(z, word_id, candidates, q, w)
-        if word_id in stops:
-            word.stop = "eos"
-        out.words.append(word)
-        if on_word is not None:
-            on_word(word)
-        if word.stop or len(out.words) == n:
-            break
-        if lean is not None:
-            logits, q, w = lean(word_id)  # (V,), (L, H, d), (L, H, P)
+    talk = _Talk(model, interventions, sampling, candidates, set() if ignore_eos else end_ids(model))
+    talk.cache = _Cache(model.config, min(len(ids) + capacity, model.config.context_length), model.device, model.dtype)
+    logits, steps = model.forward(torch.tensor(ids, device=model.device), interventions.plan(model, len(ids), _KEPT))
+    talk.cache.append(steps)
+    talk.logits, (talk.q, talk.w) = logits, _last_row(steps, model.config)
+    return Generation(model, ids, interventions, _talk=talk)
+
+
+class _Talk:
+    """What a generation needs to go on: the cache, the next word's logits (None once chosen, until
+    that word's pass) and the last row's questions and weights, the sampling and its generator."""
+
+    def __init__(self, model, interventions: Interventions, sampling: Sampling, candidates: int, stops: set[int]):
+        self.model, self.interventions, self.sampling, self.candidates, self.stops = (
+            model, interventions, sampling, candidates, stops)
+        self.generator = sampling.generator()
+        self.silenced = bool(interventions.silenced_members or interventions.silenced_heads)
+        self.cache, self.lean, self.logits, self.q, self.w = None, None, None, None, None
+
+    def reserve(self, capacity: int) -> None:
+        """Room in the cache for `capacity` members; the lean step is made for its size."""
+        if self.cache.reserve(capacity) or (self.lean is None and not self.silenced):
+            self.lean = None if self.silenced else LeanStep(self.model, self.cache)  # silenced: the general pass
+
+    def choose(self) -> Word:
+        """The next word from the logits, with its record; the logits are used up."""
+        z = self.logits.reshape(-1, self.logits.shape[-1])[-1].float()  # (V,)
+        word_id = self.sampling.choose(z, self.generator)
+        word = _word(z, word_id, self.candidates, self.q, self.w)
+        word.stop = "eos" if word_id in self.stops else None
+        self.logits = None
+        return word
+
+    def step(self, word_id: int) -> None:
+        """The pass of the chosen word: its logits and row."""
+        if self.lean is not None:
+            self.logits, self.q, self.w = self.lean(word_id)  # (V,), (L, H, d), (L, H, P)
         else:
-            logits, steps = _step(model, interventions, cache, word_id)
-            q, w = _last_row(steps, c)
-    out.keys = cache.keys()
-    return out
+            self.logits, steps = _step(self.model, self.interventions, self.cache, word_id)
+            self.q, self.w = _last_row(steps, self.model.config)
 
 
 def _step(model, interventions: Interventions, cache: "_Cache", word_id: int):
@@ -188,6 +245,16 @@ class _Cache:
         self.k = [torch.empty(shape, device=device, dtype=dtype) for _ in range(c.n_layers)]
         self.v = [torch.empty(shape, device=device, dtype=dtype) for _ in range(c.n_layers)]
         self.T = 0
+
+    def reserve(self, capacity: int) -> bool:
+        """Room for `capacity` members (the filled ones copied over); True if it grew."""
+        if capacity <= self.k[0].shape[-2]:
+            return False
+        for kv in (self.k, self.v):
+            for l, old in enumerate(kv):
+                kv[l] = torch.empty((*old.shape[:2], capacity, old.shape[-1]), device=old.device, dtype=old.dtype)
+                kv[l][:, :, :self.T] = old[:, :, :self.T]
+        return True
 
     def append(self, steps: dict[str, torch.Tensor]) -> None:
         """Add the keys and values a pass recorded: (1, H_kv, T_new, d) per layer."""

@@ -133,3 +133,21 @@ def test_cli_explains_generated_word_k_on_the_ids(capsys, model, tiny_model):
     for bad in (["--generate", "2", "--word", "3"], ["--word", "1"]):
         assert main(["explain", "the tin", "--model", str(tiny_model.path), *bad]) == 2
         assert capsys.readouterr().err.count("\n") == 1
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"temperature": 0.8, "seed": 3}, {"silence_members": [1], "silence_heads": [(1, 0)]}])
+def test_more_goes_on_as_one_generation(pair, kwargs):
+    """3 words, then 2 and 4 more (the cache grown twice), are the 9 words of one call, records included."""
+    ours, _ = pair
+    ids = random_ids(ours, 6, 4)
+    once = ours.generate(ids, 9, ignore_eos=True, **kwargs)
+    parts = ours.generate(ids, 3, ignore_eos=True, **kwargs).more(2).more(4)
+    assert parts.ids == once.ids
+    assert all(torch.equal(a.weights, b.weights) and a.top == b.top for a, b in zip(parts.words, once.words))
+    assert torch.allclose(parts.row(9, 1, 2), once.row(9, 1, 2), atol=1e-6)
+
+
+def test_more_past_the_context_is_refused(model):
+    g = model.generate(random_ids(model, 5, 2), 2, ignore_eos=True)
+    with pytest.raises(InputError, match="and the 2 words so far"):
+        g.more(model.config.context_length)
