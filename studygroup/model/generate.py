@@ -82,11 +82,18 @@ class Generation:
         cache = self._talk.cache
         return sum(t.numel() * t.element_size() for t in cache.k + cache.v)
 
-    def word_json(self, k: int) -> dict:
-        """Word k (from 1): {token, id, prob, logit, top: [{token, id, prob, logit}], stop?}."""
+    def word_json(self, k: int, head: tuple[int, int] | None = None) -> dict:
+        """Word k (from 1): {token, id, prob, logit, top: [{token, id, prob, logit}], stop?}; with a
+        (layer, head), also "listened": what the question that chose it heard there, {layer, head,
+        members, weights (the 16 largest, largest first), sink (the weight on member 0)}."""
         tok, w = self.model.tokenizer, self.words[k - 1]
         word = lambda i, p, z: {"token": tok.readable(i), "id": i, "prob": p, "logit": z}
-        return {**word(w.id, w.prob, w.logit), "top": [word(*t) for t in w.top], **({"stop": w.stop} if w.stop else {})}
+        out = {**word(w.id, w.prob, w.logit), "top": [word(*t) for t in w.top], **({"stop": w.stop} if w.stop else {})}
+        if head is not None:
+            l, h = self.model.check_head(*head)
+            out["listened"] = {"layer": l, "head": h, "members": w.members[l, h].tolist(),
+                               "weights": w.weights[l, h].tolist(), "sink": float(w.sink[l, h])}
+        return out
 
     def to_json(self) -> dict:
         """{"prompt": {"tokens", "token_ids"}, "words": [{token, id, prob, logit, top, stop?}], "stop"}."""
