@@ -1,0 +1,41 @@
+"""Generation in the page (chromium): Continue streams generated members, marked as generated; the
+slider shows a word's conclusion; silencing a member shows both continuations. The words shown are
+the server's Model.generate on the same tiny model."""
+from __future__ import annotations
+
+import studygroup
+
+from .test_page import assert_no_markup_ran, explain, wait_idle
+
+
+def test_continue_slider_and_silenced_continuation(page, server_url, markup_model, screenshots):
+    page.goto(server_url)
+    wait_idle(page)
+    explain(page, "I have a lot")
+    page.click(".sg-continue")
+    chips = page.locator(".sg-gen-chips .sg-genchip")
+    chips.nth(3).wait_for(timeout=60_000)
+    assert chips.count() == 4
+    assert all(t.startswith("GENERATED") or t.lower().startswith("generated") for t in chips.all_inner_texts())
+    model = studygroup.load(markup_model.path)
+    g = model.generate("I have a lot", 4)
+    shown = [c.locator(".sg-tok").inner_text() for c in chips.all()]
+    assert shown == [model.tokenizer.readable(i) for i in g.ids]
+
+    page.locator(".sg-gen-slider").fill("2")  # the slider moved to word 2
+    word = page.locator(".sg-gen-word")
+    assert "Word 2:" in word.inner_text()
+    assert word.locator(".sg-gen-cand").count() == len(g.words[1].top)
+    assert word.locator(".sg-gen-cand.sg-chosen .sg-tok").inner_text() == model.tokenizer.readable(g.ids[1])
+
+    page.locator(".sg-chip .sg-mute").nth(1).click()  # silence member 1
+    page.locator(".sg-gen-both .sg-gen-part").wait_for(timeout=60_000)
+    other = model.generate("I have a lot", 4, silence_members=[1])
+    silenced = page.locator(".sg-gen-both .sg-gen-silenced .sg-tok").all_inner_texts()
+    assert silenced == [model.tokenizer.readable(i) for i in other.ids]
+    assert page.locator(".sg-gen-both .sg-gen-whole .sg-tok").count() == 4
+    part = next((k for k, (a, b) in enumerate(zip(g.ids, other.ids)) if a != b), None)
+    said = page.locator(".sg-gen-part").inner_text()
+    assert (f"They part at word {part + 1}" in said) if part is not None else ("the same" in said)
+    page.screenshot(path=str(screenshots / "generate.png"), full_page=True)
+    assert_no_markup_ran(page)
