@@ -124,7 +124,7 @@
       box.appendChild(row("Whole group: ", g.lines, "sg-gen-whole"));
       box.appendChild(row("Silenced group: ", g.silenced, "sg-gen-silenced"));
       box.appendChild(el("p", { cls: "sg-gen-part", text: part < 0 ? "The two continuations are the same."
-        : "They part at word " + (part + 1) + ": \u201c" + g.silenced[part].token + "\u201d (" + percent(g.silenced[part].prob) + ") instead of \u201c" + g.lines[part].token + "\u201d (" + percent(g.lines[part].prob) + ")." }));
+        : "They part at word " + (part + 1) + ": \u201c" + g.silenced[part].token + "\u201d (" + percent(g.silenced[part].prob) + " in the silenced group) instead of \u201c" + g.lines[part].token + "\u201d (" + percent(g.lines[part].prob) + " in the whole group)." }));
     }
   });
 })(window.StudyGroup = window.StudyGroup || {});
