@@ -46,14 +46,16 @@ def test_each_words_rows_equal_a_full_pass(pair):
     seq = list(ids)
     for k, word in enumerate(g.words, start=1):
         run = ours.run(seq, record=["q", "weights"])
+        q = g.questions(k)  # (L, H, d), recomputed from the cache
         for l in range(ours.config.n_layers):
             full = run["weights", l][:, -1]  # (H, P)
-            assert (word.questions[l] - run["q", l][:, -1]).abs().max() < 1e-5
+            assert (q[l] - run["q", l][:, -1]).abs().max() < 1e-5
             assert (word.sink[l] - full[:, 0]).abs().max() < 1e-5
-            top = full.topk(min(16, full.shape[-1]), -1).values
-            assert (word.weights[l] - top).abs().max() < 1e-5
+            top = full.topk(min(16, full.shape[-1]), -1)
+            assert (word.weights[l] - top.values).abs().max() < 1e-5
+            assert (full.gather(-1, word.members[l].long()) - word.weights[l]).abs().max() < 1e-5
             for h in range(ours.config.n_heads):
-                assert (g.row(k, l, h) - full[h]).abs().max() < 1e-5
+                assert (g.row(k, l, h, q) - full[h]).abs().max() < 1e-5
         assert int(run.logits[-1].argmax()) == word.id
         seq.append(word.id)
 
@@ -63,10 +65,25 @@ def test_silenced_generation_equals_silenced_full_passes(pair):
     ids = random_ids(ours, 7, 8)
     g = ours.generate(ids, 6, ignore_eos=True, silence_members=[2], silence_heads=[(0, 1)])
     seq = list(ids)
-    for word in g.words:
-        run = ours.run(seq, silence_members=[2], silence_heads=[(0, 1)])
+    for k, word in enumerate(g.words, start=1):
+        run = ours.run(seq, record=["q", "weights"], silence_members=[2], silence_heads=[(0, 1)])
         assert int(run.logits[-1].argmax()) == word.id
+        q = g.questions(k)  # (L, H, d), recomputed with the silencing
+        for l in range(ours.config.n_layers):
+            assert (q[l] - run["q", l][:, -1]).abs().max() < 1e-5
+            for h in range(ours.config.n_heads):
+                assert (g.row(k, l, h, q) - run["weights", l][h, -1]).abs().max() < 1e-5
         seq.append(word.id)
+
+
+def test_a_words_record_is_its_top_weights_members_and_sink(model):
+    """What each word keeps: L × H × (16 weights as float32, 16 members as int16, a sink), no
+    question vectors (27 KB a word for the default model's 30 × 9 heads)."""
+    g = model.generate(random_ids(model, 20, 3), 2, ignore_eos=True)
+    L, H = model.config.n_layers, model.config.n_heads
+    kept = sum(t.numel() * t.element_size() for w in g.words for t in (w.members, w.weights, w.sink))
+    assert kept == len(g.words) * L * H * (16 * 4 + 16 * 2 + 4)
+    assert not hasattr(g.words[0], "questions")
 
 
 def test_stops_at_the_end_token_unless_told(model, monkeypatch):
