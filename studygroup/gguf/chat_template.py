@@ -45,7 +45,7 @@ def chat_ids(tokenizer, chat: list[dict[str, str]], add_generation_prompt: bool 
     no template."""
     template = tokenizer.chat_template
     if not template:
-        raise InputError("this model's file has no chat template (tokenizer.chat_template): leave out --chat")
+        raise InputError("this model's file has no chat template (tokenizer.chat_template): it cannot be asked as a chat")
     ids, run = [], ""
     for piece, is_markup in _pieces(tokenizer, template, chat, add_generation_prompt):
         for part, control_id in (_split_controls(tokenizer, piece) if is_markup else [(piece, None)]):

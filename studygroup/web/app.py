@@ -146,6 +146,8 @@ class GenerateBody(_Body):
     top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
     seed: Index | None = None
     ignore_eos: bool = False
+    chat: bool = False  # the text as the user's turn in the model's own chat template
+    system: Text | None = None  # with chat: a system turn before the user's
     candidates: Annotated[int, Field(ge=1, le=MAX_TOP)] = 5
     layer: Index | None = None  # with head: what each word's question heard in that head
     head: Index | None = None
@@ -443,12 +445,13 @@ def _routes(app: FastAPI, s: Service) -> None:
 
     @app.post("/api/generate")
     async def generate(b: GenerateBody):
-        T = s.check_text(b.text)
+        ids = generation.prompt(s, b)
+        T = len(ids)
         members, heads = s.silenced(b, T)
         if (b.layer is None) != (b.head is None):
             raise InputError("give both layer and head (what each word's question heard there), or neither")
         head = None if b.layer is None else model.check_head(b.layer, b.head)
-        ids, kw = model.ids(b.text), generation.settings(b)
+        kw = generation.settings(b)
         if T + len(b.words) + b.n > s.max_tokens:
             raise InputError(f"the text ({T} tokens), the {len(b.words)} words so far and {b.n} more exceed "
                              f"the {s.max_tokens} members this app takes")

@@ -49,6 +49,20 @@ class Generations:
         self.kept.put(key, g, g.nbytes)
 
 
+def prompt(service, b) -> list[int]:
+    """The body's prompt ids: its text's, or with b.chat the text as the user's turn in the model's
+    own chat template (after b.system's turn when given). InputError past the app's limit."""
+    if b.system is not None and not b.chat:
+        raise InputError("system goes with chat: true (a system turn in the model's chat template)")
+    if not b.chat:
+        service.check_text(b.text)
+        return service.model.ids(b.text)
+    ids = service.model.chat(b.text, b.system)
+    if len(ids) > service.max_tokens:
+        raise InputError(f"the chat is {len(ids)} tokens long: this app takes at most {service.max_tokens}")
+    return ids
+
+
 def settings(b) -> dict:
     """The body's generation settings as start() takes them (sampling checked here: InputError)."""
     sampling = Sampling(b.temperature, b.top_k, b.top_p, b.seed)

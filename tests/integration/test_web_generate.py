@@ -76,3 +76,24 @@ def test_listened_is_the_words_record_in_that_head(client, model):
 def test_bad_input_is_4xx_before_the_stream(client, body, status, words):
     r = client.post("/api/generate", json={"text": TEXT, "n": 3, **body})
     assert words in error_of(r, status)
+
+
+TEMPLATE = "{{ bos_token }}{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }}\n{% endfor %}<assistant>"
+
+
+@pytest.mark.parametrize("system", [None, "be brief"])
+def test_chat_words_equal_model_generate_with_chat(client, model, monkeypatch, system):
+    monkeypatch.setattr(model.tokenizer, "chat_template", TEMPLATE)
+    got = generate(client, n=4, chat=True, **({"system": system} if system else {}))
+    g = model.generate(TEXT, 4, ignore_eos=True, chat=True, system=system)
+    assert [x["id"] for x in got] == g.ids
+    assert g.prompt_ids == model.chat(TEXT, system) != model.ids(TEXT)  # the template's markup is in the prompt
+    assert got == [{"word": k, **json.loads(json.dumps(g.word_json(k)))} for k in range(1, 5)]
+
+
+@pytest.mark.parametrize("body, words", [({"chat": True}, "has no chat template"),
+                                         ({"system": "be brief"}, "system goes with chat")])
+def test_chat_refusals_are_one_line_of_json(client, body, words):
+    r = client.post("/api/generate", json={"text": TEXT, "n": 3, **body})
+    message = error_of(r, 400)
+    assert words in message and "\n" not in message
