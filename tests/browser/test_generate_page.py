@@ -39,3 +39,27 @@ def test_continue_slider_and_silenced_continuation(page, server_url, markup_mode
     assert (f"They part at word {part + 1}" in said) if part is not None else ("the same" in said)
     page.screenshot(path=str(screenshots / "generate.png"), full_page=True)
     assert_no_markup_ran(page)
+
+
+def test_continue_sits_under_the_members_and_a_word_heard_in_the_head_now_open(page, server_url, markup_model):
+    page.goto(server_url)
+    wait_idle(page)
+    explain(page, "I have a lot")
+    box = lambda sel: page.locator(sel).bounding_box()  # noqa: E731
+    assert box(".sg-input")["y"] + box(".sg-input")["height"] <= box(".sg-generate")["y"] < box(".sg-conclusion")["y"]
+    page.click(".sg-continue")
+    page.locator(".sg-gen-chips .sg-genchip").nth(3).wait_for(timeout=60_000)
+    page.locator(".sg-status[data-kind='']").wait_for(state="attached", timeout=60_000)
+    page.locator(".sg-gen-slider").fill("3")
+    opened = page.locator(".sg-thumb.sg-open")
+    was = (int(opened.get_attribute("data-layer")), int(opened.get_attribute("data-head")))
+    layer, head = (1, 3) if was != (1, 3) else (0, 2)
+    page.click(f".sg-thumb[data-layer='{layer}'][data-head='{head}']")
+    word = page.locator(".sg-gen-word")
+    page.wait_for_function("s => document.querySelector('.sg-gen-word').textContent.includes(s)",
+                           arg=f"in layer {layer} head {head}", timeout=60_000)
+    g = studygroup.load(markup_model.path).generate("I have a lot", 4)
+    record = g.words[2]  # word 3's: what the question that chose it heard
+    heard = word.locator(".sg-gen-heard li").all_inner_texts()
+    members = [int(t.split("(member ")[1].split(")")[0].split(",")[0]) for t in heard]
+    assert members == record.members[layer, head][:6].tolist()

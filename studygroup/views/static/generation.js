@@ -7,6 +7,7 @@
 
   const { el, clear, tokenNode, percent } = sg;
   const STEP = 4; // words one press of Continue adds
+  const MAX_WORDS = 256; // words one POST /api/generate streams at most
 
   sg.mixin(class {
     /** The section's skeleton; `section(cls, title, hint)` makes a card. */
@@ -61,9 +62,28 @@
           this.renderGenerated(g.lines.length);
         });
         this.say("", "");
+        await this.listenInHead(); // a head opened while the words came
         if (this.ui.members.size || this.ui.headsSilenced.size) await this.regenerateSilenced();
       } catch (e) { this.say("Generating: " + e.message, "error"); }
       button.disabled = false;
+    }
+
+    /** What each word's question heard, in the head now open: the same words asked again with that
+     * head (the server streams them from the generation it keeps, no word computed again). Words
+     * past the last MAX_WORDS keep no record of another head. */
+    async listenInHead() {
+      const g = this.gw, head = this.openHeadBody();
+      const here = (x) => x.listened && x.listened.layer === head.layer && x.listened.head === head.head;
+      if (!g || g.text !== this.d.text || head.layer == null || g.lines.every(here)) return;
+      const from = Math.max(0, g.lines.length - MAX_WORDS), lines = [];
+      try {
+        await this.streamWords({ text: g.text, n: g.lines.length - from, words: g.lines.slice(0, from).map((x) => x.id), ...head }, (line) => lines.push(line));
+      } catch (e) { this.say("Generating: " + e.message, "error"); return; }
+      if (this.gw !== g || this.ui.layer !== head.layer || this.ui.head !== head.head) return; // another head or text since
+      g.lines.forEach((x, i) => { // words that came since keep their own (Continue asks again after them)
+        if (i < from) x.listened = null; else if (lines[i - from]) x.listened = lines[i - from].listened;
+      });
+      this.renderGeneratedWord();
     }
 
     /** The silenced group's continuation, as long as the whole group's. */
