@@ -4,6 +4,23 @@ the server's Model.generate on the same tiny model."""
 from __future__ import annotations
 
 import studygroup
+from studygroup.study.continuations import continuations
+
+
+def percent(p: float) -> str:
+    """As the page writes a probability (UI.md): one decimal under 10%, none above."""
+    return f"{100 * p:.1f}%" if p < 0.1 else f"{100 * p:.0f}%"
+
+
+def prob_in(top, i: int, exact: float) -> str:
+    """What the page says of word i's probability among a word's candidates `top` [(id, prob,
+    logit)]: its percentage (checked against `exact`), or the bound the last candidate gives."""
+    listed = {j: p for j, p, _ in top}
+    if i not in listed:
+        assert exact <= top[-1][1] + 1e-6
+        return f"below {percent(top[-1][1])} (not among its {len(top)} most likely)"
+    assert abs(listed[i] - exact) < 1e-5
+    return percent(listed[i])
 
 from .test_page import assert_no_markup_ran, explain, wait_idle
 
@@ -37,6 +54,16 @@ def test_continue_slider_and_silenced_continuation(page, server_url, markup_mode
     part = next((k for k, (a, b) in enumerate(zip(g.ids, other.ids)) if a != b), None)
     said = page.locator(".sg-gen-part").inner_text()
     assert (f"They part at word {part + 1}" in said) if part is not None else ("the same" in said)
+    assert part is not None  # silencing member 1 of this tiny model changes word 3: the cross figures are checked
+    if part is not None:  # each word's probability in both groups, the CLI's continuations' numbers
+        c = continuations(model, "I have a lot", g, {"n": 4}, {"silence_members": [1], "silence_heads": []}).parting
+        assert (c.whole_id, c.silenced_id) == (g.ids[part], other.ids[part])
+        cross = page.locator(".sg-gen-cross").inner_text()
+        for group, word, exact in (("whole", g.words[part], (c.prob_whole_in_whole, c.prob_silenced_in_whole)),
+                                   ("silenced", other.words[part], (c.prob_whole_in_silenced, c.prob_silenced_in_silenced))):
+            shown = [prob_in(word.top, i, p) for i, p in zip((c.whole_id, c.silenced_id), exact)]
+            assert (f"In the {group} group: \u201c{c.whole_token}\u201d {shown[0]}, "
+                    f"\u201c{c.silenced_token}\u201d {shown[1]}.") in cross
     page.screenshot(path=str(screenshots / "generate.png"), full_page=True)
     assert_no_markup_ran(page)
 

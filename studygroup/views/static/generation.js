@@ -143,8 +143,18 @@
         ...lines.map((x, i) => tokenNode(x.token, i === part ? "sg-parted" : ""))]);
       box.appendChild(row("Whole group: ", g.lines, "sg-gen-whole"));
       box.appendChild(row("Silenced group: ", g.silenced, "sg-gen-silenced"));
-      box.appendChild(el("p", { cls: "sg-gen-part", text: part < 0 ? "The two continuations are the same."
-        : "They part at word " + (part + 1) + ": \u201c" + g.silenced[part].token + "\u201d (" + percent(g.silenced[part].prob) + " in the silenced group) instead of \u201c" + g.lines[part].token + "\u201d (" + percent(g.lines[part].prob) + " in the whole group)." }));
+      if (part < 0) { box.appendChild(el("p", { cls: "sg-gen-part", text: "The two continuations are the same." })); return; }
+      const whole = g.lines[part], silenced = g.silenced[part], quote = (t) => "\u201c" + t + "\u201d";
+      box.appendChild(el("p", { cls: "sg-gen-part", text: "They part at word " + (part + 1) + ": " + quote(silenced.token) + " instead of " + quote(whole.token) + "." }));
+      // both groups have heard the same words up to here: each word's line holds its group's candidates there
+      const both = (line, group) => group + ": " + quote(whole.token) + " " + this.probIn(line, whole.id) + ", " + quote(silenced.token) + " " + this.probIn(line, silenced.id) + ".";
+      box.appendChild(el("p", { cls: "sg-gen-cross", text: both(whole, "In the whole group") + " " + both(silenced, "In the silenced group") }));
+    }
+
+    /** A word's probability among a line's candidates, or the bound its absence gives. */
+    probIn(line, id) {
+      const c = line.top.find((t) => t.id === id), last = line.top[line.top.length - 1];
+      return c ? percent(c.prob) : "below " + percent(last.prob) + " (not among its " + line.top.length + " most likely)";
     }
   });
 })(window.StudyGroup = window.StudyGroup || {});
