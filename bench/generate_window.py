@@ -75,6 +75,7 @@ def main() -> None:
         print(json.dumps(child(args.prompt)))
         return
     load_before = os.getloadavg()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     env = os.environ | {"PYTHONPATH": str(REPO)}  # this checkout's studygroup
     done = subprocess.run([sys.executable, __file__, "--child", "--prompt", str(args.prompt)],
                           capture_output=True, text=True, env=env, check=True)
@@ -82,15 +83,13 @@ def main() -> None:
     run = json.loads(done.stdout.strip().splitlines()[-1])
     unmade = run["context"] - run["words"]  # words a generation from one member would add
     bound = peak_mib + unmade * run["record_bytes_a_word"] / 2**20
-    figures = {"date": time.strftime("%Y-%m-%dT%H:%M:%S"), "cpu": cpu(), "load_average_before": load_before,
+    figures = {"date": time.strftime("%Y-%m-%dT%H:%M:%S"), "commit": commit, "cpu": cpu(), "load_average_before": load_before,
                "load_average_after": os.getloadavg(), **run, "peak_mib": round(peak_mib),
                "peak_mib_bound_all_generated": round(bound),
                "what": f"{run['prompt']} prompt members (the bench paragraph's ids repeated), then {run['words']} "
                        f"words generated to the full window of {run['context']}"}
     print(json.dumps(figures, indent=1))
     if args.out:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                                text=True).stdout.strip()
         path = REPO / "bench" / "results" / f"{time.strftime('%Y-%m-%d')}-{commit}-generate-window.json"
         path.write_text(json.dumps(figures, indent=1) + "\n")
         print(f"written: {path.relative_to(REPO)}", file=sys.stderr)
