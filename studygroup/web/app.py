@@ -83,6 +83,8 @@ class ConclusionBody(TextBody):
 class ExplainBody(TextBody):
     silence_members: Members = []
     silence_heads: Heads = []
+    chat: bool = False  # the text as the user's turn in the model's own chat template
+    system: Text | None = None  # with chat: a system turn before the user's
 
 
 class CompareBody(_Body):
@@ -382,6 +384,11 @@ def _routes(app: FastAPI, s: Service) -> None:
 
     @app.post("/api/explain")
     async def explain(b: ExplainBody):
+        if b.chat or b.system is not None:  # the chat's ids, explained as they are (never the text's own explanation)
+            ids = generation.prompt(s, b)
+            members, heads = s.silenced(b, len(ids))
+            return await s.answer(("explain", tuple(ids), b.top, members, heads), lambda: page_data.explanation(
+                model, ids, b.top, members, heads).to_dict())
         members, heads = s.silenced(b, s.check_text(b.text))
         if members or heads:  # a run with these silenced: not the text's own explanation, not remembered
             return await s.answer(("explain", b.text, b.top, members, heads), lambda: page_data.explanation(

@@ -7,6 +7,8 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
+import studygroup
+
 from integration.test_web_app import error_of
 from studygroup.web.app import Limits, create_app
 
@@ -97,3 +99,14 @@ def test_chat_refusals_are_one_line_of_json(client, body, words):
     r = client.post("/api/generate", json={"text": TEXT, "n": 3, **body})
     message = error_of(r, 400)
     assert words in message and "\n" not in message
+
+
+def test_explain_takes_chat_as_the_cli_does(client, model, monkeypatch):
+    monkeypatch.setattr(model.tokenizer, "chat_template", TEMPLATE)
+    r = client.post("/api/explain", json={"text": TEXT, "top": 3, "chat": True, "system": "be brief"})
+    assert r.status_code == 200, r.text
+    expected = studygroup.explain(model, model.chat(TEXT, "be brief"), top=3).to_dict()
+    assert json.loads(r.text) == json.loads(json.dumps(expected))
+    assert r.json()["token_ids"] == model.chat(TEXT, "be brief")
+    monkeypatch.setattr(model.tokenizer, "chat_template", None)
+    assert "has no chat template" in error_of(client.post("/api/explain", json={"text": TEXT, "chat": True}), 400)
