@@ -1,5 +1,5 @@
 """Generation speed: words per second for 64 new words after a 128-member prompt on the default
-model, studygroup's `Model.generate` (its defaults: every word's questions and top weights kept)
+model, studygroup's `Model.generate` (its defaults: every word's 16 largest weights, their members and the sink kept)
 beside transformers' `generate` (float32, sdpa, its cache, min_new_tokens=64) on the same weights,
 in the same run; and the bare multiplies of one row (every weight matrix times one vector: the
 memory-bandwidth floor of a step). Prints the CPU, each peer's words/s, and the ratio.

@@ -13,7 +13,7 @@ stderr with exit status 2.
     studygroup roles [TEXT]
     studygroup models [--full]   (the GGUF models on this disk)
     studygroup generate TEXT -n N [--temperature T] [--top-k K] [--top-p P] [--seed S] [--ignore-eos]
-                    [--candidates K] [--silence-member J] [--silence-head L.H]
+                    [--candidates K] [--chat [--system TEXT]] [--silence-member J] [--silence-head L.H]
 
 Every command takes --json (print the result as JSON instead), --top K and --model PATH.
 """
@@ -137,9 +137,25 @@ def _generate_parser(sub) -> None:
     p.add_argument("--ignore-eos", action="store_true", help="go on past the model's end-of-text token")
     p.add_argument("--candidates", type=_whole(1), default=5, metavar="K",
                    help="the most likely words listed per word in --json (default 5)")
+    _chat_options(p)
     _interventions(p, "also the continuation")
     _model_options(p)
     p.set_defaults(handler=_generate)
+
+
+def _chat_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--chat", action="store_true", help="the text is the user's turn in the model's own chat "
+                   "template (its markup as special tokens; what you type stays text)")
+    p.add_argument("--system", default=None, metavar="TEXT", help="with --chat: a system turn before the user's")
+
+
+def _prompt(model, args):
+    """The text, or with --chat its ids in the model's chat template."""
+    from studygroup.errors import InputError
+
+    if args.system is not None and not args.chat:
+        raise InputError("--system goes with --chat (a system turn in the model's chat template)")
+    return model.chat(args.text, args.system) if args.chat else args.text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -158,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--word", type=_whole(1), default=None, metavar="K",
                    help="with --generate: explain why generated word K (from 1) was chosen; its members are the text "
                         "and the K-1 words before it")
+    _chat_options(p)
     p.set_defaults(handler=_explain)
     p = sub.add_parser("compare", help="what a longer context does to the conclusion, and who accounts for it")
     p.add_argument("text_a")
@@ -251,13 +268,15 @@ def _explain(args) -> str:
     from studygroup.study.explain import explain
 
     _check_figures(args)
-    if args.html is not None and (args.silence_member or args.silence_head):
-        from studygroup.errors import InputError
+    from studygroup.errors import InputError
 
+    if args.html is not None and (args.silence_member or args.silence_head):
         raise InputError("--html writes the text's own views, with nothing silenced: leave out --silence-member "
                          "and --silence-head, or --html")
+    if args.html is not None and args.chat:
+        raise InputError("--html writes the text's own views, not a chat's: leave out --chat, or --html")
     model = _load(args)
-    text, word = _generated_word(model, args)
+    text, word = _generated_word(model, args, _prompt(model, args))
     e = explain(model, text, top=args.top, silence_heads=args.silence_heads,
                 silence_members=args.silence_members, silenced_members=args.silence_member,
                 silenced_heads=args.silence_head, word=word)
@@ -270,18 +289,18 @@ def _explain(args) -> str:
     return e.to_json(indent=2) if args.json else render_text.explanation(e, full=args.full)
 
 
-def _generated_word(model, args) -> tuple:
+def _generated_word(model, args, prompt) -> tuple:
     """(the text or ids to explain, the word's id or None): with --generate N --word K, the prompt's
     ids and the K-1 generated ids before word K (never the decoded text tokenized again), and K's id."""
     from studygroup.errors import InputError
 
     if args.generate is None and args.word is None:
-        return args.text, None
+        return prompt, None
     if args.generate is None or args.word is None:
         raise InputError("--generate N and --word K go together: generate N words, explain word K")
     if args.word > args.generate:
         raise InputError(f"--word {args.word} is past the {args.generate} words generated")
-    g = model.generate(args.text, args.generate)
+    g = model.generate(prompt, args.generate)
     if args.word > len(g.words):
         raise InputError(f"--word {args.word}: the model ended the text after {len(g.words)} words")
     return g.prompt_ids + g.ids[:args.word - 1], g.ids[args.word - 1]
@@ -398,24 +417,25 @@ def _generate(args) -> str:
     from studygroup.views import generation_text as render_text
 
     model = _load(args)
+    prompt = _prompt(model, args)
     kw = dict(n=args.n, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
               ignore_eos=args.ignore_eos, candidates=args.candidates)
     silenced = dict(silence_members=args.silence_member, silence_heads=args.silence_head)
-    model.before_pass(args.text, **silenced)  # bad members or heads: refused before any word
+    model.before_pass(prompt, **silenced)  # bad members or heads: refused before any word
     if args.json:
-        g = model.generate(args.text, **kw)
+        g = model.generate(prompt, **kw)
         out = {**g.to_json()}
         if args.silence_member or args.silence_head:
-            out["silenced"] = model.generate(args.text, **kw, **silenced).to_json()
+            out["silenced"] = model.generate(prompt, **kw, **silenced).to_json()
         return json.dumps(out, indent=2, ensure_ascii=False)
-    stream = render_text.Stream(model.tokenizer, args.text)
-    g = model.generate(args.text, **kw, on_word=lambda w: print(stream.add(w.id), end="", flush=True))
+    stream = render_text.Stream(model.tokenizer, model.tokenizer.decode(prompt) if args.chat else args.text)
+    g = model.generate(prompt, **kw, on_word=lambda w: print(stream.add(w.id), end="", flush=True))
     print(stream.rest())
     lines = [render_text.generation_end(g)]
     if args.silence_member or args.silence_head:
         from studygroup.study.continuations import continuations
 
-        lines.append(render_text.continuations(continuations(model, args.text, g, kw, silenced)))
+        lines.append(render_text.continuations(continuations(model, prompt, g, kw, silenced)))
     return "\n".join(l for l in lines if l)
 
 

@@ -29,7 +29,7 @@ from studygroup.errors import InputError, ModelFileError
 from studygroup.gguf.metadata import lookup
 from studygroup.gguf.sentencepiece import SPACE, SentencePiece, byte_token_value, escape
 
-FORMAT = "studygroup-tokenizer-5"  # what a cached tokenizer JSON holds; change it when that changes
+FORMAT = "studygroup-tokenizer-6"  # what a cached tokenizer JSON holds; change it when that changes
 TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED, TOKEN_BYTE = 1, 2, 3, 4, 5, 6
 PLAIN_TEXT_TYPES = (TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNKNOWN)  # stored as the text they stand for
 MODELS = ("gpt2", "llama")  # tokenizer.ggml.model values studygroup reads
@@ -86,7 +86,7 @@ class Tokenizer:
     def __init__(self, tokens: list[str], merges: list[str], token_types: list[int], pre: str,
                  bos_id: int | None, eos_id: int | None, add_bos: bool | None = None, *,
                  model: str = "gpt2", scores: list[float] | None = None, add_space_prefix: bool | None = None,
-                 built: str | None = None):
+                 built: str | None = None, chat_template: str | None = None):
         _check_model(model)
         if model == "gpt2" and pre not in PRE_TOKENIZERS:
             raise ModelFileError(f"tokenizer.ggml.pre = {pre!r} is not a pre-tokenizer studygroup knows; "
@@ -95,6 +95,7 @@ class Tokenizer:
             raise ModelFileError(f"{len(tokens)} tokens but {len(token_types)} token types")
         self.model, self.tokens, self._merges, self.token_types, self.pre = model, tokens, merges, token_types, pre
         self.scores, self.bos_id, self.eos_id = scores, bos_id, eos_id
+        self.chat_template = chat_template  # Jinja (tokenizer.chat_template), or None: see gguf.chat_template
         default_bos = SPM_DEFAULTS["add_bos"] if model == "llama" else PRE_TOKENIZERS[pre].add_bos
         self.add_bos = default_bos if add_bos is None else bool(add_bos)
         self.add_space_prefix = model == "llama" and (add_space_prefix is None or bool(add_space_prefix))
@@ -149,7 +150,8 @@ class Tokenizer:
                    pre=lookup(fields, "tokenizer.ggml.pre", str) or "default",
                    bos_id=lookup(fields, "tokenizer.ggml.bos_token_id", int),
                    eos_id=lookup(fields, "tokenizer.ggml.eos_token_id", int),
-                   add_bos=lookup(fields, "tokenizer.ggml.add_bos_token", bool))
+                   add_bos=lookup(fields, "tokenizer.ggml.add_bos_token", bool),
+                   chat_template=lookup(fields, "tokenizer.chat_template", str))
 
     @classmethod
     def _sentencepiece_from_fields(cls, fields: Mapping[str, Any]) -> Tokenizer:
@@ -164,7 +166,8 @@ class Tokenizer:
                    eos_id=lookup(fields, "tokenizer.ggml.eos_token_id", int, SPM_DEFAULTS["eos_id"]),
                    add_bos=lookup(fields, "tokenizer.ggml.add_bos_token", bool, SPM_DEFAULTS["add_bos"]),
                    add_space_prefix=lookup(fields, "tokenizer.ggml.add_space_prefix", bool,
-                                           SPM_DEFAULTS["add_space_prefix"]))
+                                           SPM_DEFAULTS["add_space_prefix"]),
+                   chat_template=lookup(fields, "tokenizer.chat_template", str))
 
     def to_json(self) -> dict[str, Any]:
         """Everything needed to rebuild this tokenizer, as a JSON-able dict (used by the cache).
@@ -177,7 +180,8 @@ class Tokenizer:
         return {"format": FORMAT, "model": self.model, "tokens": self.tokens, "merges": merges,
                 "scores": self.scores, "token_types": self.token_types, "pre": self.pre, "bos_id": self.bos_id,
                 "eos_id": self.eos_id, "add_bos": self.add_bos, "add_space_prefix": self.add_space_prefix,
-                "built": _merges_as_strings(self._hf.to_str()) if self.model == "gpt2" else None}
+                "built": _merges_as_strings(self._hf.to_str()) if self.model == "gpt2" else None,
+                "chat_template": self.chat_template}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Tokenizer:
@@ -185,13 +189,13 @@ class Tokenizer:
 
         >>> Tokenizer.from_json({"format": "other"})
         Traceback (most recent call last):
-        ValueError: not a studygroup-tokenizer-5 tokenizer
+        ValueError: not a studygroup-tokenizer-6 tokenizer
         """
         if data.get("format") != FORMAT:
             raise ValueError(f"not a {FORMAT} tokenizer")
         return cls(data["tokens"], data["merges"], data["token_types"], data["pre"], data["bos_id"], data["eos_id"],
                    data["add_bos"], model=data["model"], scores=data["scores"], add_space_prefix=data["add_space_prefix"],
-                   built=data["built"])
+                   built=data["built"], chat_template=data["chat_template"])
 
     @property
     def merges(self) -> list[str]:

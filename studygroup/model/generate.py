@@ -4,8 +4,10 @@ The prompt is passed once and its keys and values kept (the key/value cache); ea
 one new word, whose question is asked of every member so far (the cache plus its own key), and
 appends its key and value. Per word the result keeps what the questions that chose it listened to
 (the last member's before it: for word k, the prompt and the k − 1 words before it): each head's
-question vector, its 16 largest weights and the weight on the first member (the sink); the whole
-row is recomputed from the key cache on request (`Generation.row`).
+16 largest weights, the members they fall on and the weight on the first member (the sink),
+27 KB a word for the default model. The questions themselves (L × H × d float32, 69 KB a word:
+570 MB over the 8,192-member window) are not kept: `Generation.questions(k)` recomputes them from
+the key/value cache on request (one row's pass, exact), and `Generation.row` the whole row from them.
 
 Shapes: L layers, H query heads, H_kv key/value heads, d = d_head, P members before the step.
 """
@@ -26,24 +28,26 @@ from studygroup.model.step import LeanStep
 #: Largest weights kept per head and word.
 KEPT_WEIGHTS = 16
 
-#: What a pass keeps: every member's keys and values, and the last member's question and weights.
-_KEPT = Record(steps=("q", "k", "v", "weights"), rows="last")
+#: What a pass keeps: every member's keys and values, and the last member's weights.
+_KEPT = Record(steps=("k", "v", "weights"), rows="last")
+
+#: What a question's recomputation keeps: the last member's question in every layer.
+_QUESTION = Record(steps=("q",), rows="last")
 
 
 @dataclass
 class Word:
     """One generated word and what the questions that chose it listened to (the last member's).
 
-    questions (L, H, d): each head's question (after RoPE); members, weights (L, H, 16): the
-    members each head listened to most and their weights, largest first; sink (L, H): the weight
-    on member 0. top: the most likely words at this step, (id, prob, logit), most likely first.
+    members, weights (L, H, 16): the members each head listened to most (int16 where the context
+    allows, else int32) and their weights (float32), largest first; sink (L, H): the weight on
+    member 0. top: the most likely words at this step, (id, prob, logit), most likely first.
     """
 
     id: int
     prob: float
     logit: float
     top: list[tuple[int, float, float]]
-    questions: torch.Tensor
     members: torch.Tensor
     weights: torch.Tensor
     sink: torch.Tensor
@@ -52,13 +56,15 @@ class Word:
 
 @dataclass
 class Generation:
-    """The prompt's ids, the generated words, and the key cache they were asked of."""
+    """The prompt's ids, the generated words, and the key cache they were asked of. `more(n)` goes on
+    from the last word (the cache kept)."""
 
     model: "Model"
     prompt_ids: list[int]
     interventions: Interventions
     words: list[Word] = field(default_factory=list)
     keys: dict[int, torch.Tensor] = field(default_factory=dict)  # {layer: (H_kv, T, d)} after RoPE
+    _talk: "_Talk | None" = field(default=None, repr=False)
 
     @property
     def ids(self) -> list[int]:
@@ -74,30 +80,85 @@ class Generation:
     def text(self) -> str:
         return self.model.tokenizer.decode(self.ids)
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the key/value cache it keeps to go on and of its words' records."""
+        cache = self._talk.cache
+        records = [t for w in self.words for t in (w.members, w.weights, w.sink)]
+        return sum(t.numel() * t.element_size() for t in cache.k + cache.v + records)
+
+    def word_json(self, k: int, head: tuple[int, int] | None = None) -> dict:
+        """Word k (from 1): {token, id, prob, logit, top: [{token, id, prob, logit}], stop?}; with a
+        (layer, head), also "listened": what the question that chose it heard there, {layer, head,
+        members, weights (the 16 largest, largest first), sink (the weight on member 0)}."""
+        tok, w = self.model.tokenizer, self.words[k - 1]
+        word = lambda i, p, z: {"token": tok.readable(i), "id": i, "prob": p, "logit": z}
+        out = {**word(w.id, w.prob, w.logit), "top": [word(*t) for t in w.top], **({"stop": w.stop} if w.stop else {})}
+        if head is not None:
+            l, h = self.model.check_head(*head)
+            out["listened"] = {"layer": l, "head": h, "members": w.members[l, h].tolist(),
+                               "weights": w.weights[l, h].tolist(), "sink": float(w.sink[l, h])}
+        return out
+
     def to_json(self) -> dict:
         """{"prompt": {"tokens", "token_ids"}, "words": [{token, id, prob, logit, top, stop?}], "stop"}."""
         tok = self.model.tokenizer
-        word = lambda i, p, z: {"token": tok.readable(i), "id": i, "prob": p, "logit": z}
-        words = [{**word(w.id, w.prob, w.logit), "top": [word(*t) for t in w.top],
-                  **({"stop": w.stop} if w.stop else {})} for w in self.words]
         return {"prompt": {"tokens": [tok.readable(i) for i in self.prompt_ids], "token_ids": list(self.prompt_ids)},
-                "words": words, "stop": self.stop}
+                "words": [self.word_json(k) for k in range(1, len(self.words) + 1)], "stop": self.stop}
 
-    def row(self, k: int, layer: int, head: int) -> torch.Tensor:
+    @torch.inference_mode()
+    def more(self, n: int, on_word=None) -> "Generation":
+        """Up to n more words after the last (none after an end-of-generation token); on_word(word)
+        is called as each comes. Returns self."""
+        n = whole_number(n, "the number of words")
+        if n < 1:
+            raise InputError(f"the number of words must be at least 1, not {n}")
+        P, W, context = len(self.prompt_ids), len(self.words), self.model.config.context_length
+        if P + W + n > context:
+            so_far = f" and the {W} words so far" if W else ""
+            raise InputError(f"the prompt ({P} tokens){so_far} and {n} words exceed the model's context of {context}")
+        talk = self._talk
+        talk.reserve(P + W + n)
+        for _ in range(n):
+            if self.stop:
+                break
+            if talk.logits is None:  # the last word has not been passed yet
+                talk.step(self.words[-1].id)
+            self.words.append(talk.choose())
+            if on_word is not None:
+                on_word(self.words[-1])
+        self.keys = talk.cache.keys()
+        return self
+
+    @torch.inference_mode()
+    def questions(self, k: int) -> torch.Tensor:
+        """(L, H, d) the questions (after RoPE) that chose word k (from 1): those of the last of the
+        P members before it, recomputed by passing that member again over the cache's P - 1 before
+        it, with the generation's silencing."""
+        P = self._members_before(k)
+        member = (self.prompt_ids + self.ids)[P - 1]
+        _, steps = _row_pass(self.model, self.interventions, self._talk.cache.past(P - 1), member, _QUESTION)
+        return torch.stack([steps[f"layers.{l}.q"][0, :, -1] for l in range(self.model.config.n_layers)])
+
+    def row(self, k: int, layer: int, head: int, q: torch.Tensor | None = None) -> torch.Tensor:
         """(P,) the whole attention row, in this head, of the question that chose word k (from 1):
-        the last of the P members before word k, over them; recomputed from its kept question and
-        the key cache."""
+        the last of the P members before word k, over them; recomputed from its question (q, the
+        (L, H, d) of `questions(k)`, recomputed when not given) and the key cache."""
         m, c = self.model, self.model.config
         m.check_head(layer, head)
-        k = whole_number(k, "a word")
-        if not 1 <= k <= len(self.words):
-            raise InputError(f"word {k} does not exist: {len(self.words)} words were generated (1-{len(self.words)})")
-        P = len(self.prompt_ids) + k - 1  # members before word k
-        q = self.words[k - 1].questions[layer, head]  # (d,)
+        P = self._members_before(k)
+        q = (self.questions(k) if q is None else q)[layer, head]  # (d,)
         K = self.keys[layer][c.kv_head_of(head), :P]  # (P, d)
         scores = K @ q / math.sqrt(c.d_head)  # (P,)
         visible = _row_mask(m, self.interventions, layer, head, P - 1)  # (P,) bool
         return torch.softmax(scores.masked_fill(~visible, float("-inf")), -1)
+
+    def _members_before(self, k: int) -> int:
+        """P, the members before word k (from 1), checked."""
+        k = whole_number(k, "a word")
+        if not 1 <= k <= len(self.words):
+            raise InputError(f"word {k} does not exist: {len(self.words)} words were generated (1-{len(self.words)})")
+        return len(self.prompt_ids) + k - 1
 
 
 def _row_mask(model, interventions: Interventions, layer: int, head: int, P: int) -> torch.Tensor:
@@ -109,75 +170,96 @@ def _row_mask(model, interventions: Interventions, layer: int, head: int, P: int
     return visible
 
 
-@torch.inference_mode()
 def generate(model, text_or_ids, n: int, sampling: Sampling = Sampling(), ignore_eos: bool = False,
              candidates: int = 5, silence_members=(), silence_heads=(), on_word=None) -> Generation:
     """Generate up to n words after the prompt. on_word(word) is called as each word comes."""
-    ids = model.ids(text_or_ids)
     n = whole_number(n, "the number of words")
-    candidates = whole_number(candidates, "candidates")
-    c = model.config
     if n < 1:
         raise InputError(f"the number of words must be at least 1, not {n}")
-    if len(ids) + n > c.context_length:
-        raise InputError(f"the prompt ({len(ids)} tokens) and {n} words exceed the model's context of {c.context_length}")
+    ids = model.ids(text_or_ids)
+    if len(ids) + n > model.config.context_length:  # refused before the prompt's pass
+        raise InputError(f"the prompt ({len(ids)} tokens) and {n} words exceed the model's context of "
+                         f"{model.config.context_length}")
+    return start(model, ids, sampling, ignore_eos, candidates, silence_members, silence_heads, n).more(n, on_word)
+
+
+@torch.inference_mode()
+def start(model, text_or_ids, sampling: Sampling = Sampling(), ignore_eos: bool = False, candidates: int = 5,
+          silence_members=(), silence_heads=(), capacity: int = 1) -> Generation:
+    """A generation with no words yet: the prompt passed, its keys and values in a cache with room
+    for `capacity` words (more grows it); `more(n)` generates."""
+    ids = model.ids(text_or_ids)
+    candidates = whole_number(candidates, "candidates")
     interventions = Interventions.make(model, len(ids), silence_members, None, silence_heads)
-    out = Generation(model, ids, interventions)
-    cache = _Cache(c, len(ids) + n, model.device, model.dtype)
-    generator, stops = sampling.generator(), set() if ignore_eos else end_ids(model)
-    plan = interventions.plan(model, len(ids), _KEPT)
-    logits, steps = model.forward(torch.tensor(ids, device=model.device), plan)  # (1, 1, V)
-    cache.append(steps)
-    q, w = _last_row(steps, c)
-    lean = LeanStep(model, cache) if not (interventions.silenced_members or interventions.silenced_heads) else None  # silenced: the general pass
-    for _ in range(n):
-        z = logits.reshape(-1, logits.shape[-1])[-1].float()  # (V,)
-        word_id = sampling.choose(z, generator)
-        word = _word(z, word_id, candidates, q, w)
-        if word_id in stops:
-            word.stop = "eos"
-        out.words.append(word)
-        if on_word is not None:
-            on_word(word)
-        if word.stop or len(out.words) == n:
-            break
-        if lean is not None:
-            logits, q, w = lean(word_id)  # (V,), (L, H, d), (L, H, P)
+    talk = _Talk(model, interventions, sampling, candidates, set() if ignore_eos else end_ids(model))
+    talk.cache = _Cache(model.config, min(len(ids) + capacity, model.config.context_length), model.device, model.dtype)
+    logits, steps = model.forward(torch.tensor(ids, device=model.device), interventions.plan(model, len(ids), _KEPT))
+    talk.cache.append(steps)
+    talk.logits, talk.w = logits, _last_row(steps, model.config)
+    return Generation(model, ids, interventions, _talk=talk)
+
+
+class _Talk:
+    """What a generation needs to go on: the cache, the next word's logits (None once chosen, until
+    that word's pass) and the last row's weights, the sampling and its generator."""
+
+    def __init__(self, model, interventions: Interventions, sampling: Sampling, candidates: int, stops: set[int]):
+        self.model, self.interventions, self.sampling, self.candidates, self.stops = (
+            model, interventions, sampling, candidates, stops)
+        self.generator = sampling.generator()
+        self.silenced = bool(interventions.silenced_members or interventions.silenced_heads)
+        self.cache, self.lean, self.logits, self.w = None, None, None, None
+
+    def reserve(self, capacity: int) -> None:
+        """Room in the cache for `capacity` members; the lean step is made for its size."""
+        if self.cache.reserve(capacity) or (self.lean is None and not self.silenced):
+            self.lean = None if self.silenced else LeanStep(self.model, self.cache)  # silenced: the general pass
+
+    def choose(self) -> Word:
+        """The next word from the logits, with its record; the logits are used up."""
+        z = self.logits.reshape(-1, self.logits.shape[-1])[-1].float()  # (V,)
+        word_id = self.sampling.choose(z, self.generator)
+        word = _word(z, word_id, self.candidates, self.w, self.model.config.context_length)
+        word.stop = "eos" if word_id in self.stops else None
+        self.logits = None
+        return word
+
+    def step(self, word_id: int) -> None:
+        """The pass of the chosen word: its logits and row."""
+        if self.lean is not None:
+            self.logits, self.w = self.lean(word_id)  # (V,), (L, H, P)
         else:
-            logits, steps = _step(model, interventions, cache, word_id)
-            q, w = _last_row(steps, c)
-    out.keys = cache.keys()
-    return out
+            self.logits, steps = _row_pass(self.model, self.interventions, self.cache.past(), word_id, _KEPT)
+            self.cache.append(steps)
+            self.w = _last_row(steps, self.model.config)
 
 
-def _step(model, interventions: Interventions, cache: "_Cache", word_id: int):
-    """One new member's pass over the cache: its logits (1, 1, V) and its recorded row."""
-    P = cache.T
-    plan = interventions.plan(model, P + 1, _KEPT)
+def _row_pass(model, interventions: Interventions, past: dict, member_id: int, record: Record):
+    """One member's pass at position P over the P members before it (`past`: their keys and values,
+    (1, H_kv, P, d) per layer), with the silencing's masks for its row: logits (1, 1, V), record."""
+    P = past[0][0].shape[-2]
+    plan = interventions.plan(model, P + 1, record)
     plan.masks = {l: m[..., -1:, :] for l, m in plan.masks.items()}  # (1, 1|H, 1, P + 1): the new row's
-    plan.past = cache.past()
-    logits, steps = model.forward(torch.tensor([word_id], device=model.device), plan)
-    cache.append(steps)
-    return logits, steps
+    plan.past = past if P else {}
+    return model.forward(torch.tensor([member_id], device=model.device), plan)
 
 
-def _last_row(steps, c) -> tuple[torch.Tensor, torch.Tensor]:
-    """The last member's questions (L, H, d) and weights (L, H, P) from a general pass's record."""
-    L = c.n_layers
-    q = torch.stack([steps[f"layers.{l}.q"][0, :, -1] for l in range(L)])  # (L, H, d)
-    w = torch.stack([steps[f"layers.{l}.weights"][0, :, -1] for l in range(L)])  # (L, H, P)
-    return q, w
+def _last_row(steps, c) -> torch.Tensor:
+    """The last member's weights (L, H, P) from a general pass's record."""
+    return torch.stack([steps[f"layers.{l}.weights"][0, :, -1] for l in range(c.n_layers)])  # (L, H, P)
 
 
-def _word(z: torch.Tensor, word_id: int, candidates: int, q: torch.Tensor, w: torch.Tensor) -> Word:
+def _word(z: torch.Tensor, word_id: int, candidates: int, w: torch.Tensor, context: int) -> Word:
     """The chosen word with its probability and the top candidates, and what the questions of the
-    pass that chose it heard: q (L, H, d), w (L, H, P) its last row's."""
+    pass that chose it heard: w (L, H, P), its last row's weights."""
     lp = torch.log_softmax(z.double(), -1)  # (V,)
     values, top = lp.topk(min(candidates, lp.numel()))
     ranked = [(i, float(v.exp()), float(z[i])) for v, i in zip(values, top.tolist())]
     weights, members = w.topk(min(KEPT_WEIGHTS, w.shape[-1]), -1)  # (L, H, 16)
-    sink = w[..., 0].clone()  # (L, H)
-    return Word(word_id, float(lp[word_id].exp()), float(z[word_id]), ranked, q, members, weights, sink)
+    index = torch.int16 if context <= torch.iinfo(torch.int16).max else torch.int32  # 2 bytes a member index
+    sink = w[..., 0].float().clone()  # (L, H)
+    return Word(word_id, float(lp[word_id].exp()), float(z[word_id]), ranked, members.to(index),
+                weights.float(), sink)
 
 
 class _Cache:
@@ -189,6 +271,16 @@ class _Cache:
         self.v = [torch.empty(shape, device=device, dtype=dtype) for _ in range(c.n_layers)]
         self.T = 0
 
+    def reserve(self, capacity: int) -> bool:
+        """Room for `capacity` members (the filled ones copied over); True if it grew."""
+        if capacity <= self.k[0].shape[-2]:
+            return False
+        for kv in (self.k, self.v):
+            for l, old in enumerate(kv):
+                kv[l] = torch.empty((*old.shape[:2], capacity, old.shape[-1]), device=old.device, dtype=old.dtype)
+                kv[l][:, :, :self.T] = old[:, :, :self.T]
+        return True
+
     def append(self, steps: dict[str, torch.Tensor]) -> None:
         """Add the keys and values a pass recorded: (1, H_kv, T_new, d) per layer."""
         T_new = steps["layers.0.k"].shape[-2]
@@ -197,8 +289,10 @@ class _Cache:
             self.v[l][:, :, self.T:self.T + T_new] = steps[f"layers.{l}.v"]
         self.T += T_new
 
-    def past(self) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
-        return {l: (self.k[l][:, :, :self.T], self.v[l][:, :, :self.T]) for l in range(len(self.k))}
+    def past(self, T: int | None = None) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+        """The first T members' keys and values (all filled ones by default): (1, H_kv, T, d) per layer."""
+        T = self.T if T is None else T
+        return {l: (self.k[l][:, :, :T], self.v[l][:, :, :T]) for l in range(len(self.k))}
 
     def keys(self) -> dict[int, torch.Tensor]:
         return {l: self.k[l][0, :, :self.T].float() for l in range(len(self.k))}

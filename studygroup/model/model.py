@@ -125,6 +125,17 @@ class Model:
             raise InputError(f"token id {bad[0]} is outside the vocabulary (0-{c.vocab_size - 1})")
         return ids
 
+    def chat(self, text: str, system: str | None = None) -> list[int]:
+        """Token ids of `text` as the user's turn of a chat in the model's own template (after
+        `system`'s turn when given), ending with the assistant's turn opened; the template's markup
+        as control tokens, the texts as plain text. InputError if the file has no template."""
+        from studygroup.gguf.chat_template import chat_ids, messages
+
+        for t in (text, system):
+            if t is not None:
+                self.tokenize(t)  # checked as any text is: a string, not empty, bytes the vocabulary spells
+        return self.ids(chat_ids(self.tokenizer, messages(text, system)))
+
     # ---- the story ---------------------------------------------------------------------------
     @heap.then_return_freed_memory
     def forward(self, ids: torch.Tensor, plan: PassPlan) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -415,7 +426,7 @@ class Model:
     def generate(self, text_or_ids, n: int, temperature: float = 0.0, top_k: int | None = None,
                  top_p: float = 1.0, seed: int | None = None, ignore_eos: bool = False, candidates: int = 5,
                  silence_members: Sequence[int] = (), silence_heads: Sequence[tuple[int, int]] = (),
-                 on_word=None):
+                 on_word=None, chat: bool = False, system: str | None = None):
         """Up to n words after the text, one pass of one new member each (a key/value cache).
 
         Greedy by default (temperature 0); otherwise sampled from softmax(logits / temperature)
@@ -423,11 +434,16 @@ class Model:
         words). Stops after an end-of-generation token (its word's stop is "eos") unless
         ignore_eos. candidates: the most likely words kept per step. silence_members (prompt
         members) and silence_heads apply at every word. on_word(word) is called as each comes.
+        chat: the text is the user's turn in the model's chat template (`chat`; `system` before it).
         Returns a `studygroup.model.generate.Generation`: `.ids`, `.words`, `.to_json()`.
         """
         from studygroup.model import generate, sampling
 
         how = sampling.Sampling(temperature, top_k, top_p, seed)
+        if chat:
+            text_or_ids = self.chat(text_or_ids, system)
+        elif system is not None:
+            raise InputError("a system text goes with chat=True (the model's chat template)")
         return generate.generate(self, text_or_ids, n, how, ignore_eos, candidates, silence_members,
                                  silence_heads, on_word)
 

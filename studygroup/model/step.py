@@ -40,13 +40,12 @@ class LeanStep:
                 "angles": self.angles[c.rope_of(l)], "window": c.window_of(l)}
 
     def __call__(self, word_id: int):
-        """Logits (V,) of the new member at position P = cache.T, its questions (L, H, d) and its
-        weights (L, H, P + 1) over every member so far; its keys and values join the cache."""
+        """Logits (V,) of the new member at position P = cache.T and its weights (L, H, P + 1) over
+        every member so far; its keys and values join the cache."""
         m, c, cache = self.model, self.c, self.cache
         H, H_kv, d, P = c.n_heads, c.n_kv_heads, c.d_head, cache.T
         g = H // H_kv
         x = m._embed(torch.tensor([word_id], device=m.device))  # (1, d_model)
-        questions = torch.empty(c.n_layers, H, d, device=m.device, dtype=x.dtype)
         weights = torch.zeros(c.n_layers, H, P + 1, device=m.device, dtype=x.dtype)
         for l, lw in enumerate(self.layers):
             E = rms_norm(x, lw["attn_norm"], c.rms_eps)  # (1, d_model)
@@ -59,7 +58,6 @@ class LeanStep:
                 q, k = rms_norm(q, lw["q_norm"], c.rms_eps), rms_norm(k, lw["k_norm"], c.rms_eps)
             cos, sin = (a[P] for a in lw["angles"])  # (d,)
             q, k = rope.apply(q, cos, sin), rope.apply(k, cos, sin)  # (H, d), (H_kv, d)
-            questions[l] = q
             K, V = cache.k[l][0], cache.v[l][0]  # (H_kv, capacity, d)
             K[:, P], V[:, P] = k, v
             start = 0 if lw["window"] is None else max(0, P + 1 - lw["window"])
@@ -75,7 +73,7 @@ class LeanStep:
             x = x + self._mlp(rms_norm(x, lw["mlp_norm"], c.rms_eps), lw)
         cache.T += 1
         final = rms_norm(x, self.w["final_norm"], c.rms_eps)
-        return project(final, self.w["unembed"])[0], questions, weights  # (V,), (L, H, d), (L, H, P + 1)
+        return project(final, self.w["unembed"])[0], weights  # (V,), (L, H, P + 1)
 
     def _mlp(self, x: torch.Tensor, lw: dict) -> torch.Tensor:
         """The family's gated MLP and the norm after it, for one row. (1, d_model) -> (1, d_model)"""

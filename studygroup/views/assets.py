@@ -25,6 +25,7 @@ SCRIPTS = (
     "members.js",     # the members as chips: select, hover, silence
     "conclusion.js",  # the top next words, before and after silencing, and a comparison's shift
     "story.js",       # the sentences of `explain`, with members as chips
+    "generation.js",  # Continue: generated members, each word's conclusion and attention, both continuations
     "model_view.js",  # every head as a thumbnail, layer × head
     "head.js",        # one head: its score and weight grids
     "listening.js",   # the selected member's question: weights and contributions

@@ -28,6 +28,7 @@ from studygroup.study import why as study_why
 from studygroup.study.window import WEB, WindowError
 from studygroup.views import assets
 from studygroup.errors import InputError, StudyGroupError
+from studygroup.web import generation
 from studygroup.web.guard import (LRU, UNREADABLE_BODY, BodyLimit, Busy, Gate, HostCheck, SecurityHeaders,
                                   error_response)
 
@@ -50,6 +51,8 @@ class Limits:
     cache_entries: int = 128
     cache_bytes: int = 64 * 1024 * 1024
     runs_kept: int = 4  # passes kept by (text, silencing), each serving the conclusion, the model view and the heads (0: none)
+    generations_kept: int = 4  # generations kept to go on from, by (text, settings, silencing)
+    generation_bytes: int = 256 * 1024 * 1024  # bytes of key/value cache those generations hold at most
 
 
 # ---- request bodies ----------------------------------------------------------------------------
@@ -80,6 +83,8 @@ class ConclusionBody(TextBody):
 class ExplainBody(TextBody):
     silence_members: Members = []
     silence_heads: Heads = []
+    chat: bool = False  # the text as the user's turn in the model's own chat template
+    system: Text | None = None  # with chat: a system turn before the user's
 
 
 class CompareBody(_Body):
@@ -127,6 +132,27 @@ class WhyBody(_Body):
     head: Index
     query: Index
     key: Index
+    silence_members: Members = []
+    silence_heads: Heads = []
+
+
+MAX_WORDS = 256  # words one /api/generate request streams at most
+
+
+class GenerateBody(_Body):
+    text: Text
+    n: Annotated[int, Field(ge=1, le=MAX_WORDS)] = 8
+    words: Annotated[list[Index], Field(max_length=1 << 20)] = []  # the ids streamed so far, to go on after
+    temperature: Annotated[float, Field(ge=0)] = 0.0
+    top_k: Annotated[int, Field(ge=1)] | None = None
+    top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
+    seed: Index | None = None
+    ignore_eos: bool = False
+    chat: bool = False  # the text as the user's turn in the model's own chat template
+    system: Text | None = None  # with chat: a system turn before the user's
+    candidates: Annotated[int, Field(ge=1, le=MAX_TOP)] = 5
+    layer: Index | None = None  # with head: what each word's question heard in that head
+    head: Index | None = None
     silence_members: Members = []
     silence_heads: Heads = []
 
@@ -182,6 +208,7 @@ class Service:
         self.answers = LRU(limits.cache_entries, limits.cache_bytes)
         self.explanations = LRU(16, 16)  # Explanation objects by text, for the model view's ranks
         self.runs = LRU(limits.runs_kept, limits.runs_kept)  # page_data.page_run by (text, members, heads)
+        self.generations = generation.Generations(limits.generations_kept, limits.generation_bytes)
         context = model.config.context_length
         self.max_tokens = context if limits.max_tokens is None else min(limits.max_tokens, context)
 
@@ -357,6 +384,11 @@ def _routes(app: FastAPI, s: Service) -> None:
 
     @app.post("/api/explain")
     async def explain(b: ExplainBody):
+        if b.chat or b.system is not None:  # the chat's ids, explained as they are (never the text's own explanation)
+            ids = generation.prompt(s, b)
+            members, heads = s.silenced(b, len(ids))
+            return await s.answer(("explain", tuple(ids), b.top, members, heads), lambda: page_data.explanation(
+                model, ids, b.top, members, heads).to_dict())
         members, heads = s.silenced(b, s.check_text(b.text))
         if members or heads:  # a run with these silenced: not the text's own explanation, not remembered
             return await s.answer(("explain", b.text, b.top, members, heads), lambda: page_data.explanation(
@@ -417,3 +449,19 @@ def _routes(app: FastAPI, s: Service) -> None:
         return await s.answer(("why", b.text, b.layer, b.head, b.query, b.key, members, heads),
                               lambda: study_why.why(model, b.text, b.layer, b.head, b.query, b.key, members,
                                                     heads).to_dict())
+
+    @app.post("/api/generate")
+    async def generate(b: GenerateBody):
+        ids = generation.prompt(s, b)
+        T = len(ids)
+        members, heads = s.silenced(b, T)
+        if (b.layer is None) != (b.head is None):
+            raise InputError("give both layer and head (what each word's question heard there), or neither")
+        head = None if b.layer is None else model.check_head(b.layer, b.head)
+        kw = generation.settings(b)
+        if T + len(b.words) + b.n > s.max_tokens:
+            raise InputError(f"the text ({T} tokens), the {len(b.words)} words so far and {b.n} more exceed "
+                             f"the {s.max_tokens} members this app takes")
+        page_data.checked_ids(model, ids + list(b.words))  # the words are ids of the vocabulary
+        key = (tuple(ids), kw["sampling"], b.ignore_eos, b.candidates, members, heads)
+        return await generation.stream(s, b, ids, key, kw, head)

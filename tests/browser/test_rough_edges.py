@@ -196,6 +196,9 @@ def test_nothing_runs_past_the_viewport_or_is_cut_off(local, server_url, screens
     assert last > 30
     page.click(f".sg-chip[data-index='{last}'] .sg-chip-main")  # the member panel, below the head's grids, a row per answer
     page.locator(".sg-member .sg-listen-row[data-index]").first.wait_for()
+    page.click(".sg-continue")  # the generation section with its words, their conclusion and what one heard
+    page.locator(".sg-gen-chips .sg-genchip").nth(3).wait_for(timeout=60_000)
+    page.locator(".sg-gen-word .sg-gen-heard li").first.wait_for(timeout=60_000)
     layout = page.evaluate(LAYOUT)
     assert layout["scroll"] <= layout["W"], layout
     assert layout["wide"] == [] and layout["cut"] == [], layout

@@ -46,14 +46,16 @@ def test_each_words_rows_equal_a_full_pass(pair):
     seq = list(ids)
     for k, word in enumerate(g.words, start=1):
         run = ours.run(seq, record=["q", "weights"])
+        q = g.questions(k)  # (L, H, d), recomputed from the cache
         for l in range(ours.config.n_layers):
             full = run["weights", l][:, -1]  # (H, P)
-            assert (word.questions[l] - run["q", l][:, -1]).abs().max() < 1e-5
+            assert (q[l] - run["q", l][:, -1]).abs().max() < 1e-5
             assert (word.sink[l] - full[:, 0]).abs().max() < 1e-5
-            top = full.topk(min(16, full.shape[-1]), -1).values
-            assert (word.weights[l] - top).abs().max() < 1e-5
+            top = full.topk(min(16, full.shape[-1]), -1)
+            assert (word.weights[l] - top.values).abs().max() < 1e-5
+            assert (full.gather(-1, word.members[l].long()) - word.weights[l]).abs().max() < 1e-5
             for h in range(ours.config.n_heads):
-                assert (g.row(k, l, h) - full[h]).abs().max() < 1e-5
+                assert (g.row(k, l, h, q) - full[h]).abs().max() < 1e-5
         assert int(run.logits[-1].argmax()) == word.id
         seq.append(word.id)
 
@@ -63,10 +65,25 @@ def test_silenced_generation_equals_silenced_full_passes(pair):
     ids = random_ids(ours, 7, 8)
     g = ours.generate(ids, 6, ignore_eos=True, silence_members=[2], silence_heads=[(0, 1)])
     seq = list(ids)
-    for word in g.words:
-        run = ours.run(seq, silence_members=[2], silence_heads=[(0, 1)])
+    for k, word in enumerate(g.words, start=1):
+        run = ours.run(seq, record=["q", "weights"], silence_members=[2], silence_heads=[(0, 1)])
         assert int(run.logits[-1].argmax()) == word.id
+        q = g.questions(k)  # (L, H, d), recomputed with the silencing
+        for l in range(ours.config.n_layers):
+            assert (q[l] - run["q", l][:, -1]).abs().max() < 1e-5
+            for h in range(ours.config.n_heads):
+                assert (g.row(k, l, h, q) - run["weights", l][h, -1]).abs().max() < 1e-5
         seq.append(word.id)
+
+
+def test_a_words_record_is_its_top_weights_members_and_sink(model):
+    """What each word keeps: L × H × (16 weights as float32, 16 members as int16, a sink), no
+    question vectors (27 KB a word for the default model's 30 × 9 heads)."""
+    g = model.generate(random_ids(model, 20, 3), 2, ignore_eos=True)
+    L, H = model.config.n_layers, model.config.n_heads
+    kept = sum(t.numel() * t.element_size() for w in g.words for t in (w.members, w.weights, w.sink))
+    assert kept == len(g.words) * L * H * (16 * 4 + 16 * 2 + 4)
+    assert not hasattr(g.words[0], "questions")
 
 
 def test_stops_at_the_end_token_unless_told(model, monkeypatch):
@@ -133,3 +150,21 @@ def test_cli_explains_generated_word_k_on_the_ids(capsys, model, tiny_model):
     for bad in (["--generate", "2", "--word", "3"], ["--word", "1"]):
         assert main(["explain", "the tin", "--model", str(tiny_model.path), *bad]) == 2
         assert capsys.readouterr().err.count("\n") == 1
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"temperature": 0.8, "seed": 3}, {"silence_members": [1], "silence_heads": [(1, 0)]}])
+def test_more_goes_on_as_one_generation(pair, kwargs):
+    """3 words, then 2 and 4 more (the cache grown twice), are the 9 words of one call, records included."""
+    ours, _ = pair
+    ids = random_ids(ours, 6, 4)
+    once = ours.generate(ids, 9, ignore_eos=True, **kwargs)
+    parts = ours.generate(ids, 3, ignore_eos=True, **kwargs).more(2).more(4)
+    assert parts.ids == once.ids
+    assert all(torch.equal(a.weights, b.weights) and a.top == b.top for a, b in zip(parts.words, once.words))
+    assert torch.allclose(parts.row(9, 1, 2), once.row(9, 1, 2), atol=1e-6)
+
+
+def test_more_past_the_context_is_refused(model):
+    g = model.generate(random_ids(model, 5, 2), 2, ignore_eos=True)
+    with pytest.raises(InputError, match="and the 2 words so far"):
+        g.more(model.config.context_length)

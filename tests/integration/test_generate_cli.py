@@ -37,3 +37,26 @@ def test_silenced_continuation_is_compared(capsys, tiny, model):
 def test_bad_input_is_one_line_exit_2(capsys, tiny, bad):
     code, out, err = cli(capsys, "generate", "the tin", "--model", tiny, *bad)
     assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("studygroup: error:")
+
+
+def test_ctrl_c_keeps_the_words_so_far_and_exits_130(tiny_model):
+    """SIGINT while words stream: what was printed stays, one line on stderr, exit 130."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    code = ("import time, studygroup.model.generate as g\n"
+            "step = g._Talk.step\n"
+            "def slow(self, i):\n    time.sleep(0.3); return step(self, i)\n"
+            "g._Talk.step = slow\n"
+            "from studygroup.cli import main\nraise SystemExit(main())\n")
+    argv = [sys.executable, "-c", code, "generate", "the tin", "-n", "60", "--ignore-eos", "--model", str(tiny_model.path)]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    first = p.stdout.read(len("the tin") + 1)  # the prompt and the first word's first byte: words are streaming
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130 and first.startswith(b"the tin")
+    assert err.decode().strip().splitlines() == ["studygroup: interrupted"]
+    shown = (first + out).decode(errors="replace")
+    assert len(shown) > len("the tin") and "words)" not in shown  # words kept on screen, stopped before the end

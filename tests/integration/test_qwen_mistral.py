@@ -289,11 +289,12 @@ def test_generation_equals_transformers_and_full_passes(pair):
     g = ours.generate(ids, n, ignore_eos=True)
     assert g.ids == out[0, len(ids):].tolist()
     seq = list(ids)
-    for word in g.words:
+    for k, word in enumerate(g.words, start=1):
         run = ours.run(seq, record=["q", "weights"])
+        q = g.questions(k)  # (L, H, d), recomputed from the cache
         for l in range(ours.config.n_layers):
             full = run["weights", l][:, -1]  # (H, P)
-            assert (word.questions[l] - run["q", l][:, -1]).abs().max() < 1e-5
+            assert (q[l] - run["q", l][:, -1]).abs().max() < 1e-5
             assert (word.sink[l] - full[:, 0]).abs().max() < 1e-5
             assert (word.weights[l] - full.topk(min(16, full.shape[-1]), -1).values).abs().max() < 1e-5
         seq.append(word.id)

@@ -46,7 +46,7 @@
           this.say("");
         } catch (e) { if (gen === this.gen) this.say(e.message, "error"); return; }
       }
-      if (this.ui.layer === l && this.ui.head === h) this.renderHead();
+      if (this.ui.layer === l && this.ui.head === h) { this.renderHead(); this.listenInHead(); }
     }
 
     /** The part of the grid to ask for: "auto" (the server: the whole grid of a short text, else the last

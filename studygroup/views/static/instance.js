@@ -92,7 +92,7 @@
       head.appendChild(el("p", { cls: "sg-head-empty sg-hint" }));
 
       r.appendChild(header);
-      r.appendChild(el("div", { cls: "sg-layout" }, [input, conclusion, story, mv, head]));
+      r.appendChild(el("div", { cls: "sg-layout" + (this.api ? " sg-with-generate" : "") }, [input, this.api ? this.generationSection(section) : null, conclusion, story, mv, head]));
       this.tip = el("div", { cls: "sg-tip", attrs: { role: "tooltip", hidden: "" } });
       r.appendChild(this.tip);
       for (const kind of ["scores", "weights"]) this.wireGrid(this.q(".sg-grid-" + kind), kind);
