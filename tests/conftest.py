@@ -112,9 +112,10 @@ def spm_vocab(user_tokens=()) -> tuple[list[str], list[int], list[float]]:
     return tokens, types, scores
 
 
-def vocabulary_digest(tokens: list[str]) -> str:
-    """A short digest of a vocabulary: reference ids kept in tests/data name the vocabulary they fit."""
-    return hashlib.sha256("\n".join(tokens).encode()).hexdigest()[:16]
+def vocabulary_digest(tokens: list[str], merges: list[str] = ()) -> str:
+    """A short digest of a vocabulary (its tokens, and a BPE's merges): reference ids kept in tests/data
+    name the vocabulary they fit."""
+    return hashlib.sha256("\n".join([*tokens, "", *merges] if merges else tokens).encode()).hexdigest()[:16]
 
 
 def _merge_pair(word: tuple, pair: tuple) -> tuple:

@@ -1,13 +1,15 @@
-"""Write tests/data/reference_gemma/: transformers' next-token logits for Gemma 3 270M (Q4_K_M).
+"""Write tests/data/reference_gemma/: llama.cpp's and transformers' next-token logits for Gemma 3 270M (Q4_K_M).
 
-For each prompt of PROMPTS, transformers tokenizes the text with the tokenizer it builds from the
-GGUF and computes the last-position logits with the GGUF dequantized to float32 and eager
-attention: the exact-arithmetic reference. tests/model/test_gemma_reference.py holds studygroup to
-it. llama.cpp was not available where these files were made: its ids and logits are not stored
-(add them with llama-cpp-python as make_reference.py does, where it builds).
+For each prompt of PROMPTS, llama.cpp (llama-cpp-python) tokenizes the text (BOS added, as the file
+asks; special-token text read as text, as a user's typed text is read) and computes its last-position
+logits on the GGUF as it is (quantized weights, 8-bit activations). transformers computes the same
+position on the same ids with the GGUF dequantized to float32 and eager attention: the exact-arithmetic
+reference; its own tokenizer's ids are kept beside llama.cpp's (they differ where markup is typed).
+tests/model/test_gemma_reference.py holds studygroup to both; see reference_gemma/README.md.
 
+    bash bench/build_llama.sh        # once: llama-cpp-python into .bench/llama
     .venv/bin/pip install transformers==5.24.0 accelerate gguf sentencepiece
-    .venv/bin/python tests/data/make_gemma_reference.py
+    PYTHONPATH=.bench/llama:. .venv/bin/python tests/data/make_gemma_reference.py
 """
 from __future__ import annotations
 
@@ -17,10 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
+from make_reference import THREADS, kl, llama_cpp_logits, llama_cpp_model, llama_cpp_words, softmax, top_words
+
 OUT = Path(__file__).resolve().parent / "reference_gemma"
-THREADS = 2
-TOP = 10
-# A text past the 512-member window of Gemma 3's local layers (about 700 tokens).
+N_CTX = 1024  # room for the longest prompt in one batch
+# A text past the 512-member window of Gemma 3's local layers (952 tokens with the BOS).
 LONG = " ".join(
     f"In week {i} the study group read chapter {i} of the book, asked {i + 2} questions about it and "
     f"argued over the answers until the library closed; member {chr(65 + i % 26)} kept the notes."
@@ -39,35 +42,48 @@ PROMPTS = [
     "  Two spaces, then   three, and a trailing space ",
     "日本の首都は",
     LONG,
+    "<start_of_turn>user\nHello<end_of_turn>",  # typed markup: text to llama.cpp, special tokens to transformers
 ]
+
+
+def transformers_gemma(path: Path):
+    """(tokenizer, model) transformers builds from the GGUF: float32, eager attention."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.set_num_threads(THREADS)
+    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    hf = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32,
+                                              attn_implementation="eager").eval()
+    return tokenizer, hf
 
 
 def main() -> None:
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from studygroup.model.packaged import model_file
 
     path = model_file("gemma-3-270m")
-    torch.set_num_threads(THREADS)
-    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    hf = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32,
-                                              attn_implementation="eager").eval()
+    llm = llama_cpp_model(path, N_CTX)
+    runs, words = llama_cpp_logits(llm, PROMPTS), llama_cpp_words(llm)
+    del llm
+    tokenizer, hf = transformers_gemma(path)
     OUT.mkdir(parents=True, exist_ok=True)
     prompts = []
-    for index, text in enumerate(PROMPTS):
-        ids = tokenizer(text)["input_ids"]
+    for index, (text, (ids, ours)) in enumerate(zip(PROMPTS, runs)):
         with torch.inference_mode():
-            logits = hf(input_ids=torch.tensor([ids]), use_cache=False).logits[0, -1].float().numpy()
-        np.save(OUT / f"gemma_{index:02d}_hf.npy", logits.astype(np.float32))
-        p = np.exp(logits.astype(np.float64) - logits.max())
-        p /= p.sum()
-        top = np.argsort(-p)[:TOP]
+            exact = hf(input_ids=torch.tensor([ids]), use_cache=False).logits[0, -1].float().numpy()
+        np.save(OUT / f"gemma_{index:02d}_llamacpp.npy", ours)
+        np.save(OUT / f"gemma_{index:02d}_hf.npy", exact.astype(np.float32))
+        p, q = softmax(ours), softmax(exact)
         prompts.append({"index": index, "text": text, "token_ids": list(map(int, ids)),
-                        "top10": [{"id": int(i), "token": tokenizer.decode([int(i)]), "prob": round(float(p[i]), 6)}
-                                  for i in top], "hf_top1": int(logits.argmax())})
-        print(f"{index:2d} T={len(ids):3d} top1 {prompts[-1]['top10'][0]}")
+                        "hf_token_ids": tokenizer(text)["input_ids"], "top10": top_words(p, words),
+                        "hf_top1": int(exact.argmax()), "kl_llamacpp_hf": kl(p, q),
+                        "max_abs_logit_diff": float(np.abs(ours - exact).max())})
+        r = prompts[-1]
+        print(f"{index:2d} T={len(ids):3d} same ids {r['hf_token_ids'] == r['token_ids']} top1 {r['top10'][0]['token']!r} "
+              f"hf {words[r['hf_top1']]!r} KL {r['kl_llamacpp_hf']:.2e} max|d| {r['max_abs_logit_diff']:.3f}")
     (OUT / "gemma.json").write_text(json.dumps(prompts, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
 
 

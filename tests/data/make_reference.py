@@ -40,24 +40,41 @@ PROMPTS = [
 ]
 
 
-def llama_cpp_logits(path: Path) -> tuple[list[tuple[list[int], np.ndarray]], list[str]]:
-    """([(token ids, last-position logits (vocab,)) per prompt], each token's text), from llama.cpp."""
+def llama_cpp_model(path: Path, n_ctx: int = 512):
+    """llama.cpp (llama-cpp-python) on the GGUF as it is, THREADS threads, one batch of up to n_ctx tokens."""
     from llama_cpp import Llama
 
-    llm = Llama(model_path=str(path), n_ctx=512, n_threads=THREADS, n_threads_batch=THREADS,
-                logits_all=False, verbose=False)
-    words = [llm.detokenize([i]).decode("utf-8", errors="replace") for i in range(llm.n_vocab())]
+    return Llama(model_path=str(path), n_ctx=n_ctx, n_batch=n_ctx, n_threads=THREADS, n_threads_batch=THREADS,
+                 logits_all=False, verbose=False)
+
+
+def llama_cpp_tokens(llm, text: str) -> list[int]:
+    """llama.cpp's ids for a user's text: BOS as the file says, special-token text read as text."""
+    # add_bos=True lets the file decide (SmolLM2's add_bos_token is false: no BOS); special=False reads
+    # special-token text such as <|im_start|> as plain text, as a user's typed text is read.
+    return llm.tokenize(text.encode("utf-8"), add_bos=True, special=False)
+
+
+def llama_cpp_last_logits(llm) -> np.ndarray:
+    """The logits (vocab,) of the last position llm evaluated, as float32."""
+    # With logits_all=False llama-cpp-python keeps the last position's logits in the context only.
+    return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),)).astype(np.float32).copy()
+
+
+def llama_cpp_logits(llm, prompts: list[str]) -> list[tuple[list[int], np.ndarray]]:
+    """[(token ids, last-position logits (vocab,))] of each prompt, from llama.cpp."""
     out = []
-    for text in PROMPTS:
-        # add_bos=True lets the file decide (its add_bos_token is false: no BOS); special=False reads
-        # special-token text such as <|im_start|> as plain text, as a user's typed text is read.
-        ids = llm.tokenize(text.encode("utf-8"), add_bos=True, special=False)
+    for text in prompts:
+        ids = llama_cpp_tokens(llm, text)
         llm.reset()
         llm.eval(ids)
-        # With logits_all=False llama-cpp-python keeps the last position's logits in the context only.
-        logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),)).astype(np.float32)
-        out.append((ids, logits.copy()))
-    return out, words
+        out.append((ids, llama_cpp_last_logits(llm)))
+    return out
+
+
+def llama_cpp_words(llm) -> list[str]:
+    """Each token's text, as llama.cpp decodes it alone."""
+    return [llm.detokenize([i]).decode("utf-8", errors="replace") for i in range(llm.n_vocab())]
 
 
 def transformers_model(path: Path):
@@ -83,6 +100,11 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     return np.exp(z) / np.exp(z).sum()
 
 
+def top_words(p: np.ndarray, words: list[str]) -> list[dict]:
+    """The TOP most likely tokens of the distribution p (vocab,), most likely first: {id, token, prob}."""
+    return [{"id": int(i), "token": words[i], "prob": round(float(p[i]), 6)} for i in np.argsort(-p)[:TOP]]
+
+
 def kl(p: np.ndarray, q: np.ndarray) -> float:
     """KL(p ‖ q) in nats."""
     keep = p > 0
@@ -94,7 +116,8 @@ def main() -> None:
 
     path = default_model_path()
     OUT.mkdir(parents=True, exist_ok=True)
-    runs, words = llama_cpp_logits(path)
+    llm = llama_cpp_model(path)
+    runs, words = llama_cpp_logits(llm, PROMPTS), llama_cpp_words(llm)
     hf = transformers_model(path)
     prompts = []
     for index, (text, (ids, ours)) in enumerate(zip(PROMPTS, runs)):
@@ -102,11 +125,9 @@ def main() -> None:
         np.save(OUT / f"public_{index:02d}_llamacpp.npy", ours)
         np.save(OUT / f"public_{index:02d}_hf.npy", exact.astype(np.float32))
         p, q = softmax(ours), softmax(exact)
-        top = np.argsort(-p)[:TOP]
-        prompts.append({"index": index, "text": text, "token_ids": list(map(int, ids)),
-                        "top10": [{"id": int(i), "token": words[i], "prob": round(float(p[i]), 6)} for i in top],
+        prompts.append({"index": index, "text": text, "token_ids": list(map(int, ids)), "top10": top_words(p, words),
                         "hf_top1": int(exact.argmax()), "kl_llamacpp_hf": kl(p, q)})
-        print(f"{index:2d} T={len(ids):3d} top1 {words[top[0]]!r} KL {prompts[-1]['kl_llamacpp_hf']:.2e}")
+        print(f"{index:2d} T={len(ids):3d} top1 {prompts[-1]['top10'][0]['token']!r} KL {prompts[-1]['kl_llamacpp_hf']:.2e}")
     (OUT / "public.json").write_text(json.dumps(prompts, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
 
 

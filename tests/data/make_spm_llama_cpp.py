@@ -32,9 +32,10 @@ ALPHABET = list("the answer questions group lot I have a Cash é 12.50 \n\t  ") 
     "🙂", "日", "<tool>", "<t", "ab", "▁", "\x00", "ÿ", "<s>"]
 
 
-def texts(n: int, seed: int) -> list[str]:
+def texts(n: int, seed: int, edge_cases: list[str] = EDGE_CASES, alphabet: list[str] = ALPHABET) -> list[str]:
+    """The edge cases, then n random texts of 1 to 30 pieces drawn from the alphabet."""
     rng = random.Random(seed)
-    return EDGE_CASES + ["".join(rng.choice(ALPHABET) for _ in range(rng.randint(1, 30))) for _ in range(n)]
+    return edge_cases + ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 30))) for _ in range(n)]
 
 
 def one_case_per_line(data: dict) -> str:

@@ -21,8 +21,10 @@ from studygroup.study.attribution import direct_contributions
 D, H, D_MLP, N_CTX, LAYERS = 32, 4, 128, 1024, 2  # transformers' GPT2 takes d_mlp = 4·d_model, 1024 positions
 
 
-def write_gpt2(path: Path, *, seed=0, drop=(), reshape=(), tokens=None, types=None, merges=None) -> Path:
-    """A tiny random GPT-2 (2 layers, 4 heads of 8, tied output) with llama.cpp's tensor names."""
+def write_gpt2(path: Path, *, seed=0, drop=(), reshape=(), tokens=None, types=None, merges=None,
+               pre="gpt2") -> Path:
+    """A tiny random GPT-2 (2 layers, 4 heads of 8, tied output) with llama.cpp's tensor names. pre: the
+    pre-tokenizer's name (llama.cpp's converter writes "gpt-2"; llama.cpp refuses "gpt2", studygroup reads both)."""
     rng = np.random.default_rng(seed)
     if tokens is None:
         tokens, types, merges = tiny_vocab()
@@ -40,7 +42,7 @@ def write_gpt2(path: Path, *, seed=0, drop=(), reshape=(), tokens=None, types=No
                     b + "ffn_down.weight": r(D, D_MLP), b + "ffn_down.bias": r(D)}
     keys = {"general.name": "tiny-random-gpt2", "gpt2.block_count": LAYERS, "gpt2.context_length": N_CTX,
             "gpt2.embedding_length": D, "gpt2.feed_forward_length": D_MLP, "gpt2.attention.head_count": H,
-            "gpt2.attention.layer_norm_epsilon": 1e-5, "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt2",
+            "gpt2.attention.layer_norm_epsilon": 1e-5, "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": pre,
             "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.token_type": types, "tokenizer.ggml.merges": merges,
             "tokenizer.ggml.bos_token_id": 1, "tokenizer.ggml.eos_token_id": 2, "tokenizer.ggml.add_bos_token": False}
     writer = gguf.GGUFWriter(str(path), "gpt2")

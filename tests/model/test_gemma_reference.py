@@ -1,9 +1,12 @@
-"""Gemma 3 270M (Q4_K_M), the second real model: by name, ids and logits against transformers.
+"""Gemma 3 270M (Q4_K_M), the second real model: by name, ids against llama.cpp's, logits against
+transformers' and llama.cpp's.
 
-tests/data/reference_gemma/ holds transformers' float32 eager logits on the GGUF dequantized and the
-ids of the tokenizer transformers builds from the GGUF (made by tests/data/make_gemma_reference.py;
-llama.cpp did not run where they were made). One prompt is longer than the local layers' 512-member window.
+tests/data/reference_gemma/ (made by tests/data/make_gemma_reference.py) holds llama.cpp's ids and
+last-position logits on the GGUF as it is, and transformers' float32 eager logits on the same ids with
+the GGUF dequantized. One prompt is longer than the local layers' 512-member window; one types Gemma's
+chat markup, which stays text.
 """
+import functools
 import hashlib
 import json
 from pathlib import Path
@@ -18,11 +21,25 @@ from studygroup.model.packaged import PACKAGED, model_file
 
 REFERENCE = Path(__file__).resolve().parents[1] / "data" / "reference_gemma"
 PROMPTS = json.loads((REFERENCE / "gemma.json").read_text(encoding="utf-8"))
+KL_LLAMA_CPP = 0.1  # nats: a bound on KL(llama.cpp || studygroup), three times the largest seen (README)
 
 
 @pytest.fixture(scope="module")
 def gemma():
     return studygroup.load("gemma-3-270m")
+
+
+@functools.cache
+def last_logits(index: int) -> np.ndarray:
+    """studygroup's last-position logits (vocab,) on prompt `index`'s text."""
+    model = studygroup.load("gemma-3-270m")
+    return model.run(model.tokenize(PROMPTS[index]["text"]), record="none").logits[-1].numpy()
+
+
+def kl(p_logits: np.ndarray, q_logits: np.ndarray) -> float:
+    """KL(p || q) in nats between the softmaxes of two logit vectors (vocab,), in float64."""
+    log_p, log_q = (torch.from_numpy(z).double().log_softmax(-1) for z in (p_logits, q_logits))
+    return float((log_p.exp() * (log_p - log_q)).sum())
 
 
 def test_the_file_is_assembled_once_checked_and_never_pruned(gemma):
@@ -44,14 +61,30 @@ def test_a_prompt_passes_the_window():
     assert max(len(p["token_ids"]) for p in PROMPTS) > 512 and len(PROMPTS) >= 12
 
 
+def test_a_prompt_types_special_token_text():
+    typed = [p for p in PROMPTS if "<start_of_turn>" in p["text"]]
+    assert typed and all(p["token_ids"] != p["hf_token_ids"] for p in typed)  # transformers reads it as markup
+
+
 @pytest.mark.parametrize("prompt", PROMPTS, ids=lambda p: f"prompt{p['index']:02d}")
-def test_ids_and_last_logits_match_transformers(gemma, prompt):
-    ids = gemma.tokenize(prompt["text"])
-    assert ids == prompt["token_ids"]
-    logits = gemma.run(ids, record="none").logits[-1].numpy()
+def test_ids_equal_llama_cpp(gemma, prompt):
+    assert gemma.tokenize(prompt["text"]) == prompt["token_ids"]
+
+
+@pytest.mark.parametrize("prompt", PROMPTS, ids=lambda p: f"prompt{p['index']:02d}")
+def test_last_logits_match_transformers(gemma, prompt):
+    logits = last_logits(prompt["index"])
     hf = np.load(REFERENCE / f"gemma_{prompt['index']:02d}_hf.npy")
     assert np.abs(logits - hf).max() <= 2e-3
     assert int(logits.argmax()) == int(hf.argmax()) == prompt["hf_top1"]
+
+
+@pytest.mark.parametrize("prompt", PROMPTS, ids=lambda p: f"prompt{p['index']:02d}")
+def test_top1_equals_llama_cpp(gemma, prompt):
+    """llama.cpp rounds its activations to 8 bits: its logits are near ours, not equal (README)."""
+    theirs = np.load(REFERENCE / f"gemma_{prompt['index']:02d}_llamacpp.npy")
+    assert int(last_logits(prompt["index"]).argmax()) == int(theirs.argmax()) == prompt["top10"][0]["id"]
+    assert kl(theirs, last_logits(prompt["index"])) < KL_LLAMA_CPP
 
 
 @pytest.mark.parametrize("text,p_of", [("I have a lot", 0.854), ("Cash or credit card? I have a lot", 0.903)])
