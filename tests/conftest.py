@@ -261,7 +261,7 @@ def write_tiny_gemma3_gguf(path, *, seed: int = 0, n_layers: int = 6, n_heads: i
                            d_model: int = 64, d_head: int = 32, d_mlp: int = 96, context: int = 64,
                            sliding_window: int = 4, rope_base: float = 1e6, rms_eps: float = 1e-6,
                            tensor_type: Q = Q.F32, rope_scale: float | None = None,
-                           extra_tensors: dict | None = None) -> TinyModel:
+                           extra_tensors: dict | None = None, drop=(), reshape=()) -> TinyModel:
     """Write a tiny random Gemma 3 to `path` as llama.cpp's converter (Gemma3Model) would, and return it.
 
     Unlike a Llama: no Q/K row permutation (llama.cpp applies Gemma's RoPE rotate-half style); every
@@ -272,6 +272,7 @@ def write_tiny_gemma3_gguf(path, *, seed: int = 0, n_layers: int = 6, n_heads: i
     `rope_scale`: linear RoPE scaling as the 4B and larger files carry it (rope.scaling.type "linear"
     and rope.scaling.factor), in hf_config on the global layers' RoPE only, as transformers applies it.
     `extra_tensors`: {GGUF name: float32 array} written besides the model's (a vision encoder's v.*, mm.*).
+    `drop`: GGUF names left out of the file; `reshape`: GGUF names written one row short (bad files).
     """
     path, rng = Path(path), np.random.default_rng(seed)
     tokens, types, scores = spm_vocab()
@@ -319,7 +320,10 @@ def write_tiny_gemma3_gguf(path, *, seed: int = 0, n_layers: int = 6, n_heads: i
         gguf_name = GEMMA3_HF_TO_GGUF[key].format(l=parts[2] if "{l}" in key else "")
         stored, values = encode(w + 1 if w.ndim == 1 else w, tensor_type if w.ndim == 2 else Q.F32, rng)
         stored_values[hf_name] = values - 1 if w.ndim == 1 else values  # what transformers' loader gives
-        writer.add_tensor(gguf_name, stored, raw_dtype=None if tensor_type in (Q.F32, Q.F16) or w.ndim == 1 else tensor_type)
+        if gguf_name in drop:
+            continue
+        writer.add_tensor(gguf_name, stored[:-1] if gguf_name in reshape else stored,
+                          raw_dtype=None if tensor_type in (Q.F32, Q.F16) or w.ndim == 1 else tensor_type)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

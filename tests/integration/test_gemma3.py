@@ -175,3 +175,26 @@ def test_why_adds_up_through_the_per_head_norms_and_the_norm_after_attention(gem
     with torch.no_grad():
         attentions = theirs(torch.tensor([ids]), output_attentions=True).attentions
     assert w.weight == pytest.approx(float(attentions[layer][0, head, query, key]), abs=1e-5)
+
+
+@pytest.mark.parametrize("drop,reshape,says", [
+    (("blk.2.post_attention_norm.weight",), (), "lacks 1 tensor"),
+    (("blk.0.attn_k_norm.weight",), (), "lacks 1 tensor"),
+    (("blk.5.post_ffw_norm.weight",), (), "lacks 1 tensor"),
+    ((), ("blk.1.attn_q_norm.weight",), "blk.1.attn_q_norm.weight has shape"),
+    ((), ("blk.3.ffn_norm.weight",), "blk.3.ffn_norm.weight has shape"),
+])
+def test_bad_files_are_one_line_errors(tmp_path, capsys, drop, reshape, says):
+    """A Gemma 3 file without one of its own tensors (the norms after attention and the MLP, the
+    per-head q/k norms), or with one misshapen, is refused in one line naming it; the CLI exits 2."""
+    from conftest import write_tiny_gemma3_gguf
+    from studygroup.cli import main
+    from studygroup.errors import ModelFileError
+
+    path = write_tiny_gemma3_gguf(tmp_path / "bad.gguf", drop=drop, reshape=reshape).path
+    with pytest.raises(ModelFileError, match=says) as e:
+        read_weights(path)
+    assert "\n" not in str(e.value) and (drop or reshape)[0] in str(e.value)
+    assert main(["explain", "the tin", "--model", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err
