@@ -24,6 +24,7 @@ from starlette.exceptions import HTTPException
 
 from studygroup.study import page_data
 from studygroup.study import lesson_sections
+from studygroup.study import overview as study_overview
 from studygroup.study import why as study_why
 from studygroup.study.window import WEB, WindowError
 from studygroup.views import assets
@@ -107,6 +108,17 @@ class HeadBody(_Body):
     notation: Literal["paper", "columns"] = "paper"
     rows: Literal["auto", "all", "last"] | Ends = "auto"
     keys: Literal["all"] | Ends = "all"
+    silence_members: Members = []
+    silence_heads: Heads = []
+
+
+class OverviewBody(_Body):
+    text: Text
+    layer: Index
+    head: Index
+    rows: Literal["all"] | Ends = "all"
+    keys: Literal["all"] | Ends = "all"
+    side: Annotated[int, Field(ge=1, le=study_overview.SIDE)] = study_overview.SIDE  # most blocks on a side
     silence_members: Members = []
     silence_heads: Heads = []
 
@@ -235,6 +247,13 @@ class Service:
             if self.limits.runs_kept:
                 self.runs.put(key, run, 1)
         return run
+
+    def head_run(self, text: str, members: tuple = (), heads: tuple = ()):
+        """The run a head's views read: the kept pass (its recorded vectors, or the layer's vectors
+        it keeps for the next window), or, when no pass is kept, one made only as far as a head needs."""
+        if self.limits.runs_kept:
+            return self.run(text, members, heads)
+        return self.model.before_pass(text, members, heads)
 
     def explanation(self, text: str, top: int):
         e = self.explanations.get((text, top))
@@ -386,12 +405,21 @@ def _routes(app: FastAPI, s: Service) -> None:
     async def head(b: HeadBody):
         T = s.check_text(b.text)
         members, heads = s.silenced(b, T)
-        short = T <= page_data.FULL_MAPS_MAX_T  # past it a whole pass would not spare the head's own
         model.check_head(b.layer, b.head)
         rows, keys = (tuple(x) if isinstance(x, list) else x for x in (b.rows, b.keys))
+        # the kept run: its recorded vectors (short texts) or the layer's vectors it keeps (long ones)
         return await s.answer(("head", b.text, b.layer, b.head, b.notation, rows, keys, members, heads),
                               lambda: page_data.head(model, b.text, b.layer, b.head, b.notation, rows, keys, members, heads,
-                                                     run=s.run(b.text, members, heads) if short else None))
+                                                     run=s.head_run(b.text, members, heads)))
+
+    @app.post("/api/overview")
+    async def overview(b: OverviewBody):
+        members, heads = s.silenced(b, s.check_text(b.text))
+        model.check_head(b.layer, b.head)
+        rows, keys = (slice(*x) if isinstance(x, list) else None for x in (b.rows, b.keys))
+        key = ("overview", b.text, b.layer, b.head, str(rows), str(keys), b.side, members, heads)
+        return await s.answer(key, lambda: study_overview.overview(s.head_run(b.text, members, heads), b.layer, b.head, rows,
+                                                                   keys, b.side).to_dict())
 
     @app.post("/api/lesson")
     async def lesson(b: LessonBody):
