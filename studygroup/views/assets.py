@@ -27,6 +27,7 @@ SCRIPTS = (
     "story.js",       # the sentences of `explain`, with members as chips
     "model_view.js",  # every head as a thumbnail, layer × head
     "head.js",        # one head: its score and weight grids
+    "map.js",         # a long text's head map: the overview, zoom and pan down to tiles of cells
     "listening.js",   # the selected member's question: weights and contributions
     "saving.js",      # PNG and JSON downloads
     "lesson.js",      # Lesson mode: the article's sections on the text, one head; the state in the URL
