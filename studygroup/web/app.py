@@ -28,9 +28,11 @@ from studygroup.study import overview as study_overview
 from studygroup.study import why as study_why
 from studygroup.study.window import WEB, WindowError
 from studygroup.views import assets
+from studygroup import progress
 from studygroup.errors import InputError, StudyGroupError
 from studygroup.web.guard import (LRU, UNREADABLE_BODY, BodyLimit, Busy, Gate, HostCheck, SecurityHeaders,
                                   error_response)
+from studygroup.web.jobs import JOB_ID, Jobs, watched
 
 DEFAULT_TEXT = "Cash or credit card? I have a lot"
 MAX_TOP = 50
@@ -64,6 +66,9 @@ Index = Annotated[int, Field(ge=0)]
 Pair = Annotated[list[Index], Field(min_length=2, max_length=2)]
 
 
+JobId = Annotated[str, Field(pattern=JOB_ID)]
+
+
 class TextBody(_Body):
     text: Text
     top: Top = 10
@@ -81,6 +86,11 @@ class ConclusionBody(TextBody):
 class ExplainBody(TextBody):
     silence_members: Members = []
     silence_heads: Heads = []
+    job: JobId | None = None  # names the computation for /api/progress and /api/cancel
+
+
+class JobBody(_Body):
+    job: JobId
 
 
 class CompareBody(_Body):
@@ -89,6 +99,7 @@ class CompareBody(_Body):
     top: Top = 10
     silence_members: Members = []
     silence_heads: Heads = []
+    job: JobId | None = None
 
 
 class ModelViewBody(_Body):
@@ -194,6 +205,7 @@ class Service:
         self.answers = LRU(limits.cache_entries, limits.cache_bytes)
         self.explanations = LRU(16, 16)  # Explanation objects by text, for the model view's ranks
         self.runs = LRU(limits.runs_kept, limits.runs_kept)  # page_data.page_run by (text, members, heads)
+        self.jobs = Jobs(self.gate)
         context = model.config.context_length
         self.max_tokens = context if limits.max_tokens is None else min(limits.max_tokens, context)
 
@@ -226,15 +238,30 @@ class Service:
             self.model.check_head(l, h)
         return tuple(sorted(set(b.silence_members))), tuple(sorted({(l, h) for l, h in b.silence_heads}))
 
-    async def answer(self, key: tuple, compute) -> Response:
-        """The cached answer for key, or compute() -> JSON-able, in the model's turn, then cached."""
+    async def answer(self, key: tuple, compute, watch: progress.Watch | None = None) -> Response:
+        """The cached answer for key, or compute() -> JSON-able, in the model's turn, then cached.
+        watch: follows a long computation (its progress; cancelled: it stops at its next layer)."""
         body = self.answers.get(key)
         if body is None:
             def work():
                 cached = self.answers.get(key)  # computed while this request waited
-                return cached if cached is not None else _dumps(compute())
-            body = await self.gate.run(work)
+                if cached is not None:
+                    return cached
+                if watch is None:
+                    return _dumps(compute())
+                watch.check()
+                watch.state = "running"
+                with progress.watching(watch):
+                    return _dumps(compute())
+            try:
+                body = await self.gate.run(work)
+            except Exception as e:
+                if watch is not None:
+                    watch.state = "cancelled" if isinstance(e, progress.Cancelled) else "failed"
+                raise
             self.answers.put(key, body, len(body))
+        if watch is not None:
+            watch.state = "done"
         return Response(body, media_type="application/json")
 
     def run(self, text: str, members: tuple = (), heads: tuple = ()):
@@ -320,6 +347,10 @@ def _handlers(app: FastAPI) -> None:
     async def _window(request: Request, exc: WindowError):  # named as this API spells them
         return error_response(400, exc.spelled(WEB))
 
+    @app.exception_handler(progress.Cancelled)
+    async def _cancelled(request: Request, exc: progress.Cancelled):
+        return error_response(409, f"the computation was {exc}")
+
     @app.exception_handler(StudyGroupError)
     async def _input(request: Request, exc: StudyGroupError):
         return error_response(400, str(exc))
@@ -375,16 +406,30 @@ def _routes(app: FastAPI, s: Service) -> None:
                                                            after=s.run(b.text, members, heads) if members or heads else None))
 
     @app.post("/api/explain")
-    async def explain(b: ExplainBody):
+    async def explain(b: ExplainBody, request: Request):
         members, heads = s.silenced(b, s.check_text(b.text))
+        watch = s.jobs.start(b.job)
         if members or heads:  # a run with these silenced: not the text's own explanation, not remembered
-            return await s.answer(("explain", b.text, b.top, members, heads), lambda: page_data.explanation(
-                model, b.text, b.top, members, heads).to_dict())
-        return await s.answer(("explain", b.text, b.top), lambda: s.explanation(b.text, b.top).to_dict())
+            return await watched(request, watch, s.answer(("explain", b.text, b.top, members, heads), lambda: page_data.explanation(
+                model, b.text, b.top, members, heads).to_dict(), watch))
+        return await watched(request, watch, s.answer(("explain", b.text, b.top),
+                                                      lambda: s.explanation(b.text, b.top).to_dict(), watch))
+
+    @app.post("/api/progress")
+    async def job_progress(b: JobBody):
+        return {"job": b.job, **s.jobs.get(b.job).as_dict()}
+
+    @app.post("/api/cancel")
+    async def cancel(b: JobBody):
+        w = s.jobs.get(b.job)
+        if w.state in ("waiting", "running"):
+            w.cancel()
+        return {"job": b.job, **w.as_dict()}
 
     @app.post("/api/compare")
-    async def compare(b: CompareBody):
+    async def compare(b: CompareBody, request: Request):
         members, heads = s.silenced(b, min(s.check_text(b.text_a, "text_a"), s.check_text(b.text_b, "text_b")))
+        watch = s.jobs.start(b.job)
 
         def work():
             c = page_data.comparison(model, b.text_a, b.text_b, b.top, members, heads)
@@ -392,7 +437,7 @@ def _routes(app: FastAPI, s: Service) -> None:
                 s.remember(b.text_a, b.top, c.a), s.remember(b.text_b, b.top, c.b)
             return c.to_dict()
 
-        return await s.answer(("compare", b.text_a, b.text_b, b.top, members, heads), work)
+        return await watched(request, watch, s.answer(("compare", b.text_a, b.text_b, b.top, members, heads), work, watch))
 
     @app.post("/api/model_view")
     async def model_view(b: ModelViewBody):

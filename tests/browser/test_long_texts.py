@@ -104,9 +104,124 @@ def test_the_long_text_fits_a_phone(browser, url, screenshots):
     page = context.new_page()
     page.goto(url)
     wait_idle(page)
-    explain(page, TEXT)
+    page.fill(".sg-text", TEXT)
+    page.click(".sg-go")  # explained before by this server: its answers may come at once
+    page.wait_for_function("() => document.querySelectorAll('.sg-chip').length > 300")
     shown(page, "overview")
     wide = page.evaluate("() => Array.from(document.querySelectorAll('.sg-map, .sg-map *')).filter((e) => e.getBoundingClientRect().right > innerWidth + 1 && !e.closest('.sg-map-wrap canvas')).map((e) => e.className)")
     assert wide == []
     page.locator(".sg-map").screenshot(path=str(screenshots / "long-text-overview-390x844.png"))
+    context.close()
+
+
+#: About 200 members of the default model.
+PARAGRAPH = ("Every Thursday evening, Tom and Maria met in the quiet library on the hill to study for the chemistry "
+             "exam together. Tom forgot his notes and his two pencils, so after an hour of work, Maria always brought the")
+STRIPS = """() => Array.from(document.querySelectorAll('.sg-thumb')).map((b) => {
+  const c = b.querySelector('canvas'), d = c.getContext('2d').getImageData(0, Math.floor(c.height / 2), c.width, 1).data;
+  return [Number(b.dataset.layer), Number(b.dataset.head), Array.from(d)]; })"""
+
+
+@pytest.fixture(scope="module")
+def default_url():
+    from studygroup.gguf.model_path import default_model_path
+
+    yield from _serve(str(default_model_path()))
+
+
+def test_a_long_texts_thumbnails_are_the_last_members_row_as_strips(browser, default_url, default_model, screenshots):
+    """At ~200 members the 270 thumbnails differ, and each pixel of a strip is the colour of the
+    largest weight of the members it covers in the last member's row."""
+    from studygroup.model.record import Record
+
+    text = " ".join([PARAGRAPH] * 4)
+    run = default_model.run(text, record=Record(steps=("weights",), rows="last"))
+    assert 150 < run.T < 260
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    page = context.new_page()
+    page.goto(default_url)
+    page.wait_for_function("() => document.querySelector('.sg-text').value !== ''", timeout=120_000)  # /api/info answered
+    page.fill(".sg-text", text)
+    page.click(".sg-go")
+    page.wait_for_function(f"() => {{ const mv = document.querySelector('.sg-root').studygroup.d.modelView; "
+                           f"return mv && mv.tokens.length === {run.T} && document.querySelectorAll('.sg-thumb canvas').length === 270; }}",
+                           timeout=300_000)
+    strips = page.evaluate(STRIPS)
+    assert len(strips) == 270
+    distinct = {tuple(p) for _, _, p in strips}
+    assert len(distinct) > 135, f"only {len(distinct)} different strips of 270"
+    W = len(strips[0][2]) // 4
+    bins = [page.evaluate("([x, C, W]) => window.StudyGroup.stripBin(x, C, W)", [x, run.T, W]) for x in range(W)]
+    assert bins[0][0] == 0 and bins[-1][1] == run.T and all(a[1] == b[0] for a, b in zip(bins, bins[1:]))
+    for l, h, pixels in strips:
+        row = run["weights", l][h][-1].numpy()  # (T,) the last member's question
+        expected = [float(row[a:b].max()) for a, b in bins]
+        colours = page.evaluate("(ws) => ws.map((w) => window.StudyGroup.weightColor(w))", expected)
+        got = np.array(pixels).reshape(W, 4)[:, :3]
+        assert np.abs(got - np.array(colours)).max() <= 3, (l, h)
+    page.locator(".sg-modelview").screenshot(path=str(screenshots / "long-text-model-view-strips.png"))
+    context.close()
+    alone = default_model.run(text, record="none")
+    for l, h in ((0, 0), (29, 8)):  # the recording equals the head recomputed on its own
+        np.testing.assert_allclose(run["weights", l][h][-1].numpy(), alone.head(l, h).weights[-1].numpy(), atol=1e-6)
+
+
+def test_hundreds_of_chips_scroll_and_find_a_word_and_a_member(browser, url, screenshots):
+    text = " ".join(["the tin can"] * 60) + " a red box " + " ".join(["the tin can"] * 10)
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    page = context.new_page()
+    page.goto(url)
+    wait_idle(page)
+    page.fill(".sg-text", text)
+    page.click(".sg-go")
+    page.wait_for_function("() => document.querySelectorAll('.sg-chip').length > 450")
+    tokens = page.evaluate("() => document.querySelector('.sg-root').studygroup.tokens()")
+    T = len(tokens)
+    assert 450 < T <= 600
+    box = page.locator(".sg-chips")
+    height = box.evaluate("(b) => [b.clientHeight, b.scrollHeight]")
+    assert height[0] <= 240 and height[1] > 3 * height[0]  # bounded, and scrolls
+    # where each occurrence of a word begins, read from the members' own text
+    joined, starts = "", []
+    for t in tokens:
+        starts.append(len(joined))
+        joined += t.replace("␣", " ").replace("↵", "\n").replace("⇥", "\t")
+    member_at = lambda i: max(j for j, s in enumerate(starts) if s <= i)  # noqa: E731
+    red = member_at(joined.index("red"))
+    page.fill(".sg-find-word", "red")
+    page.press(".sg-find-word", "Enter")
+    assert page.evaluate("() => document.querySelector('.sg-root').studygroup.ui.selected") == red
+    assert "1 of 1" in page.locator(".sg-find-said").inner_text()
+
+    def visible_in_box(j):
+        return page.evaluate("""(j) => { const b = document.querySelector('.sg-chips').getBoundingClientRect();
+          const c = document.querySelector('.sg-chip[data-index="' + j + '"]').getBoundingClientRect();
+          return c.top >= b.top - 1 && c.bottom <= b.bottom + 1; }""", j)
+
+    assert visible_in_box(red)
+    tins = []
+    at = joined.find("tin")
+    while at >= 0:
+        tins.append(member_at(at))
+        at = joined.find("tin", at + 1)
+    page.fill(".sg-find-word", "TIN")  # case ignored; the next after the selected member
+    page.press(".sg-find-word", "Enter")
+    nxt = next(j for j in tins if j > red)
+    assert page.evaluate("() => document.querySelector('.sg-root').studygroup.ui.selected") == nxt
+    page.press(".sg-find-word", "Enter")
+    assert page.evaluate("() => document.querySelector('.sg-root').studygroup.ui.selected") == next(j for j in tins if j > nxt)
+    page.fill(".sg-find-index", str(T - 3))
+    page.press(".sg-find-index", "Enter")
+    assert page.evaluate("() => document.querySelector('.sg-root').studygroup.ui.selected") == T - 3 and visible_in_box(T - 3)
+    page.fill(".sg-find-index", "5")
+    page.press(".sg-find-index", "Enter")
+    assert page.evaluate("() => document.querySelector('.sg-root').studygroup.ui.selected") == 5 and visible_in_box(5)
+    page.fill(".sg-find-index", str(T + 100))
+    page.press(".sg-find-index", "Enter")
+    assert page.locator(".sg-find-said").inner_text() == f"The members are numbered 0 to {T - 1}."
+    assert page.evaluate("() => document.querySelector('.sg-root').studygroup.ui.selected") == 5
+    page.fill(".sg-find-word", "zebra")
+    page.press(".sg-find-word", "Enter")
+    assert "is not in the text" in page.locator(".sg-find-said").inner_text()
+    page.locator(".sg-input").screenshot(path=str(screenshots / "long-text-chips-find.png"))
     context.close()
