@@ -22,6 +22,7 @@ SCRIPTS = (
     "api.js",         # the client of the web API (docs/web-api.md)
     "instance.js",    # one view on one root element: its skeleton and state
     "session.js",     # asking the server (page) or showing embedded data (report, notebook)
+    "jobs.js",        # long computations: their progress polled, a Cancel button
     "members.js",     # the members as chips: select, hover, silence
     "finder.js",      # among hundreds of chips: find a word, jump to a member
     "conclusion.js",  # the top next words, before and after silencing, and a comparison's shift

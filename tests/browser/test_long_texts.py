@@ -4,6 +4,7 @@ labelled cells; the model view's thumbnails as the last member's row; the chips 
 members scroll, find a word and jump to a member."""
 from __future__ import annotations
 
+import httpx
 import numpy as np
 import pytest
 
@@ -224,4 +225,28 @@ def test_hundreds_of_chips_scroll_and_find_a_word_and_a_member(browser, url, scr
     page.press(".sg-find-word", "Enter")
     assert "is not in the text" in page.locator(".sg-find-said").inner_text()
     page.locator(".sg-input").screenshot(path=str(screenshots / "long-text-chips-find.png"))
+    context.close()
+
+
+def test_a_long_explain_shows_its_progress_and_can_be_cancelled(browser, url):
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    page = context.new_page()
+    jobs = []
+    page.on("request", lambda r: jobs.append(r.post_data_json) if r.url.endswith("/api/explain") else None)
+    page.goto(url)
+    wait_idle(page)
+    page.fill(".sg-text", " ".join(["can the tin"] * 70))
+    page.click(".sg-go")
+    running = page.locator(".sg-progress[data-state='running']")
+    running.wait_for(timeout=120_000)
+    assert "/" in page.locator(".sg-progress-stage").inner_text()
+    first = int(running.get_attribute("data-steps"))
+    page.wait_for_function(f"() => Number(document.querySelector('.sg-progress').dataset.steps) > {first}")
+    page.click(".sg-progress button")
+    page.locator(".sg-status[data-kind='error']").wait_for(timeout=30_000)
+    assert "cancelled" in page.locator(".sg-status").inner_text()
+    assert page.locator(".sg-progress").is_hidden()
+    job = jobs[-1]["job"]
+    state = httpx.post(url.rstrip("/") + "/api/progress", json={"job": job}).json()
+    assert state["state"] == "cancelled"
     context.close()
