@@ -275,10 +275,11 @@ class Service:
                 self.runs.put(key, run, 1)
         return run
 
-    def head_run(self, text: str, members: tuple = (), heads: tuple = ()):
-        """The run a head's views read: the kept pass (its recorded vectors, or the layer's vectors
-        it keeps for the next window), or, when no pass is kept, one made only as far as a head needs."""
-        if self.limits.runs_kept:
+    def head_run(self, text: str, T: int, members: tuple = (), heads: tuple = ()):
+        """The run a head's views of a T-member text read: the page's pass (its recorded vectors
+        up to FULL_MAPS_MAX_T members, or, kept, the layer's vectors it keeps for the next window),
+        or, for a long text when no pass is kept, one made only as far as the head's layer."""
+        if self.limits.runs_kept or T <= page_data.FULL_MAPS_MAX_T:
             return self.run(text, members, heads)
         return self.model.before_pass(text, members, heads)
 
@@ -455,15 +456,16 @@ def _routes(app: FastAPI, s: Service) -> None:
         # the kept run: its recorded vectors (short texts) or the layer's vectors it keeps (long ones)
         return await s.answer(("head", b.text, b.layer, b.head, b.notation, rows, keys, members, heads),
                               lambda: page_data.head(model, b.text, b.layer, b.head, b.notation, rows, keys, members, heads,
-                                                     run=s.head_run(b.text, members, heads)))
+                                                     run=s.head_run(b.text, T, members, heads)))
 
     @app.post("/api/overview")
     async def overview(b: OverviewBody):
-        members, heads = s.silenced(b, s.check_text(b.text))
+        T = s.check_text(b.text)
+        members, heads = s.silenced(b, T)
         model.check_head(b.layer, b.head)
         rows, keys = (slice(*x) if isinstance(x, list) else None for x in (b.rows, b.keys))
         key = ("overview", b.text, b.layer, b.head, str(rows), str(keys), b.side, members, heads)
-        return await s.answer(key, lambda: study_overview.overview(s.head_run(b.text, members, heads), b.layer, b.head, rows,
+        return await s.answer(key, lambda: study_overview.overview(s.head_run(b.text, T, members, heads), b.layer, b.head, rows,
                                                                    keys, b.side).to_dict())
 
     @app.post("/api/lesson")
