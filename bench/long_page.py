@@ -71,7 +71,7 @@ def main(argv=None) -> dict:
     text = text_of(args.T)
     proc, base = start_server()
     peak = Peak(proc.pid)
-    times, out = {}, {"T": args.T}
+    times, peaks, out = {}, {}, {"T": args.T}
     try:
         with httpx.Client(timeout=3600) as client:
             def ask(name, path, body):
@@ -79,6 +79,7 @@ def main(argv=None) -> dict:
                 r = client.post(f"{base}/api/{path}", json=body)
                 r.raise_for_status()
                 times[name] = round(time.perf_counter() - t, 3)
+                peaks[name] = round(peak.bytes / 2**20)  # the server's peak so far, after this step
                 return r.json()
 
             ask("conclusion", "conclusion", {"text": text, "top": 10})
@@ -108,7 +109,8 @@ def main(argv=None) -> dict:
         peak.on = False
         proc.terminate()
         proc.wait(30)
-    out.update(times=times, server_peak_mib=round(peak.bytes / 2**20), cpu=cpu(), load_average=os.getloadavg())
+    out.update(times=times, server_peak_mib_after=peaks, server_peak_mib=round(peak.bytes / 2**20), cpu=cpu(),
+               load_average=os.getloadavg())
     print(json.dumps(out, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))

@@ -57,7 +57,6 @@ class Gate:
             self._lock.release()
             self.pending -= 1
 
-
     def turn_passer(self):
         """For a long computation: a function its worker thread calls between layers, which lets
         every request waiting then take its turn first (the lock is fair: they queued before it)."""
