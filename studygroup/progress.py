@@ -1,8 +1,19 @@
-"""A progress bar on stderr for long work (only when stderr is a terminal; silent otherwise)."""
+"""A progress bar on stderr for long work (only when stderr is a terminal; silent otherwise), and
+a Watch that a caller sets on its thread to follow the same work from elsewhere and stop it.
+
+Every long computation advances a Progress after each layer of each pass; a Watch set with
+`watching(w)` on the computing thread sees every advance (its stage, done and total, and a count
+of steps that only grows), raises Cancelled at the next advance once `w.cancel()` was called, and
+calls `w.between_layers` there (the web server lets waiting requests take their turn).
+"""
 from __future__ import annotations
 
 import sys
+import threading
 import time
+from contextlib import contextmanager
+
+from studygroup.errors import StudyGroupError
 
 
 _shown = True  # off in a process whose console is a log (the web server's)
@@ -38,6 +49,9 @@ class Progress:
 
     def advance(self, n: int = 1) -> None:
         self.done += n
+        w = getattr(_local, "watch", None)
+        if w is not None:
+            w.saw(self)
         if self.enabled:
             width = 30
             filled = round(width * self.done / max(1, self.total))
@@ -53,3 +67,61 @@ class Progress:
         if self.enabled:
             self.stream.write("\n")
             self.stream.flush()
+
+
+class Cancelled(StudyGroupError):
+    """The computation was cancelled (its client asked so, or left) before it ended."""
+
+
+_local = threading.local()
+
+
+class Watch:
+    """One computation followed from another thread: what it is doing, and a way to stop it.
+
+    >>> w = Watch()
+    >>> with watching(w):
+    ...     with Progress(30, "layers", show=False) as bar:
+    ...         bar.advance(); bar.advance()
+    >>> w.stage, w.done, w.total, w.steps
+    ('layers', 2, 30, 2)
+    """
+
+    def __init__(self, between_layers=None):
+        self.between_layers = between_layers  # called at every advance, on the computing thread
+        self.stage, self.done, self.total, self.steps = "", 0, 0, 0
+        self.state = "waiting"  # then "running", and "done", "cancelled" or "failed" (set by whoever runs it)
+        self.cancelled = False
+        self.started = time.monotonic()
+
+    def cancel(self) -> None:
+        """Stop the computation at its next advance (after the layer it is in)."""
+        self.cancelled = True
+
+    def check(self) -> None:
+        """Cancelled if the computation was cancelled."""
+        if self.cancelled:
+            raise Cancelled("cancelled before it started")
+
+    def as_dict(self) -> dict:
+        return {"state": self.state, "stage": self.stage, "done": self.done, "total": self.total, "steps": self.steps,
+                "elapsed_s": round(time.monotonic() - self.started, 3)}
+
+    def saw(self, bar: Progress) -> None:
+        self.stage, self.done, self.total = bar.label, bar.done, max(bar.total, bar.done)
+        self.steps += 1
+        if self.cancelled:
+            raise Cancelled(f"cancelled during {bar.label} ({bar.done}/{max(bar.total, bar.done)})")
+        if self.between_layers is not None:
+            self.between_layers()
+
+
+@contextmanager
+def watching(watch: Watch):
+    """Within the block, every Progress advanced on this thread reports to `watch`."""
+    before = getattr(_local, "watch", None)
+    _local.watch = watch
+    try:
+        yield watch
+    finally:
+        _local.watch = before

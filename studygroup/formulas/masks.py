@@ -18,30 +18,37 @@ from studygroup.formulas.attention import causal_mask
 Heads = frozenset[tuple[int, int]]
 
 
-def _remove_keys(silenced: torch.Tensor) -> torch.Tensor:
+def _remove_keys(silenced: torch.Tensor, rows: range | None = None) -> torch.Tensor:
     """Causal mask minus the silenced keys, a member hearing itself where nothing else is left.
 
-    silenced: (…, T) bool, True for a removed key. Returns (…, T, T) bool.
+    silenced: (…, T) bool, True for a removed key. rows: the questions whose rows are built (None:
+    every member). Returns (…, R, T) bool, R = len(rows).
     """
     T = silenced.shape[-1]
-    mask = causal_mask(T, T, device=silenced.device) & ~silenced.unsqueeze(-2)  # (…, T, T)
-    nothing_left = ~mask.any(-1, keepdim=True)  # (…, T, 1)
-    return mask | (nothing_left & torch.eye(T, dtype=torch.bool, device=silenced.device))
+    rows = range(T) if rows is None else rows
+    i = torch.arange(rows.start, rows.stop, device=silenced.device)[:, None]  # (R, 1) questions
+    j = torch.arange(T, device=silenced.device)[None, :]  # (1, T) answers
+    mask = (j <= i) & ~silenced.unsqueeze(-2)  # (…, R, T)
+    nothing_left = ~mask.any(-1, keepdim=True)  # (…, R, 1)
+    return mask | (nothing_left & (j == i))
 
 
-def member_mask(T: int, members: Iterable[int], device=None) -> torch.Tensor:
+def member_mask(T: int, members: Iterable[int], device=None, rows: range | None = None) -> torch.Tensor:
     """Causal mask with the keys of `members` removed.
 
-    Returns (T, T) bool, True where query i may see key j.
+    Returns (T, T) bool, True where query i may see key j; with rows (a range of members), only
+    those questions' rows (len(rows), T), built without the rest (a long text's window).
 
     >>> member_mask(3, [0]).int().tolist()
     [[1, 0, 0], [0, 1, 0], [0, 1, 1]]
     >>> member_mask(3, [1, 2]).int().tolist()
     [[1, 0, 0], [1, 0, 0], [1, 0, 0]]
+    >>> member_mask(3, [0], rows=range(2, 3)).int().tolist()
+    [[0, 1, 1]]
     """
     silenced = torch.zeros(T, dtype=torch.bool, device=device)  # (T,)
     silenced[list(members)] = True
-    return _remove_keys(silenced)
+    return _remove_keys(silenced, rows)
 
 
 def each_member_masks(T: int, members: Iterable[int], device=None) -> torch.Tensor:

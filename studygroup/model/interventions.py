@@ -80,9 +80,10 @@ class Interventions:
         """Whether this head's questions miss the silenced members' keys in this run."""
         return bool(self.silenced_members) and (self.member_heads is None or (layer, head) in self.member_heads)
 
-    def mask(self, layer: int, head: int, T: int) -> torch.Tensor:
-        """(T, T) bool: which keys each question of this head could see in this run."""
-        return masks_.member_mask(T, self.silenced_members if self.hides_members(layer, head) else ())
+    def mask(self, layer: int, head: int, T: int, rows: range | None = None) -> torch.Tensor:
+        """(T, T) bool: which keys each question of this head could see in this run; with rows,
+        those questions' rows only (len(rows), T)."""
+        return masks_.member_mask(T, self.silenced_members if self.hides_members(layer, head) else (), rows=rows)
 
 
 def head_gates(copies: Sequence[Iterable[tuple[int, int]]], n_heads: int, device=None) -> dict[int, torch.Tensor]:

@@ -280,8 +280,9 @@ class Model:
         rows = keys[P:][asking]  # (R,)
         return (rows[:, None] - keys[None, :]) < W  # (R, K)
 
-    def window_mask(self, l: int, T: int) -> torch.Tensor | None:
-        """(T, T) bool: the keys inside each member's window in layer l (None: no member is left out).
+    def window_mask(self, l: int, T: int, rows: range | None = None) -> torch.Tensor | None:
+        """(T, T) bool: the keys inside each member's window in layer l (None: no member is left out);
+        with rows, those questions' rows only (len(rows), T).
 
         >>> model.window_mask(0, 4) is None  # the default model has no local layers
         True
@@ -289,8 +290,9 @@ class Model:
         W = self.config.window_of(l)
         if W is None or T <= W:
             return None
-        i = torch.arange(T, device=self.device)
-        return (i[:, None] - i[None, :]) < W  # (T, T)
+        rows = range(T) if rows is None else rows
+        i = torch.arange(rows.start, rows.stop, device=self.device)  # (R,) questions
+        return (i[:, None] - torch.arange(T, device=self.device)[None, :]) < W  # (R, T)
 
     def write_scale(self, l: int, attn_pre_norm: torch.Tensor) -> torch.Tensor | None:
         """The held scale a head's write passes on its way to the residual stream: the norm after

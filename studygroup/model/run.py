@@ -58,6 +58,8 @@ class Run:
         self.model, self.token_ids, self.interventions, self.record = model, token_ids, interventions, record
         self.logits, self.steps = logits, steps
         self._tokens: list[str] | None = None
+        # (layer, its steps): the vectors of the last layer head_vectors made a pass for (T × d_head each)
+        self._layer_vectors: tuple[int, dict] | None = None
 
     @classmethod
     @torch.inference_mode()
@@ -160,14 +162,15 @@ class Run:
         """What the last R questions of these heads could see: "causal", or (h, R, T) bool."""
         if not any(self.interventions.hides_members(layer, h) for h in heads) and self.model.window_mask(layer, self.T) is None:
             return "causal"
-        masks = [self.head_mask(layer, h)[self.T - R:] for h in heads]  # (R, T) each
+        masks = [self.head_mask(layer, h, range(self.T - R, self.T)) for h in heads]  # (R, T) each
         return torch.stack(masks).to(self.model.device)  # (h, R, T)
 
-    def head_mask(self, layer: int, head: int) -> torch.Tensor:
+    def head_mask(self, layer: int, head: int, rows: range | None = None) -> torch.Tensor:
         """(T, T) bool: which keys each question of this head could see in this run (silenced
-        members and, in a local layer, members outside its window left out)."""
-        mask = self.interventions.mask(layer, head, self.T).to(self.model.device)  # (T, T)
-        window = self.model.window_mask(layer, self.T)  # (T, T) or None
+        members and, in a local layer, members outside its window left out); with rows (a range
+        of members), those questions' rows only (len(rows), T), built without the rest."""
+        mask = self.interventions.mask(layer, head, self.T, rows).to(self.model.device)  # (R, T)
+        window = self.model.window_mask(layer, self.T, rows)  # (R, T) or None
         return mask if window is None else mask & window
 
     def head(self, layer: int, head: int) -> Head:
@@ -192,16 +195,20 @@ class Run:
         """This head's vectors for every member, float32 (T, d_head) each: "q_pre_rope",
         "k_pre_rope", "q", "k", "v". From the recording, or from a pass that stops after `layer`
         and keeps that layer's vectors only: no T×T map is built (a window of a long text needs
-        none but its own rows)."""
+        none but its own rows). That layer's vectors (every head's) are kept until another layer
+        is asked for, so the next window of a head of the same layer makes no pass."""
         self.model.check_head(layer, head)
         kv = self.model.config.kv_head_of(head)
         vectors = ("q_pre_rope", "k_pre_rope", "q", "k", "v")
         if self.record.rows == "all" and all(f"layers.{layer}.{s}" in self.steps for s in vectors):
             steps = {n: t[None] for n, t in self.steps.items()}  # as the pass returns them: (1, H, T, d)
+        elif self._layer_vectors is not None and self._layer_vectors[0] == layer:
+            steps = self._layer_vectors[1]
         else:
             record = Record(steps=(*vectors, "attn_pre_norm"), layers=(layer,))
             plan = self.interventions.plan(self.model, self.T, record, stop_after=layer)
             _, steps = self.model.forward(torch.tensor(self.token_ids, device=self.model.device), plan)
+            self._layer_vectors = (layer, steps)  # the next window of any head of this layer needs no pass
         out = {s: steps[f"layers.{layer}.{s}"][0, kv if s in KEY_STEPS else head].float() for s in vectors}
         pre_norm = steps.get(f"layers.{layer}.attn_pre_norm")  # (1, T, d_model) where the family has that norm
         if pre_norm is not None:

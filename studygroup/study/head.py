@@ -178,7 +178,7 @@ def head_view(model, text, layer: int, head: int, notation: str = "paper", large
     if run is None:
         run = model.before_pass(ids, silence_members=list(silence_members), silence_heads=list(silence_heads))
     vec = run.head_vectors(layer, head)  # (T, d_head) each: a pass up to this layer
-    g = _grids(vec, run.head_mask(layer, head), w)  # silenced members and a local layer's window left out
+    g = _grids(vec, run.head_mask(layer, head, w.rows), w)  # silenced members and a local layer's window left out
     quiet = run.interventions.silenced_members if run.interventions.hides_members(layer, head) else ()
     t = (lambda m: m.mT) if notation == "columns" else (lambda m: m)  # noqa: E731
     R, K = slice(w.rows.start, w.rows.stop), slice(w.keys.start, w.keys.stop)
@@ -242,10 +242,10 @@ BLOCK = 256
 
 def _grids(vec: dict[str, torch.Tensor], mask: torch.Tensor, w: Window) -> _Grids:
     """The window's cells, BLOCK questions at a time, in both notations. vec: (T, d_head) each;
-    mask (T, T) bool."""
-    K = slice(w.keys.start, w.keys.stop)
+    mask (R, T) bool: the window's questions' rows."""
+    K, a = slice(w.keys.start, w.keys.stop), w.rows.start
     blocks = [slice(i, min(i + BLOCK, w.rows.stop)) for i in range(w.rows.start, w.rows.stop, BLOCK)]
-    parts = [_block(vec, mask[rows], rows, K) for rows in blocks]
+    parts = [_block(vec, mask[rows.start - a:rows.stop - a], rows, K) for rows in blocks]
     cat = lambda n, dim=0: torch.cat([p[n] for p in parts], dim=dim)  # noqa: E731
     return _Grids(cat("scores"), cat("weights"), cat("mask"), cat("output"), cat("listens"),
                   cat("cols_weights", 1), cat("cols_output", 1),

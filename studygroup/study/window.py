@@ -68,10 +68,20 @@ def window(T: int, rows=None, keys=None) -> Window:
     >>> window(10, range(2, 4), slice(0, 3)).cells
     6
     """
-    w = Window(_members(T, rows, "rows"), _members(T, keys, "keys"))
+    w = any_size(T, rows, keys)
     if w.cells > MAX_CELLS:
         raise WindowError(_too_large(T, w, rows is None and keys is None))
     return w
+
+
+def any_size(T: int, rows=None, keys=None) -> Window:
+    """The window `rows` and `keys` name, checked as window() checks it but of any size (for a
+    view that pools the cells, such as a head's overview).
+
+    >>> len(any_size(1000).rows)
+    1000
+    """
+    return Window(_members(T, rows, "rows"), _members(T, keys, "keys"))
 
 
 def or_last_question(T: int, rows=None, keys=None) -> tuple:

@@ -22,12 +22,15 @@ SCRIPTS = (
     "api.js",         # the client of the web API (docs/web-api.md)
     "instance.js",    # one view on one root element: its skeleton and state
     "session.js",     # asking the server (page) or showing embedded data (report, notebook)
+    "jobs.js",        # long computations: their progress polled, a Cancel button
     "members.js",     # the members as chips: select, hover, silence
+    "finder.js",      # among hundreds of chips: find a word, jump to a member
     "conclusion.js",  # the top next words, before and after silencing, and a comparison's shift
     "story.js",       # the sentences of `explain`, with members as chips
     "generation.js",  # Continue: generated members, each word's conclusion and attention, both continuations
     "model_view.js",  # every head as a thumbnail, layer × head
     "head.js",        # one head: its score and weight grids
+    "map.js",         # a long text's head map: the overview, zoom and pan down to tiles of cells
     "listening.js",   # the selected member's question: weights and contributions
     "saving.js",      # PNG and JSON downloads
     "lesson.js",      # Lesson mode: the article's sections on the text, one head; the state in the URL

@@ -24,13 +24,16 @@ from starlette.exceptions import HTTPException
 
 from studygroup.study import page_data
 from studygroup.study import lesson_sections
+from studygroup.study import overview as study_overview
 from studygroup.study import why as study_why
 from studygroup.study.window import WEB, WindowError
 from studygroup.views import assets
+from studygroup import progress
 from studygroup.errors import InputError, StudyGroupError
 from studygroup.web import generation
 from studygroup.web.guard import (LRU, UNREADABLE_BODY, BodyLimit, Busy, Gate, HostCheck, SecurityHeaders,
                                   error_response)
+from studygroup.web.jobs import JOB_ID, Jobs, watched
 
 DEFAULT_TEXT = "Cash or credit card? I have a lot"
 MAX_TOP = 50
@@ -66,6 +69,9 @@ Index = Annotated[int, Field(ge=0)]
 Pair = Annotated[list[Index], Field(min_length=2, max_length=2)]
 
 
+JobId = Annotated[str, Field(pattern=JOB_ID)]
+
+
 class TextBody(_Body):
     text: Text
     top: Top = 10
@@ -85,6 +91,11 @@ class ExplainBody(TextBody):
     silence_heads: Heads = []
     chat: bool = False  # the text as the user's turn in the model's own chat template
     system: Text | None = None  # with chat: a system turn before the user's
+    job: JobId | None = None  # names the computation for /api/progress and /api/cancel
+
+
+class JobBody(_Body):
+    job: JobId
 
 
 class CompareBody(_Body):
@@ -93,6 +104,7 @@ class CompareBody(_Body):
     top: Top = 10
     silence_members: Members = []
     silence_heads: Heads = []
+    job: JobId | None = None
 
 
 class ModelViewBody(_Body):
@@ -112,6 +124,17 @@ class HeadBody(_Body):
     notation: Literal["paper", "columns"] = "paper"
     rows: Literal["auto", "all", "last"] | Ends = "auto"
     keys: Literal["all"] | Ends = "all"
+    silence_members: Members = []
+    silence_heads: Heads = []
+
+
+class OverviewBody(_Body):
+    text: Text
+    layer: Index
+    head: Index
+    rows: Literal["all"] | Ends = "all"
+    keys: Literal["all"] | Ends = "all"
+    side: Annotated[int, Field(ge=1, le=study_overview.SIDE)] = study_overview.SIDE  # most blocks on a side
     silence_members: Members = []
     silence_heads: Heads = []
 
@@ -209,6 +232,7 @@ class Service:
         self.explanations = LRU(16, 16)  # Explanation objects by text, for the model view's ranks
         self.runs = LRU(limits.runs_kept, limits.runs_kept)  # page_data.page_run by (text, members, heads)
         self.generations = generation.Generations(limits.generations_kept, limits.generation_bytes)
+        self.jobs = Jobs(self.gate)
         context = model.config.context_length
         self.max_tokens = context if limits.max_tokens is None else min(limits.max_tokens, context)
 
@@ -241,15 +265,30 @@ class Service:
             self.model.check_head(l, h)
         return tuple(sorted(set(b.silence_members))), tuple(sorted({(l, h) for l, h in b.silence_heads}))
 
-    async def answer(self, key: tuple, compute) -> Response:
-        """The cached answer for key, or compute() -> JSON-able, in the model's turn, then cached."""
+    async def answer(self, key: tuple, compute, watch: progress.Watch | None = None) -> Response:
+        """The cached answer for key, or compute() -> JSON-able, in the model's turn, then cached.
+        watch: follows a long computation (its progress; cancelled: it stops at its next layer)."""
         body = self.answers.get(key)
         if body is None:
             def work():
                 cached = self.answers.get(key)  # computed while this request waited
-                return cached if cached is not None else _dumps(compute())
-            body = await self.gate.run(work)
+                if cached is not None:
+                    return cached
+                if watch is None:
+                    return _dumps(compute())
+                watch.check()
+                watch.state = "running"
+                with progress.watching(watch):
+                    return _dumps(compute())
+            try:
+                body = await self.gate.run(work)
+            except Exception as e:
+                if watch is not None:
+                    watch.state = "cancelled" if isinstance(e, progress.Cancelled) else "failed"
+                raise
             self.answers.put(key, body, len(body))
+        if watch is not None:
+            watch.state = "done"
         return Response(body, media_type="application/json")
 
     def run(self, text: str, members: tuple = (), heads: tuple = ()):
@@ -262,6 +301,14 @@ class Service:
             if self.limits.runs_kept:
                 self.runs.put(key, run, 1)
         return run
+
+    def head_run(self, text: str, T: int, members: tuple = (), heads: tuple = ()):
+        """The run a head's views of a T-member text read: the page's pass (its recorded vectors
+        up to FULL_MAPS_MAX_T members, or, kept, the layer's vectors it keeps for the next window),
+        or, for a long text when no pass is kept, one made only as far as the head's layer."""
+        if self.limits.runs_kept or T <= page_data.FULL_MAPS_MAX_T:
+            return self.run(text, members, heads)
+        return self.model.before_pass(text, members, heads)
 
     def explanation(self, text: str, top: int):
         e = self.explanations.get((text, top))
@@ -328,6 +375,10 @@ def _handlers(app: FastAPI) -> None:
     async def _window(request: Request, exc: WindowError):  # named as this API spells them
         return error_response(400, exc.spelled(WEB))
 
+    @app.exception_handler(progress.Cancelled)
+    async def _cancelled(request: Request, exc: progress.Cancelled):
+        return error_response(409, f"the computation was {exc}")
+
     @app.exception_handler(StudyGroupError)
     async def _input(request: Request, exc: StudyGroupError):
         return error_response(400, str(exc))
@@ -383,21 +434,36 @@ def _routes(app: FastAPI, s: Service) -> None:
                                                            after=s.run(b.text, members, heads) if members or heads else None))
 
     @app.post("/api/explain")
-    async def explain(b: ExplainBody):
+    async def explain(b: ExplainBody, request: Request):
         if b.chat or b.system is not None:  # the chat's ids, explained as they are (never the text's own explanation)
             ids = generation.prompt(s, b)
             members, heads = s.silenced(b, len(ids))
-            return await s.answer(("explain", tuple(ids), b.top, members, heads), lambda: page_data.explanation(
-                model, ids, b.top, members, heads).to_dict())
+            watch = s.jobs.start(b.job)
+            return await watched(request, watch, s.answer(("explain", tuple(ids), b.top, members, heads), lambda: page_data.explanation(
+                model, ids, b.top, members, heads).to_dict(), watch))
         members, heads = s.silenced(b, s.check_text(b.text))
+        watch = s.jobs.start(b.job)
         if members or heads:  # a run with these silenced: not the text's own explanation, not remembered
-            return await s.answer(("explain", b.text, b.top, members, heads), lambda: page_data.explanation(
-                model, b.text, b.top, members, heads).to_dict())
-        return await s.answer(("explain", b.text, b.top), lambda: s.explanation(b.text, b.top).to_dict())
+            return await watched(request, watch, s.answer(("explain", b.text, b.top, members, heads), lambda: page_data.explanation(
+                model, b.text, b.top, members, heads).to_dict(), watch))
+        return await watched(request, watch, s.answer(("explain", b.text, b.top),
+                                                      lambda: s.explanation(b.text, b.top).to_dict(), watch))
+
+    @app.post("/api/progress")
+    async def job_progress(b: JobBody):
+        return {"job": b.job, **s.jobs.get(b.job).as_dict()}
+
+    @app.post("/api/cancel")
+    async def cancel(b: JobBody):
+        w = s.jobs.get(b.job)
+        if w.state in ("waiting", "running"):
+            w.cancel()
+        return {"job": b.job, **w.as_dict()}
 
     @app.post("/api/compare")
-    async def compare(b: CompareBody):
+    async def compare(b: CompareBody, request: Request):
         members, heads = s.silenced(b, min(s.check_text(b.text_a, "text_a"), s.check_text(b.text_b, "text_b")))
+        watch = s.jobs.start(b.job)
 
         def work():
             c = page_data.comparison(model, b.text_a, b.text_b, b.top, members, heads)
@@ -405,7 +471,7 @@ def _routes(app: FastAPI, s: Service) -> None:
                 s.remember(b.text_a, b.top, c.a), s.remember(b.text_b, b.top, c.b)
             return c.to_dict()
 
-        return await s.answer(("compare", b.text_a, b.text_b, b.top, members, heads), work)
+        return await watched(request, watch, s.answer(("compare", b.text_a, b.text_b, b.top, members, heads), work, watch))
 
     @app.post("/api/model_view")
     async def model_view(b: ModelViewBody):
@@ -418,12 +484,22 @@ def _routes(app: FastAPI, s: Service) -> None:
     async def head(b: HeadBody):
         T = s.check_text(b.text)
         members, heads = s.silenced(b, T)
-        short = T <= page_data.FULL_MAPS_MAX_T  # past it a whole pass would not spare the head's own
         model.check_head(b.layer, b.head)
         rows, keys = (tuple(x) if isinstance(x, list) else x for x in (b.rows, b.keys))
+        # the kept run: its recorded vectors (short texts) or the layer's vectors it keeps (long ones)
         return await s.answer(("head", b.text, b.layer, b.head, b.notation, rows, keys, members, heads),
                               lambda: page_data.head(model, b.text, b.layer, b.head, b.notation, rows, keys, members, heads,
-                                                     run=s.run(b.text, members, heads) if short else None))
+                                                     run=s.head_run(b.text, T, members, heads)))
+
+    @app.post("/api/overview")
+    async def overview(b: OverviewBody):
+        T = s.check_text(b.text)
+        members, heads = s.silenced(b, T)
+        model.check_head(b.layer, b.head)
+        rows, keys = (slice(*x) if isinstance(x, list) else None for x in (b.rows, b.keys))
+        key = ("overview", b.text, b.layer, b.head, str(rows), str(keys), b.side, members, heads)
+        return await s.answer(key, lambda: study_overview.overview(s.head_run(b.text, T, members, heads), b.layer, b.head, rows,
+                                                                   keys, b.side).to_dict())
 
     @app.post("/api/lesson")
     async def lesson(b: LessonBody):

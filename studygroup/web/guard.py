@@ -57,6 +57,18 @@ class Gate:
             self._lock.release()
             self.pending -= 1
 
+    def turn_passer(self):
+        """For a long computation: a function its worker thread calls between layers, which lets
+        every request waiting then take its turn first (the lock is fair: they queued before it)."""
+        def pass_turn():
+            if self.pending > 1 and self._lock is not None:
+                anyio.from_thread.run(self._pass_turn)
+        return pass_turn
+
+    async def _pass_turn(self):
+        self._lock.release()
+        await self._lock.acquire()
+
 
 class LRU:
     """Finished answers (bytes) by key, bounded in entries and in bytes. Safe to share between the

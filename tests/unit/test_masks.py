@@ -1,4 +1,5 @@
 """Silencing masks: which keys each question can still hear."""
+import pytest
 import torch
 
 from studygroup.formulas import masks as silence
@@ -63,3 +64,11 @@ def test_packed_masks_equal_the_copies_one_at_a_time():
         assert not rows[:, P:P + o].any() and not rows[:, P + o + n:].any()  # never another copy's rows
         assert torch.equal(base[o:o + n, P + o:P + o + n], causal_mask(n, n)) and base[o:o + n, :j].all()
         o += n
+
+
+@pytest.mark.parametrize("members", [(), (0,), (3, 5), (0, 1, 2, 3, 4, 5, 6, 7)])
+def test_a_window_of_rows_of_the_member_mask_equals_those_rows_of_the_whole(members):
+    T = 8
+    whole = silence.member_mask(T, members)  # (T, T)
+    for rows in (range(0, 8), range(2, 5), range(7, 8), range(0, 1)):
+        assert torch.equal(silence.member_mask(T, members, rows=rows), whole[rows.start:rows.stop])

@@ -190,10 +190,31 @@
       }
     }
   }
+  /** A long text's thumbnail: one question's weights (T,) (the last member's) as a strip across the middle
+   * half of the square (down it, for the video's orientation), each device pixel showing the LARGEST weight
+   * of the members it covers, so that a sharp weight is not lost; a pixel whose members are all masked
+   * (reasons (T,)) gets the hatch's flat grey. */
+  function drawStrip(canvas, row, reasons, size, transpose) {
+    sizeCanvas(canvas, size, size);
+    const ctx = canvas.getContext("2d"), W = canvas.width, C = row.length, flat = rgb(sg.maskedFlat());
+    ctx.setTransform(1, 0, 0, 1, 0, 0); // device pixels: one pixel, one bin
+    ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, W, W);
+    const edge = Math.round(W / 4), depth = W - 2 * edge;
+    for (let x = 0; x < W; x++) {
+      const [a, b] = stripBin(x, C, W);
+      let best = -1;
+      for (let j = a; j < b; j++) if (!reasons || reasons[j] === VISIBLE) best = Math.max(best, row[j]);
+      ctx.fillStyle = best < 0 ? flat : rgb(weightColor(best));
+      if (transpose) ctx.fillRect(edge, x, depth, 1); else ctx.fillRect(x, edge, 1, depth);
+    }
+  }
+  /** The members [a, b) that pixel x of a strip W pixels long over C members covers (at least one each). */
+  const stripBin = (x, C, W) => { const a = Math.floor(x * C / W); return [a, Math.max(a + 1, Math.floor((x + 1) * C / W))]; };
+
   function drawFlat(canvas, color, size) {
     const ctx = sizeCanvas(canvas, size, size);
     ctx.fillStyle = rgb(color); ctx.fillRect(0, 0, size, size);
   }
 
-  Object.assign(sg, { sizeCanvas, drawGrid, drawLegend, drawThumb, drawFlat, cellReason, reasonsIn, VISIBLE });
+  Object.assign(sg, { sizeCanvas, drawGrid, drawLegend, drawThumb, drawStrip, stripBin, drawFlat, cellReason, reasonsIn, VISIBLE });
 })(window.StudyGroup = window.StudyGroup || {});

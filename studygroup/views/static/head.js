@@ -12,6 +12,9 @@
     return Array.from({ length: e - c }, (_, x) => c + x);
   };
 
+  /** Whether a head's grid holds every answer its questions can hear (then each question's weights sum to 1 on it). */
+  sg.holdsEveryAnswer = (d) => !d.keys_shown || (d.keys_shown[0] === 0 && d.keys_shown[1] >= (d.rows_shown || [0, d.tokens.length])[1]);
+
   const { el, clear, sig4, signed, tokenNode, isSilenced, silencedNote, drawGrid, drawLegend, cellReason, reasonsIn, reasonLegend, VISIBLE } = sg;
 
   /** Cell (r, c) of grid g in words: "member i's question (“…”) gives weight w to member j's answer (“…”)". */
@@ -108,7 +111,7 @@
       this.q(".sg-check").textContent = d ? d.check.statement + silencedNote(d) : "";
       this.q(".sg-full").hidden = !(d && d.rows === "last");
       if (d) this.q(".sg-full").textContent = d.tokens.length > WINDOW_SIDE ? "Show the last " + WINDOW_SIDE + " \u00d7 " + WINDOW_SIDE + " of the grid" : "Show the full grid";
-      if (l == null) { figs.hidden = true; empty.textContent = ""; this.renderMemberPanel(); return; }
+      if (l == null) { figs.hidden = true; empty.textContent = ""; this.renderMap(); this.renderMemberPanel(); return; }
       const mvShape = this.d.modelView || (this.d.explanation && this.d.explanation.model);
       const group = mvShape ? mvShape.n_heads / mvShape.n_kv_heads : 1;
       const kv = Math.floor(h / group);
@@ -128,12 +131,17 @@
           (lh ? "; below, whom this head's last question listens to." : ".");
       } else empty.textContent = "";
       this.drawHeadGrids();
+      this.renderMap();
       this.renderMemberPanel();
     }
 
     /** The grid as drawn: rows and columns are member indices; the matrix is in the current orientation. */
     gridSpec(kind) {
-      const d = this.currentHead();
+      return this.gridSpecOf(this.currentHead(), kind, this.gridWidth());
+    }
+
+    /** The grid spec of head payload d (the open head, or a tile of its map) drawn at most maxWidth wide. */
+    gridSpecOf(d, kind, maxWidth) {
       if (!d) return null;
       const paper = d.notation === "paper";
       const keys = sg.shownKeys(d);
@@ -145,8 +153,8 @@
         questionAxis: paper ? "rows" : "cols",
         rowTitle: paper ? "question from\u2026" : "answer from\u2026",
         colTitle: paper ? "answer from\u2026" : "question from\u2026",
-        sum: kind === "weights" ? (paper ? "right" : "bottom") : null,
-        selected: this.ui.selected, hover: this.ui.hover, maxWidth: this.gridWidth(),
+        sum: kind === "weights" && sg.holdsEveryAnswer(d) ? (paper ? "right" : "bottom") : null,
+        selected: this.ui.selected, hover: this.ui.hover, maxWidth,
       };
     }
 

@@ -25,6 +25,7 @@
       });
       this.renderSilencedList();
       this.paintMembers();
+      this.renderFinder();
     }
 
     paintMembers() {

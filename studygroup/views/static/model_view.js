@@ -3,7 +3,7 @@
 (function (sg) {
   "use strict";
 
-  const { el, clear, sig4, isSilenced, silencedNote, divergingColor, drawLegend, drawThumb, drawFlat, reasonLegend } = sg;
+  const { el, clear, sig4, isSilenced, silencedNote, divergingColor, drawLegend, drawThumb, drawStrip, drawFlat, reasonLegend } = sg;
   const ROLES = sg.colours.roles; // colours and short labels, from views/colours.py
 
   /** A head's strongest role and its score ({name, score}); null without role scores. */
@@ -75,6 +75,9 @@
             if (byRole) {
               drawFlat(canvas, role ? roleTint(role) : [236, 236, 236], size);
               if (role) b.appendChild(el("span", { cls: "sg-role", text: ROLES.labels[role.name], data: { role: role.name } }));
+            } else if (mv && mv.rows === "last") {
+              const reasons = mv.heads[l][h].mask_reasons || mv.mask_reasons || null;
+              drawStrip(canvas, mv.heads[l][h].weights[0], reasons ? reasons[0] : null, size, transpose);
             } else if (mv) drawThumb(canvas, mv.heads[l][h].weights, mv.heads[l][h].mask_reasons || mv.mask_reasons || null, size, transpose);
             else drawFlat(canvas, divergingColor(contrib[l][h], M), size);
             b.title = "layer " + l + ", head " + h + ", kv " + g + (r ? ", rank " + r : "") + (contrib ? "; direct contribution " + sig4(contrib[l][h]) : "") +
@@ -103,7 +106,8 @@
         legend.appendChild(el("p", { cls: "sg-hint", text: "Weights on one absolute 0\u20131 scale in every head (" + sg.colours.weights.name + ")" +
           (reasons.length ? "; hatched, " + reasons.map((k) => reasonLegend(k)).join("; ") : "") + ". " +
           (transpose ? "Video orientation: columns are questions." : "Paper orientation: rows are questions.") +
-          (mv.rows === "last" ? " Long text: each thumbnail shows the last member's question only." : "") +
+          (mv.rows === "last" ? " Long text: each thumbnail is the last member's question only, as a strip " + (transpose ? "down" : "across") +
+            " it (its answers from member 0 to " + (mv.tokens.length - 1) + "), each pixel the largest weight of the members it covers." : "") +
           silencedNote(mv) +
           " Numbered: the decisive heads, ranked by " + (e ? "the exact effect of silencing them." : mv.ranked_by + ".") }));
       } else {

@@ -54,11 +54,11 @@
         if (!live()) return;
         this.say("Finding who decided it: silencing members and heads one at a time (this takes a while on a CPU)\u2026", "busy");
         if (other) {
-          const cmp = await this.post("/compare", { text_a: other, text_b: text, top: 10 });
+          const cmp = await this.longPost("/compare", { text_a: other, text_b: text, top: 10 });
           if (!live()) return;
           this.d.comparison = cmp; this.d.explanation = cmp.b;
         } else {
-          const e = await this.post("/explain", { text, top: 10 });
+          const e = await this.longPost("/explain", { text, top: 10 });
           if (!live()) return;
           this.d.explanation = e;
         }
