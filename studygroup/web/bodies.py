@@ -1,0 +1,137 @@
+"""The web app's request bodies: what each endpoint takes, checked by pydantic before the app sees it.
+
+Strict types (a string is not a number, a float not an index), no unknown fields; a text's length is
+checked in tokens by the app. docs/web-api.md documents each body.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from studygroup.study import overview as study_overview
+from studygroup.web.jobs import JOB_ID
+
+MAX_TOP = 50
+MAX_SILENCED = 512
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+Text = Annotated[str, Field(min_length=1)]  # its length is checked in tokens (Service.check_text)
+Top = Annotated[int, Field(ge=1, le=MAX_TOP)]
+Index = Annotated[int, Field(ge=0)]
+Pair = Annotated[list[Index], Field(min_length=2, max_length=2)]
+
+
+JobId = Annotated[str, Field(pattern=JOB_ID)]
+
+
+class TextBody(_Body):
+    text: Text
+    top: Top = 10
+
+
+Members = Annotated[list[Index], Field(max_length=MAX_SILENCED)]
+Heads = Annotated[list[Pair], Field(max_length=MAX_SILENCED)]
+
+
+class ConclusionBody(TextBody):
+    silence_members: Members = []
+    silence_heads: Heads = []
+
+
+class ExplainBody(TextBody):
+    silence_members: Members = []
+    silence_heads: Heads = []
+    chat: bool = False  # the text as the user's turn in the model's own chat template
+    system: Text | None = None  # with chat: a system turn before the user's
+    job: JobId | None = None  # names the computation for /api/progress and /api/cancel
+
+
+class JobBody(_Body):
+    job: JobId
+
+
+class CompareBody(_Body):
+    text_a: Text
+    text_b: Text
+    top: Top = 10
+    silence_members: Members = []
+    silence_heads: Heads = []
+    job: JobId | None = None
+
+
+class ModelViewBody(_Body):
+    text: Text
+    silence_members: Members = []
+    silence_heads: Heads = []
+
+
+#: A window's ends [A, B]: members A to B-1, as a Python slice (null leaves an end open, negatives count from the end).
+Ends = Annotated[list[int | None], Field(min_length=2, max_length=2)]
+
+
+class HeadBody(_Body):
+    text: Text
+    layer: Index
+    head: Index
+    notation: Literal["paper", "columns"] = "paper"
+    rows: Literal["auto", "all", "last"] | Ends = "auto"
+    keys: Literal["all"] | Ends = "all"
+    silence_members: Members = []
+    silence_heads: Heads = []
+
+
+class OverviewBody(_Body):
+    text: Text
+    layer: Index
+    head: Index
+    rows: Literal["all"] | Ends = "all"
+    keys: Literal["all"] | Ends = "all"
+    side: Annotated[int, Field(ge=1, le=study_overview.SIDE)] = study_overview.SIDE  # most blocks on a side
+    silence_members: Members = []
+    silence_heads: Heads = []
+
+
+class LessonBody(_Body):
+    text: Text
+    layer: Index | None = None  # with head; None: the most decisive head not resting on a sink
+    head: Index | None = None
+    query: Index | None = None
+    key: Index | None = None
+    silence_members: Members = []
+    silence_heads: Heads = []
+
+
+class WhyBody(_Body):
+    text: Text
+    layer: Index
+    head: Index
+    query: Index
+    key: Index
+    silence_members: Members = []
+    silence_heads: Heads = []
+
+
+MAX_WORDS = 256  # words one /api/generate request streams at most
+
+
+class GenerateBody(_Body):
+    text: Text
+    n: Annotated[int, Field(ge=1, le=MAX_WORDS)] = 8
+    words: Annotated[list[Index], Field(max_length=1 << 20)] = []  # the ids streamed so far, to go on after
+    temperature: Annotated[float, Field(ge=0)] = 0.0
+    top_k: Annotated[int, Field(ge=1)] | None = None
+    top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
+    seed: Index | None = None
+    ignore_eos: bool = False
+    chat: bool = False  # the text as the user's turn in the model's own chat template
+    system: Text | None = None  # with chat: a system turn before the user's
+    candidates: Annotated[int, Field(ge=1, le=MAX_TOP)] = 5
+    layer: Index | None = None  # with head: what each word's question heard in that head
+    head: Index | None = None
+    silence_members: Members = []
+    silence_heads: Heads = []
