@@ -7,7 +7,7 @@ stderr with exit status 2.
                        [--silence-member J] [--silence-head L.H]
     studygroup compare TEXT_A TEXT_B [--silence-member J] [--silence-head L.H]
     studygroup head [TEXT] --layer L --head H [--notation paper|columns] [--rows A:B] [--keys C:D] [--full]
-                    [--silence-member J] [--silence-head L.H]
+                    [--silence-member J] [--silence-head L.H] [--generate N [--temperature T] [--seed S] ...]
     studygroup lesson [TEXT] [--head L.H] [--section N] [--html FILE]   (at a terminal: one section at a time)
     studygroup why [TEXT] --layer L --head H --key J [--query I] [--silence-member J] [--silence-head L.H]
     studygroup roles [TEXT]
@@ -128,19 +128,34 @@ def _generate_parser(sub) -> None:
     p = sub.add_parser("generate", help="the group keeps talking: words after the text, each a new member")
     p.add_argument("text")
     p.add_argument("-n", type=_whole(1), default=20, metavar="N", help="how many words at most (default 20)")
-    p.add_argument("--temperature", type=_number, default=0.0, metavar="T", help="0: the most likely word (default); "
-                   "above 0: words drawn from softmax(logits / T)")
-    p.add_argument("--top-k", type=_whole(1), default=None, metavar="K", help="draw from the K most likely words only")
-    p.add_argument("--top-p", type=_number, default=1.0, metavar="P",
-                   help="draw from the fewest most likely words whose probabilities reach P, in (0, 1] (default 1)")
-    p.add_argument("--seed", type=_whole(0), default=None, metavar="S", help="the same seed gives the same words")
-    p.add_argument("--ignore-eos", action="store_true", help="go on past the model's end-of-text token")
+    _sampling(p)
     p.add_argument("--candidates", type=_whole(1), default=5, metavar="K",
                    help="the most likely words listed per word in --json (default 5)")
     _chat_options(p)
     _interventions(p, "also the continuation")
     _model_options(p)
     p.set_defaults(handler=_generate)
+
+
+#: The sampling flags' defaults: the most likely word each time, up to the end-of-text token.
+SAMPLING_DEFAULTS = dict(temperature=0.0, top_k=None, top_p=1.0, seed=None, ignore_eos=False)
+
+
+def _sampling(p: argparse.ArgumentParser) -> None:
+    """How each generated word is chosen: greedy by default, or drawn (temperature, top-k, top-p, seed)."""
+    p.add_argument("--temperature", type=_number, metavar="T", help="0: the most likely word (default); "
+                   "above 0: words drawn from softmax(logits / T)")
+    p.add_argument("--top-k", type=_whole(1), metavar="K", help="draw from the K most likely words only")
+    p.add_argument("--top-p", type=_number, metavar="P",
+                   help="draw from the fewest most likely words whose probabilities reach P, in (0, 1] (default 1)")
+    p.add_argument("--seed", type=_whole(0), metavar="S", help="the same seed gives the same words")
+    p.add_argument("--ignore-eos", action="store_true", help="go on past the model's end-of-text token")
+    p.set_defaults(**SAMPLING_DEFAULTS)
+
+
+def _sampled(args) -> dict:
+    """The sampling flags as Model.generate's keywords."""
+    return {k: getattr(args, k) for k in SAMPLING_DEFAULTS}
 
 
 def _chat_options(p: argparse.ArgumentParser) -> None:
@@ -197,6 +212,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--full", action="store_true",
                    help="print the whole window as text (by default at most 100 lines of 400 characters)")
     _interventions(p, "the head")
+    p.add_argument("--generate", type=_whole(1), default=None, metavar="N",
+                   help="generate N words after the text and show the head over the text and them (generated "
+                        "members marked *)")
+    _sampling(p)
     _common(p, 4, "how many of each vector's largest entries to show (default 4)")
     _figures(p)
     p.set_defaults(handler=_head)
@@ -327,18 +346,34 @@ def _head(args) -> str:
     check_notation(args.notation)
     _check_figures(args)
     model = _load(args)
+    text, generated_from = _with_generated(model, args)
     rows, keys = args.rows, args.keys
     if not args.json:  # text: a long text's last question unless a window is given
-        rows, keys = or_last_question(len(model.tokenize(args.text)), rows, keys)
+        rows, keys = or_last_question(len(model.ids(text)), rows, keys)
     try:
-        v = head_view(model, args.text, args.layer, args.head, args.notation, largest=args.top,
-                      silence_members=args.silence_member, silence_heads=args.silence_head, rows=rows, keys=keys)
+        v = head_view(model, text, args.layer, args.head, args.notation, largest=args.top,
+                      silence_members=args.silence_member, silence_heads=args.silence_head, rows=rows, keys=keys,
+                      generated_from=generated_from)
     except WindowError as e:
         raise InputError(e.spelled(CLI)) from None
     if args.png is not None or args.svg is not None:
         _check_figure_window(v)
     _save_figures(args, lambda figures: figures.head_view_figure(v.to_dict()))
     return v.to_json(indent=2) if args.json else render_text.head_view(v, full=args.full)
+
+
+def _with_generated(model, args) -> tuple:
+    """(the text or ids, the first generated member or None): with --generate N, the text's ids and
+    the N words generated after it (never the decoded text tokenized again)."""
+    from studygroup.errors import InputError
+
+    if args.generate is None:
+        if _sampled(args) != SAMPLING_DEFAULTS:
+            raise InputError("--temperature, --top-k, --top-p, --seed and --ignore-eos choose generated words: "
+                             "give them with --generate N")
+        return args.text, None
+    g = model.generate(args.text, args.generate, **_sampled(args))
+    return g.prompt_ids + g.ids, len(g.prompt_ids)
 
 
 def _check_figure_window(v) -> None:
@@ -418,8 +453,7 @@ def _generate(args) -> str:
 
     model = _load(args)
     prompt = _prompt(model, args)
-    kw = dict(n=args.n, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-              ignore_eos=args.ignore_eos, candidates=args.candidates)
+    kw = dict(n=args.n, **_sampled(args), candidates=args.candidates)
     silenced = dict(silence_members=args.silence_member, silence_heads=args.silence_head)
     model.before_pass(prompt, **silenced)  # bad members or heads: refused before any word
     if args.json:

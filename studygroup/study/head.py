@@ -17,7 +17,7 @@ from studygroup.formulas import attention
 from studygroup.errors import InputError, NotationError
 from studygroup.study.jsonable import JSONable
 from studygroup.study.mask_reasons import mask_reasons
-from studygroup.study.explain import checked_ids
+from studygroup.study.text_ids import check_generated_from, checked_ids
 from studygroup.study.ranking import largest_first
 from studygroup.study.sinks import MAX_QUESTIONS, head_sinks_of, sink_weight
 from studygroup.study.story import brief
@@ -105,6 +105,7 @@ class HeadView(JSONable):
     check: NotationCheck
     silenced_members: list[int] = field(default_factory=list)  # whose answers nobody heard in this run
     silenced_heads: list[list[int]] = field(default_factory=list)  # [layer, head] pairs that wrote nothing
+    generated_from: int | None = None  # the first member the model generated (prompt ids + generated ids); None: none
 
     @property
     def is_whole(self) -> bool:
@@ -153,7 +154,7 @@ def masked_grid(values: torch.Tensor, mask: torch.Tensor) -> list[list[float | N
 
 def head_view(model, text, layer: int, head: int, notation: str = "paper", largest: int = LARGEST,
               silence_members: Sequence[int] = (), silence_heads: Sequence[tuple[int, int]] = (),
-              rows=None, keys=None, run=None) -> HeadView:
+              rows=None, keys=None, run=None, generated_from: int | None = None) -> HeadView:
     """One head as a study group, in paper or column notation, over a window of its grid.
 
     rows, keys: the questions and the answers shown, as Python slices over the members (half-open,
@@ -164,6 +165,8 @@ def head_view(model, text, layer: int, head: int, notation: str = "paper", large
     silence_members, silence_heads: the head as it is in a run with these silenced (in every
     head); a silenced member's answer is masked, as the future is. run: a run of this text with
     that silencing, whose recorded vectors are read where it holds them (else a pass is made).
+    generated_from: with text the ids of a prompt and of words generated after it (Model.generate's
+    .prompt_ids + .ids), the index of the first generated member, len(prompt ids); None: a plain text.
 
     >>> v = head_view(model, "I have a lot", layer=0, head=8, notation="columns")
     >>> v.check.agree, len(v.weights), v.orientation.split(",")[0]
@@ -174,6 +177,7 @@ def head_view(model, text, layer: int, head: int, notation: str = "paper", large
     if isinstance(largest, bool) or not isinstance(largest, int) or largest < 1:
         raise InputError(f"largest={largest!r}: give how many of each vector's largest entries to show (1 or more)")
     ids = checked_ids(model, text)
+    check_generated_from(generated_from, len(ids))
     w = window(len(ids), rows, keys)  # before the pass: a window too large is refused at once
     if run is None:
         run = model.before_pass(ids, silence_members=list(silence_members), silence_heads=list(silence_heads))
@@ -195,7 +199,7 @@ def head_view(model, text, layer: int, head: int, notation: str = "paper", large
         q_pre_rope=t(vec["q_pre_rope"][R]).tolist(), k_pre_rope=t(vec["k_pre_rope"][K]).tolist(),
         output=(g.cols_output if notation == "columns" else g.output).tolist(),
         members=_members(vec, g, w.rows, run.tokens, largest), **_sinks(vec, run.head_mask(layer, head)),
-        check=g.check(), **run.interventions.silenced())
+        check=g.check(), generated_from=generated_from, **run.interventions.silenced())
 
 
 def _sinks(vec: dict[str, torch.Tensor], mask: torch.Tensor) -> dict:

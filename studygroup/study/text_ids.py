@@ -13,3 +13,19 @@ def checked_ids(model, text_or_ids) -> list[int]:
     if isinstance(text_or_ids, str) and text_or_ids != "" and not text_or_ids.strip():
         raise InputError("the text is only whitespace: give at least one word")
     return model.ids(text_or_ids)
+
+
+def check_generated_from(generated_from, T: int) -> None:
+    """InputError unless generated_from is None (a text) or the index of the first generated member
+    among T members: the number of prompt ids, 1 to T (T: the members hold no generated word yet).
+
+    >>> check_generated_from(3, 5); check_generated_from(None, 5)
+    >>> check_generated_from(0, 5)
+    Traceback (most recent call last):
+    studygroup.errors.InputError: generated_from=0: give the number of prompt ids (1 to 5, the members), or None for a text with no generated words
+    """
+    if generated_from is None:
+        return
+    if isinstance(generated_from, bool) or not isinstance(generated_from, int) or not 1 <= generated_from <= T:
+        raise InputError(f"generated_from={generated_from!r}: give the number of prompt ids (1 to {T}, the members), "
+                         f"or None for a text with no generated words")

@@ -38,6 +38,10 @@ MASKED = {
     "silenced": ("\\", "masked: a silenced member, whose answer nobody hears"),
     "outside_window": ("x", "masked: outside the sliding window"),
 }
+#: A member the model generated (after the prompt): its label in Okabe–Ito vermillion, italic, with
+#: this mark after it (the mark also in plain text, where there is no colour), and the legend's words.
+GENERATED, GENERATED_MARK = "#D55E00", "*"
+GENERATED_LEGEND = "* a word the model generated after the prompt (it joined the group as a member)"
 #: Okabe–Ito orange and blue: before (text a) and after (text b) in comparisons.
 BEFORE, AFTER = "#E69F00", "#0072B2"
 #: A head's strongest role (studygroup.study.roles): Okabe–Ito, categorical and colour-blind-safe,
@@ -79,6 +83,28 @@ def ink(rgb: tuple[int, int, int]) -> str:
     return "#111" if 0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2] > 140 else "#fff"
 
 
+def generated_mark(i: int, generated_from: int | None) -> str:
+    """GENERATED_MARK after member i's label if the model generated it (i >= generated_from), else "".
+
+    >>> [generated_mark(i, 2) for i in range(3)], generated_mark(5, None)
+    (['', '', '*'], '')
+    """
+    return GENERATED_MARK if generated_from is not None and i >= generated_from else ""
+
+
+def generated_line(generated_from: int | None, T: int) -> list[str]:
+    """The legend of the mark in words for T members of which generated_from on were generated; [] for a text.
+
+    >>> generated_line(3, 5)
+    ['* a word the model generated after the prompt (it joined the group as a member): members 3 to 4; the prompt: members 0 to 2']
+    """
+    if generated_from is None:
+        return []
+    if generated_from >= T:
+        return [f"the members are the prompt alone (0 to {T - 1}): the words the model generated come after them"]
+    return [f"{GENERATED_LEGEND}: members {generated_from} to {T - 1}; the prompt: members 0 to {generated_from - 1}"]
+
+
 def mask_css() -> str:
     """A CSS background for a masked cell in HTML (the lesson's tables, a silenced member's chip): the hatch of the grids."""
     return f"repeating-linear-gradient(45deg, {MASK_FACE} 0 3px, {MASK_LINE} 3px 4px)"
@@ -98,6 +124,7 @@ def as_dict() -> dict:
             "roles": {"colours": {k: c for k, (c, _) in ROLES.items()}, "labels": {k: a for k, (_, a) in ROLES.items()},
                       "definitions": ROLE_DEFINITIONS, "legend": ROLES_LEGEND},
             "sink": {"meaning": f"An attention sink: {SINK_MEANING}."},
+            "generated": {"colour": GENERATED, "mark": GENERATED_MARK, "legend": GENERATED_LEGEND},
             "before": BEFORE, "after": AFTER}
 
 

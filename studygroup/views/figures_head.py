@@ -97,7 +97,8 @@ def head_figure(head: dict, notation: str = "paper", last_rows: int | None = Non
     """The weight grid (viridis, 0–1) and the score grid (diverging at 0) of one head, side by side.
 
     head: as `paper_grids` reads it, plus optional "layer", "head", "kv_head", "sinks" (the members
-    tagged as the head's attention sinks on the answers' axis). notation: the
+    tagged as the head's attention sinks on the answers' axis), "generated_from" (the first member
+    the model generated: its label and those after it marked, in colours.GENERATED). notation: the
     orientation to draw ("paper": rows are questions; "columns": the transpose). last_rows: how
     many of the last questions to show (default: all up to FULL_GRID_MAX_T members, else 1).
 
@@ -119,12 +120,11 @@ def head_figure(head: dict, notation: str = "paper", last_rows: int | None = Non
         strip = notation == "paper" and shown <= STRIP_ROWS < T  # a few long rows: one panel above the other
         fig = _head_canvas(shown, T, notation, panels, strip)
         axes = fig.subplots(panels if strip else 1, 1 if strip else panels, squeeze=False).flatten()
-        sinks = list(head.get("sinks") or ())
-        _head_grid(fig, axes[0], W, mask, reasons, head["tokens"], questions, notation, "weights", sinks)
+        members = _Members(head["tokens"], list(head.get("sinks") or ()), head.get("generated_from"))
+        _head_grid(fig, axes[0], W, mask, reasons, members, questions, notation, "weights")
         if S is not None:
-            _head_grid(fig, axes[1], S, mask, reasons, head["tokens"], questions, notation, "scores", sinks)
-        if not mask.all():
-            _mask_legend(fig, reasons)
+            _head_grid(fig, axes[1], S, mask, reasons, members, questions, notation, "scores")
+        _legend(fig, reasons, members.generated_from is not None and members.generated_from < T)
         fig.suptitle(_head_title(head, shown, T), fontsize=14, fontweight="bold")
         return fig
 
@@ -149,8 +149,19 @@ def _head_canvas(R: int, T: int, notation: str, panels: int, strip: bool) -> Fig
     return new_figure(panels * (w + 2.4) + 0.4, h + 2.6)
 
 
-def _head_grid(fig: Figure, ax, grid: np.ndarray, mask: np.ndarray, reasons: np.ndarray, tokens: list[str],
-               questions: list[int], notation: str, kind: str, sinks: list[int] = ()) -> None:
+class _Members:
+    """The members as the axes label them: tokens (T,), the answers that are sinks, the first generated member."""
+
+    def __init__(self, tokens: list[str], sinks: list[int], generated_from: int | None):
+        self.tokens, self.sinks, self.generated_from = tokens, sinks, generated_from
+
+    def label(self, i: int, as_answer: bool) -> str:
+        sink = SINK_TAG if as_answer and i in self.sinks else ""
+        return label(self.tokens[i]) + colours.generated_mark(i, self.generated_from) + sink
+
+
+def _head_grid(fig: Figure, ax, grid: np.ndarray, mask: np.ndarray, reasons: np.ndarray, members: _Members,
+               questions: list[int], notation: str, kind: str) -> None:
     """One grid (R questions × T answers, paper orientation) drawn in `notation` on `ax`."""
     values = np.ma.masked_array(grid, mask=~mask | np.isnan(grid))
     shown = values if notation == "paper" else values.T
@@ -161,7 +172,7 @@ def _head_grid(fig: Figure, ax, grid: np.ndarray, mask: np.ndarray, reasons: np.
         cmap, norm, legend = clear_bad(SCORES_CMAP), TwoSlopeNorm(0.0, -m, m), "score q·k/√d_head"
     image = ax.imshow(shown, cmap=cmap, norm=norm, aspect="auto", interpolation="nearest", zorder=1)
     _hatch_background(ax, reasons if notation == "paper" else reasons.T)
-    _axis_labels(ax, tokens, questions, notation, sinks)
+    _axis_labels(ax, members, questions, notation)
     if max(shown.shape) <= CELL_VALUES_MAX:
         _cell_values(ax, shown, cmap, norm, 2 if kind == "weights" else 1)
     ax.set_title("Weights" if kind == "weights" else "Scores (before the mask)", pad=10 if notation == "paper" else 24)
@@ -187,31 +198,49 @@ def _hatch_background(ax, reasons: np.ndarray) -> None:
                                    hatch=hatch(REASONS[code]), linewidth=0, zorder=0.5))
 
 
-def _mask_legend(fig: Figure, reasons: np.ndarray) -> None:
-    """One hatched patch per reason the grid shows, with its words from views.colours."""
+def _legend(fig: Figure, reasons: np.ndarray, generated: bool) -> None:
+    """One hatched patch per reason the grid shows, with its words from views.colours, and the
+    generated members' mark where the axes show one."""
     shown = [REASONS[k] for k in sorted(set(reasons.flatten().tolist()) - {VISIBLE})]
-    patches = [Patch(facecolor=MASK_FACE, edgecolor=MASK_EDGE, hatch=hatch(r), label=colours.MASKED[r][1]) for r in shown]
-    fig.legend(handles=patches, loc="outside lower left", frameon=False, fontsize=10, handlelength=1.6,
-               handleheight=1.2, ncols=len(patches))
+    handles = [Patch(facecolor=MASK_FACE, edgecolor=MASK_EDGE, hatch=hatch(r), label=colours.MASKED[r][1]) for r in shown]
+    if generated:
+        handles.append(Patch(facecolor=colours.GENERATED, edgecolor=colours.GENERATED,  # the labels' colour
+                             label=colours.GENERATED_LEGEND + ", its label in this colour"))
+    if handles:
+        fig.legend(handles=handles, loc="outside lower left", frameon=False, fontsize=10, handlelength=1.6,
+                   handleheight=1.2, ncols=len(handles))
 
 
-def _axis_labels(ax, tokens: list[str], questions: list[int], notation: str, sinks: list[int]) -> None:
-    """Members on both axes; the answers that are the head's attention sinks tagged so, the axis saying what one is."""
-    answers = list(range(len(tokens)))
+def _axis_labels(ax, members: _Members, questions: list[int], notation: str) -> None:
+    """Members on both axes; the answers that are the head's attention sinks tagged so, the axis
+    saying what one is; the generated members marked and coloured."""
+    answers = list(range(len(members.tokens)))
     q_ticks, a_ticks = _tick_positions(len(questions)), _tick_positions(len(answers))
-    q_labels = [label(tokens[questions[i]]) for i in q_ticks]
-    a_labels = [label(tokens[i]) + (SINK_TAG if i in sinks else "") for i in a_ticks]
+    q_members, a_members = [questions[i] for i in q_ticks], a_ticks
+    q_labels = [members.label(i, as_answer=False) for i in q_members]
+    a_labels = [members.label(i, as_answer=True) for i in a_members]
     size = 11 if len(answers) <= 24 else 9 if len(answers) <= TICK_LABELS_MAX else 8
     q_name = "question from…" + ("" if len(questions) <= STRIP_ROWS else " (the member asking)")
-    a_name = answer_axis(any(i in sinks for i in a_ticks))
+    a_name = answer_axis(any(i in members.sinks for i in a_ticks))
     if notation == "paper":
         ax.set_yticks(q_ticks, q_labels, fontsize=size)
         ax.set_xticks(a_ticks, a_labels, fontsize=size, rotation=60, ha="right", rotation_mode="anchor")
         ax.set_ylabel(q_name), ax.set_xlabel(a_name)
+        _colour_generated(ax.get_yticklabels(), q_members, members.generated_from)
+        _colour_generated(ax.get_xticklabels(), a_members, members.generated_from)
     else:
         ax.set_xticks(q_ticks, q_labels, fontsize=size, rotation=60, ha="right", rotation_mode="anchor")
         ax.set_yticks(a_ticks, a_labels, fontsize=size)
         ax.set_xlabel(q_name), ax.set_ylabel(a_name)
+        _colour_generated(ax.get_xticklabels(), q_members, members.generated_from)
+        _colour_generated(ax.get_yticklabels(), a_members, members.generated_from)
+
+
+def _colour_generated(labels, indices: list[int], generated_from: int | None) -> None:
+    """The tick labels of generated members (indices: each label's member) in colours.GENERATED, italic."""
+    for text, i in zip(labels, indices):
+        if colours.generated_mark(i, generated_from):
+            text.set_color(colours.GENERATED), text.set_fontstyle("italic")
 
 
 def _cell_values(ax, shown: np.ma.MaskedArray, cmap, norm, digits: int) -> None:

@@ -12,6 +12,7 @@ from studygroup.gguf.config import size_text
 from studygroup.study.mask_reasons import OUTSIDE_WINDOW
 from studygroup.study.sinks import REST_WEIGHT
 from studygroup.study.story import percent, signed
+from studygroup.views.colours import generated_line, generated_mark
 
 __all__ = ["bounded", "comparison", "explanation", "head_view", "lesson", "lesson_section", "models", "percent", "roles", "table", "why"]
 
@@ -193,11 +194,17 @@ def _short(token: str, n: int) -> str:
     return token if len(token) <= n else token[:n - 1] + "…"
 
 
-def _head_members(tokens: list[str], full: bool) -> str:
-    """The members line: every member with --full, else the first and last HEAD_ENDS."""
+def _member_name(v, i: int, full: bool) -> str:
+    """Member i of a head view by its token (cut to 40 characters unless `full`), marked if generated."""
+    return (v.tokens[i] if full else _short(v.tokens[i], 40)) + generated_mark(i, v.generated_from)
+
+
+def _head_members(tokens: list[str], full: bool, generated_from: int | None = None) -> str:
+    """The members line: every member with --full, else the first and last HEAD_ENDS; generated
+    members marked."""
     if full or len(tokens) <= 2 * HEAD_ENDS:
-        return _members(tokens)
-    cut = [_short(t, TOKEN_CHARS) for t in tokens]
+        return _members([t + generated_mark(i, generated_from) for i, t in enumerate(tokens)])
+    cut = [_short(t, TOKEN_CHARS) + generated_mark(i, generated_from) for i, t in enumerate(tokens)]
     return (f"members ({len(tokens)}): " + " | ".join(cut[:HEAD_ENDS]) + f" | … {len(tokens) - 2 * HEAD_ENDS} more … | "
             + " | ".join(cut[-HEAD_ENDS:]))
 
@@ -210,15 +217,16 @@ def _grid(v, values, caption: str, full: bool) -> list[str]:
     grid = values if paper else [list(r) for r in zip(*values)]  # (questions, answers)
     R, K = (b - a, d - c) if full else (min(GRID_SIDE, b - a), min(GRID_SIDE, d - c))
     rows, keys = range(b - R, b), range(d - K, d)
-    cut = (lambda t: t) if full else (lambda t: _short(t, TOKEN_CHARS))  # noqa: E731
+    short = (lambda t: t) if full else (lambda t: _short(t, TOKEN_CHARS))  # noqa: E731
+    cut = lambda i: short(v.tokens[i]) + generated_mark(i, v.generated_from)  # noqa: E731
     cells = [[grid[i - a][j - c] for j in keys] for i in rows]  # (R, K) questions × answers
-    head, side = ([cut(v.tokens[j]) for j in keys], rows) if paper else ([cut(v.tokens[i]) for i in rows], keys)
+    head, side = ([cut(j) for j in keys], rows) if paper else ([cut(i) for i in rows], keys)
     body = cells if paper else [list(r) for r in zip(*cells)]
     first = "question \\ answer" if paper else "answer \\ question"
     left = (b - a - R, d - c - K)
     note = [] if left == (0, 0) else [f"  (the last {R} questions × last {K} answers of the window: {left[0]} earlier "
                                       f"questions and {left[1]} earlier answers left out; --full prints them all)"]
-    return [f"{caption}:", table([first, *head], [[cut(v.tokens[x]), *row] for x, row in zip(side, body)]), *note]
+    return [f"{caption}:", table([first, *head], [[cut(x), *row] for x, row in zip(side, body)]), *note]
 
 
 def _one_question(v, full: bool) -> list[str]:
@@ -229,8 +237,9 @@ def _one_question(v, full: bool) -> list[str]:
     weights = v.weights[0] if paper else [r[0] for r in v.weights]
     scores = v.scores[0] if paper else [r[0] for r in v.scores]
     order = range(d - c) if full else sorted(sorted(range(d - c), key=lambda x: -weights[x])[:LISTED])
-    rows = [[c + x, v.tokens[c + x] if full else _short(v.tokens[c + x], 40), scores[x], weights[x]] for x in order]
-    lines = [f"the question of {a} ({_short(v.tokens[a], 40)}) over the answers {c}:{d}"
+    name = lambda i: _member_name(v, i, full)  # noqa: E731
+    rows = [[c + x, name(c + x), scores[x], weights[x]] for x in order]
+    lines = [f"the question of {a} ({name(a)}) over the answers {c}:{d}"
              + ("" if full else f", the {len(order)} with the largest weights") + ":",
              table(["index", "answer from", "score", "weight"], rows)]
     if len(order) < d - c:
@@ -259,7 +268,8 @@ def head_view(v, full: bool = False) -> str:
     """One head over its window: each member's question, key and answer in short, the grids, the
     notation check. Within 100 lines of at most 400 characters, unless `full`."""
     sums = "each column of weights sums to 1" if v.notation == "columns" else "each row of weights sums to 1"
-    lines = [_head_members(v.tokens, full), "",
+    name = lambda i: _member_name(v, i, full)  # noqa: E731
+    lines = [_head_members(v.tokens, full, v.generated_from), *generated_line(v.generated_from, len(v.tokens)), "",
              f"layer {v.layer} head {v.head} (key/value head {v.kv_head}, shared by heads {v.shares_keys_with})",
              f"notation: {v.notation}: {v.orientation}", *_silenced(v, full), *_window(v), *_head_sinks(v), "",
              "each member: its question q, the nature of its answer k (before and after RoPE), its answer v,",
@@ -268,8 +278,7 @@ def head_view(v, full: bool = False) -> str:
     if len(shown) < len(v.members):
         lines.append(f"  (the last {len(shown)} of the {len(v.members)} questions shown; --full prints every one)")
     for m in shown:
-        lines += [f"  {m.index:>3} {m.token if full else _short(m.token, 40)}  "
-                  f"(listens most to {m.listens_most_to}: {v.tokens[m.listens_most_to] if full else _short(v.tokens[m.listens_most_to], 40)})",
+        lines += [f"  {m.index:>3} {name(m.index)}  (listens most to {m.listens_most_to}: {name(m.listens_most_to)})",
                   f"      q  {_vec(m.question, full)}",
                   f"      k  {_vec(m.key, full)}    before RoPE {_vec(m.key_pre_rope, full)}",
                   f"      v  {_vec(m.answer, full)}", f"      Σ  {_vec(m.weighted_sum, full)}"]
