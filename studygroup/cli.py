@@ -295,10 +295,10 @@ def _explain(args) -> str:
     if args.html is not None and args.chat:
         raise InputError("--html writes the text's own views, not a chat's: leave out --chat, or --html")
     model = _load(args)
-    text, word = _generated_word(model, args, _prompt(model, args))
+    text, word, generated_from = _generated_word(model, args, _prompt(model, args))
     e = explain(model, text, top=args.top, silence_heads=args.silence_heads,
                 silence_members=args.silence_members, silenced_members=args.silence_member,
-                silenced_heads=args.silence_head, word=word)
+                silenced_heads=args.silence_head, word=word, generated_from=generated_from)
     _save_figures(args, lambda figures: figures.explain_figure(e.to_dict()))
     if args.html is not None:
         from studygroup.study import page_data
@@ -309,12 +309,13 @@ def _explain(args) -> str:
 
 
 def _generated_word(model, args, prompt) -> tuple:
-    """(the text or ids to explain, the word's id or None): with --generate N --word K, the prompt's
-    ids and the K-1 generated ids before word K (never the decoded text tokenized again), and K's id."""
+    """(the text or ids to explain, the word's id or None, the first generated member or None): with
+    --generate N --word K, the prompt's ids and the K-1 generated ids before word K (never the
+    decoded text tokenized again), K's id, and the prompt's length."""
     from studygroup.errors import InputError
 
     if args.generate is None and args.word is None:
-        return prompt, None
+        return prompt, None, None
     if args.generate is None or args.word is None:
         raise InputError("--generate N and --word K go together: generate N words, explain word K")
     if args.word > args.generate:
@@ -322,7 +323,7 @@ def _generated_word(model, args, prompt) -> tuple:
     g = model.generate(prompt, args.generate)
     if args.word > len(g.words):
         raise InputError(f"--word {args.word}: the model ended the text after {len(g.words)} words")
-    return g.prompt_ids + g.ids[:args.word - 1], g.ids[args.word - 1]
+    return g.prompt_ids + g.ids[:args.word - 1], g.ids[args.word - 1], len(g.prompt_ids)
 
 
 def _compare(args) -> str:

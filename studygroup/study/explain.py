@@ -35,7 +35,7 @@ from studygroup.progress import Progress, say
 from studygroup.study import attribution, effects, last_question, story
 from studygroup.study.last_sentence import last_sentence
 from studygroup.study.roles import head_sinks
-from studygroup.study.text_ids import checked_ids
+from studygroup.study.text_ids import check_generated_from, checked_ids
 from studygroup.study.ranking import as_heads, heads_largest_first, largest_first
 from studygroup.study.results import (Analysis, Explanation, HeadEffect, Listened, LogitSum, MemberEffect,
                                       ModelInfo, Word)
@@ -74,7 +74,8 @@ __all__ = ["Analysis", "Explanation", "HeadEffect", "Listened", "LogitSum", "Mem
 
 def explain(model, text, *, top: int = 10, silence_heads: int | str | None = None,
             silence_members: int | str | None = None, silenced_members: Sequence[int] = (),
-            silenced_heads: Sequence[tuple[int, int]] = (), word: int | None = None) -> Explanation:
+            silenced_heads: Sequence[tuple[int, int]] = (), word: int | None = None,
+            generated_from: int | None = None) -> Explanation:
     """Explain the next-word prediction for `text` (or token ids).
 
     top: how many next words to list. silence_heads: how many heads to measure exactly (or "all");
@@ -85,24 +86,28 @@ def explain(model, text, *, top: int = 10, silence_heads: int | str | None = Non
     silenced_heads: explain the run with these silenced (members in every head, heads at every
     position; up to LONG_T members); every measure is then taken on top of them.
     word: the id of the next word to explain (a generated word, sampled or not); None: the most
-    likely one.
+    likely one. generated_from: with text the ids of a prompt and of words generated after it, the
+    index of the first generated member (len(prompt ids)), kept in the result; None: a plain text.
 
     >>> e = explain(model, "Cash or credit card? I have a lot")
     >>> e.predicted.token, e.members[-1].token
     ('␣of', '␣lot')
     """
     return analyse(model, text, top=top, silence_heads=silence_heads, silence_members=silence_members,
-                   silenced_members=silenced_members, silenced_heads=silenced_heads, word=word).explanation
+                   silenced_members=silenced_members, silenced_heads=silenced_heads, word=word,
+                   generated_from=generated_from).explanation
 
 
 def analyse(model, text, *, top: int = 10, silence_heads: int | str | None = None,
             silence_members: int | str | None = None, silenced_members: Sequence[int] = (),
-            silenced_heads: Sequence[tuple[int, int]] = (), word: int | None = None) -> Analysis:
+            silenced_heads: Sequence[tuple[int, int]] = (), word: int | None = None,
+            generated_from: int | None = None) -> Analysis:
     """explain(), keeping the run: one recorded pass, then the strategy's silencing passes."""
     _check_count("top", top, allow_all=False)
     _check_count("silence_heads", silence_heads)
     _check_count("silence_members", silence_members)
     ids = checked_ids(model, text)
+    check_generated_from(generated_from, len(ids))
     chosen = Interventions.make(model, len(ids), silenced_members, heads=silenced_heads)
     if chosen != Interventions() and len(ids) > LONG_T:
         raise InputError(f"explain silences members or heads in texts of up to {LONG_T} members; this one has "
@@ -125,7 +130,7 @@ def analyse(model, text, *, top: int = 10, silence_heads: int | str | None = Non
                     members_measured=sum(m.shown_effect is not None for m in members), estimate_missed_by=missed,
                     logit_parts=_logit_sum(parts), contributions=parts.heads.tolist(),
                     silence_estimates=[] if estimate is None else estimate.tolist(),
-                    model=model_info(model), scope=strategy.scope, **chosen.silenced())
+                    model=model_info(model), scope=strategy.scope, generated_from=generated_from, **chosen.silenced())
     if chosen == Interventions():  # the last sentence alone is a clean run: compared with the clean run only
         e.last_sentence = last_sentence(model, list(ids), run.tokens, token)
     e.story_parts = story.explain_parts(e, norm_after_attention="post_attn_norm" in model.config.arch.layer_names)

@@ -41,7 +41,7 @@ MASKED = {
 #: A member the model generated (after the prompt): its label in Okabe–Ito vermillion, italic, with
 #: this mark after it (the mark also in plain text, where there is no colour), and the legend's words.
 GENERATED, GENERATED_MARK = "#D55E00", "*"
-GENERATED_LEGEND = "* a word the model generated after the prompt (it joined the group as a member)"
+GENERATED_LEGEND = "* a word the model generated after the prompt"
 #: Okabe–Ito orange and blue: before (text a) and after (text b) in comparisons.
 BEFORE, AFTER = "#E69F00", "#0072B2"
 #: A head's strongest role (studygroup.study.roles): Okabe–Ito, categorical and colour-blind-safe,
@@ -96,7 +96,7 @@ def generated_line(generated_from: int | None, T: int) -> list[str]:
     """The legend of the mark in words for T members of which generated_from on were generated; [] for a text.
 
     >>> generated_line(3, 5)
-    ['* a word the model generated after the prompt (it joined the group as a member): members 3 to 4; the prompt: members 0 to 2']
+    ['* a word the model generated after the prompt: members 3 to 4; the prompt: members 0 to 2']
     """
     if generated_from is None:
         return []

@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.figure import Figure
 
+from studygroup.views import colours
 from studygroup.views.figures_bars import (SHIFT_SHOWN, conclusion_bars, conclusion_figure, head_changes, listening_bars,
                                      shift_bars)
 from studygroup.views.figures_grid import (DECISIVE_SHOWN, contribution_grid, decisive_pairs, model_view_figure, thumbnails,
@@ -44,7 +45,9 @@ def explain_figure(explanation: dict, view: dict | None = None) -> Figure:
         top_ax, head_ax = left.subplots(2, 1, height_ratios=[1.0, 1.1])
         conclusion_bars(top_ax, e["top"])
         if e["heads"]:
-            listening_bars(head_ax, e["heads"][0], e["tokens"][-1])
+            T, g = len(e["tokens"]), e.get("generated_from")
+            listening_bars(head_ax, e["heads"][0], label(e["tokens"][-1]) + colours.generated_mark(T - 1, g),
+                           generated_from=g)
         else:
             head_ax.set_axis_off()
         model, decisive = e["model"], decisive_pairs(e["heads"])

@@ -7,7 +7,8 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from studygroup.views import colours
-from studygroup.views.figures_style import AFTER, BEFORE, SINK_TAG, answer_axis, label, new_figure, signed_percent, style
+from studygroup.views.figures_style import (AFTER, BEFORE, SINK_TAG, answer_axis, colour_generated, generated_patch,
+                                            label, new_figure, signed_percent, style)
 from studygroup.views.text import percent
 
 RAISES, LOWERS = colours.SCORES[-2], colours.SCORES[1]  # the scores scale's ends, as in the contribution grid
@@ -90,8 +91,9 @@ def head_changes(ax, heads: list[dict], word: str) -> None:
     ax.set_title("Heads whose push changed most", loc="left")
 
 
-def listening_bars(ax, head: dict, asker: str, shown: int = 20) -> None:
-    """explain's top head: whom the last question weighs, and what each answer contributed."""
+def listening_bars(ax, head: dict, asker: str, shown: int = 20, generated_from: int | None = None) -> None:
+    """explain's top head: whom the last question weighs, and what each answer contributed.
+    generated_from: the first member the model generated (their labels marked and coloured), or None."""
     listened = sorted(head["listened"][:shown], key=lambda x: x["index"])  # ranked by effect_in_head; reading order
     x = np.arange(len(listened))
     weight = np.array([m["weight"] for m in listened])
@@ -99,11 +101,16 @@ def listening_bars(ax, head: dict, asker: str, shown: int = 20) -> None:
     share = contribution / max(contribution.sum(), 1e-12)
     ax.bar(x - 0.2, weight, width=0.38, color="#3b528b", label="weight (softmax)")
     ax.bar(x + 0.2, share, width=0.38, color="#5ec962", label="share of weight × answer size ‖v·W_O‖")
-    ax.set_xticks(x, [label(m["token"]) + (SINK_TAG if m.get("is_sink") else "") for m in listened], rotation=45, ha="right", rotation_mode="anchor",
-                  fontsize=11 if len(x) <= 12 else 9)
+    ax.set_xticks(x, [label(m["token"]) + colours.generated_mark(m["index"], generated_from)
+                      + (SINK_TAG if m.get("is_sink") else "") for m in listened],
+                  rotation=45, ha="right", rotation_mode="anchor", fontsize=11 if len(x) <= 12 else 9)
+    colour_generated(ax.get_xticklabels(), [m["index"] for m in listened], generated_from)
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("share of the question's answer")
     ax.set_xlabel(answer_axis(any(m.get("is_sink") for m in listened)))
-    ax.legend(loc="upper right", frameon=False, fontsize=10)
+    handles = ax.get_legend_handles_labels()[0]
+    if any(colours.generated_mark(m["index"], generated_from) for m in listened):
+        handles.append(generated_patch())
+    ax.legend(handles=handles, loc="upper right", frameon=False, fontsize=10)
     ax.set_title(f"Layer {head['layer']}, head {head['head']} (most decisive): the question of “{label(asker)}”",
                  loc="left")

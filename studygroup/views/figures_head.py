@@ -18,7 +18,8 @@ from studygroup.errors import InputError
 from studygroup.study.mask_reasons import FUTURE, REASONS, SILENCED, VISIBLE
 from studygroup.views import colours
 from studygroup.views.figures_style import (MASK_EDGE, MASK_FACE, SCORES_CMAP, SINK_TAG, WEIGHTS_CMAP, answer_axis,
-                                            clear_bad, hatch, label, new_figure, style)
+                                            clear_bad, colour_generated, generated_patch, hatch, label, new_figure,
+                                            style)
 
 FULL_GRID_MAX_T = 32  # longer texts show the last question row(s) only
 CELL_VALUES_MAX = 12  # grids up to this many members per side print their values
@@ -204,8 +205,7 @@ def _legend(fig: Figure, reasons: np.ndarray, generated: bool) -> None:
     shown = [REASONS[k] for k in sorted(set(reasons.flatten().tolist()) - {VISIBLE})]
     handles = [Patch(facecolor=MASK_FACE, edgecolor=MASK_EDGE, hatch=hatch(r), label=colours.MASKED[r][1]) for r in shown]
     if generated:
-        handles.append(Patch(facecolor=colours.GENERATED, edgecolor=colours.GENERATED,  # the labels' colour
-                             label=colours.GENERATED_LEGEND + ", its label in this colour"))
+        handles.append(generated_patch())
     if handles:
         fig.legend(handles=handles, loc="outside lower left", frameon=False, fontsize=10, handlelength=1.6,
                    handleheight=1.2, ncols=len(handles))
@@ -226,21 +226,14 @@ def _axis_labels(ax, members: _Members, questions: list[int], notation: str) -> 
         ax.set_yticks(q_ticks, q_labels, fontsize=size)
         ax.set_xticks(a_ticks, a_labels, fontsize=size, rotation=60, ha="right", rotation_mode="anchor")
         ax.set_ylabel(q_name), ax.set_xlabel(a_name)
-        _colour_generated(ax.get_yticklabels(), q_members, members.generated_from)
-        _colour_generated(ax.get_xticklabels(), a_members, members.generated_from)
+        colour_generated(ax.get_yticklabels(), q_members, members.generated_from)
+        colour_generated(ax.get_xticklabels(), a_members, members.generated_from)
     else:
         ax.set_xticks(q_ticks, q_labels, fontsize=size, rotation=60, ha="right", rotation_mode="anchor")
         ax.set_yticks(a_ticks, a_labels, fontsize=size)
         ax.set_xlabel(q_name), ax.set_ylabel(a_name)
-        _colour_generated(ax.get_xticklabels(), q_members, members.generated_from)
-        _colour_generated(ax.get_yticklabels(), a_members, members.generated_from)
-
-
-def _colour_generated(labels, indices: list[int], generated_from: int | None) -> None:
-    """The tick labels of generated members (indices: each label's member) in colours.GENERATED, italic."""
-    for text, i in zip(labels, indices):
-        if colours.generated_mark(i, generated_from):
-            text.set_color(colours.GENERATED), text.set_fontstyle("italic")
+        colour_generated(ax.get_xticklabels(), q_members, members.generated_from)
+        colour_generated(ax.get_yticklabels(), a_members, members.generated_from)
 
 
 def _cell_values(ax, shown: np.ma.MaskedArray, cmap, norm, digits: int) -> None:

@@ -15,6 +15,7 @@ import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import Colormap, LinearSegmentedColormap
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 
 from studygroup.errors import InputError
 from studygroup.views import colours
@@ -66,6 +67,20 @@ def _font_chars() -> frozenset[int]:
 
 
 SINK_TAG = " (attention sink)"  # after a sink member's label
+
+
+def colour_generated(labels, indices: list[int], generated_from: int | None) -> None:
+    """The tick labels (matplotlib Text) of generated members in colours.GENERATED, italic;
+    indices: each label's member."""
+    for text, i in zip(labels, indices):
+        if colours.generated_mark(i, generated_from):
+            text.set_color(colours.GENERATED), text.set_fontstyle("italic")
+
+
+def generated_patch() -> Patch:
+    """A legend entry for the generated members' labels: their colour and the mark's words."""
+    return Patch(facecolor=colours.GENERATED, edgecolor=colours.GENERATED,
+                 label=colours.GENERATED_LEGEND + " (its label in this colour)")
 
 
 def answer_axis(with_sink: bool) -> str:

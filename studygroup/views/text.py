@@ -77,7 +77,10 @@ def explanation(e, full: bool = False) -> str:
     MEMBERS_SHOWN members, the MEMBERS_SHOWN measured members that matter most, and count the rest."""
     w = e.predicted.token
     model = e.model.label or e.model.name
-    lines = [_head_members(e.tokens, full), *_silenced(e, full), "", f"the group's conclusion (next word; model {model}):",
+    g = e.generated_from
+    name = lambda i: e.tokens[i] + generated_mark(i, g)  # noqa: E731
+    lines = [_head_members(e.tokens, full, g), *generated_line(g, len(e.tokens)), *_silenced(e, full), "",
+             f"the group's conclusion (next word; model {model}):",
              *_conclusion(e.top), ""]
     lines += ["which heads decided it:", wrap(f"(measured one at a time: {e.heads_silenced})"),
               "  silence_effect: the head's write zeroed at every position; silence_effect_last_position: at the "
@@ -89,17 +92,17 @@ def explanation(e, full: bool = False) -> str:
                      for r, h in enumerate(e.heads if full else e.heads[:HEADS_SHOWN])]),
               *_more(len(e.heads) - (len(e.heads) if full else HEADS_SHOWN), "heads measured"), ""]
     for h in e.heads[:HEADS_LISTENING]:
-        lines += [f"layer {h.layer} head {h.head}: the last member {e.tokens[-1]} asks (‖q‖ = {h.question_norm:.3g}) "
+        lines += [f"layer {h.layer} head {h.head}: the last member {name(len(e.tokens) - 1)} asks (‖q‖ = {h.question_norm:.3g}) "
                   f"and listens to (effect_in_head: the member silenced in this head only):",
                   *_sink_line(e, h),
                   table(["member", "index", "weight", "‖v·W_O‖", "weight × ‖v·W_O‖", "effect_in_head", "attention sink"],
-                        [[m.token, m.index, m.weight, m.answer_size, m.contribution, m.effect_in_head,
+                        [[name(m.index), m.index, m.weight, m.answer_size, m.contribution, m.effect_in_head,
                           "yes" if m.is_sink else ""] for m in h.listened[:LISTENED_SHOWN]], indent="    "), ""]
     lines += ["which members decided it:", wrap(f"(silenced one at a time: {e.members_silenced})"),
               "  effect: the member silenced in every head, for every question; effect_last_question: for the last "
               "member's question only (· = not measured)",
               table(["index", "member", "effect", "effect_last_question", f"p({w}) silenced", "rank"],
-                    [[m.index, m.token, m.effect, m.effect_last_question,
+                    [[m.index, name(m.index), m.effect, m.effect_last_question,
                       None if m.prob_silenced is None else percent(m.prob_silenced), m.rank]
                      for m in _members_shown(e.members, full)]),
               *_more(len(e.members) - len(_members_shown(e.members, full)), "members"),

@@ -95,3 +95,30 @@ def test_bad_input_is_one_line_exit_2(capsys, tiny, bad):
 def test_head_view_refuses_a_generated_from_outside_the_members(model, bad):
     with pytest.raises(InputError, match="generated_from"):
         head_view(model, "the tin", LAYER, HEAD, generated_from=bad)
+
+
+K = 3  # explain word K of the N generated: its members are the prompt and the K-1 words before it
+
+
+def _between(text: str, start: str, end: str) -> str:
+    return text.split(start, 1)[1].split(end, 1)[0]
+
+
+def test_explain_generated_word_marks_the_generated_members(capsys, tmp_path, tiny, model, generation):
+    path = tmp_path / "explain.svg"
+    argv = ("explain", PROMPT, "--model", tiny, "--generate", N, "--word", K, "--top", 3)
+    code, out, _ = cli(capsys, *argv, "--full", "--svg", path)
+    P = len(generation.prompt_ids)
+    tokens = model.run(generation.prompt_ids + generation.ids[:K - 1]).tokens
+    members = out.splitlines()[0].split(": ", 1)[1].split(" | ")
+    assert code == 0 and _marked(members) == [i >= P for i in range(P + K - 1)]
+    table = re.findall(r"^ +(\d+) +(\S+) +[-+·0-9]", _between(out, "which members decided it:", "the story:"),
+                       flags=re.M)
+    assert sorted((int(i), s.endswith("*")) for i, s in table) == [(i, i >= P) for i in range(P + K - 1)]
+    svg = path.read_text()
+    coloured = [html.unescape(t) for style, t in re.findall(r'<text[^>]*style="([^"]*)"[^>]*>([^<]*)</text>', svg)
+                if colours.GENERATED.lower() in style.lower()]
+    listened = json.loads(cli(capsys, *argv, "--json")[1])
+    shown = {m["index"] for m in listened["heads"][0]["listened"][:20]}
+    assert listened["generated_from"] == P and any(i >= P for i in shown)
+    assert sorted(coloured) == sorted(label(tokens[i]) + "*" for i in shown if i >= P)
