@@ -213,8 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the whole window as text (by default at most 100 lines of 400 characters)")
     _interventions(p, "the head")
     p.add_argument("--generate", type=_whole(1), default=None, metavar="N",
-                   help="generate N words after the text and show the head over the text and them (generated "
-                        "members marked *)")
+                   help="generate N words after the text (with nothing silenced) and show the head over the text "
+                        "and them (generated members marked *)")
     _sampling(p)
     _common(p, 4, "how many of each vector's largest entries to show (default 4)")
     _figures(p)

@@ -118,6 +118,7 @@ class HeadView(JSONable):
         T, (a, b), (c, d) = len(self.tokens), self.rows_shown, self.keys_shown
         silenced = f", silenced members {self.silenced_members}" if self.silenced_members else ""
         silenced += f", silenced heads {[tuple(p) for p in self.silenced_heads]}" if self.silenced_heads else ""
+        silenced += f", members {self.generated_from}: generated" if self.generated_from not in (None, T) else ""
         dh = len(self.q[0]) if self.notation == "paper" else len(self.q)
         shown = (f"scores and weights {T}×{T}, q k v {T}×{dh}" if self.is_whole else
                  f"questions {a}:{b} × answers {c}:{d} of {T}×{T}, q {b - a}×{dh}, k v {d - c}×{dh}")

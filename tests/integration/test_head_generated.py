@@ -122,3 +122,9 @@ def test_explain_generated_word_marks_the_generated_members(capsys, tmp_path, ti
     shown = {m["index"] for m in listened["heads"][0]["listened"][:20]}
     assert listened["generated_from"] == P and any(i >= P for i in shown)
     assert sorted(coloured) == sorted(label(tokens[i]) + "*" for i in shown if i >= P)
+
+
+def test_repr_names_the_generated_members(model, generation):
+    ids, P = generation.prompt_ids + generation.ids, len(generation.prompt_ids)
+    assert f"members {P}: generated" in repr(head_view(model, ids, LAYER, HEAD, generated_from=P))
+    assert "generated" not in repr(head_view(model, ids, LAYER, HEAD))
