@@ -69,10 +69,21 @@ def test_text_marks_exactly_the_generated_members(capsys, tiny, model, generatio
     assert [(int(i), s.endswith("*")) for i, s in detail] == [(i, i >= P) for i in range(len(ids))]
 
 
-def test_svg_figure_marks_exactly_the_generated_labels(capsys, tmp_path, tiny, model, generation):
+def test_bounded_text_grids_mark_the_generated_members(capsys, tiny, model, generation):
+    """Without --full the grids' margins cut each token to 12 characters; the mark comes after the cut."""
+    code, out, _ = cli(capsys, "head", PROMPT, "--layer", LAYER, "--head", HEAD, "--model", tiny,
+                       "--generate", N, "--ignore-eos")
+    P, T = len(generation.prompt_ids), len(generation.prompt_ids) + N
+    weights = _between(out, "weights (each row of weights sums to 1):", "\n\n").splitlines()
+    side = [line.split()[0] for line in weights[2:]]  # under the header: each row's question, its label first
+    assert code == 0 and len(side) == T and _marked(side) == [i >= P for i in range(T)]
+
+
+@pytest.mark.parametrize("notation", ["paper", "columns"])
+def test_svg_figure_marks_exactly_the_generated_labels(capsys, tmp_path, tiny, model, generation, notation):
     path = tmp_path / "head.svg"
     code, _, _ = cli(capsys, "head", PROMPT, "--layer", LAYER, "--head", HEAD, "--model", tiny,
-                     "--generate", N, "--ignore-eos", "--svg", path)
+                     "--generate", N, "--ignore-eos", "--svg", path, "--notation", notation)
     svg, P = path.read_text(), len(generation.prompt_ids)
     tokens = model.run(generation.prompt_ids + generation.ids).tokens
     # svg.fonttype none: each tick label is a <text> element with its own style
