@@ -38,6 +38,8 @@ def test_weights_over_prompt_and_generated_equal_a_run_on_those_ids(model, gener
     v = head_view(model, ids, LAYER, HEAD, generated_from=len(generation.prompt_ids))
     assert len(v.tokens) == len(ids) == len(generation.prompt_ids) + N and v.token_ids == ids
     np.testing.assert_allclose(np.array(v.weights), _reference_weights(model, ids), atol=1e-6)
+    recorded = model.run(ids)[f"layers.{LAYER}.weights"][HEAD].numpy()  # (T, T): the pass's own weights
+    np.testing.assert_allclose(np.array(v.weights), recorded, atol=1e-6)
 
 
 def test_json_generated_from_is_the_prompt_length_and_null_for_a_text(capsys, tiny, model):
@@ -139,3 +141,23 @@ def test_repr_names_the_generated_members(model, generation):
     ids, P = generation.prompt_ids + generation.ids, len(generation.prompt_ids)
     assert f"members {P}: generated" in repr(head_view(model, ids, LAYER, HEAD, generated_from=P))
     assert "generated" not in repr(head_view(model, ids, LAYER, HEAD))
+
+
+def test_gemma3_local_layer_over_prompt_and_generated_equals_the_run(tiny_gemma3):
+    """A sliding-window layer of the tiny Gemma 3 (window 4), over more members than its window: the
+    head equals the recorded pass on the same ids, and exactly the cells outside the window are so marked."""
+    import studygroup
+    from studygroup.study.mask_reasons import REASONS
+
+    gemma = studygroup.load(tiny_gemma3.path, cache=False)
+    g = gemma.generate(PROMPT, 6, ignore_eos=True)
+    ids, P, layer = g.prompt_ids + g.ids, len(g.prompt_ids), 0
+    size = gemma.config.window_of(layer)
+    v = head_view(gemma, ids, layer, 1, generated_from=P)
+    recorded = gemma.run(ids)[f"layers.{layer}.weights"][1].numpy()  # (T, T)
+    np.testing.assert_allclose(np.array(v.weights), recorded, atol=1e-6)
+    i, j = np.indices((len(ids), len(ids)))
+    outside = (j <= i) & (j <= i - size)  # heard by a global layer, not by this one
+    assert size is not None and len(ids) > size and outside.any()
+    assert ((np.array(v.mask_reasons) == REASONS.index("outside_window")) == outside).all()
+    assert v.generated_from == P and v.to_dict()["generated_from"] == P
