@@ -83,9 +83,14 @@ class ConclusionBody(TextBody):
     silence_heads: Heads = []
 
 
+#: How many heads explain measures exactly: a number, "all", or null (explain's default: all where affordable).
+MeasureHeads = Annotated[int, Field(ge=0)] | Literal["all"] | None
+
+
 class ExplainBody(TextBody):
     silence_members: Members = []
     silence_heads: Heads = []
+    measure_heads: MeasureHeads = None  # as the CLI's --measure-heads
     job: JobId | None = None  # names the computation for /api/progress and /api/cancel
 
 
@@ -410,9 +415,10 @@ def _routes(app: FastAPI, s: Service) -> None:
     async def explain(b: ExplainBody, request: Request):
         members, heads = s.silenced(b, s.check_text(b.text))
         watch = s.jobs.start(b.job)
-        if members or heads:  # a run with these silenced: not the text's own explanation, not remembered
-            return await watched(request, watch, s.answer(("explain", b.text, b.top, members, heads), lambda: page_data.explanation(
-                model, b.text, b.top, members, heads).to_dict(), watch))
+        if members or heads or b.measure_heads is not None:  # not the text's own default explanation: not remembered
+            key = ("explain", b.text, b.top, members, heads, b.measure_heads)
+            return await watched(request, watch, s.answer(key, lambda: page_data.explanation(
+                model, b.text, b.top, members, heads, b.measure_heads).to_dict(), watch))
         return await watched(request, watch, s.answer(("explain", b.text, b.top),
                                                       lambda: s.explanation(b.text, b.top).to_dict(), watch))
 
