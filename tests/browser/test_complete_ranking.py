@@ -89,24 +89,28 @@ def test_the_quick_ranking_comes_first_and_the_complete_one_replaces_it(page, ur
     assert not page.errors
 
 
-def test_cancel_and_a_new_text_stop_the_background_job(page, url):
+STOPS = {"cancel": "Stopped on request", "silencing": "Stopped (the silencing changed)"}
+
+
+def test_cancel_a_silencing_change_and_a_new_text_stop_the_background_job(page, url):
     jobs = []
     page.on("request", lambda r: jobs.append(r.post_data_json) if r.url.endswith("/api/explain") else None)
-    quick_heads = None
-    for text, stop in ((" ".join(["the can tin"] * 50), "cancel"), (" ".join(["tin the can"] * 50), "new text")):
+    for text, stop in ((" ".join(["the can tin"] * 50), "cancel"), (" ".join(["can tin the"] * 50), "silencing"),
+                       (" ".join(["tin the can"] * 50), "new text")):
         explain_in_page(page, text)
         quick_heads = page.evaluate(SHOWN)["heads"]
         page.locator(".sg-complete[data-state='running']").wait_for(timeout=60_000)
         job = jobs[-1]["job"]
         assert jobs[-1]["measure_heads"] == "all" and jobs[-1]["text"] == text
-        if stop == "cancel":
-            page.click(".sg-complete button")
-            page.locator(".sg-complete[data-state='stopped']").wait_for(timeout=30_000)
-            assert "Stopped on request: the ranking is the quick one" in page.locator(".sg-complete").inner_text()
-            assert page.evaluate(SHOWN)["heads"] == quick_heads
-        else:
+        if stop == "new text":
             page.fill(".sg-text", "the tin")
             page.click(".sg-go")
+        else:
+            page.click(".sg-complete button" if stop == "cancel" else ".sg-chip[data-index='3'] .sg-mute")
+            page.locator(".sg-complete[data-state='stopped']").wait_for(timeout=30_000)
+            said = page.locator(".sg-complete").inner_text()
+            assert said.startswith(STOPS[stop] + ": the ranking is the quick one"), said
+            assert page.evaluate(SHOWN)["heads"] == quick_heads
         state = None
         for _ in range(100):
             state = api(url, "progress", {"job": job})["state"]
