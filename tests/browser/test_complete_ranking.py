@@ -62,7 +62,7 @@ def ranking(heads):
     return [[h["layer"], h["head"]] for h in heads]
 
 
-def test_the_quick_ranking_comes_first_and_the_complete_one_replaces_it(page, url):
+def test_the_quick_ranking_comes_first_and_the_complete_one_replaces_it(page, url, screenshots):
     explain_in_page(page, TEXT)
     quick = page.evaluate(SHOWN)
     quick_api = api(url, "explain", {"text": TEXT})
@@ -73,11 +73,13 @@ def test_the_quick_ranking_comes_first_and_the_complete_one_replaces_it(page, ur
     box = page.locator(".sg-complete")
     page.locator(".sg-complete[data-state='running']").wait_for(timeout=60_000)
     words = box.inner_text()
+    page.locator(".sg-story").screenshot(path=str(screenshots / "complete-ranking-running.png"))
     assert "Measuring every head exactly in the background" in words and "%" in words, words
     page.locator(".sg-complete[data-state='done']").wait_for(timeout=120_000)
     assert f"Complete: all {ALL} heads measured exactly, each silenced at every position" in box.inner_text()
     assert box.locator("button").is_hidden()
     complete = page.evaluate(SHOWN)
+    page.locator(".sg-story").screenshot(path=str(screenshots / "complete-ranking-done.png"))
     complete_api = api(url, "explain", {"text": TEXT, "measure_heads": "all"})
     assert complete["heads"] == ranking(complete_api["heads"]) and len(complete["heads"]) == ALL
     assert complete["listed"] == [f"layer {h['layer']} head {h['head']} (kv {h['kv_head']}): " + page.evaluate(
