@@ -186,10 +186,13 @@ class EveryQuestion:
         with Progress(1, label + ", layer by layer", show=self.show and n > 0) as bar:
             chosen, lps = measured_heads(order, silence_heads, run.T, lp_t, lambda h: measure(h, bar))
         clean = self.chosen == Interventions()  # the last-position and in-head measures reuse the clean run
-        last = effects.last_position_head_log_probs(run.model, run, token, chosen) if chosen and clean else None
+        with Progress(1, f"silencing {len(chosen)} heads at the last position, layer by layer",
+                      show=self.show and clean and bool(chosen)) as bar:
+            last = effects.last_position_head_log_probs(run.model, run, token, chosen, bar) if chosen and clean else None
         out = _head_effects(run, token, lp_t, direct, chosen, lps, last, estimate)
         if clean:
-            _measure_in_head(run, token, lp_t, out[:HEADS_WITH_MEMBERS], resid_pre)
+            with Progress(1, "silencing members in the most decisive heads only, layer by layer", show=self.show and bool(out)) as bar:
+                _measure_in_head(run, token, lp_t, out[:HEADS_WITH_MEMBERS], resid_pre, bar)
         how = "alternately by |direct contribution| and by |first-order estimate of the silence effect|"
         return out, _heads_said(len(chosen), c.n_layers * c.n_heads, silence_heads, how, "at every position",
                                 _estimate_missed_by(out))
@@ -208,8 +211,9 @@ class EveryQuestion:
             else:  # on top of the explained run's silencing
                 added = [Interventions(silenced_members=(j,)) for j in chosen]
                 lps = effects.added_log_probs(run.model, run.token_ids, token, self.chosen, added, bar)
-        last = (last_question.silenced_members_logits(run.model, run, [[j] for j in chosen], token)
-                if chosen and clean else None)
+        with Progress(len(chosen), f"silencing {len(chosen)} members for the last question", show=self.show and clean and bool(chosen)) as bar:
+            last = (last_question.silenced_members_logits(run.model, run, [[j] for j in chosen], token, bar.advance)
+                    if chosen and clean else None)
         return _member_effects(run, lp_t, shares, chosen, lps, last), said + f", each silenced {EVERY_QUESTION}"
 
 
@@ -320,12 +324,13 @@ def _estimate_missed_by(heads: list[HeadEffect]) -> float | None:
     return max(gaps) if gaps else None
 
 
-def _measure_in_head(run, token: int, lp_t, heads: list[HeadEffect], resid_pre) -> None:
+def _measure_in_head(run, token: int, lp_t, heads: list[HeadEffect], resid_pre, bar=None) -> None:
     """Fill effect_in_head for the first LISTENED_MEASURED members each of `heads` listened to, and
-    member 0 (every head's sink); then list those measured first, largest |effect_in_head| first."""
+    member 0 (every head's sink); then list those measured first, largest |effect_in_head| first.
+    bar: a Progress advanced after each layer of each pass."""
     cells = [(h, x) for h in heads for x in h.listened if x in h.listened[:LISTENED_MEASURED] or x.index == 0]
     silenced = [(h.layer, h.head, x.index) for h, x in cells]
-    lps = effects.member_in_head_log_probs(run.model, run.token_ids, token, silenced, resid_pre)  # (n,)
+    lps = effects.member_in_head_log_probs(run.model, run.token_ids, token, silenced, resid_pre, bar)  # (n,)
     for (_, x), s in zip(cells, lps):
         x.effect_in_head = float(s - lp_t)
     for h in heads:

@@ -84,10 +84,12 @@ def conclusion(model, text, top: int = 10, silence_members: Sequence[int] = (),
 
 
 def explanation(model, text, top: int = 10, silence_members: Sequence[int] = (),
-                silence_heads: Sequence[tuple[int, int]] = ()):
+                silence_heads: Sequence[tuple[int, int]] = (), measure_heads: int | str | None = None):
     """study.explain on `text` (in a run with these silenced): the Explanation object (its .to_dict()
-    is the API's payload)."""
-    return explain(model, text, top=top, silenced_members=silence_members, silenced_heads=silence_heads)
+    is the API's payload). measure_heads: how many heads to measure exactly (a number or "all";
+    None: explain's default)."""
+    return explain(model, text, top=top, silenced_members=silence_members, silenced_heads=silence_heads,
+                   silence_heads=measure_heads)
 
 
 def comparison(model, text_a, text_b, top: int = 10, silence_members: Sequence[int] = (),

@@ -23,6 +23,7 @@ SCRIPTS = (
     "instance.js",    # one view on one root element: its skeleton and state
     "session.js",     # asking the server (page) or showing embedded data (report, notebook)
     "jobs.js",        # long computations: their progress polled, a Cancel button
+    "complete.js",    # the quick ranking replaced by the complete one, measured in the background
     "members.js",     # the members as chips: select, hover, silence
     "finder.js",      # among hundreds of chips: find a word, jump to a member
     "conclusion.js",  # the top next words, before and after silencing, and a comparison's shift

@@ -319,9 +319,10 @@ def _routes(app: FastAPI, s: Service) -> None:
                 model, ids, b.top, members, heads).to_dict(), watch))
         members, heads = s.silenced(b, s.check_text(b.text))
         watch = s.jobs.start(b.job)
-        if members or heads:  # a run with these silenced: not the text's own explanation, not remembered
-            return await watched(request, watch, s.answer(("explain", b.text, b.top, members, heads), lambda: page_data.explanation(
-                model, b.text, b.top, members, heads).to_dict(), watch))
+        if members or heads or b.measure_heads is not None:  # not the text's own default explanation: not remembered
+            key = ("explain", b.text, b.top, members, heads, b.measure_heads)
+            return await watched(request, watch, s.answer(key, lambda: page_data.explanation(
+                model, b.text, b.top, members, heads, b.measure_heads).to_dict(), watch))
         return await watched(request, watch, s.answer(("explain", b.text, b.top),
                                                       lambda: s.explanation(b.text, b.top).to_dict(), watch))
 

@@ -43,9 +43,14 @@ class ConclusionBody(TextBody):
     silence_heads: Heads = []
 
 
+#: How many heads explain measures exactly: a number, "all", or null (explain's default: all where affordable).
+MeasureHeads = Annotated[int, Field(ge=0)] | Literal["all"] | None
+
+
 class ExplainBody(TextBody):
     silence_members: Members = []
     silence_heads: Heads = []
+    measure_heads: MeasureHeads = None  # as the CLI's --measure-heads
     chat: bool = False  # the text as the user's turn in the model's own chat template
     system: Text | None = None  # with chat: a system turn before the user's
     job: JobId | None = None  # names the computation for /api/progress and /api/cancel

@@ -201,7 +201,9 @@ def test_a_longer_text_says_what_it_will_need_and_shows_its_progress(model, monk
     assert re.match(r"explaining 12 members: about \d+\.\d GiB and [\d.]+ (s|min) \(a pass with a gradient, "
                     r"then 3 heads and 5 members silenced exactly", err), err
     assert [b.label for b in bars] == ["a pass with a gradient, forward then backward", "silencing 3 heads, layer by layer",
-                                       "silencing 5 members, layer by layer"]
+                                       "silencing 3 heads at the last position, layer by layer",
+                                       "silencing members in the most decisive heads only, layer by layer",
+                                       "silencing 5 members, layer by layer", "silencing 5 members for the last question"]
     assert all(b.enabled and b.done == b.total > 0 for b in bars)  # every bar reaches its end
     study.explain(model, ids)  # the default: the heads' count is known only for the first batch
     err = capsys.readouterr().err

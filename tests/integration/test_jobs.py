@@ -19,12 +19,17 @@ LONG = " ".join(["the can tin"] * 70)
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
+    model = studygroup.load(str(write_tiny_gguf(tmp_path_factory.mktemp("jobs") / "m.gguf", context=600).path))
+    yield from served(model)
+
+
+def served(model):
+    """A real server of `model` in a thread on a free loopback port: yields its base URL."""
     import uvicorn
 
     from studygroup.web.app import create_app
     from studygroup.web.serve import bind, url
 
-    model = studygroup.load(str(write_tiny_gguf(tmp_path_factory.mktemp("jobs") / "m.gguf", context=600).path))
     sock = bind("127.0.0.1", 0)
     server = uvicorn.Server(uvicorn.Config(create_app(model), log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)

@@ -10,46 +10,57 @@
   const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
 
   sg.mixin(class {
-    /** POST path with body as a job the page follows and may cancel; the answer's JSON (a cancelled one rejects). */
-    async longPost(path, body) {
+    /** POST path with body as a job the page follows and may cancel; the answer's JSON (a cancelled one rejects).
+     * opts.box: the progress box to paint (default: the one under the status, hidden again at the end);
+     * opts.wanted: () => whether the answer is still wanted (default: no new text), else it is cancelled;
+     * opts.words: (progress) => the words the box shows. */
+    async longPost(path, body, opts = {}) {
       const job = "j" + Date.now().toString(36) + Math.random().toString(36).slice(2, 10);
       const gen = this.gen;
+      const wanted = opts.wanted || (() => gen === this.gen);
+      const box = opts.box || this.progressBox();
       let finished = false;
       const answer = this.post(path, { ...body, job });
-      const box = this.progressBox();
       box.hidden = false;
+      box.dataset.job = job;
+      box.dataset.state = "waiting";
+      box.querySelector("button").hidden = false;
+      box.querySelector("progress").hidden = false;
       box.querySelector("button").onclick = () => { this.post("/cancel", { job }).catch(() => {}); };
       (async () => {
         while (!finished) {
           await sleep(POLL_MS);
           if (finished) return;
-          if (gen !== this.gen) { finished = true; this.post("/cancel", { job }).catch(() => {}); return; } // a new text: this one is not wanted
-          try { const p = await this.post("/progress", { job }); if (!finished) this.paintProgress(p); } catch (e) { /* not yet known to the server */ }
+          if (!wanted()) { finished = true; this.post("/cancel", { job }).catch(() => {}); return; } // not wanted any more
+          try { const p = await this.post("/progress", { job }); if (!finished) this.paintProgress(p, box, opts.words); } catch (e) { /* not yet known to the server */ }
         }
       })();
       try { return await answer; } finally {
         finished = true;
-        if (gen === this.gen) box.hidden = true;
+        if (!opts.box && wanted()) box.hidden = true;
       }
     }
 
-    /** The progress line under the status, made on first use: a Cancel button, a bar, the stage. */
-    progressBox() {
-      let box = this.q(".sg-progress");
+    /** A box for a job's progress, made on first use and placed after `after`: a Cancel button, a bar, the words. */
+    jobBox(cls, after) {
+      let box = this.q("." + cls);
       if (box) return box;
-      box = el("div", { cls: "sg-progress", attrs: { hidden: "" } }, [ // the button first: it stays where it is as the words change
+      box = el("div", { cls: "sg-job " + cls, attrs: { hidden: "" } }, [ // the button first: it stays where it is as the words change
         el("button", { attrs: { type: "button" }, text: "Cancel" }),
         el("progress", { attrs: { max: "1", value: "0", "aria-label": "progress of the stage" } }),
         el("span", { cls: "sg-progress-stage", attrs: { "aria-live": "polite" } })]);
-      this.status.parentNode.insertBefore(box, this.status.nextSibling);
+      after.parentNode.insertBefore(box, after.nextSibling);
       return box;
     }
 
-    /** A progress answer drawn: "silencing 24 members, layer by layer: 120/720 (3.1 s)". */
-    paintProgress(p) {
-      const box = this.progressBox();
+    /** The progress line under the status. */
+    progressBox() { return this.jobBox("sg-progress", this.status); }
+
+    /** A progress answer drawn in box: by default "silencing 24 members, layer by layer: 120/720 (3.1 s)". */
+    paintProgress(p, box, words) {
       const stage = p.state === "waiting" ? "waiting for the model" : p.stage || "starting";
-      box.querySelector(".sg-progress-stage").textContent = stage + (p.total ? ": " + p.done + "/" + p.total : "") + " (" + p.elapsed_s.toFixed(1) + " s)";
+      box.querySelector(".sg-progress-stage").textContent = words ? words(p) :
+        stage + (p.total ? ": " + p.done + "/" + p.total : "") + " (" + p.elapsed_s.toFixed(1) + " s)";
       const bar = box.querySelector("progress");
       bar.max = Math.max(1, p.total); bar.value = p.done;
       box.dataset.state = p.state;

@@ -33,6 +33,7 @@
       if (!text.trim()) { this.say("Type a text first.", "error"); return; }
       const gen = ++this.gen;
       const live = () => gen === this.gen;
+      this.stopComplete("new text");
       // a new text: nothing of the last one stays (its head, its selection), even if this one fails
       Object.assign(this.ui, { selected: null, hover: null, members: new Set(), headsSilenced: new Set(), headChosen: false, rows: "auto", layer: null, head: null, why: null });
       this.heads.clear();
@@ -67,7 +68,7 @@
           const h = this.d.explanation.heads[0];
           await this.openHead(h.layer, h.head, false);
         } else this.renderHead();
-        if (live()) this.say("");
+        if (live()) { this.say(""); this.completeRanking(); }
       } catch (e) { if (live()) this.say(e.message, "error"); }
     }
 
@@ -81,6 +82,7 @@
       if (!this.api) { this.renderConclusion(); return; }
       const gen = this.gen;
       const silencing = this.silencing();
+      this.stopComplete("silencing");
       try {
         this.say("Recomputing the conclusion with the silenced members and heads\u2026", "busy");
         const c = await this.post("/conclusion", { text: this.d.text, top: 10, ...silencing });
