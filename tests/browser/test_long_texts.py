@@ -228,7 +228,17 @@ def test_hundreds_of_chips_scroll_and_find_a_word_and_a_member(browser, url, scr
     context.close()
 
 
-def test_a_long_explain_shows_its_progress_and_can_be_cancelled(browser, url):
+@pytest.fixture(scope="module")
+def slow_url(tmp_path_factory):
+    """A server on a tiny model of 8 layers × 8 heads: its explain of 210 members lasts seconds, long
+    enough to be followed and cancelled (the 2-layer model's ends before the page's first look)."""
+    path = write_tiny_gguf(tmp_path_factory.mktemp("slow19") / "slow.gguf", n_layers=8, n_heads=8, n_kv_heads=2,
+                           context=600).path
+    yield from _serve(path, "--max-tokens", "600")
+
+
+def test_a_long_explain_shows_its_progress_and_can_be_cancelled(browser, slow_url):
+    url = slow_url
     context = browser.new_context(viewport={"width": 1440, "height": 900})
     page = context.new_page()
     jobs = []

@@ -169,8 +169,9 @@ def test_an_error_leaves_nothing_of_the_last_text(local, server_url):
     assert page.errors == []
 
 
-#: Elements that run past the viewport's width, and boxes that cut off what they hold (a box made
-#: to scroll a large grid, .sg-canvas-wrap, and the text fields excepted).
+#: Elements that run past the viewport's width, and boxes that cut off what they hold (the boxes
+#: made to scroll: a large grid's .sg-canvas-wrap, the member chips' .sg-chips, whose hundreds of
+#: members scroll inside it beside a find box; and the text fields excepted).
 LAYOUT = """() => {
   const W = document.documentElement.clientWidth, wide = [], cut = [];
   for (const e of document.querySelectorAll('body *')) {
@@ -178,7 +179,7 @@ LAYOUT = """() => {
     if (!r.width && !r.height) continue;
     if (r.right > W + 1 || r.left < -1) wide.push(e.className || e.tagName);
     const s = getComputedStyle(e);
-    if (e.matches('.sg-canvas-wrap, textarea, input')) continue;
+    if (e.matches('.sg-canvas-wrap, .sg-chips, textarea, input')) continue;
     const clips = [s.overflowX, s.overflowY].some((o) => o !== 'visible');
     if (clips && (e.scrollHeight > e.clientHeight + 1 || e.scrollWidth > e.clientWidth + 1)) cut.push(e.className || e.tagName);
   }
