@@ -102,7 +102,8 @@ def recording_bytes(c: Config, T: int, record: Record, all_logits: bool = False)
         if record.keeps(name):
             step = name.rpartition(".")[2]
             one = step not in record.full_rows and (record.rows == "last" or (step == "final" and not all_logits))
-            rows = 1 if one else T
+            cut = record.last_rows is not None and step not in record.full_rows
+            rows = 1 if one else min(T, record.last_rows) if cut else T
             size = torch.finfo(record.map_dtype).bits // 8 if step in MAP_STEPS else 4
             total += size * math.prod(_step_shape(c, step, T, rows))
     return total

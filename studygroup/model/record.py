@@ -87,6 +87,8 @@ class Record:
       run computes a layer's maps, or one head's, each time they are read: `run[name]` and
       `run.head` give the same numbers either way).
     full_rows: steps kept for every member even when rows="last" (keys and values always).
+    last_rows: with rows="all", keep only the last this many rows of the steps not in full_rows
+      (the questions a long text's last R rows of maps need: `Run.map(layer, last=R)`); None: all.
 
     >>> Record(steps=("weights",), rows="last").wants("layers.2.weights")
     True
@@ -98,6 +100,7 @@ class Record:
     layers: tuple[int, ...] | None = None
     maps: str = "kept"
     full_rows: frozenset[str] = KEY_STEPS
+    last_rows: int | None = None
     _cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self):
@@ -105,6 +108,8 @@ class Record:
             raise ValueError(f"rows must be 'all' or 'last', not {self.rows!r}")
         if self.maps not in ("kept", "on_demand"):
             raise ValueError(f"maps must be 'kept' or 'on_demand', not {self.maps!r}")
+        if self.last_rows is not None and (self.rows != "all" or self.last_rows < 1):
+            raise ValueError(f"last_rows takes a positive count with rows='all', not {self.last_rows!r}")
 
     def wants(self, name: str) -> bool:
         """Whether the full name (``layers.3.weights`` or ``embed``) is kept."""
@@ -225,8 +230,9 @@ class Keeper:
     def __call__(self, step: str, t: torch.Tensor, is_map: bool = False) -> None:
         if not self.keeps(step):
             return
-        if self.record.rows == "last" and step not in self.record.full_rows and t.shape[-2] > 1:
-            t = t[..., -1:, :]
+        cut = 1 if self.record.rows == "last" else self.record.last_rows
+        if cut is not None and step not in self.record.full_rows and t.shape[-2] > cut:
+            t = t[..., -cut:, :]
         t = t.detach().to(self.record.map_dtype if is_map else torch.float32)
         if t.untyped_storage().nbytes() > t.numel() * t.element_size():
             t = t.clone()  # a view would keep its whole base tensor alive (all T rows, or fused Q/K/V)

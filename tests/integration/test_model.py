@@ -240,6 +240,26 @@ def test_maps_on_demand_equal_the_kept_maps(model, settings, rows):
                 assert torch.allclose(getattr(a, name).float(), getattr(b, name).float(), rtol=1e-4, atol=1e-5), (l, h, name)
 
 
+@pytest.mark.parametrize("settings", [{}, {"silence_members": [2, 5]}, {"silence_heads": [(0, 1)]}])
+def test_the_last_rows_of_maps_on_demand_need_only_the_last_rows_questions(model, settings):
+    """Record(last_rows=R) keeps every member's k but the last R members' q only: the last R rows
+    of every map equal a run that kept every q, and the recording's size is known before the pass."""
+    from studygroup.model.estimate import recording_bytes
+    from studygroup.model.record import Record
+
+    ids, T, R, c = random_ids(model, 13, 17), 13, 4, model.config
+    whole = model.run(ids, record=Record(steps=("weights",), maps="on_demand"), **settings)
+    cut = Record(steps=("weights",), maps="on_demand", last_rows=R)
+    last = model.run(ids, record=cut, **settings)
+    for l in range(c.n_layers):
+        assert last.steps[f"layers.{l}.q"].shape[-2] == R and last.steps[f"layers.{l}.k"].shape[-2] == T
+        assert torch.equal(last.map(l, "weights", last=R), whole.map(l, "weights", last=R)), (settings, l)
+    held = sum(t.numel() * t.element_size() for t in last.steps.values())
+    assert recording_bytes(c, T, cut) == held
+    with pytest.raises(ValueError, match="last_rows takes a positive count"):
+        Record(rows="last", last_rows=2)
+
+
 def test_maps_on_demand_keep_only_q_and_k_for_the_maps(model):
     from studygroup.model.record import Record
 
