@@ -16,7 +16,6 @@ STOP_AFTER in a row fall below half the fifth-largest exact effect), with how ma
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import sys
@@ -24,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from explain_complete import ARTICLE, commit, cpu  # noqa: E402
+from explain_complete import ARTICLE, commit, cpu, save  # noqa: E402
 from long_explain import text_of  # noqa: E402
 
 
@@ -55,7 +54,6 @@ def stopping_rule(order, exact: dict, batch: int) -> list:
 
 
 def spearman(a, b) -> float:
-    import torch
     ra, rb = (x.argsort().argsort().double() for x in (a, b))
     ra, rb = ra - ra.mean(), rb - rb.mean()
     return float((ra * rb).sum() / (ra.norm() * rb.norm()))
@@ -82,7 +80,6 @@ def main() -> None:
     args = ap.parse_args()
     import studygroup
     model = studygroup.load()
-    import torch
     from studygroup.study import attribution, effects, explain
     from studygroup.study.ranking import heads_largest_first
     c = model.config
@@ -107,13 +104,10 @@ def main() -> None:
         row["grids"] = {"exact": exact.tolist(), "first_order": first.tolist(), "direct": direct.tolist()}
         print(json.dumps({k: v for k, v in row.items() if k != "grids"}), file=sys.stderr, flush=True)
     out["load_average_after"] = os.getloadavg()
-    text = json.dumps(out, indent=1)
     if args.out is not None:
-        path = args.out / f"{datetime.date.today()}-{out['commit']}-estimators.json"
-        path.write_text(text + "\n")
-        print(f"wrote {path}", file=sys.stderr)
+        save(out, args.out, "estimators")
     else:
-        print(text)
+        print(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":

@@ -93,6 +93,13 @@ def measure(model, text: str, mode: str) -> dict:
     return m
 
 
+def save(out: dict, folder: Path, what: str) -> None:
+    """Write out as bench/results' files are named: <date>-<commit measured>-<what>.json in folder."""
+    path = folder / f"{datetime.date.today()}-{out['commit']}-{what}.json"
+    path.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"wrote {path}", file=sys.stderr)
+
+
 def commit() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
@@ -135,9 +142,7 @@ def main() -> None:
     text = json.dumps(out, indent=1)
     print(text)
     if args.out is not None:
-        path = args.out / f"{datetime.date.today()}-{out['commit']}-explain-complete.json"
-        path.write_text(text + "\n")
-        print(f"wrote {path}", file=sys.stderr)
+        save(out, args.out, "explain-complete")
 
 
 if __name__ == "__main__":

@@ -9,14 +9,13 @@ Prints wall and process CPU seconds, the load average, and the largest |A - B| i
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from explain_complete import ARTICLE, commit, cpu, timed  # noqa: E402
+from explain_complete import ARTICLE, commit, cpu, save, timed  # noqa: E402
 from long_explain import text_of  # noqa: E402
 
 
@@ -77,9 +76,7 @@ def main() -> None:
     text = json.dumps(out, indent=1)
     print(text)
     if args.out is not None:
-        path = args.out / f"{datetime.date.today()}-{out['commit']}-last-position-heads.json"
-        path.write_text(text + "\n")
-        print(f"wrote {path}", file=sys.stderr)
+        save(out, args.out, "last-position-heads")
 
 
 if __name__ == "__main__":
