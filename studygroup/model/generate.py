@@ -207,13 +207,14 @@ class _Talk:
         self.model, self.interventions, self.sampling, self.candidates, self.stops = (
             model, interventions, sampling, candidates, stops)
         self.generator = sampling.generator()
-        self.silenced = bool(interventions.silenced_members or interventions.silenced_heads)
+        # silenced, or a family the lean step does not compute: every word through the general pass
+        self.general = bool(interventions.silenced_members or interventions.silenced_heads) or not LeanStep.takes(model)
         self.cache, self.lean, self.logits, self.w = None, None, None, None
 
     def reserve(self, capacity: int) -> None:
         """Room in the cache for `capacity` members; the lean step is made for its size."""
-        if self.cache.reserve(capacity) or (self.lean is None and not self.silenced):
-            self.lean = None if self.silenced else LeanStep(self.model, self.cache)  # silenced: the general pass
+        if self.cache.reserve(capacity) or (self.lean is None and not self.general):
+            self.lean = None if self.general else LeanStep(self.model, self.cache)
 
     def choose(self) -> Word:
         """The next word from the logits, with its record; the logits are used up."""

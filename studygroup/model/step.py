@@ -22,6 +22,13 @@ from studygroup.model.norm import rms_norm
 class LeanStep:
     """One row through every layer over a key/value cache (1, H_kv, capacity, d) per layer."""
 
+    @staticmethod
+    def takes(model) -> bool:
+        """Whether the lean step computes this family's pass: RMSNorm, RoPE and a gated MLP (GPT-2's
+        LayerNorm, learned positions and plain MLP go through the general pass)."""
+        a = model.config.arch
+        return a.norm == "rms" and a.gated and a.position != "learned"
+
     def __init__(self, model, cache):
         c = model.config
         self.model, self.c, self.w, self.cache = model, c, model.w, cache

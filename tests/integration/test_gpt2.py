@@ -264,3 +264,15 @@ def test_the_page_answers_on_gpt2(pair):
         assert abs(sum(p["value"] for p in w["pairs"]) - w["score"]) <= 1e-5 * max(1.0, abs(w["score"]))
         r = client.post("/api/why", json={"text": "I have a lot", "layer": 2, "head": 0, "query": 3, "key": 1})
         assert r.status_code == 400 and "layer 2 does not exist" in r.json()["error"], r.text
+
+
+def test_greedy_generation_equals_the_argmax_of_full_passes(pair):
+    """GPT-2 (LayerNorm, learned positions, a plain MLP) generates through the general pass over its
+    key/value cache: each greedy word is the argmax of a full pass over the ids so far."""
+    ours = pair[0]
+    ids = random_ids(ours, 5, 3)
+    g = ours.generate(ids, 6, ignore_eos=True)
+    so_far = list(ids)
+    for word in g.ids:
+        assert word == int(ours.run(so_far, record="none").logits[-1].argmax())
+        so_far.append(word)
