@@ -5,10 +5,13 @@ import sys
 
 import pytest
 import torch
+from gguf import GGMLQuantizationType as Q
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM
 
 import studygroup
+from conftest import write_tiny_gemma3_gguf, write_tiny_gguf
 from studygroup.errors import InputError
+
 
 
 def hf_model(tiny, family, config):
@@ -17,11 +20,19 @@ def hf_model(tiny, family, config):
     return hf.eval()
 
 
-@pytest.fixture(scope="module", params=["llama", "gemma3"])
-def pair(request, tiny_model, tiny_gemma3):
-    if request.param == "llama":
-        return studygroup.load(tiny_model.path), hf_model(tiny_model, LlamaForCausalLM, LlamaConfig)
-    return studygroup.load(tiny_gemma3.path, cache=False), hf_model(tiny_gemma3, Gemma3ForCausalLM, Gemma3TextConfig)
+@pytest.fixture(scope="module", params=["llama", "gemma3", "llama Q4_1", "gemma3 Q8_0"])
+def pair(request, tiny_model, tiny_gemma3, tmp_path_factory):
+    """The model and transformers on the same weights; the quantized files' steps multiply their blocks."""
+    folder = tmp_path_factory.mktemp("quantized")
+    if request.param == "llama Q4_1":
+        tiny = write_tiny_gguf(folder / "q4_1.gguf", tensor_type=Q.Q4_1)
+    elif request.param == "gemma3 Q8_0":
+        tiny = write_tiny_gemma3_gguf(folder / "q8_0.gguf", tensor_type=Q.Q8_0)
+    else:
+        tiny = tiny_model if request.param == "llama" else tiny_gemma3
+    llama = request.param.startswith("llama")
+    family, config = (LlamaForCausalLM, LlamaConfig) if llama else (Gemma3ForCausalLM, Gemma3TextConfig)
+    return studygroup.load(tiny.path, cache=llama), hf_model(tiny, family, config)
 
 
 def random_ids(model, T, seed):

@@ -12,6 +12,7 @@ import functools
 import json
 
 import pytest
+import torch
 
 from conftest import REFERENCE_DIR
 
@@ -63,3 +64,14 @@ def test_llama_cpp_continuation_beside_ours(model, ref):
           f"differ by {gap:.3f}, llama.cpp's by {ref['llamacpp_top2_gap'][k]:.3f}")
     assert gap < WIDE_GAP, "llama.cpp parts from us where our choice is clear"
     assert theirs[k] in [i for i, _, _ in top], "llama.cpp's word is not among our most likely"
+
+
+def test_the_steps_block_matrices_are_the_default_models_weights(model):
+    """Every matrix of a generation step is multiplied from the file's Q4_1 and Q8_0 blocks (the
+    kernel built on this machine), and their weights are the float32 model's, bit for bit."""
+    from studygroup.model import row_kernels
+
+    blocks = row_kernels.lean_matrices_of(model)
+    assert len(blocks) == 4 * model.config.n_layers + 1  # W_QKV, W_O, W_gate_up, W_down per layer, and W_U
+    for name, B in blocks.items():
+        assert torch.equal(B.weights(), model.w[name]), name

@@ -1,0 +1,77 @@
+"""A matrix as the file's quantized blocks of 32 weights, its rows in our order, for a kernel that
+multiplies one row by it without dequantizing it (`studygroup.model.row_kernels`).
+
+Each row of a file's matrix is one output of the layer (the (out, in) of `torch.nn.Linear`), a run
+of blocks; a block's bytes are those the file stores. Only the rows' order changes: W_Q and W_K
+are un-permuted as `layout.unpermute_rope_rows` does for the float32 weights, so row r here is
+column r of our W (in, out).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from gguf import GGMLQuantizationType as Q
+
+from studygroup.gguf import layout as gguf_layout
+from studygroup.gguf.config import Config
+from studygroup.gguf.container import read_gguf
+
+#: The block types read, and bytes per block of 32 weights (ggml's layouts).
+BLOCK_BYTES = {Q.Q4_0: 18, Q.Q4_1: 20, Q.Q8_0: 34}
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """qtype: ggml's type number; rows (out, in / 32 · bytes per block) uint8; n_in: weights a row."""
+
+    qtype: int
+    rows: torch.Tensor
+    n_in: int
+
+    @property
+    def n_out(self) -> int:
+        return self.rows.shape[0]
+
+
+def read_blocks(path: str | Path, config: Config, groups: dict[str, list[str]]) -> dict[str, Blocks]:
+    """Each group's matrices, our names (e.g. "layers.0.W_Q", "unembed"), as one Blocks: the parts'
+    rows one after another (as `fusing` joins their columns), read from the file into memory in one
+    copy. A group is left out unless every part's file type is one of BLOCK_BYTES, all alike and of
+    one width. A tied "unembed" is the embedding's rows.
+
+    >>> from studygroup.gguf.model_path import default_model_path
+    >>> from studygroup.model.weights_cache import load_weights
+    >>> config, _ = load_weights()
+    >>> b = read_blocks(default_model_path(), config, {"QKV": ["layers.0.W_Q", "layers.0.W_K", "layers.0.W_V"],
+    ...                                                "unembed": ["unembed"]})
+    >>> b["QKV"].rows.shape, Q(b["unembed"].qtype).name  # 576 + 2 · 192 rows of 18 Q4_1 blocks
+    (torch.Size([960, 360]), 'Q8_0')
+    """
+    file = read_gguf(path)
+    tied = "output.weight" not in file.tensors
+    to_file = {ours: name for name, ours in gguf_layout.name_map(config.n_layers, tied=tied, arch=config.arch).items()}
+    if tied:
+        to_file["unembed"] = to_file["embed"]
+    found = {}
+    for group, parts in groups.items():
+        infos = [file.tensors.get(to_file.get(name, "")) for name in parts]
+        if any(i is None or len(i.shape) != 2 for i in infos) or len({(i.qtype, i.shape[1]) for i in infos}) != 1:
+            continue
+        if infos[0].qtype not in BLOCK_BYTES:
+            continue
+        rows = np.concatenate([np.take(file.raw(i), _row_order(name, i.shape[0], config), axis=0)
+                               for name, i in zip(parts, infos)])  # (Σ out, bytes per row), one copy
+        found[group] = Blocks(int(infos[0].qtype), torch.from_numpy(rows), infos[0].shape[1])
+    return found
+
+
+def _row_order(name: str, n_rows: int, config: Config) -> np.ndarray:
+    """The file's row for each of our rows: W_Q and W_K un-permuted (layout fact 2), others as they are."""
+    kind = name.rsplit(".", 1)[-1]
+    order = torch.arange(n_rows).view(n_rows, 1)  # (out, 1)
+    if kind in gguf_layout.ROPE_PERMUTED and config.arch.permuted_qk:
+        order = gguf_layout.unpermute_rope_rows(order, getattr(config, gguf_layout.ROPE_PERMUTED[kind]))
+    return order.view(-1).numpy()

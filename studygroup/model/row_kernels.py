@@ -1,0 +1,186 @@
+"""The compiled kernels of one new member's pass during generation (kernels/one_row.c): one row
+times a matrix kept as its file's quantized blocks, and one question row's attention over the
+key/value cache.
+
+A step of generation multiplies one row by every weight matrix, so its time is the time to read
+them: 0.54 GB as float32 for the default model, 0.1 GB as the file's Q4_1 and Q8_0 blocks. The
+kernel rebuilds each weight in float32 exactly as the dequantizer does
+and multiplies in float32, so the weights are the float32 model's; only the order of the sums
+differs. It is compiled once per machine with the system's C compiler into the cache folder
+(`disk_cache.cache_dir() / "kernels"`); without a compiler, or for a type it does not read, the
+float32 multiply is used instead (`project`), with the same weights. The attention of one row is
+a handful of small operations in torch (two batched multiplies, a softmax, copies), whose fixed
+costs outweigh their arithmetic; in one call it is the same formula in float32.
+
+Shapes: a matrix W (in, out) of the paper, kept as out rows of in / 32 blocks.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import weakref
+from typing import TYPE_CHECKING
+from pathlib import Path
+
+import torch
+
+from studygroup.gguf import layout as gguf_layout
+from studygroup.model import disk_cache
+
+if TYPE_CHECKING:
+    from studygroup.gguf.blocks import Blocks
+
+SOURCE = Path(__file__).parent / "kernels" / "one_row.c"
+#: Compiler flags: this machine's instructions (the library is built per machine and kept per CPU).
+FLAGS = ("-O3", "-march=native", "-shared", "-fPIC", "-std=c11", "-fopenmp-simd")
+#: Set to "off" to multiply float32 weights instead (the same weights; slower).
+SWITCH = "STUDYGROUP_BLOCK_KERNEL"
+
+
+class BlockMatrix:
+    """x·W for one row x (1, in), W (in, out) held as blocks: (1, in) -> (1, out) float32.
+
+    >>> from studygroup.gguf.blocks import read_blocks
+    >>> from studygroup.gguf.model_path import default_model_path
+    >>> W = BlockMatrix(read_blocks(default_model_path(), model.config, {"W_O": ["layers.0.W_O"]})["W_O"])
+    >>> x = torch.randn(1, 576)
+    >>> bool(torch.allclose(W(x), x @ model.w["layers.0.W_O"], atol=1e-4))
+    True
+    """
+
+    def __init__(self, blocks: "Blocks"):
+        self.blocks, self.n_in, self.n_out = blocks, blocks.n_in, blocks.n_out
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.reshape(-1).to(torch.float32).contiguous()  # (in,)
+        assert x.numel() == self.n_in, f"a row of {x.numel()} numbers for a matrix of {self.n_in} rows"
+        y = torch.empty(1, self.n_out)  # (1, out)
+        _library().sg_matvec(self.blocks.qtype, self.blocks.rows.data_ptr(), x.data_ptr(), y.data_ptr(),
+                             self.n_out, self.n_in)
+        return y
+
+    def weights(self) -> torch.Tensor:
+        """(in, out) float32: the weights the kernel multiplies by, rebuilt as the dequantizer does."""
+        out = torch.empty(self.n_out, self.n_in)  # (out, in)
+        _library().sg_dequantize(self.blocks.qtype, self.blocks.rows.data_ptr(), out.data_ptr(), self.n_out, self.n_in)
+        return out.T
+
+
+_kept: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def lean_matrices_of(model) -> dict[str, "BlockMatrix"]:
+    """`lean_matrices(model)`, read once per model (0.1 GB for the default one) and kept while it lives."""
+    if model not in _kept:
+        _kept[model] = lean_matrices(model)
+    return _kept[model]
+
+
+def attend_row(q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, start: int, scale: float,
+               weights: torch.Tensor) -> torch.Tensor:
+    """One question row's attention in every head over the cache rows start .. start + S − 1.
+
+    q (H, d); K, V (H_kv, capacity, d) contiguous; weights (H, S), rows of contiguous numbers (a slice
+    of a larger tensor is fine), receives softmax(q·Kᵀ·scale)
+    per head (query head h reads key/value head h // (H / H_kv)). Returns z (H, d), the weighted sums.
+
+    >>> q, K, V = torch.randn(4, 8), torch.randn(2, 10, 8), torch.randn(2, 10, 8)
+    >>> a = torch.empty(4, 6)
+    >>> z = attend_row(q, K, V, 2, 0.5, a)
+    >>> ref = torch.softmax(q.view(2, 2, 8) @ K[:, 2:8].transpose(1, 2) * 0.5, -1)  # (H_kv, g, S)
+    >>> bool(torch.allclose(a, ref.view(4, 6), atol=1e-6)), bool(torch.allclose(z, (ref @ V[:, 2:8]).view(4, 8), atol=1e-5))
+    (True, True)
+    """
+    (H, d), (H_kv, capacity, _), S = q.shape, K.shape, weights.shape[-1]
+    assert K.is_contiguous() and V.is_contiguous() and weights.stride(-1) == 1 and q.dtype == torch.float32
+    z = torch.empty(H, d)
+    _library().sg_attend_row(q.contiguous().data_ptr(), K.data_ptr(), V.data_ptr(), capacity, start, S, H, H_kv, d,
+                             scale, weights.data_ptr(), weights.stride(0), z.data_ptr())
+    return z
+
+
+def lean_matrices(model) -> dict[str, BlockMatrix]:
+    """The matrices the lean step multiplies, per layer `layers.{l}.` W_QKV, W_O, W_gate_up, W_down, and
+    "unembed", for those the file holds as blocks the kernel reads; {} where the kernel cannot be used
+    (no compiler, switched off, not the CPU, not float32)."""
+    if not usable(model):
+        return {}
+    c = model.config
+    groups = {"unembed": ["unembed"]}
+    for l in range(c.n_layers):
+        p = f"layers.{l}."
+        groups.update({p + n: [p + n] for n in ("W_O", "W_down")})
+        groups.update({p + fused: [p + part for part in parts] for fused, parts in gguf_layout.FUSED.items()
+                       if p + fused in model.w})  # the fused matrices the model multiplies
+    from studygroup.gguf.blocks import read_blocks  # here: a command that does not generate never imports gguf
+    from studygroup.gguf.model_path import resolve_model_path
+
+    blocks = read_blocks(resolve_model_path(model.path), c, groups)
+    return {name: BlockMatrix(b) for name, b in blocks.items()}
+
+
+def usable(model) -> bool:
+    """Whether the lean step can multiply this model's blocks: float32 on the CPU, the kernel built,
+    and not switched off."""
+    return (os.environ.get(SWITCH, "").lower() != "off" and model.device.type == "cpu"
+            and model.dtype == torch.float32 and available())
+
+
+def available() -> bool:
+    """Whether the kernel is built (compiled now if needed) and vectorized for this CPU."""
+    try:
+        return bool(_library().sg_vectorized())
+    except OSError:
+        return False
+
+
+@functools.cache
+def _library() -> ctypes.CDLL:
+    """The compiled kernel, loaded (built into the cache folder first if needed); OSError if it cannot be."""
+    target = _built()
+    lib = ctypes.CDLL(str(target))
+    lib.sg_matvec.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 2  # type, W, x, y, rows, cols
+    lib.sg_dequantize.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2  # type, W, out, rows, cols
+    lib.sg_matvec.restype = lib.sg_dequantize.restype = ctypes.c_int
+    lib.sg_attend_row.argtypes = ([ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3 + [ctypes.c_int] * 3
+                                  + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p])
+    # q, K, V, capacity, start, S, H, H_kv, d, scale, weights, its row stride, z
+    lib.sg_vectorized.restype = ctypes.c_int
+    return lib
+
+
+def _built() -> Path:
+    """The library for this source, compiler and CPU, compiled if it is not in the cache folder yet."""
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        raise OSError("no C compiler")
+    key = hashlib.sha256(SOURCE.read_bytes() + _version(compiler) + _cpu_flags() + " ".join(FLAGS).encode()).hexdigest()[:16]
+    target = disk_cache.cache_dir() / "kernels" / f"one_row-{key}.so"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    for openmp in (("-fopenmp",), ()):  # rows split among threads where the compiler has OpenMP
+        done = subprocess.run([compiler, *FLAGS, *openmp, str(SOURCE), "-o", str(tmp), "-lm"], capture_output=True)
+        if done.returncode == 0:
+            os.replace(tmp, target)  # atomic: a reader never loads a half-written library
+            return target
+    tmp.unlink(missing_ok=True)
+    raise OSError(f"{compiler} could not build {SOURCE.name}: {done.stderr.decode(errors='replace')[:200]}")
+
+
+def _version(compiler: str) -> bytes:
+    return subprocess.run([compiler, "--version"], capture_output=True).stdout
+
+
+def _cpu_flags() -> bytes:
+    """The CPU's instruction set where Linux tells it (-march=native code runs on this CPU only)."""
+    try:
+        return next(line for line in Path("/proc/cpuinfo").read_bytes().splitlines() if line.startswith(b"flags"))
+    except (OSError, StopIteration):
+        return sys.platform.encode()
