@@ -8,6 +8,7 @@ stderr with exit status 2.
     studygroup compare TEXT_A TEXT_B [--silence-member J] [--silence-head L.H]
     studygroup head [TEXT] --layer L --head H [--notation paper|columns] [--rows A:B] [--keys C:D] [--full]
                     [--silence-member J] [--silence-head L.H] [--generate N [--temperature T] [--seed S] ...]
+                    [--chat [--system TEXT]]
     studygroup lesson [TEXT] [--head L.H] [--section N] [--html FILE]   (at a terminal: one section at a time)
     studygroup why [TEXT] --layer L --head H --key J [--query I] [--silence-member J] [--silence-head L.H]
     studygroup roles [TEXT]
@@ -216,6 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="generate N words after the text (with nothing silenced) and show the head over the text "
                         "and them (generated members marked *)")
     _sampling(p)
+    _chat_options(p)
     _common(p, 4, "how many of each vector's largest entries to show (default 4)")
     _figures(p)
     p.set_defaults(handler=_head)
@@ -364,16 +366,18 @@ def _head(args) -> str:
 
 
 def _with_generated(model, args) -> tuple:
-    """(the text or ids, the first generated member or None): with --generate N, the text's ids and
-    the N words generated after it (never the decoded text tokenized again)."""
+    """(the text or ids, the first generated member or None): with --generate N, the text's ids (with
+    --chat, in the model's chat template) and the N words generated after them (never the decoded text
+    tokenized again)."""
     from studygroup.errors import InputError
 
+    prompt = _prompt(model, args)
     if args.generate is None:
         if _sampled(args) != SAMPLING_DEFAULTS:
             raise InputError("--temperature, --top-k, --top-p, --seed and --ignore-eos choose generated words: "
                              "give them with --generate N")
-        return args.text, None
-    g = model.generate(args.text, args.generate, **_sampled(args))
+        return prompt, None
+    g = model.generate(prompt, args.generate, **_sampled(args))
     return g.prompt_ids + g.ids, len(g.prompt_ids)
 
 

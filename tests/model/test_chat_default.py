@@ -3,6 +3,7 @@ the same GGUF file (`gguf_file=`, offline) and its `apply_chat_template`."""
 import json
 
 import pytest
+import torch
 
 from integration.test_cli import cli
 from studygroup.gguf.model_path import default_model_path
@@ -70,3 +71,18 @@ def test_generate_chat_keyword_equals_ids(model):
 def test_explain_chat_explains_the_chat(capsys, model):
     code, out, _ = cli(capsys, "explain", "Hi", "--chat", "--json", "--measure-heads", 2, "--measure-members", 2)
     assert code == 0 and json.loads(out)["token_ids"] == model.chat("Hi")
+
+
+def test_head_chat_shows_the_chat_and_the_words_generated_after_it(capsys, model):
+    code, out, _ = cli(capsys, "head", "Hi", "--chat", "--system", "Be brief.", "--generate", 3, "--layer", 2,
+                       "--head", 1, "--json")
+    view, prompt = json.loads(out), model.chat("Hi", "Be brief.")
+    g = model.generate(prompt, 3)
+    assert code == 0 and view["token_ids"] == prompt + g.ids and view["generated_from"] == len(prompt)
+    run = model.run(prompt + g.ids, record=["weights"])
+    assert (torch.tensor(view["weights"]) - run["weights", 2][1]).abs().max() < 1e-5
+
+
+def test_head_system_without_chat_is_one_line(capsys):
+    code, _, err = cli(capsys, "head", "Hi", "--system", "Be brief.", "--layer", 2, "--head", 1)
+    assert code == 2 and err.count("\n") == 1 and "--chat" in err
