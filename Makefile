@@ -2,8 +2,9 @@
 # Both build .venv/ once and reuse it while pyproject.toml, constraints.txt and this file are unchanged.
 # What pip cannot install comes from the system's package manager (apt-get on Debian and Ubuntu) when
 # this user may run it (root, or sudo without a password): the venv module where the distribution
-# ships it apart (both commands), and chromium for the browser tests (`make test`). Otherwise they
-# stop with the one command to run.
+# ships it apart (both commands), chromium for the browser tests and a C compiler for the generation
+# step's kernels (`make test`; without one, studygroup multiplies float32 weights instead). Otherwise
+# they stop with the one command to run.
 PYTHON   ?= $(shell command -v python3.11 || command -v python3)
 CHROMIUM ?= /usr/bin/chromium
 VENV     := .venv
@@ -13,7 +14,7 @@ STAMP    := $(VENV)/.installed
 VENV_PACKAGE = python$(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')-venv
 AGAIN    = make$(if $(MAKECMDGOALS), $(MAKECMDGOALS))
 
-.PHONY: demo test chromium clean
+.PHONY: demo test chromium compiler clean
 
 # $(call system_package,PACKAGE,WHY): a shell command that installs the Debian/Ubuntu PACKAGE with
 # apt-get, as root or through sudo without a password; where it cannot, it prints one line, the
@@ -46,11 +47,15 @@ chromium:
 	@test -x $(CHROMIUM) || { $(call system_package,chromium,the browser tests need chromium at $(CHROMIUM)); \
 	    test -x $(CHROMIUM) || { echo "chromium is still not at $(CHROMIUM): install it there, or run 'make CHROMIUM=/path/to/chromium $(MAKECMDGOALS)'" >&2; exit 1; }; }
 
+# The generation step's kernels (studygroup/model/kernels/) are built with the system's C compiler; their tests need one.
+compiler:
+	@command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1 || { $(call system_package,gcc,the kernels' tests need a C compiler); }
+
 demo: $(STAMP)
 	$(VENV)/bin/studygroup explain
 
 # Every test and every docstring example (pyproject.toml: testpaths, --doctest-modules).
-test: $(STAMP) chromium
+test: $(STAMP) chromium compiler
 	STUDYGROUP_CHROMIUM=$(CHROMIUM) $(PY) -m pytest -q
 
 clean:
