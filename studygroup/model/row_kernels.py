@@ -133,15 +133,21 @@ def usable(model) -> bool:
 
 def available() -> bool:
     """Whether the kernel is built (compiled now if needed) and vectorized for this CPU."""
+    return _loaded() is not None and bool(_library().sg_vectorized())
+
+
+@functools.cache
+def _loaded() -> ctypes.CDLL | None:
+    """The library, or None where it cannot be built or loaded: tried once per process."""
     try:
-        return bool(_library().sg_vectorized())
+        return _library()
     except OSError:
-        return False
+        return None
 
 
 @functools.cache
 def _library() -> ctypes.CDLL:
-    """The compiled kernel, loaded (built into the cache folder first if needed); OSError if it cannot be."""
+    """The compiled kernels, loaded (built into the cache folder first if needed); OSError if they cannot be."""
     target = _built()
     lib = ctypes.CDLL(str(target))
     lib.sg_matvec.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 2  # type, W, x, y, rows, cols

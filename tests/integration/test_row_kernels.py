@@ -95,9 +95,9 @@ def test_no_compiler_means_no_kernels_and_the_same_words(tmp_path, monkeypatch, 
     want = model.generate(ids, 6, ignore_eos=True).ids
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
     monkeypatch.setenv("STUDYGROUP_CACHE_DIR", str(tmp_path / "empty-cache"))
-    row_kernels._library.cache_clear()
+    row_kernels._library.cache_clear(), row_kernels._loaded.cache_clear()
     try:
         assert not row_kernels.available() and not row_kernels.usable(model)
         assert studygroup.load(tiny_model.path, cache=False).generate(ids, 6, ignore_eos=True).ids == want
     finally:
-        row_kernels._library.cache_clear()
+        row_kernels._library.cache_clear(), row_kernels._loaded.cache_clear()
