@@ -4,9 +4,8 @@ key/value cache.
 
 A step of generation multiplies one row by every weight matrix, so its time is the time to read
 them: 0.54 GB as float32 for the default model, 0.1 GB as the file's Q4_1 and Q8_0 blocks. The
-kernel rebuilds each weight in float32 exactly as the dequantizer does
-and multiplies in float32, so the weights are the float32 model's; only the order of the sums
-differs. It is compiled once per machine with the system's C compiler into the cache folder
+kernel rebuilds each weight in float32 exactly as the dequantizer does and multiplies in float32,
+so the weights are the float32 model's; only the order of the sums differs. It is compiled once per machine with the system's C compiler into the cache folder
 (`disk_cache.cache_dir() / "kernels"`); without a compiler, or for a type it does not read, the
 float32 multiply is used instead (`project`), with the same weights. The attention of one row is
 a handful of small operations in torch (two batched multiplies, a softmax, copies), whose fixed
@@ -24,8 +23,8 @@ import shutil
 import subprocess
 import sys
 import weakref
-from typing import TYPE_CHECKING
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
