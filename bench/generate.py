@@ -44,7 +44,8 @@ llm = Llama(model_path=path, n_ctx=512, n_batch=512, n_threads=threads, n_thread
 def run():
     llm.reset(); llm.eval(ids); out = []
     for _ in range(words):
-        out.append(int(np.argmax(llm.scores[llm.n_tokens - 1]))); llm.eval([out[-1]])
+        logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),))  # the last position's
+        out.append(int(np.argmax(logits))); llm.eval([out[-1]])
     return out
 run(); times = []
 for _ in range(repeats):
