@@ -158,6 +158,7 @@ class Model:
                   for r in {c.rope_of(l) for l in range(c.n_layers)}}  # {(θ, scale): (cos, sin)}, one per RoPE
         asked = slice(-1, None) if plan.asked is None else plan.asked  # the rows that predict
         shortcut = False
+        trim = self.device.type == "cpu" and heap.trims_each_layer(x.numel() * x.element_size())  # a long pass
         for l in range(first, c.n_layers if plan.stop_after is None else plan.stop_after + 1):
             keep.layer = l
             if l in plan.joining:
@@ -176,6 +177,8 @@ class Model:
             keep("mlp_out", mlp_out)
             x = x + mlp_out
             keep("resid_post", x)
+            if trim:  # the blocks this layer freed, back to the system (see studygroup.model.heap)
+                heap.return_freed_memory()
             if plan.on_layer is not None:
                 plan.on_layer()
         keep.layer = None

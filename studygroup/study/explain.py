@@ -114,6 +114,7 @@ def analyse(model, text, *, top: int = 10, silence_heads: int | str | None = Non
                          f"{len(ids)}: shorten it, or explain it without --silence-member/--silence-head")
     strategy = (LastQuestion if len(ids) > LONG_T else EveryQuestion)(model, ids, chosen)
     strategy.announce(silence_heads, silence_members)
+    found = strategy.sinks()  # before the base run: its pass never runs beside the base run's keys and values
     run, estimate = strategy.base_run()
     lp = effects.log_probs(run.last_logits)  # (vocab,)
     token = int(lp.argmax()) if word is None else model.ids([word])[0]
@@ -122,7 +123,7 @@ def analyse(model, text, *, top: int = 10, silence_heads: int | str | None = Non
     predicted = next((w for w in words if w.id == token), None) or _word(run, lp, token)
     heads, heads_said = strategy.heads(run, token, lp[token], parts.heads, estimate, silence_heads)
     members, members_said = strategy.members(run, token, lp[token], silence_members)
-    _mark_sinks(heads, head_sinks(model, ids))
+    _mark_sinks(heads, found)
     missed = _estimate_missed_by(heads)
     e = Explanation(text=text if isinstance(text, str) else None, tokens=run.tokens, token_ids=list(ids),
                     predicted=predicted, top=words, heads=heads, heads_silenced=heads_said, members=members,
@@ -162,6 +163,10 @@ class EveryQuestion:
             return
         say(f"explaining {T} members: {need} (a pass with a gradient, then {heads} heads and {members} members "
             f"silenced exactly, in batched passes)", stream)
+
+    def sinks(self):
+        """Every head's sinks (roles.head_sinks), a pass and each layer's rows advancing a bar."""
+        return _sinks(self.model, self.ids, self.show)
 
     def base_run(self):
         """The recorded run and the first-order silence estimate of every head, (n_layers, n_heads)."""
@@ -232,6 +237,10 @@ class LastQuestion:
         need = long_explain_needs(c, T, heads + members, last_question.COPIES_PER_PASS)
         say(f"explaining {T} members: {need} (one pass, then one row for each of {heads} silenced heads "
             f"and {members} silenced members)", stream)
+
+    def sinks(self):
+        """Every head's sinks (roles.head_sinks), a pass and each layer's rows advancing a bar."""
+        return _sinks(self.model, self.ids, True)
 
     def base_run(self):
         """One pass keeping the last member's row of STEPS and every member's keys and values; no estimate."""
@@ -335,6 +344,12 @@ def _measure_in_head(run, token: int, lp_t, heads: list[HeadEffect], resid_pre, 
         x.effect_in_head = float(s - lp_t)
     for h in heads:
         h.listened.sort(key=lambda x: (x.effect_in_head is None, -abs(x.effect_in_head or 0.0)))  # stable
+
+
+def _sinks(model, ids: list[int], show: bool):
+    """roles.head_sinks with its pass and its rows advancing one bar (2 · n_layers steps)."""
+    with Progress(2 * model.config.n_layers, "finding every head's attention sinks, layer by layer", show=show) as bar:
+        return head_sinks(model, ids, bar.advance)
 
 
 def _mark_sinks(heads: list[HeadEffect], found) -> None:

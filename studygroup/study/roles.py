@@ -183,15 +183,16 @@ class HeadSinks:
     roles: RoleScores | None  # None past MAX_QUESTIONS members
 
 
-def head_sinks(model, ids: list[int]) -> dict[tuple[int, int], HeadSinks]:
+def head_sinks(model, ids: list[int], on_layer=None) -> dict[tuple[int, int], HeadSinks]:
     """Every head's sinks and (up to MAX_QUESTIONS members) role scores on token ids, by (layer, head).
+    on_layer: a progress bar's advance, called 2 · n_layers times (sinks.last_rows).
 
     >>> s = head_sinks(model, model.ids("Cash or credit card? I have a lot"))
     >>> s[24, 6].sinks, s[24, 6].sink_weight > 0.9
     ([0], True)
     """
     T, out = len(ids), {}
-    for l, rows in last_rows(model, ids):
+    for l, rows in last_rows(model, ids, on_layer):
         for h, w in enumerate(rows):  # w: (R, T)
             s = head_sinks_of(w)
             out[l, h] = HeadSinks(s, sink_weight(w[-1], s), role_scores(w, ids) if T <= MAX_QUESTIONS and T > 1 else None)

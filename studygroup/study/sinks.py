@@ -71,16 +71,20 @@ def rests_on_sink(weight: float | None) -> bool:
     return weight is not None and weight >= REST_WEIGHT
 
 
-def last_rows(model, ids: list[int]):
+def last_rows(model, ids: list[int], on_layer=None):
     """Every head's weights for the last min(T, MAX_QUESTIONS) questions, layer by layer: yields
     (layer, (n_heads, R, T) float32). One pass keeping every member's k and the last R members' q
     (at 8,191 members 190 MiB instead of 750); each layer's rows computed when reached.
+    on_layer: called after each layer of the pass and after each layer's rows (2 · n_layers calls).
 
     >>> layer, rows = next(last_rows(model, model.ids("I have a lot")))
     >>> layer, tuple(rows.shape)
     (0, (9, 4, 4))
     """
     R = min(len(ids), MAX_QUESTIONS)
-    run = model.run(ids, record=Record(steps=("weights",), maps="on_demand", last_rows=R))
+    run = model.run(ids, record=Record(steps=("weights",), maps="on_demand", last_rows=R), on_layer=on_layer)
     for layer in range(model.config.n_layers):
-        yield layer, run.map(layer, "weights", last=R).float()
+        rows = run.map(layer, "weights", last=R).float()  # (n_heads, R, T)
+        if on_layer is not None:
+            on_layer()
+        yield layer, rows

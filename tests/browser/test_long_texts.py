@@ -13,6 +13,7 @@ from conftest import write_tiny_gguf
 
 from .conftest import _serve
 from .test_page import explain, wait_idle
+from .test_rough_edges import LAYOUT
 
 #: About 400 members of the tiny model's vocabulary.
 TEXT = " ".join(["the tin can"] * 57)
@@ -98,6 +99,25 @@ def test_the_overview_zooms_and_pans_down_to_cells_equal_to_the_runs_weights(lon
     o = shown(page, "overview")
     assert o["rows"] == [0, T]
     assert page.errors == []
+
+
+@pytest.mark.parametrize("width, height", [(1440, 900), (390, 844)])
+def test_a_long_text_runs_past_no_viewport_and_nothing_is_cut_off(browser, url, screenshots, width, height):
+    """The open head of ~400 members: its one-row grids, the whole map and the chips stay inside
+    the viewport's width, and a box that clips is one made to scroll (see LAYOUT)."""
+    context = browser.new_context(viewport={"width": width, "height": height})
+    page = context.new_page()
+    page.goto(url)
+    wait_idle(page)
+    explain(page, TEXT)
+    assert page.locator(".sg-chip").count() > 300
+    shown(page, "overview")
+    assert page.evaluate("() => Number(document.querySelector('.sg-grid-weights').dataset.cols)") > 300  # the last question's row
+    layout = page.evaluate(LAYOUT)
+    page.screenshot(path=str(screenshots / f"long-text-page-{width}x{height}.png"), full_page=True)
+    assert layout["scroll"] <= layout["W"], layout
+    assert layout["wide"] == [] and layout["cut"] == [], layout
+    context.close()
 
 
 def test_the_long_text_fits_a_phone(browser, url, screenshots):

@@ -169,19 +169,26 @@ def test_an_error_leaves_nothing_of_the_last_text(local, server_url):
     assert page.errors == []
 
 
-#: Elements that run past the viewport's width, and boxes that cut off what they hold (the boxes
-#: made to scroll: a large grid's .sg-canvas-wrap, the member chips' .sg-chips, whose hundreds of
-#: members scroll inside it beside a find box; and the text fields excepted).
+#: Elements that run past the viewport's width, and boxes that cut off what they hold. The text
+#: fields are excepted, and so are the boxes made to scroll (a large grid's .sg-canvas-wrap, the
+#: long text's whole map in .sg-map-wrap, the member chips' .sg-chips, whose hundreds of members
+#: scroll inside it beside a find box) where they do scroll (overflow auto or scroll): what is
+#: inside them is reached by scrolling them, so only the box itself must fit the viewport.
 LAYOUT = """() => {
-  const W = document.documentElement.clientWidth, wide = [], cut = [];
+  const W = document.documentElement.clientWidth, wide = [], cut = [], SCROLLS = '.sg-canvas-wrap, .sg-map-wrap, .sg-chips';
+  const scrolls = (o) => o === 'auto' || o === 'scroll';
   for (const e of document.querySelectorAll('body *')) {
     const r = e.getBoundingClientRect();
     if (!r.width && !r.height) continue;
-    if (r.right > W + 1 || r.left < -1) wide.push(e.className || e.tagName);
+    const box = e.parentElement && e.parentElement.closest(SCROLLS);
+    const inside = box && scrolls(getComputedStyle(box).overflowX) && scrolls(getComputedStyle(box).overflowY);
+    if (!inside && (r.right > W + 1 || r.left < -1)) wide.push(e.className || e.tagName);
     const s = getComputedStyle(e);
-    if (e.matches('.sg-canvas-wrap, .sg-chips, textarea, input')) continue;
+    if (e.matches('textarea, input')) continue;
+    const overX = e.scrollWidth > e.clientWidth + 1, overY = e.scrollHeight > e.clientHeight + 1;
+    if (e.matches(SCROLLS) && (!overX || scrolls(s.overflowX)) && (!overY || scrolls(s.overflowY))) continue;
     const clips = [s.overflowX, s.overflowY].some((o) => o !== 'visible');
-    if (clips && (e.scrollHeight > e.clientHeight + 1 || e.scrollWidth > e.clientWidth + 1)) cut.push(e.className || e.tagName);
+    if (clips && (overX || overY)) cut.push(e.className || e.tagName);
   }
   return { scroll: document.documentElement.scrollWidth, W, wide, cut };
 }"""

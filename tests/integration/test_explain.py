@@ -200,7 +200,8 @@ def test_a_longer_text_says_what_it_will_need_and_shows_its_progress(model, monk
     err = capsys.readouterr().err
     assert re.match(r"explaining 12 members: about \d+\.\d GiB and [\d.]+ (s|min) \(a pass with a gradient, "
                     r"then 3 heads and 5 members silenced exactly", err), err
-    assert [b.label for b in bars] == ["a pass with a gradient, forward then backward", "silencing 3 heads, layer by layer",
+    assert [b.label for b in bars] == ["finding every head's attention sinks, layer by layer",
+                                       "a pass with a gradient, forward then backward", "silencing 3 heads, layer by layer",
                                        "silencing 3 heads at the last position, layer by layer",
                                        "silencing members in the most decisive heads only, layer by layer",
                                        "silencing 5 members, layer by layer", "silencing 5 members for the last question"]
@@ -209,7 +210,7 @@ def test_a_longer_text_says_what_it_will_need_and_shows_its_progress(model, monk
     err = capsys.readouterr().err
     assert re.match(r"explaining 12 members: about \d+\.\d GiB and [\d.]+ (s|min) with the first 8 heads \(a pass "
                     r"with a gradient, then heads silenced exactly in batches of 16 until 16 in a row are small", err), err
-    assert bars[0].total == 2 * model.config.n_layers  # the backward pass advances it too
+    assert bars[1].total == 2 * model.config.n_layers  # the backward pass advances it too
     for a, b in zip(short.members, e.members):  # the same effects, whatever was recorded
         assert (a.effect is None) == (b.effect is None)
         assert a.effect is None or a.effect == pytest.approx(b.effect, abs=1e-5)

@@ -1,4 +1,5 @@
-"""heap: glibc is told once how to map large blocks, and trimmed after every pass, even a failed one."""
+"""heap: glibc is told once how to map large blocks, and trimmed after every pass, even a failed one,
+and after every layer of a long pass."""
 import pytest
 
 from studygroup.model import heap
@@ -57,3 +58,16 @@ def test_the_model_pass_is_trimmed(libc, tiny_model):
     libc.calls.clear()
     model.run("the tin", record="none")
     assert ("malloc_trim", 0) in libc.calls
+
+
+def test_a_long_pass_is_trimmed_after_every_layer(libc, tiny_model, monkeypatch):
+    import studygroup
+
+    model = studygroup.load(tiny_model.path)
+    libc.calls.clear()
+    model.run("the tin", record="none")  # a short pass: once, after it
+    assert libc.calls.count(("malloc_trim", 0)) == 1
+    monkeypatch.setattr(heap, "MMAP_THRESHOLD", 64)  # its residual stream now a "large block"
+    libc.calls.clear()
+    model.run("the tin", record="none")
+    assert libc.calls.count(("malloc_trim", 0)) == model.config.n_layers + 1

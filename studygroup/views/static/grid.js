@@ -6,8 +6,14 @@
   const { short, MONO, SANS, rgb, isLight, weightColor, divergingColor } = sg;
   const VISIBLE = 0, FUTURE = 1, SILENCED = 2; // codes of study/mask_reasons.py
 
+  /** The largest canvas every browser draws, in device pixels: a side (Firefox's limit; Chromium's
+   * is 65,535, passed by a long text's one-row grid at a phone's 3 device pixels per pixel) and an area. */
+  const MAX_SIDE = 32767, MAX_AREA = 1 << 27;
+
+  /** Sizes canvas to w × h pixels, with devicePixelRatio device pixels per pixel where that fits the
+   * limits above (fewer where not: a little blurred, never blank); its context scaled to pixels. */
   function sizeCanvas(canvas, w, h) {
-    const r = window.devicePixelRatio || 1;
+    const r = Math.min(window.devicePixelRatio || 1, MAX_SIDE / w, MAX_SIDE / h, Math.sqrt(MAX_AREA / (w * h)));
     canvas.width = Math.max(1, Math.round(w * r));
     canvas.height = Math.max(1, Math.round(h * r));
     canvas.style.width = w + "px";
