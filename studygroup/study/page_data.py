@@ -12,9 +12,11 @@ import torch
 
 from studygroup.study import attribution
 from studygroup.study import effects
+from studygroup.study import jsonable
 from studygroup.model.record import Record
 from studygroup.study.model_view import FULL_MAPS_MAX_T
 from studygroup.study.model_view import model_view as _model_view
+from studygroup.study.model_view import thumbnails
 from studygroup.study.explain import checked_ids, explain, model_info, top_words  # noqa: F401 (checked_ids: for the server)
 from studygroup.study.compare import compare
 from studygroup.study.head import NOTATIONS, head_view
@@ -108,9 +110,37 @@ def model_view(model, text, explanation=None, silence_members: Sequence[int] = (
     """
     if run is None:
         run = page_run(model, text, silence_members, silence_heads)
-    d = _model_view(run, explanation, THUMBNAIL_DECIMALS).to_dict() | run.interventions.silenced()
-    d["decimals"] = THUMBNAIL_DECIMALS
-    return d
+    return _model_view(run, explanation, THUMBNAIL_DECIMALS).to_dict() | _view_fields(run)
+
+
+def model_view_json(model, text, explanation=None, silence_members: Sequence[int] = (),
+                    silence_heads: Sequence[tuple[int, int]] = (), run=None) -> bytes:
+    """`jsonable.compact(model_view(...))`, the same bytes, with the thumbnails written from their
+    tensor (`jsonable.rounded_grids`) instead of a Python float per weight: what the web page asks for.
+
+    >>> import json
+    >>> json.loads(model_view_json(model, "I have a lot"))["heads"][0][0]["weights"][0]
+    [1.0, 0.0, 0.0, 0.0]
+    """
+    if run is None:
+        run = page_run(model, text, silence_members, silence_heads)
+    d = _model_view(run, explanation, THUMBNAIL_DECIMALS, weights=False).to_dict() | _view_fields(run)
+    for layer in d["heads"]:
+        for h in layer:
+            h["weights"] = None  # a mark where the thumbnail goes: no other key of the view is "weights"
+    parts = jsonable.compact(d).split(b'"weights":null')
+    grids = jsonable.rounded_grids(thumbnails(run, THUMBNAIL_DECIMALS).flatten(0, 1), THUMBNAIL_DECIMALS)  # layer by layer
+    if len(parts) != len(grids) + 1:
+        raise RuntimeError(f"{len(parts) - 1} thumbnail marks for {len(grids)} heads")
+    out = [parts[0]]
+    for grid, part in zip(grids, parts[1:]):
+        out += [b'"weights":', grid, part]
+    return b"".join(out)
+
+
+def _view_fields(run) -> dict:
+    """What the page's model view carries beside study.model_view's fields."""
+    return run.interventions.silenced() | {"decimals": THUMBNAIL_DECIMALS}
 
 
 def head(model, text, layer: int, head: int, notation: str = "paper", rows="auto", keys="all",
