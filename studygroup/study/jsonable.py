@@ -35,13 +35,16 @@ def plain(value: Any) -> Any:
 
 
 def _numbers(values) -> list | None:
-    """values as a list when every one is a finite float (a row of a map: the common case, checked
-    at C speed), else None.
+    """values as a list when every one is a finite float, or every one an int (a row of a map, of
+    mask reasons: the common cases, checked at C speed), else None.
 
-    >>> _numbers((0.5, 1.0)), _numbers([0.5, float("nan")]), _numbers([1, 2.0]), _numbers([])
-    ([0.5, 1.0], None, None, None)
+    >>> _numbers((0.5, 1.0)), _numbers([0.5, float("nan")]), _numbers([1, 2.0]), _numbers([3, 1]), _numbers([])
+    ([0.5, 1.0], None, None, [3, 1], None)
     """
-    if not values or set(map(type, values)) != {float}:
+    kinds = set(map(type, values))
+    if kinds == {int}:
+        return list(values)
+    if kinds != {float}:
         return None
     try:
         return list(values) if math.isfinite(math.fsum(values)) else None
