@@ -188,8 +188,7 @@ class Run:
         return Head(layer, head, kv, *(get(s) for s in HEAD_STEPS), self.head_mask(layer, head))
 
     def _has_whole(self, layer: int) -> bool:
-        return (self.record.rows == "all" and self.record.last_rows is None
-                and all(f"layers.{layer}.{s}" in self for s in HEAD_STEPS))
+        return all(self.record.rows_kept(s) is None and f"layers.{layer}.{s}" in self for s in HEAD_STEPS)
 
     @torch.inference_mode()
     def head_vectors(self, layer: int, head: int) -> dict[str, torch.Tensor]:
@@ -201,8 +200,7 @@ class Run:
         self.model.check_head(layer, head)
         kv = self.model.config.kv_head_of(head)
         vectors = ("q_pre_rope", "k_pre_rope", "q", "k", "v")
-        if (self.record.rows == "all" and self.record.last_rows is None
-                and all(f"layers.{layer}.{s}" in self.steps for s in vectors)):
+        if all(self.record.rows_kept(s) is None and f"layers.{layer}.{s}" in self.steps for s in vectors):
             steps = {n: t[None] for n, t in self.steps.items()}  # as the pass returns them: (1, H, T, d)
         elif self._layer_vectors is not None and self._layer_vectors[0] == layer:
             steps = self._layer_vectors[1]

@@ -13,7 +13,7 @@ import torch
 from studygroup.study import attribution
 from studygroup.study import effects
 from studygroup.study import jsonable
-from studygroup.model.record import Record
+from studygroup.model.record import KEY_STEPS, Record
 from studygroup.study.model_view import FULL_MAPS_MAX_T
 from studygroup.study.model_view import model_view as _model_view
 from studygroup.study.model_view import thumbnails
@@ -27,6 +27,12 @@ THUMBNAIL_DECIMALS = 3
 FULL_GRID_MAX_T = 64
 #: The steps a head's view reads: page_run records them for short texts.
 HEAD_VECTORS = ("q_pre_rope", "k_pre_rope", "q", "k", "v")
+#: What page_run keeps up to FULL_MAPS_MAX_T members: every head's map and vectors for every member,
+#: and of the rest (what the direct contributions read) the last member's row only.
+PAGE_RECORD = Record(steps=("weights", *attribution.NEEDED_STEPS, *HEAD_VECTORS),
+                     full_rows=KEY_STEPS | {"weights", *HEAD_VECTORS}, last_rows=1)
+#: What page_run keeps past FULL_MAPS_MAX_T members: the last question's row of each.
+LONG_PAGE_RECORD = Record(steps=("weights", *attribution.NEEDED_STEPS), rows="last")
 #: How many decisive heads a report carries whole (both notations).
 REPORT_HEADS = 3
 
@@ -44,9 +50,7 @@ def page_run(model, text, silence_members: Sequence[int] = (), silence_heads: Se
     True
     """
     ids = checked_ids(model, text)
-    rows = "all" if len(ids) <= FULL_MAPS_MAX_T else "last"  # long texts: the last question only
-    vectors = HEAD_VECTORS if rows == "all" else ()
-    record = Record(steps=("weights", *attribution.NEEDED_STEPS, *vectors), rows=rows)
+    record = PAGE_RECORD if len(ids) <= FULL_MAPS_MAX_T else LONG_PAGE_RECORD
     return model.run(ids, record=record, silence_members=list(silence_members), silence_heads=list(silence_heads))
 
 
