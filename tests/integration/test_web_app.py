@@ -584,6 +584,35 @@ def test_serve_arguments_and_address_checks():
         serve.bind("127.0.0.1", 70000)
 
 
+def test_served_connections_send_small_writes_at_once():
+    """asyncio turns Nagle's algorithm off on the connections of a socket that says it is TCP:
+    bind's must, or a small answer's body waits for the ACK of its headers (~40 ms)."""
+    import asyncio
+    import socket
+
+    from studygroup.web import serve
+
+    async def accept_one() -> int:
+        sock = serve.bind("127.0.0.1", 0)
+        accepted = asyncio.get_running_loop().create_future()
+
+        class Protocol(asyncio.Protocol):
+            def connection_made(self, transport):
+                accepted.set_result(transport.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+                transport.close()
+
+        server = await asyncio.get_running_loop().create_server(Protocol, sock=sock)
+        try:
+            _, writer = await asyncio.open_connection(*sock.getsockname()[:2])
+            nodelay = await asyncio.wait_for(accepted, 10)
+            writer.close()
+            return nodelay
+        finally:
+            server.close()
+
+    assert asyncio.run(accept_one()) != 0
+
+
 # ---- the real default model ---------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def real_client(default_model):
