@@ -21,8 +21,13 @@ def plain(value: Any) -> Any:
     >>> plain({"a": (1.5, float("nan")), "b": [float("-inf")]})
     {'a': [1.5, None], 'b': [None]}
     """
+    kind = type(value)
+    if kind in _AS_THEY_ARE:
+        return value
+    if kind is float:
+        return value if math.isfinite(value) else None
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {name: plain(getattr(value, name)) for name in _field_names(kind)}
     if isinstance(value, dict):
         return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -32,6 +37,15 @@ def plain(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, str)):
         return value
     raise TypeError(f"{type(value).__name__} is not JSON-able: convert it (e.g. .tolist()) before storing it")
+
+
+_AS_THEY_ARE = frozenset({str, int, bool, type(None)})
+
+
+@functools.lru_cache(maxsize=None)
+def _field_names(kind: type) -> tuple[str, ...]:
+    """A dataclass's field names, in order (read once per class)."""
+    return tuple(f.name for f in dataclasses.fields(kind))
 
 
 def _numbers(values) -> list | None:
