@@ -148,7 +148,8 @@ class Model:
         P = next(iter(plan.past.values()))[0].shape[-2] if plan.past else 0
         first, x = plan.start or (0, self._embed(ids).unsqueeze(0))  # (1 or B, T, d_model)
         x = x.expand(plan.batch, -1, -1)  # (B, T, d_model)
-        keep("embed", x)
+        if plan.start is None:  # else x is the residual stream entering layer `first`
+            keep("embed", x)
         if plan.start is None and "pos_embed" in w:  # E = token embedding + position embedding
             positions = torch.arange(P, P + len(ids), device=self.device) if plan.positions is None else plan.positions
             pos = w["pos_embed"][positions.to(self.device)]  # (T, d_model)

@@ -13,6 +13,7 @@ import torch
 from studygroup.study import attribution
 from studygroup.study import effects
 from studygroup.study import jsonable
+from studygroup.model.interventions import Interventions
 from studygroup.model.record import KEY_STEPS, Record
 from studygroup.study.model_view import FULL_MAPS_MAX_T
 from studygroup.study.model_view import model_view as _model_view
@@ -27,21 +28,25 @@ THUMBNAIL_DECIMALS = 3
 FULL_GRID_MAX_T = 64
 #: The steps a head's view reads: page_run records them for short texts.
 HEAD_VECTORS = ("q_pre_rope", "k_pre_rope", "q", "k", "v")
-#: What page_run keeps up to FULL_MAPS_MAX_T members: every head's map and vectors for every member,
-#: and of the rest (what the direct contributions read) the last member's row only.
-PAGE_RECORD = Record(steps=("weights", *attribution.NEEDED_STEPS, *HEAD_VECTORS),
-                     full_rows=KEY_STEPS | {"weights", *HEAD_VECTORS}, last_rows=1)
+#: What page_run keeps up to FULL_MAPS_MAX_T members: every head's map and vectors and the residual
+#: stream entering each layer (where a run silencing a head starts) for every member, and of the rest
+#: (what the direct contributions read) the last member's row only.
+PAGE_RECORD = Record(steps=("weights", *attribution.NEEDED_STEPS, *HEAD_VECTORS, "resid_pre"),
+                     full_rows=KEY_STEPS | {"weights", *HEAD_VECTORS, "resid_pre"}, last_rows=1)
 #: What page_run keeps past FULL_MAPS_MAX_T members: the last question's row of each.
 LONG_PAGE_RECORD = Record(steps=("weights", *attribution.NEEDED_STEPS), rows="last")
 #: How many decisive heads a report carries whole (both notations).
 REPORT_HEADS = 3
 
 
-def page_run(model, text, silence_members: Sequence[int] = (), silence_heads: Sequence[tuple[int, int]] = ()):
+def page_run(model, text, silence_members: Sequence[int] = (), silence_heads: Sequence[tuple[int, int]] = (),
+             base=None):
     """One pass of `text` with these silenced that serves the page's three views of it: the
     conclusion (its logits), the model view (every head's weights and what the direct
     contributions need) and, up to FULL_MAPS_MAX_T members, any head's view (its vectors).
-    Past that, each head's view makes its own pass up to its layer.
+    Past that, each head's view makes its own pass up to its layer. base: a page_run of this text
+    with the same members silenced and no heads, whose layers before the first silenced head this
+    run takes as they are (`Run.silence_heads`: the same numbers, those layers not computed again).
 
     >>> run = page_run(model, "I have a lot", silence_members=[1])
     >>> a = head(model, "I have a lot", 3, 0, run=run)["weights"]
@@ -51,6 +56,9 @@ def page_run(model, text, silence_members: Sequence[int] = (), silence_heads: Se
     """
     ids = checked_ids(model, text)
     record = PAGE_RECORD if len(ids) <= FULL_MAPS_MAX_T else LONG_PAGE_RECORD
+    if (base is not None and silence_heads and base.record == record and list(base.token_ids) == ids
+            and base.interventions == Interventions.make(model, len(ids), silence_members)):
+        return base.silence_heads(silence_heads)
     return model.run(ids, record=record, silence_members=list(silence_members), silence_heads=list(silence_heads))
 
 

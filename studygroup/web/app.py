@@ -173,8 +173,9 @@ class Service:
         read (one silencing redrawn: one pass, not three); kept for the next request. In the model's turn."""
         key = (text, members, heads)
         run = self.runs.get(key)
-        if run is None:
-            run = page_data.page_run(self.model, text, members, heads)
+        if run is None:  # with heads silenced, from the kept run without them where there is one
+            base = self.runs.get((text, members, ())) if heads else None
+            run = page_data.page_run(self.model, text, members, heads, base=base)
             if self.limits.runs_kept:
                 self.runs.put(key, run, 1)
         return run
