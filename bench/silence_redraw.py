@@ -67,7 +67,7 @@ def silencings(T: int, L: int, H: int, n: int):
     the model (every 7th layer from the last, round and round), since a run silencing a head
     computes the layers from the head's on."""
     members = iter(range(1, T - 1))
-    heads = iter((L - 1 - (7 * k) % L, (k // L) % H) for k in range(L * H))  # 7 and 30 share no factor: every layer
+    heads = iter((L - 1 - (7 * k) % L, (k // L) % H) for k in range(L * H))  # every layer where 7 and L share no factor
     for r in range(n):
         j = next(members, None) if r % 2 == 0 else None
         yield {"silence_members": [j], "silence_heads": []} if j is not None else \
