@@ -22,6 +22,10 @@ DISPLAYED = "(kind) => document.querySelector('.sg-root').studygroup.displayed(k
 MARKUP_TEXT = "a <img src=x onerror=alert(1)> b </script> <s> {{7*7}} \"q\" 'x'"
 
 
+#: How many computations the page has started (a new text, a silencing).
+GEN = "() => document.querySelector('.sg-root').studygroup.gen"
+
+
 def wait_idle(page, timeout=60_000):
     """Until the story is there and nothing is being computed."""
     page.locator(".sg-sentences p").first.wait_for(timeout=timeout)
@@ -29,10 +33,14 @@ def wait_idle(page, timeout=60_000):
 
 
 def explain(page, text, other=""):
+    """The page's explanation of text (compared with other), its views drawn. The click starts a new
+    computation (the page's `gen` grows); its answers may all come from the server's cache, too
+    fast for its "busy" status to be seen."""
     page.fill(".sg-text", text)
     page.fill(".sg-other", other)
+    before = page.evaluate(GEN)
     page.click(".sg-go")
-    page.locator(".sg-status[data-kind='busy']").wait_for(state="attached")
+    page.wait_for_function(f"() => ({GEN})() > {before}")
     wait_idle(page)
 
 
