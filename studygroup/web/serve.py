@@ -83,6 +83,9 @@ def url(sock: socket.socket) -> str:
 
 def main(args) -> str:
     """Load the model, listen, print the URL, serve until Ctrl+C. Returns the closing line."""
+    from studygroup.model import threads
+
+    threads.set_wait_policy(serving=True)  # before torch is imported (`python -m studygroup.web.serve`)
     import uvicorn
 
     from studygroup.model.model import load

@@ -203,6 +203,23 @@ def test_mask_reasons_say_why_each_cell_is_hidden(client):
         assert named(view["mask_reasons"]) == want and all(h["mask_reasons"] is None for r in view["heads"] for h in r)
 
 
+def test_the_model_views_json_is_json_dumps_of_its_dict(tmp_path):
+    """The page's model view (its thumbnails written from their tensor) is, byte for byte, the
+    compact JSON of page_data.model_view's dict: full maps, a long text's last rows, silencings."""
+    from conftest import write_tiny_gguf
+    from studygroup.study import jsonable
+
+    model = studygroup.load(write_tiny_gguf(tmp_path / "roomy.gguf", context=256).path)
+    long = "ab " * 60
+    assert len(model.tokenize(long)) > page_data.FULL_MAPS_MAX_T
+    for text, members, heads in ((TEXT, (), ()), (TEXT, (2,), ((0, 1),)), (long, (3,), ())):
+        expected = json.dumps(page_data.model_view(model, text, None, members, heads), ensure_ascii=False,
+                              allow_nan=False, separators=(",", ":")).encode("utf-8")
+        assert page_data.model_view_json(model, text, None, members, heads) == expected
+    w = torch.tensor([[[0.5, 0.25], [1 / 3, 2.0]]], dtype=torch.float64)  # not rounded, past 1: json.dumps' own way
+    assert jsonable.rounded_grids(w, 3) == [b"[[0.5,0.25],[0.3333333333333333,2.0]]"]
+
+
 def test_model_view_names_the_reasons_of_heads_that_differ(model):
     """Members silenced in one head only: that head's thumbnail carries its own reasons."""
     from studygroup.study.model_view import model_view
