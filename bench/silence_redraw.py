@@ -101,7 +101,9 @@ def _cpu_seconds() -> float:
 def main(argv=None) -> dict:
     args = parse_args(argv)
     load_at_start = os.getloadavg()[0]
-    model = studygroup.load(args.model)  # before the web app imports torch: its thread policy
+    if not {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"} & set(os.environ):  # as `studygroup serve` has them: workers
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"  # that sleep at once (studygroup.model.threads), set before torch
+    model = studygroup.load(args.model)
     import httpx
 
     from studygroup.web.app import Limits, create_app
