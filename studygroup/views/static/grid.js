@@ -202,16 +202,22 @@
       for (let c = 0; c < nC; c++) {
         const i = transpose ? c : r, j = transpose ? r : c;
         const code = reasons ? reasons[i][j] : (R > 1 && j > i ? FUTURE : VISIBLE); // data without reasons: causal
-        const colour = code === VISIBLE ? weightColor(weights[i][j]) : flat, at = 4 * (r * nC + c);
+        const colour = code === VISIBLE ? thumbColour(weights[i][j]) : flat, at = 4 * (r * nC + c);
         px[at] = colour[0]; px[at + 1] = colour[1]; px[at + 2] = colour[2]; px[at + 3] = 255;
       }
     }
-    const image = document.createElement("canvas");
-    image.width = nC; image.height = nR;
-    image.getContext("2d").putImageData(cells, 0, 0);
+    scratch.width = nC; scratch.height = nR;
+    scratch.getContext("2d").putImageData(cells, 0, 0);
     const device = size * (window.devicePixelRatio || 1);
     ctx.imageSmoothingEnabled = nC > device || nR > device;
-    ctx.drawImage(image, 0, 0, size, size);
+    ctx.drawImage(scratch, 0, 0, size, size);
+  }
+  const scratch = document.createElement("canvas"); // drawCells' image, copied at once into each thumbnail
+  /** weightColor(w), from a table for the model view's three-decimal weights (w exactly k / 1000). */
+  const THOUSANDTHS = Array.from({ length: 1001 }, (_, k) => weightColor(k / 1000));
+  function thumbColour(w) {
+    const k = Math.round(w * 1000);
+    return k >= 0 && k <= 1000 && k / 1000 === w ? THOUSANDTHS[k] : weightColor(w);
   }
 
   /** A long text's thumbnail: one question's weights (T,) (the last member's) as a strip across the middle
