@@ -3,11 +3,14 @@
 
 Two apps over one loaded model, each behind its own uvicorn on loopback, measured in turns in the
 same run: the app as `serve` makes it (one silenced pass, kept, serves all three requests) and the
-same app keeping no pass (`Limits(runs_kept=0)`: each request makes its own, as the conclusion's
-before-and-after, the model view and the head did each on their own). Every round silences
-something not silenced before (a member, then a head), so no finished answer is served from the
-answers' cache; a head's run starts from the kept unsilenced run at the head's layer, so the heads'
-layers are spread over the model. The p50 of the member rounds and of the head rounds is printed too. The CPU is printed (lscpu). Target: under 0.3 s at ~44 members on 2 cores.
+same app keeping no pass (`Limits(runs_kept=0)`: each request makes its own pass: the
+conclusion's before-and-after, the model view and the head each their own). torch's workers
+sleep at once, as `studygroup serve` has them (unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set).
+Every round silences something not silenced before (a member, then a head), so no finished
+answer is served from the answers' cache; a head's run starts from the kept unsilenced run at the
+head's layer, so the heads' layers are spread over the model. Printed: the p50 of the member
+rounds and of the head rounds too, the CPU seconds of each redraw, the CPU (lscpu) and the load
+average. Target: under 0.3 s at ~44 members on 2 cores.
 
     .venv/bin/python bench/silence_redraw.py                # the default model, 20 rounds
     .venv/bin/python bench/silence_redraw.py --rounds 40 --model FILE.gguf --json out.json
