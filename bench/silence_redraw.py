@@ -3,10 +3,14 @@
 
 Two apps over one loaded model, each behind its own uvicorn on loopback, measured in turns in the
 same run: the app as `serve` makes it (one silenced pass, kept, serves all three requests) and the
-same app keeping no pass (`Limits(runs_kept=0)`: each request makes its own, as the conclusion's
-before-and-after, the model view and the head did each on their own). Every round silences
-something not silenced before (a member, then a head), so no finished answer is served from the
-answers' cache. The CPU is printed (lscpu). Target: under 0.3 s at ~44 members on 2 cores.
+same app keeping no pass (`Limits(runs_kept=0)`: each request makes its own pass: the
+conclusion's before-and-after, the model view and the head each their own). torch's workers
+sleep at once, as `studygroup serve` has them (unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set).
+Every round silences something not silenced before (a member, then a head), so no finished
+answer is served from the answers' cache; a head's run starts from the kept unsilenced run at the
+head's layer, so the heads' layers are spread over the model. Printed: the p50 of the member
+rounds and of the head rounds too, the CPU seconds of each redraw, the CPU (lscpu) and the load
+average. Target: under 0.3 s at ~44 members on 2 cores.
 
     .venv/bin/python bench/silence_redraw.py                # the default model, 20 rounds
     .venv/bin/python bench/silence_redraw.py --rounds 40 --model FILE.gguf --json out.json
@@ -16,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -62,9 +67,11 @@ def serve(app):
 
 
 def silencings(T: int, L: int, H: int, n: int):
-    """n silencings, each new: members 1, 2, … and heads (layer, head) in turns."""
+    """n silencings, each new: members 1, 2, … and heads in turns, the heads' layers spread over
+    the model (every 7th layer from the last, round and round), since a run silencing a head
+    computes the layers from the head's on."""
     members = iter(range(1, T - 1))
-    heads = iter((l, h) for l in range(L - 1, -1, -1) for h in range(H))
+    heads = iter((L - 1 - (7 * k) % L, (k // L) % H) for k in range(L * H))  # every layer where 7 and L share no factor
     for r in range(n):
         j = next(members, None) if r % 2 == 0 else None
         yield {"silence_members": [j], "silence_heads": []} if j is not None else \
@@ -72,8 +79,9 @@ def silencings(T: int, L: int, H: int, n: int):
 
 
 def redraw(client, base: str, text: str, layer: int, head: int, silencing: dict) -> dict:
-    """The page's three requests after a silencing; seconds each and their sum."""
-    times = {}
+    """The page's three requests after a silencing; seconds each and their sum, and the CPU
+    seconds this process (server and client) spent on them: a figure a busy machine inflates less."""
+    times, cpu_before = {}, _cpu_seconds()
     for name, body in (("conclusion", {"text": text, "top": 10}), ("model_view", {"text": text}),
                        ("head", {"text": text, "layer": layer, "head": head, "notation": "paper"})):
         t = time.perf_counter()
@@ -83,12 +91,22 @@ def redraw(client, base: str, text: str, layer: int, head: int, silencing: dict)
             raise SystemExit(f"/api/{name} answered {r.status_code}: {r.text[:300]}")
         times[name] = time.perf_counter() - t
     times["sum"] = sum(times.values())
+    times["cpu"] = _cpu_seconds() - cpu_before
     return times
+
+
+def _cpu_seconds() -> float:
+    """User and system CPU seconds of this process so far, every thread's."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    model = studygroup.load(args.model)  # before the web app imports torch: its thread policy
+    load_at_start = os.getloadavg()[0]
+    if not {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"} & set(os.environ):  # as `studygroup serve` has them: workers
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"  # that sleep at once (studygroup.model.threads), set before torch
+    model = studygroup.load(args.model)
     import httpx
 
     from studygroup.web.app import Limits, create_app
@@ -107,18 +125,25 @@ def main(argv=None) -> dict:
             order = list(apps) if r % 2 == 0 else list(apps)[::-1]  # turns, so a busy spell hits both
             for name in order:
                 figures[name].append(redraw(client, urls[name], args.text, layer, head, silencing))
-    print(f"silence_redraw: {model.config.name}, T={T} members, {args.rounds} silencings per app; {cpu()}")
+    print(f"silence_redraw: {model.config.name}, T={T} members, {args.rounds} silencings per app; {cpu()} "
+          f"(at the start {load_at_start:.1f})")
     summary = {}
     for name, rows in figures.items():
         sums = sorted(x["sum"] for x in rows)
         p95 = sums[min(len(sums) - 1, round(0.95 * (len(sums) - 1)))]
         parts = {k: statistics.median(x[k] for x in rows) for k in ("conclusion", "model_view", "head")}
-        summary[name] = {"p50": statistics.median(sums), "p95": p95, "parts_p50": parts}
+        by_kind = {"members": statistics.median(x["sum"] for x in rows[0::2]),
+                   "heads": statistics.median(x["sum"] for x in rows[1::2]) if len(rows) > 1 else None}
+        cpu_p50 = statistics.median(x["cpu"] for x in rows)
+        summary[name] = {"p50": statistics.median(sums), "p95": p95, "parts_p50": parts, "sum_p50_by_kind": by_kind,
+                         "cpu_p50": cpu_p50}
         print(f"  {name:14s} sum p50 {summary[name]['p50']:.3f} s  p95 {p95:.3f} s   (p50: conclusion "
-              f"{parts['conclusion']:.3f}, model_view {parts['model_view']:.3f}, head {parts['head']:.3f})")
+              f"{parts['conclusion']:.3f}, model_view {parts['model_view']:.3f}, head {parts['head']:.3f}; "
+              f"sum p50 silencing a member {by_kind['members']:.3f}, a head {by_kind['heads'] or float('nan'):.3f}; "
+              f"CPU seconds p50 {cpu_p50:.3f})")
     ratio = summary["no pass kept"]["p50"] / summary["one pass kept"]["p50"]
     print(f"  one pass kept is {ratio:.2f}x as fast as no pass kept (p50 of the sum); target: p50 under 0.300 s")
-    out = {"cpu": cpu(), "T": T, "rounds": args.rounds, "summary": summary, "ratio_p50": ratio}
+    out = {"cpu": cpu(), "load_at_start": load_at_start, "T": T, "rounds": args.rounds, "summary": summary, "ratio_p50": ratio}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)

@@ -496,7 +496,8 @@ def main(argv: list[str] | None = None) -> int:
     from studygroup.model import threads
     from studygroup.errors import StudyGroupError
 
-    threads.set_wait_policy()  # before torch is imported (see studygroup.model.threads)
+    words = sys.argv[1:] if argv is None else argv
+    threads.set_wait_policy(serving=words[:1] == ["serve"])  # before torch is imported (see studygroup.model.threads)
     for stream in (sys.stdout, sys.stderr):  # a terminal or pipe that cannot encode ␣ or ↵ gets \u2423
         if stream is not None and hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")

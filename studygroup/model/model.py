@@ -148,7 +148,8 @@ class Model:
         P = next(iter(plan.past.values()))[0].shape[-2] if plan.past else 0
         first, x = plan.start or (0, self._embed(ids).unsqueeze(0))  # (1 or B, T, d_model)
         x = x.expand(plan.batch, -1, -1)  # (B, T, d_model)
-        keep("embed", x)
+        if plan.start is None:  # else x is the residual stream entering layer `first`
+            keep("embed", x)
         if plan.start is None and "pos_embed" in w:  # E = token embedding + position embedding
             positions = torch.arange(P, P + len(ids), device=self.device) if plan.positions is None else plan.positions
             pos = w["pos_embed"][positions.to(self.device)]  # (T, d_model)
@@ -256,10 +257,11 @@ class Model:
             keep("attn_pre_norm", attn_out)
             scale = norm_scale(attn_out, w[f"layers.{l}.post_attn_norm"], c.rms_eps)  # (B, R, d_model)
             attn_out = (attn_out.float() * scale).to(attn_out.dtype)
-        if keep.keeps("write"):
-            last = keep.record.rows == "last"
-            write = torch.einsum("bhtd,hdm->bhtm", z[:, :, -1:] if last else z, self.W_O_heads(l))  # (B, H, R, d_model)
-            keep("write", write if scale is None else write * (scale[:, None, -1:] if last else scale[:, None]))
+        if keep.keeps("write"):  # for the rows kept only
+            n = keep.record.rows_kept("write")
+            kept = slice(None) if n is None else slice(-n, None)
+            write = torch.einsum("bhtd,hdm->bhtm", z[:, :, kept], self.W_O_heads(l))  # (B, H, R, d_model)
+            keep("write", write if scale is None else write * scale[:, None, kept])
         keep("attn_out", attn_out)
         return attn_out
 

@@ -141,6 +141,15 @@ class Record:
             return self.wants(name) or any(self.wants(f"{prefix}.{m}") for m in MAP_STEPS)
         return self.wants(name)
 
+    def rows_kept(self, step: str) -> int | None:
+        """How many of its last rows the pass keeps of `step`, if it keeps it (None: every row).
+
+        >>> Record(rows="last").rows_kept("write"), Record(rows="last").rows_kept("k"), Record().rows_kept("write")
+        (1, None, None)
+        """
+        cut = 1 if self.rows == "last" else self.last_rows
+        return None if cut is None or step in self.full_rows else cut
+
     @property
     def empty(self) -> bool:
         return self.steps == ()
@@ -230,8 +239,8 @@ class Keeper:
     def __call__(self, step: str, t: torch.Tensor, is_map: bool = False) -> None:
         if not self.keeps(step):
             return
-        cut = 1 if self.record.rows == "last" else self.record.last_rows
-        if cut is not None and step not in self.record.full_rows and t.shape[-2] > cut:
+        cut = self.record.rows_kept(step)
+        if cut is not None and t.shape[-2] > cut:
             t = t[..., -cut:, :]
         t = t.detach().to(self.record.map_dtype if is_map else torch.float32)
         if t.untyped_storage().nbytes() > t.numel() * t.element_size():

@@ -64,12 +64,15 @@ class Run:
     @classmethod
     @torch.inference_mode()
     def compute(cls, model: "Model", ids: list[int], interventions: Interventions, record: Record, logits: str = "last",
-                on_layer=None) -> "Run":
+                on_layer=None, start: tuple[int, torch.Tensor] | None = None) -> "Run":
+        """The pass over ids. start: (layer, resid_pre (T, d_model)) to start at that layer from that
+        residual stream (the layers before it are not computed, and nothing of them is recorded)."""
         if logits not in ("last", "all"):
             raise ValueError(f"logits must be 'last' or 'all', not {logits!r}")
         _check_fits(model, len(ids), record, logits == "all")
         plan = interventions.plan(model, len(ids), record, all_logits=logits == "all")
         plan.on_layer = on_layer
+        plan.start = None if start is None else (start[0], start[1][None])  # (1, T, d_model)
         out, steps = model.forward(torch.tensor(ids, device=model.device), plan)
         return cls(model, ids, interventions, record, out[0].float(), {k: v[0] for k, v in steps.items()})
 
@@ -188,8 +191,7 @@ class Run:
         return Head(layer, head, kv, *(get(s) for s in HEAD_STEPS), self.head_mask(layer, head))
 
     def _has_whole(self, layer: int) -> bool:
-        return (self.record.rows == "all" and self.record.last_rows is None
-                and all(f"layers.{layer}.{s}" in self for s in HEAD_STEPS))
+        return all(self.record.rows_kept(s) is None and f"layers.{layer}.{s}" in self for s in HEAD_STEPS)
 
     @torch.inference_mode()
     def head_vectors(self, layer: int, head: int) -> dict[str, torch.Tensor]:
@@ -201,8 +203,7 @@ class Run:
         self.model.check_head(layer, head)
         kv = self.model.config.kv_head_of(head)
         vectors = ("q_pre_rope", "k_pre_rope", "q", "k", "v")
-        if (self.record.rows == "all" and self.record.last_rows is None
-                and all(f"layers.{layer}.{s}" in self.steps for s in vectors)):
+        if all(self.record.rows_kept(s) is None and f"layers.{layer}.{s}" in self.steps for s in vectors):
             steps = {n: t[None] for n, t in self.steps.items()}  # as the pass returns them: (1, H, T, d)
         elif self._layer_vectors is not None and self._layer_vectors[0] == layer:
             steps = self._layer_vectors[1]
@@ -276,9 +277,30 @@ class Run:
 
     def silence_head(self, layer: int, head: int) -> "Run":
         """A new run with this head's write to the residual stream zeroed."""
-        self.model.check_head(layer, head)
-        s = replace(self.interventions, silenced_heads=self.interventions.silenced_heads | {(layer, head)})
-        return Run.compute(self.model, self.token_ids, s, self.record, self._logits_kind)
+        return self.silence_heads([(layer, head)])
+
+    def silence_heads(self, heads) -> "Run":
+        """A new run with these heads' writes zeroed too ((layer, head) pairs). Its layers before the
+        first head newly silenced are this run's: where this run kept every member's `resid_pre`
+        there, its pass starts at that layer from it, the same numbers for fewer layers' work.
+
+        >>> run = model.run("I have a lot", record=["resid_pre", "weights"])
+        >>> a = run.silence_heads([(20, 1)])  # layers 20-29 computed
+        >>> b = model.run("I have a lot", record=["resid_pre", "weights"], silence_heads=[(20, 1)])
+        >>> torch.equal(a.logits, b.logits), all(torch.equal(a.steps[n], b.steps[n]) for n in b.steps)
+        (True, True)
+        """
+        new = frozenset(self.model.check_head(l, h) for l, h in heads) - self.interventions.silenced_heads
+        s = replace(self.interventions, silenced_heads=self.interventions.silenced_heads | new)
+        first = min((l for l, _ in new), default=0)
+        start = self.steps.get(f"layers.{first}.resid_pre")
+        if first == 0 or start is None or self.record.rows_kept("resid_pre") is not None:
+            return Run.compute(self.model, self.token_ids, s, self.record, self._logits_kind)
+        run = Run.compute(self.model, self.token_ids, s, self.record, self._logits_kind, start=(first, start))
+        before = {n: t for n, t in self.steps.items()
+                  if n in ("embed", "pos_embed") or n.startswith("layers.") and int(n.split(".")[1]) < first}
+        run.steps = before | run.steps  # in forward order
+        return run
 
     @property
     def _logits_kind(self) -> str:

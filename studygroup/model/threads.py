@@ -10,6 +10,12 @@ default of ~3 ms (measured: 22 s against 5 s on 2 busy cores). So the CLI
 looks at how many other tasks are running, just before torch starts its threads: workers spin
 briefly on an idle machine and sleep at once on a busy one. A value the user set wins.
 
+A server (`studygroup serve`) sleeps at once, whatever the machine does when it starts: its
+passes share the cores with the browser that asks for them and draws their answers, all through
+its long life. The page's redraw after a silencing (bench/silence_redraw.py's requests to a
+server in a process of its own, 2 cores, load average ~3) took 0.43 s with sleeping workers,
+0.64 s with a ~0.1 ms spin and 1.7 s with libgomp's default.
+
 The settings are environment variables that libgomp reads once, when torch is imported. The
 CLI sets them before it imports torch; the library at its first use (`studygroup.load`, ...),
 unless `STUDYGROUP_THREAD_POLICY=off`. Where torch came first, the first pass says what to do.
@@ -35,22 +41,25 @@ HINT = ("studygroup: torch was imported before studygroup.load, so its threads s
 LOADAVG = "/proc/loadavg"
 
 
-def choose(env: Mapping[str, str], others: int | None, cpus: int) -> dict[str, str]:
+def choose(env: Mapping[str, str], others: int | None, cpus: int, serving: bool = False) -> dict[str, str]:
     """The variables to set: {} when the user set either one, else spin on an idle machine.
 
     others: tasks running besides this one (None: unknown); cpus: CPUs this process may use.
     An idle machine is one whose other running tasks leave at least half the CPUs free.
+    serving: for `studygroup serve`, whose workers sleep at once (see above).
 
     >>> choose({}, 0, 2)
     {'GOMP_SPINCOUNT': '10000'}
     >>> choose({}, 1, 2)
+    {'OMP_WAIT_POLICY': 'PASSIVE'}
+    >>> choose({}, 0, 2, serving=True)
     {'OMP_WAIT_POLICY': 'PASSIVE'}
     >>> choose({"OMP_WAIT_POLICY": "ACTIVE"}, 0, 2)
     {}
     """
     if any(name in env for name in VARIABLES):
         return {}
-    if others is not None and others < max(1, cpus // 2):
+    if not serving and others is not None and others < max(1, cpus // 2):
         return {"GOMP_SPINCOUNT": str(SPIN)}
     return {"OMP_WAIT_POLICY": "PASSIVE"}
 
@@ -86,13 +95,13 @@ def _cpus() -> int:
         return os.cpu_count() or 1
 
 
-def set_wait_policy() -> dict[str, str]:
+def set_wait_policy(serving: bool = False) -> dict[str, str]:
     """Choose how torch's workers wait, before torch is imported; returns what was set (nothing
     once torch is imported: its libgomp has read its settings, and children should not inherit
-    a choice made for another moment)."""
+    a choice made for another moment). serving: for `studygroup serve` (see above)."""
     if "torch" in sys.modules:
         return {}
-    chosen = choose(os.environ, others_running(), _cpus())
+    chosen = choose(os.environ, None if serving else others_running(), _cpus(), serving)
     os.environ.update(chosen)
     return chosen
 

@@ -18,7 +18,6 @@ from studygroup.errors import InputError, NotationError
 from studygroup.study.jsonable import JSONable
 from studygroup.study.mask_reasons import mask_reasons
 from studygroup.study.text_ids import check_generated_from, checked_ids
-from studygroup.study.ranking import largest_first
 from studygroup.study.sinks import MAX_QUESTIONS, head_sinks_of, sink_weight
 from studygroup.study.story import brief
 from studygroup.study.window import Window, window
@@ -140,8 +139,18 @@ def vector(x: torch.Tensor, k: int = LARGEST) -> Vector:
     >>> vector(torch.tensor([3.0, 0.0, -4.0]), k=2).to_dict()
     {'norm': 5.0, 'largest': [{'index': 2, 'value': -4.0}, {'index': 0, 'value': 3.0}]}
     """
-    order = largest_first(x)[:k]
-    return Vector(float(x.norm()), [Entry(i, float(x[i])) for i in order])
+    return vectors(x[None], k)[0]
+
+
+def vectors(x: torch.Tensor, k: int = LARGEST) -> list[Vector]:
+    """`vector` of every row of x (n, d), in one computation.
+
+    >>> [v.largest[0].index for v in vectors(torch.tensor([[3.0, 0.0, -4.0], [1.0, 2.0, 0.0]]), k=1)]
+    [2, 1]
+    """
+    order = x.abs().argsort(dim=-1, descending=True, stable=True)[:, :k]  # (n, k): largest_first of each row
+    norms, indices, values = x.norm(dim=-1).tolist(), order.tolist(), x.gather(1, order).tolist()
+    return [Vector(n, [Entry(i, v) for i, v in zip(row, vals)]) for n, row, vals in zip(norms, indices, values)]
 
 
 def masked_grid(values: torch.Tensor, mask: torch.Tensor) -> list[list[float | None]]:
@@ -270,7 +279,8 @@ def _block(vec: dict[str, torch.Tensor], m: torch.Tensor, rows: slice, keys: sli
 
 def _members(vec: dict[str, torch.Tensor], g: _Grids, rows: range, tokens: list[str], k: int) -> list[MemberRow]:
     """The members whose questions the window holds, each in short."""
-    return [MemberRow(i, tokens[i], vector(vec["q"][i], k), vector(vec["q_pre_rope"][i], k), vector(vec["k"][i], k),
-                      vector(vec["k_pre_rope"][i], k), vector(vec["v"][i], k), vector(g.output[r], k),
-                      int(g.listens[r]))
+    R = slice(rows.start, rows.stop)
+    q, q_pre, key, key_pre, v = (vectors(vec[n][R], k) for n in ("q", "q_pre_rope", "k", "k_pre_rope", "v"))
+    out, listens = vectors(g.output, k), g.listens.tolist()
+    return [MemberRow(i, tokens[i], q[r], q_pre[r], key[r], key_pre[r], v[r], out[r], listens[r])
             for r, i in enumerate(rows)]

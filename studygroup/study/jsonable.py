@@ -6,9 +6,13 @@ is written as null. Tuples become lists; nested dataclasses become objects with 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 from typing import Any
+
+import numpy as np
+import torch
 
 
 def plain(value: Any) -> Any:
@@ -17,8 +21,13 @@ def plain(value: Any) -> Any:
     >>> plain({"a": (1.5, float("nan")), "b": [float("-inf")]})
     {'a': [1.5, None], 'b': [None]}
     """
+    kind = type(value)
+    if kind in _AS_THEY_ARE:
+        return value
+    if kind is float:
+        return value if math.isfinite(value) else None
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {name: plain(getattr(value, name)) for name in _field_names(kind)}
     if isinstance(value, dict):
         return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -30,14 +39,26 @@ def plain(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON-able: convert it (e.g. .tolist()) before storing it")
 
 
-def _numbers(values) -> list | None:
-    """values as a list when every one is a finite float (a row of a map: the common case, checked
-    at C speed), else None.
+_AS_THEY_ARE = frozenset({str, int, bool, type(None)})
 
-    >>> _numbers((0.5, 1.0)), _numbers([0.5, float("nan")]), _numbers([1, 2.0]), _numbers([])
-    ([0.5, 1.0], None, None, None)
+
+@functools.lru_cache(maxsize=None)
+def _field_names(kind: type) -> tuple[str, ...]:
+    """A dataclass's field names, in order (read once per class)."""
+    return tuple(f.name for f in dataclasses.fields(kind))
+
+
+def _numbers(values) -> list | None:
+    """values as a list when every one is a finite float, or every one an int (a row of a map, of
+    mask reasons: the common cases, checked at C speed), else None.
+
+    >>> _numbers((0.5, 1.0)), _numbers([0.5, float("nan")]), _numbers([1, 2.0]), _numbers([3, 1]), _numbers([])
+    ([0.5, 1.0], None, None, [3, 1], None)
     """
-    if not values or set(map(type, values)) != {float}:
+    kinds = set(map(type, values))
+    if kinds == {int}:
+        return list(values)
+    if kinds != {float}:
         return None
     try:
         return list(values) if math.isfinite(math.fsum(values)) else None
@@ -63,3 +84,53 @@ class JSONable:
     def to_json(self, indent: int | None = None) -> str:
         """Valid JSON (no NaN or Infinity), keys in field order."""
         return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False, allow_nan=False)
+
+
+def compact(data: Any) -> bytes:
+    """JSON-able `data` as compact UTF-8 JSON (no spaces, no ASCII escapes, no NaN), as the web app sends it.
+
+    >>> compact({"a": [1.5, None], "b": "␣of"}).decode()
+    '{"a":[1.5,null],"b":"␣of"}'
+    """
+    return json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
+
+
+def rounded_grids(x: torch.Tensor, decimals: int) -> list[bytes]:
+    """compact(grid.tolist()) of every grid of x (N, R, C), each value in [0, 1] rounded to
+    `decimals` by `x.double().round(decimals=decimals)`: the same bytes, copied from a table of
+    the 10^decimals + 1 values' texts instead of written from a Python float per value (grids
+    holding any other value go through `compact`).
+
+    >>> w = torch.tensor([[[1.0, 0.0], [0.25, 0.75]]]).double().round(decimals=3)
+    >>> rounded_grids(w, 3)
+    [b'[[1.0,0.0],[0.25,0.75]]']
+    """
+    N, R, C = x.shape
+    n = 10 ** decimals
+    values = x.detach().cpu().double().numpy()  # (N, R, C)
+    k = np.rint(values * n)  # (N, R, C): value k / 10^decimals
+    if values.size == 0 or not np.array_equal(k / n, values) or k.min() < 0 or k.max() > n:  # NaN: not equal
+        return [compact(g.tolist()) for g in x]
+    texts, sizes = _value_texts(decimals)  # (n + 1, width + 1), (n + 1,)
+    k = k.astype(np.intp)
+    rows = np.empty((N, R, C * texts.shape[1] + 2), np.uint8)  # per row: "[", the values each with a comma, ","
+    rows[:, :, 1:-1] = np.take(texts, k, axis=0).reshape(N, R, -1)
+    rows[:, :, 0], rows[:, :, -2], rows[:, :, -1] = ord("["), ord("]"), ord(",")  # the last value's comma closes the row
+    flat = rows.reshape(-1)
+    text = flat[flat != 0].tobytes()  # the padding left out
+    ends = np.cumsum(np.take(sizes, k).sum(axis=(1, 2)) + 2 * R)  # (N,) where each grid's rows end
+    return [b"[" + text[a:b - 1] + b"]" for a, b in zip([0, *ends[:-1].tolist()], ends.tolist())]
+
+
+@functools.lru_cache(maxsize=4)
+def _value_texts(decimals: int) -> tuple[np.ndarray, np.ndarray]:
+    """Row k: repr(k / 10^decimals) as JSON writes it, zeros to a common width, a comma:
+    (10^decimals + 1, width + 1) uint8; and each row's length without the zeros (10^decimals + 1,)."""
+    n = 10 ** decimals
+    texts = [repr(k / n).encode("ascii") for k in range(n + 1)]
+    width = max(map(len, texts))
+    table = np.zeros((n + 1, width + 1), np.uint8)
+    for i, t in enumerate(texts):
+        table[i, :len(t)] = np.frombuffer(t, np.uint8)
+    table[:, -1] = ord(",")
+    return table, np.array([len(t) + 1 for t in texts], np.intp)

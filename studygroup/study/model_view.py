@@ -15,7 +15,7 @@ from studygroup.study import attribution
 from studygroup.study.jsonable import JSONable
 from studygroup.study.mask_reasons import reasons_of_head
 from studygroup.study.ranking import heads_largest_first
-from studygroup.study.roles import RoleScores, role_scores
+from studygroup.study.roles import RoleScores, heads_role_scores
 from studygroup.study.story import brief, quote
 from studygroup.model.record import Record
 
@@ -65,12 +65,14 @@ class ModelView(JSONable):
                            f"ranked by {self.ranked_by}", ".heads[layer][head], .kv_groups, .to_dict()")
 
 
-def model_view(run, explanation=None, decimals: int | None = None) -> ModelView:
+def model_view(run, explanation=None, decimals: int | None = None, weights: bool = True) -> ModelView:
     """Every head's weights on the run's text, grouped and ranked.
 
     explanation: an Explanation of the same text; its heads (most decisive first) give the ranks.
     Without one, the RANKED heads with the largest |direct contribution| are ranked.
     decimals: the weights rounded to this many decimals (None: as computed).
+    weights: False leaves every head's `weights` empty, for a caller that writes them from
+    `thumbnails` itself (the web page's JSON: `page_data.model_view_json`).
 
     >>> view = model_view(model.run("I have a lot"))
     >>> len(view.heads), len(view.heads[0]), view.rows
@@ -83,11 +85,29 @@ def model_view(run, explanation=None, decimals: int | None = None) -> ModelView:
     direct = attribution.direct_contributions(run, token).heads  # (L, H)
     ranks, ranked_by = _ranks(direct, explanation, run)
     shared, own = _mask_reasons(run, rows)
-    heads = [[HeadMap(l, h, c.kv_head_of(h), _weights(run, l, h, rows, decimals), float(direct[l, h]), ranks.get((l, h)),
-                      own.get((l, h)), _roles(run, l, h, rows)) for h in range(c.n_heads)] for l in range(c.n_layers)]
+    maps = thumbnails(run, decimals).tolist() if weights else [[[] for _ in range(c.n_heads)] for _ in range(c.n_layers)]
+    roles = _roles(run, rows)
+    heads = [[HeadMap(l, h, c.kv_head_of(h), maps[l][h], float(direct[l, h]), ranks.get((l, h)), own.get((l, h)),
+                      roles[l][h]) for h in range(c.n_heads)] for l in range(c.n_layers)]
     groups = [KVGroup(g, [h for h in range(c.n_heads) if h // c.group_size == g]) for g in range(c.n_kv_heads)]
     return ModelView(run.tokens, list(run.token_ids), run.model.tokenizer.readable(token), c.n_layers, c.n_heads,
                      c.n_kv_heads, rows, groups, ranked_by, heads, shared)
+
+
+def thumbnails(run, decimals: int | None = None) -> torch.Tensor:
+    """Every head's weights as the model view shows them: (n_layers, n_heads, R, T), R = T up to
+    FULL_MAPS_MAX_T members, else 1 (the last question). decimals: rounded to this many, in float64,
+    so that 0.123 is the double nearest 0.123 (as Python's round gives it); None: float32 as computed.
+
+    >>> thumbnails(model.run("I have a lot"), 3).shape
+    torch.Size([30, 9, 4, 4])
+    """
+    c = run.model.config
+    rows = "all" if run.T <= FULL_MAPS_MAX_T else "last"
+    run = _with_steps(run, rows)
+    cut = slice(None) if rows == "all" else slice(-1, None)
+    w = torch.stack([run[f"layers.{l}.weights"][:, cut] for l in range(c.n_layers)])  # (L, H, R, T)
+    return w.float() if decimals is None else w.double().round(decimals=decimals)
 
 
 def _mask_reasons(run, rows: str) -> tuple[list[list[int]], dict]:
@@ -106,18 +126,14 @@ def _mask_reasons(run, rows: str) -> tuple[list[list[int]], dict]:
     return shared, own
 
 
-def _weights(run, l: int, h: int, rows: str, decimals: int | None) -> list[list[float]]:
-    w = run[f"layers.{l}.weights"][h]  # (R, T)
-    w = w if rows == "all" else w[-1:]
-    # rounded in float64, so that 0.123 is the double nearest 0.123 (as Python's round gives it)
-    return (w.float() if decimals is None else w.double().round(decimals=decimals)).tolist()
-
-
-def _roles(run, l: int, h: int, rows: str) -> RoleScores | None:
-    """The head's role scores from its full map (rows "all", at least 2 members), else None."""
+def _roles(run, rows: str) -> list[list[RoleScores | None]]:
+    """Every head's role scores from its full map (rows "all", at least 2 members), else None: [layer][head]."""
+    c = run.model.config
     if rows != "all" or run.T < 2:
-        return None
-    return role_scores(run[f"layers.{l}.weights"][h].float(), list(run.token_ids))  # (T, T)
+        return [[None] * c.n_heads for _ in range(c.n_layers)]
+    w = torch.stack([run[f"layers.{l}.weights"].float() for l in range(c.n_layers)])  # (L, H, T, T)
+    scores = heads_role_scores(w.flatten(0, 1), list(run.token_ids))  # L·H of them, layer by layer
+    return [scores[l * c.n_heads:(l + 1) * c.n_heads] for l in range(c.n_layers)]
 
 
 def _with_steps(run, rows: str):

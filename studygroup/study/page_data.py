@@ -12,9 +12,12 @@ import torch
 
 from studygroup.study import attribution
 from studygroup.study import effects
-from studygroup.model.record import Record
+from studygroup.study import jsonable
+from studygroup.model.interventions import Interventions
+from studygroup.model.record import KEY_STEPS, Record
 from studygroup.study.model_view import FULL_MAPS_MAX_T
 from studygroup.study.model_view import model_view as _model_view
+from studygroup.study.model_view import thumbnails
 from studygroup.study.explain import checked_ids, explain, model_info, top_words  # noqa: F401 (checked_ids: for the server)
 from studygroup.study.compare import compare
 from studygroup.study.head import NOTATIONS, head_view
@@ -25,15 +28,25 @@ THUMBNAIL_DECIMALS = 3
 FULL_GRID_MAX_T = 64
 #: The steps a head's view reads: page_run records them for short texts.
 HEAD_VECTORS = ("q_pre_rope", "k_pre_rope", "q", "k", "v")
+#: What page_run keeps up to FULL_MAPS_MAX_T members: every head's map and vectors and the residual
+#: stream entering each layer (where a run silencing a head starts) for every member, and of the rest
+#: (what the direct contributions read) the last member's row only.
+PAGE_RECORD = Record(steps=("weights", *attribution.NEEDED_STEPS, *HEAD_VECTORS, "resid_pre"),
+                     full_rows=KEY_STEPS | {"weights", *HEAD_VECTORS, "resid_pre"}, last_rows=1)
+#: What page_run keeps past FULL_MAPS_MAX_T members: the last question's row of each.
+LONG_PAGE_RECORD = Record(steps=("weights", *attribution.NEEDED_STEPS), rows="last")
 #: How many decisive heads a report carries whole (both notations).
 REPORT_HEADS = 3
 
 
-def page_run(model, text, silence_members: Sequence[int] = (), silence_heads: Sequence[tuple[int, int]] = ()):
+def page_run(model, text, silence_members: Sequence[int] = (), silence_heads: Sequence[tuple[int, int]] = (),
+             base=None):
     """One pass of `text` with these silenced that serves the page's three views of it: the
     conclusion (its logits), the model view (every head's weights and what the direct
     contributions need) and, up to FULL_MAPS_MAX_T members, any head's view (its vectors).
-    Past that, each head's view makes its own pass up to its layer.
+    Past that, each head's view makes its own pass up to its layer. base: a page_run of this text
+    with the same members silenced and no heads, whose layers before the first silenced head this
+    run takes as they are (`Run.silence_heads`: the same numbers, those layers not computed again).
 
     >>> run = page_run(model, "I have a lot", silence_members=[1])
     >>> a = head(model, "I have a lot", 3, 0, run=run)["weights"]
@@ -42,9 +55,10 @@ def page_run(model, text, silence_members: Sequence[int] = (), silence_heads: Se
     True
     """
     ids = checked_ids(model, text)
-    rows = "all" if len(ids) <= FULL_MAPS_MAX_T else "last"  # long texts: the last question only
-    vectors = HEAD_VECTORS if rows == "all" else ()
-    record = Record(steps=("weights", *attribution.NEEDED_STEPS, *vectors), rows=rows)
+    record = PAGE_RECORD if len(ids) <= FULL_MAPS_MAX_T else LONG_PAGE_RECORD
+    if (base is not None and silence_heads and base.record == record and list(base.token_ids) == ids
+            and base.interventions == Interventions.make(model, len(ids), silence_members)):
+        return base.silence_heads(silence_heads)
     return model.run(ids, record=record, silence_members=list(silence_members), silence_heads=list(silence_heads))
 
 
@@ -108,9 +122,37 @@ def model_view(model, text, explanation=None, silence_members: Sequence[int] = (
     """
     if run is None:
         run = page_run(model, text, silence_members, silence_heads)
-    d = _model_view(run, explanation, THUMBNAIL_DECIMALS).to_dict() | run.interventions.silenced()
-    d["decimals"] = THUMBNAIL_DECIMALS
-    return d
+    return _model_view(run, explanation, THUMBNAIL_DECIMALS).to_dict() | _view_fields(run)
+
+
+def model_view_json(model, text, explanation=None, silence_members: Sequence[int] = (),
+                    silence_heads: Sequence[tuple[int, int]] = (), run=None) -> bytes:
+    """`jsonable.compact(model_view(...))`, the same bytes, with the thumbnails written from their
+    tensor (`jsonable.rounded_grids`) instead of a Python float per weight: what the web page asks for.
+
+    >>> import json
+    >>> json.loads(model_view_json(model, "I have a lot"))["heads"][0][0]["weights"][0]
+    [1.0, 0.0, 0.0, 0.0]
+    """
+    if run is None:
+        run = page_run(model, text, silence_members, silence_heads)
+    d = _model_view(run, explanation, THUMBNAIL_DECIMALS, weights=False).to_dict() | _view_fields(run)
+    for layer in d["heads"]:
+        for h in layer:
+            h["weights"] = None  # a mark where the thumbnail goes: no other key of the view is "weights"
+    parts = jsonable.compact(d).split(b'"weights":null')
+    grids = jsonable.rounded_grids(thumbnails(run, THUMBNAIL_DECIMALS).flatten(0, 1), THUMBNAIL_DECIMALS)  # layer by layer
+    if len(parts) != len(grids) + 1:
+        raise RuntimeError(f"{len(parts) - 1} thumbnail marks for {len(grids)} heads")
+    out = [parts[0]]
+    for grid, part in zip(grids, parts[1:]):
+        out += [b'"weights":', grid, part]
+    return b"".join(out)
+
+
+def _view_fields(run) -> dict:
+    """What the page's model view carries beside study.model_view's fields."""
+    return run.interventions.silenced() | {"decimals": THUMBNAIL_DECIMALS}
 
 
 def head(model, text, layer: int, head: int, notation: str = "paper", rows="auto", keys="all",

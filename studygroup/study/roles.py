@@ -29,7 +29,7 @@ import torch
 from studygroup.errors import InputError
 from studygroup.gguf.tokenizer import TOKEN_NORMAL
 from studygroup.study.jsonable import JSONable
-from studygroup.study.sinks import MAX_QUESTIONS, SINK_SHARE, SINK_WEIGHT, head_sinks_of, last_rows, sink_weight, sinks
+from studygroup.study.sinks import MAX_QUESTIONS, SINK_SHARE, SINK_WEIGHT, head_sinks_of, last_rows, sink_mask, sink_weight
 from studygroup.study.story import brief
 from studygroup.study.text_ids import checked_ids
 
@@ -101,33 +101,45 @@ def role_scores(weights: torch.Tensor, token_ids: list[int]) -> RoleScores:
     >>> role_scores(previous_only, [5, 6, 5, 6]).previous
     1.0
     """
-    R, T = weights.shape
+    return heads_role_scores(weights[None], token_ids)[0]
+
+
+def heads_role_scores(weights: torch.Tensor, token_ids: list[int]) -> list[RoleScores]:
+    """Role scores of N heads at once (role_scores of each): weights (N, R, T) -> N RoleScores.
+
+    >>> w = torch.stack([torch.eye(4).roll(-1, dims=1).tril(), torch.eye(4)])  # previous member; itself
+    >>> [s.previous for s in heads_role_scores(w, [5, 6, 5, 6])]
+    [1.0, 0.0]
+    """
+    N, R, T = weights.shape
     i = torch.arange(T - R, T)  # (R,) the questions
     asked = i >= 1
     if not bool(asked.any()):
         raise InputError("roles need at least 2 members: the first member's question hears only itself")
-    w, i = weights[asked].double(), i[asked]  # (Q, T), (Q,)
+    w, i = weights[:, asked].double(), i[asked]  # (N, Q, T), (Q,)
     tok, j = torch.tensor(token_ids), torch.arange(T)  # (T,), (T,)
     same = tok[None, :] == tok[i][:, None]  # (Q, T): member j has question i's token
     before = j[None, :] < i[:, None]  # (Q, T)
     after_copy = torch.zeros_like(same)
     after_copy[:, 1:] = same[:, :-1] & (j[None, :-1] < (i - 1)[:, None])  # j+1 after a copy j < i−1
     near = (j[None, :] >= (i - LOCAL_WINDOW)[:, None]) & (j[None, :] <= i[:, None])  # (Q, T)
-    entropy = -torch.special.xlogy(w, w).sum(1)  # (Q,)
+    entropy = -torch.special.xlogy(w, w).sum(2)  # (N, Q)
     duplicates, copies = same & before, after_copy.any(1)  # (Q, T), (Q,)
-    return RoleScores(
-        previous=_mean(w.gather(1, (i - 1)[:, None])[:, 0]),
-        duplicate=_mean((w * duplicates).sum(1)[duplicates.any(1)]),  # questions with an earlier copy
-        induction=_mean((w * after_copy).sum(1)[copies]),  # questions with an earlier copy j < i−1
-        sink=_mean(w[:, sinks(w)].sum(1)),
-        local=_mean((w * near).sum(1)),
-        broad=_mean(entropy / torch.log(i.double() + 1)),
-    )
+    heavy = sink_mask(w)  # (N, T): each head's sinks
+    scores = torch.stack([
+        w.gather(2, (i - 1)[None, :, None].expand(N, -1, 1))[..., 0],  # previous
+        _masked((w * duplicates).sum(2), duplicates.any(1)),  # duplicate: questions with an earlier copy
+        _masked((w * after_copy).sum(2), copies),  # induction: questions with an earlier copy j < i−1
+        (w * heavy[:, None, :]).sum(2),  # sink
+        (w * near).sum(2),  # local
+        entropy / torch.log(i.double() + 1),  # broad
+    ]).nanmean(2)  # (6, N): each a mean over the questions scored (NaN over none)
+    return [RoleScores(*map(float, s)) for s in scores.T.tolist()]
 
 
-def _mean(x: torch.Tensor) -> float:
-    """The mean, NaN (null in JSON) over no questions."""
-    return float(x.mean()) if len(x) else math.nan
+def _masked(x: torch.Tensor, questions: torch.Tensor) -> torch.Tensor:
+    """x (N, Q) with the questions not scored (questions (Q,) False) as NaN, which nanmean leaves out."""
+    return x.masked_fill(~questions, math.nan)
 
 
 def probe_ids(tokenizer, vocab_size: int, n: int = PROBE_LENGTH, seed: int = PROBE_SEED) -> list[int]:

@@ -36,9 +36,18 @@ def sinks(weights: torch.Tensor) -> list[int]:
     >>> sinks(torch.tensor([[0.5, 0.5, 0.0], [0.2, 0.4, 0.4]]))
     [0, 1]
     """
-    heavy = (weights >= SINK_WEIGHT).double().mean(0) >= SINK_SHARE  # (T,)
-    heavy[0] = True
-    return heavy.nonzero()[:, 0].tolist()
+    return sink_mask(weights).nonzero()[:, 0].tolist()
+
+
+def sink_mask(weights: torch.Tensor) -> torch.Tensor:
+    """`sinks` of every head at once, as a mask: weights (…, R, T) -> (…, T) bool, True at a sink.
+
+    >>> sink_mask(torch.tensor([[[0.5, 0.5, 0.0], [0.2, 0.4, 0.4]]]))
+    tensor([[ True,  True, False]])
+    """
+    heavy = (weights >= SINK_WEIGHT).double().mean(-2) >= SINK_SHARE  # (…, T)
+    heavy[..., 0] = True
+    return heavy
 
 
 def head_sinks_of(rows: torch.Tensor) -> list[int]:

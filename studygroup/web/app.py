@@ -11,7 +11,6 @@ The endpoints are documented in docs/web-api.md.
 from __future__ import annotations
 
 import asyncio
-import json
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -20,6 +19,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException
 
+from studygroup.study import jsonable
 from studygroup.study import page_data
 from studygroup.study import lesson_sections
 from studygroup.study import overview as study_overview
@@ -58,7 +58,8 @@ class Limits:
 
 # ---- the app -------------------------------------------------------------------------------------
 def _dumps(data) -> bytes:
-    return json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
+    """An answer's body: compact JSON of data, or data itself where it is that already (bytes)."""
+    return data if isinstance(data, bytes) else jsonable.compact(data)
 
 
 EXAMPLE_BODIES = {"/api/compare": '{"text_a": "I have a lot", "text_b": "Cash or credit card? I have a lot"}',
@@ -172,8 +173,9 @@ class Service:
         read (one silencing redrawn: one pass, not three); kept for the next request. In the model's turn."""
         key = (text, members, heads)
         run = self.runs.get(key)
-        if run is None:
-            run = page_data.page_run(self.model, text, members, heads)
+        if run is None:  # with heads silenced, from the kept run without them where there is one
+            base = self.runs.get((text, members, ())) if heads else None
+            run = page_data.page_run(self.model, text, members, heads, base=base)
             if self.limits.runs_kept:
                 self.runs.put(key, run, 1)
         return run
@@ -202,7 +204,7 @@ class Service:
         e = self.explanation(DEFAULT_TEXT, 10)
         for key, fn in ((("explain", DEFAULT_TEXT, 10), lambda: e.to_dict()),
                         (("conclusion", DEFAULT_TEXT, 10, (), ()), lambda: page_data.conclusion(self.model, DEFAULT_TEXT, 10, base=self.run(DEFAULT_TEXT))),
-                        (("model_view", DEFAULT_TEXT, True, (), ()), lambda: page_data.model_view(self.model, DEFAULT_TEXT, e, run=self.run(DEFAULT_TEXT)))):
+                        (("model_view", DEFAULT_TEXT, True, (), ()), lambda: page_data.model_view_json(self.model, DEFAULT_TEXT, e, run=self.run(DEFAULT_TEXT)))):
             if self.answers.get(key) is None:
                 body = _dumps(fn())
                 self.answers.put(key, body, len(body))
@@ -355,7 +357,7 @@ def _routes(app: FastAPI, s: Service) -> None:
         members, heads = s.silenced(b, s.check_text(b.text))
         e = s.explanations.get((b.text, None))  # its decisive heads rank the view's heads
         return await s.answer(("model_view", b.text, e is not None, members, heads),
-                              lambda: page_data.model_view(model, b.text, e, members, heads, run=s.run(b.text, members, heads)))
+                              lambda: page_data.model_view_json(model, b.text, e, members, heads, run=s.run(b.text, members, heads)))
 
     @app.post("/api/head")
     async def head(b: HeadBody):

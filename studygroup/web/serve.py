@@ -58,7 +58,10 @@ def bind(host: str, port: int) -> socket.socket:
     bare = host.strip("[]")
     try:
         family = socket.AF_INET6 if ":" in bare else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        # IPPROTO_TCP named, so that asyncio turns Nagle's algorithm off on each connection (it does so
+        # for sockets that say TCP only): with it on, a small answer's body waits ~40 ms for the ACK
+        # of its headers, which the client delays
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((bare, port))
         sock.listen(128)
@@ -80,6 +83,9 @@ def url(sock: socket.socket) -> str:
 
 def main(args) -> str:
     """Load the model, listen, print the URL, serve until Ctrl+C. Returns the closing line."""
+    from studygroup.model import threads
+
+    threads.set_wait_policy(serving=True)  # before torch is imported (`python -m studygroup.web.serve`)
     import uvicorn
 
     from studygroup.model.model import load

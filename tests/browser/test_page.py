@@ -22,6 +22,10 @@ DISPLAYED = "(kind) => document.querySelector('.sg-root').studygroup.displayed(k
 MARKUP_TEXT = "a <img src=x onerror=alert(1)> b </script> <s> {{7*7}} \"q\" 'x'"
 
 
+#: How many computations the page has started (a new text, a silencing).
+GEN = "() => document.querySelector('.sg-root').studygroup.gen"
+
+
 def wait_idle(page, timeout=60_000):
     """Until the story is there and nothing is being computed."""
     page.locator(".sg-sentences p").first.wait_for(timeout=timeout)
@@ -29,10 +33,14 @@ def wait_idle(page, timeout=60_000):
 
 
 def explain(page, text, other=""):
+    """The page's explanation of text (compared with other), its views drawn. The click starts a new
+    computation (the page's `gen` grows); its answers may all come from the server's cache, too
+    fast for its "busy" status to be seen."""
     page.fill(".sg-text", text)
     page.fill(".sg-other", other)
+    before = page.evaluate(GEN)
     page.click(".sg-go")
-    page.locator(".sg-status[data-kind='busy']").wait_for(state="attached")
+    page.wait_for_function(f"() => ({GEN})() > {before}")
     wait_idle(page)
 
 
@@ -110,6 +118,51 @@ def test_page_explain_orient_select_silence(page, server_url, screenshots):
 
     page.screenshot(path=str(screenshots / "page.png"), full_page=True)
     only_loopback(page.watch.requests, server_url.rstrip("/"))
+    assert_no_markup_ran(page)
+
+
+#: What the page holds and draws after a silencing: its conclusion and model view as it received
+#: them, the open head's place and its weight grid as drawn.
+SHOWN = """() => {
+  const sg = document.querySelector('.sg-root').studygroup;
+  return { conclusion: sg.d.conclusion, modelView: sg.d.modelView, layer: sg.ui.layer, head: sg.ui.head,
+           notation: sg.ui.notation, weights: sg.displayed('weights'), n_heads: sg.d.info.model.n_heads };
+}"""
+#: Silences member j (its chip's ⊘) or head [l, h] (what "Silence this head" calls) and waits for the
+#: page's redraw of the conclusion, the model view and the open head (its `resilence`) to end.
+SILENCE = """async (s) => {
+  const sg = document.querySelector('.sg-root').studygroup;
+  const redraw = sg.resilence.bind(sg);
+  let done = null;
+  sg.resilence = () => (done = redraw());
+  if (s.member != null) document.querySelector(`.sg-chip[data-index='${s.member}'] .sg-mute`).click();
+  else sg.toggleHead(s.head[0], s.head[1]);
+  delete sg.resilence;
+  await done;
+}"""
+
+
+def test_a_silencing_redraws_every_view_with_the_apis_numbers(page, server_url):
+    """After a silencing (a member, then a head beside it), the conclusion, every head of the model
+    view and the open head are those the API gives for that silencing, asked for here apart."""
+    page.goto(server_url)
+    wait_idle(page)
+    explain(page, "I have a lot")
+    clean = page.evaluate(SHOWN)
+    l, h = clean["layer"], clean["head"]
+    other = [l, (h + 1) % clean["n_heads"]]
+    page.evaluate(SILENCE, {"member": 2})
+    page.evaluate(SILENCE, {"head": other})
+    shown = page.evaluate(SHOWN)
+    silencing = {"silence_members": [2], "silence_heads": [other]}
+    ask = lambda path, body: page.request.post(server_url + "api/" + path, data={"text": "I have a lot", **body, **silencing}).json()  # noqa: E731
+    assert shown["conclusion"] == ask("conclusion", {"top": 10})
+    assert shown["modelView"] == ask("model_view", {})
+    assert shown["modelView"]["heads"] != clean["modelView"]["heads"]  # the silenced run's weights, not the last ones
+    head = ask("head", {"layer": l, "head": h, "notation": shown["notation"]})
+    assert (shown["layer"], shown["head"]) == (l, h)
+    assert [x for row in shown["weights"]["matrix"] for x in row] == pytest.approx([x for row in head["weights"] for x in row], abs=1e-6)
+    assert shown["weights"]["matrix"] != clean["weights"]["matrix"]
     assert_no_markup_ran(page)
 
 

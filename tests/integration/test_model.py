@@ -120,6 +120,28 @@ def test_silencing_a_head_zeroes_its_write_and_changes_the_logits(model):
     assert torch.allclose(quiet["layers.0.write"][0], base["layers.0.write"][0])
 
 
+def test_silencing_heads_starts_from_the_runs_own_layers_before_them(model, monkeypatch):
+    """A run that kept every member's resid_pre: silencing heads of layer 1 computes layer 1 only,
+    and gives every step and logit a whole pass with those heads silenced gives, bit for bit."""
+    from studygroup.model.model import Model
+
+    ids = random_ids(model, 10, 12)
+    base = model.run(ids, record="all", silence_members=[3])
+    layers = []
+    real = Model._mlp
+    monkeypatch.setattr(Model, "_mlp", lambda self, l, *a: layers.append(l) or real(self, l, *a))
+    quiet = base.silence_heads([(1, 2), (1, 0)])
+    assert layers == [1]
+    whole = model.run(ids, record="all", silence_members=[3], silence_heads=[(1, 0), (1, 2)])
+    assert quiet.interventions == whole.interventions and list(quiet.steps) == list(whole.steps)
+    assert torch.equal(quiet.logits, whole.logits)
+    assert all(torch.equal(quiet.steps[n], whole.steps[n]) for n in whole.steps)
+    layers.clear()
+    earlier = quiet.silence_heads([(0, 1)])  # a head of layer 0: a whole pass
+    assert layers == [0, 1]
+    assert torch.equal(earlier.logits, model.run(ids, silence_members=[3], silence_heads=[(0, 1), (1, 0), (1, 2)]).logits)
+
+
 def test_the_last_layer_asks_only_the_last_question_unless_more_is_kept(model, monkeypatch):
     from studygroup.model.model import Model
     from studygroup.model.record import KEY_STEPS, LAYER_STEPS, Record

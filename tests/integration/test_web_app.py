@@ -203,6 +203,23 @@ def test_mask_reasons_say_why_each_cell_is_hidden(client):
         assert named(view["mask_reasons"]) == want and all(h["mask_reasons"] is None for r in view["heads"] for h in r)
 
 
+def test_the_model_views_json_is_json_dumps_of_its_dict(tmp_path):
+    """The page's model view (its thumbnails written from their tensor) is, byte for byte, the
+    compact JSON of page_data.model_view's dict: full maps, a long text's last rows, silencings."""
+    from conftest import write_tiny_gguf
+    from studygroup.study import jsonable
+
+    model = studygroup.load(write_tiny_gguf(tmp_path / "roomy.gguf", context=256).path)
+    long = "ab " * 60
+    assert len(model.tokenize(long)) > page_data.FULL_MAPS_MAX_T
+    for text, members, heads in ((TEXT, (), ()), (TEXT, (2,), ((0, 1),)), (long, (3,), ())):
+        expected = json.dumps(page_data.model_view(model, text, None, members, heads), ensure_ascii=False,
+                              allow_nan=False, separators=(",", ":")).encode("utf-8")
+        assert page_data.model_view_json(model, text, None, members, heads) == expected
+    w = torch.tensor([[[0.5, 0.25], [1 / 3, 2.0]]], dtype=torch.float64)  # not rounded, past 1: json.dumps' own way
+    assert jsonable.rounded_grids(w, 3) == [b"[[0.5,0.25],[0.3333333333333333,2.0]]"]
+
+
 def test_model_view_names_the_reasons_of_heads_that_differ(model):
     """Members silenced in one head only: that head's thumbnail carries its own reasons."""
     from studygroup.study.model_view import model_view
@@ -582,6 +599,39 @@ def test_serve_arguments_and_address_checks():
         sock.close()
     with pytest.raises(studygroup.InputError, match="not a port"):
         serve.bind("127.0.0.1", 70000)
+
+
+def test_served_connections_send_small_writes_at_once():
+    """asyncio turns Nagle's algorithm off on the connections of a socket that says it is TCP:
+    bind's must, or a small answer's body waits for the ACK of its headers (~40 ms)."""
+    import asyncio
+    import socket
+
+    from studygroup.web import serve
+
+    async def accept_one() -> int:
+        sock = serve.bind("127.0.0.1", 0)
+        accepted = asyncio.get_running_loop().create_future()
+
+        class Protocol(asyncio.Protocol):
+            def connection_made(self, transport):
+                accepted.set_result(transport.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+                transport.close()
+
+        server = await asyncio.get_running_loop().create_server(Protocol, sock=sock)
+        try:
+            _, writer = await asyncio.open_connection(*sock.getsockname()[:2])
+            nodelay = await asyncio.wait_for(accepted, 10)
+            writer.close()
+            return nodelay
+        finally:
+            server.close()
+
+    got = {}  # in a thread of its own: a test before this one may leave an event loop running here (Playwright's)
+    worker = threading.Thread(target=lambda: got.update(nodelay=asyncio.run(accept_one())))
+    worker.start()
+    worker.join(30)
+    assert got["nodelay"] != 0
 
 
 # ---- the real default model ---------------------------------------------------------------------------

@@ -59,6 +59,12 @@ def test_set_wait_policy_sets_the_environment(monkeypatch):
 
 def test_the_cli_chooses_before_it_parses(monkeypatch, capsys):
     calls = []
-    monkeypatch.setattr(threads, "set_wait_policy", lambda: calls.append(1) or {})
+    monkeypatch.setattr(threads, "set_wait_policy", lambda serving: calls.append(serving) or {})
     assert cli.main(["--no-such-option"]) == 2
-    assert calls == [1]
+    assert cli.main(["serve", "--no-such-option"]) == 2
+    assert calls == [False, True]  # the server's workers sleep at once
+
+
+def test_a_server_sleeps_at_once_unless_the_user_chose():
+    assert threads.choose({}, 0, 2, serving=True) == {"OMP_WAIT_POLICY": "PASSIVE"}  # an idle machine too
+    assert threads.choose({"GOMP_SPINCOUNT": "5"}, 0, 2, serving=True) == {}
