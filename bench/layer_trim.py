@@ -1,7 +1,7 @@
 """What handing the heap's free pages back after every layer costs and saves: one recorded pass
 (the page's: every head's last row and what the direct contributions need) of T tokens, with the
-trim after every layer and without it (`studygroup.model.heap.trims_each_layer` forced off), in
-turns. For each: the process's CPU seconds, wall seconds, minor page faults, and its peak resident
+trim after every layer and without it (`studygroup.model.heap.trims_each_layer` forced either
+way; `trims_each_layer_by_default` says which the pass does unforced), in turns. For each: the process's CPU seconds, wall seconds, minor page faults, and its peak resident
 memory above what it held before the pass (psutil, every 0.02 s). Prints one JSON object.
 
     .venv/bin/python bench/layer_trim.py --T 8191 --reps 1
@@ -38,7 +38,7 @@ def one_pass(model, ids, record, trim: bool) -> dict:
             time.sleep(0.02)
 
     real = heap.trims_each_layer
-    heap.trims_each_layer = real if trim else (lambda resid_bytes: False)
+    heap.trims_each_layer = lambda resid_bytes: trim  # forced, whatever the length
     base = proc.memory_info().rss
     watcher = threading.Thread(target=sample)
     watcher.start()
