@@ -13,10 +13,10 @@ Two glibc settings, measured with the default model on this 2-core machine:
 - malloc_trim after every layer of a long pass (its residual stream over MMAP_THRESHOLD, T >= 3,641
   for the default model): there the large activations are mappings of their own, and the blocks
   under the threshold freed by each layer (keys and values, RoPE's temporaries) pile up in the heap
-  instead, ~10 MiB a layer. An 8,191-token pass recording the last rows peaked 618 MiB above the
-  loaded model without it, 331 MiB with it, for 4% more CPU time (82.0 -> 85.1 s; page faults
-  2.67M -> 2.76M). At 2,048 tokens it saves nothing and costs ~10% (most blocks are in the heap,
-  each re-faulted): not done there.
+  instead, ~10 MiB a layer. An 8,191-token pass recording the last rows peaked 530 MiB above the
+  loaded model without it, 342 MiB with it, in 87.6 and 84.6 CPU s (bench/layer_trim.py). At
+  2,048 tokens, where most blocks are in the heap and each trimmed one is faulted in again, it costs
+  ~10% more CPU time (2.5-3x the page faults) and a repeated pass peaks as low without it: not done there.
 Elsewhere than glibc this module does nothing.
 """
 from __future__ import annotations

@@ -7,9 +7,13 @@ box cuts off what it holds.
 The page's own order is the conclusion, the model view, the open head (its last question) and
 its overview, then explain. Explain on 8,191 members takes minutes on two cores
 (docs/performance.md, "The page on 8,191 tokens"), and the maps do not need it: the test presses
-the page's Cancel once the overview is drawn, as a reader who came for the maps would.
+the page's Cancel once the overview is drawn, as a reader who came for the maps would. The two
+tests take about 5 minutes on two cores at a load average of 2-3: the server's two passes, the
+reference's pass up to the head's layer, then 9 zooms.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
@@ -24,6 +28,8 @@ T = 8191
 #: conclusion's, then one up to the open head's layer) take minutes on a loaded 2-core machine.
 LONG_WAIT_MS = 600_000
 MAP = "() => document.querySelector('.sg-root').studygroup.mapShown()"
+#: How far from the map's edges the zoom's mark is, in members (see the zoom's test).
+EDGE = 200
 
 
 def text_of(tokenizer, n: int) -> str:
@@ -80,20 +86,42 @@ def load_and_cancel_explain(browser, url, text, **context_args):
     return context, page
 
 
-def zoom_at_bottom_left(page) -> dict:
-    """One wheel step in at the map's bottom-left corner (the last questions, the first answers),
-    then what the map shows once it is drawn."""
+#: Member pair (question i, answer j) brought into view (its map's box and the window scrolled to
+#: it): the middle of the cell, or of the overview's block, that holds it, in the viewport's pixels.
+#: (The middle of a block, not of the member: at 1/16 of a pixel a member, the last one's middle
+#: is on the map's edge, where the pointer is off the map.)
+IN_VIEW = """([i, j]) => {
+  const canvas = document.querySelector('.sg-map-canvas'), m = canvas.__map, s = document.querySelector('.sg-root').studygroup.mapShown();
+  const [left, top, per, b] = m.spec ? [m.geom.left, m.geom.top, m.geom.cw, 1] : [m.left, m.head, m.px, m.d.block];
+  const middle = (at, from) => (Math.floor((at - from) / b) + 0.5) * b * per;  // pixels from the map's corner
+  const x = left + middle(j, s.keys[0]), y = top + middle(i, s.rows[0]), wrap = canvas.parentElement;
+  wrap.scrollLeft = x - wrap.clientWidth / 2; wrap.scrollTop = y - wrap.clientHeight / 2;
+  let r = canvas.getBoundingClientRect();
+  window.scrollBy(r.left + x - innerWidth / 2, r.top + y - innerHeight / 2);
+  r = canvas.getBoundingClientRect();
+  return [r.left + x, r.top + y]; }"""
+
+
+def point_at(page, i: int, j: int) -> None:
+    """The pointer on the map's cell of member i's question × member j's answer."""
+    x, y = page.evaluate(IN_VIEW, [i, j])
+    page.mouse.move(x, y)
+
+
+def zoom_at(page, i: int, j: int) -> dict:
+    """One wheel step in with the pointer on the cell (or block) of member i's question × member j's
+    answer, which stays under it, then what the map shows once it is drawn."""
     before = page.evaluate(MAP)
-    n = before["rows"][1] - before["rows"][0]
-    box = page.locator(".sg-map-canvas").bounding_box()
-    m = page.evaluate("() => { const m = document.querySelector('.sg-map-canvas').__map; "
-                      "return m.spec ? { left: m.geom.left, top: m.geom.top, w: m.geom.cw * m.geom.nC, h: m.geom.ch * m.geom.nR }"
-                      " : { left: m.left, top: m.head, w: m.nC, h: m.nR }; }")
-    page.mouse.move(box["x"] + m["left"] + 1, box["y"] + m["top"] + m["h"] - 1)
+    want = max(8, math.floor((before["rows"][1] - before["rows"][0]) / 2 + 0.5))  # as the page rounds (Math.round)
+    point_at(page, i, j)
     page.mouse.wheel(0, -120)
-    want = max(8, round(n / 2))
-    page.wait_for_function("(want) => { const s = document.querySelector('.sg-root').studygroup.mapShown(); "
-                           "return s && s.rows[1] - s.rows[0] === want; }", arg=want, timeout=120_000)
+    try:
+        page.wait_for_function("(want) => { const s = document.querySelector('.sg-root').studygroup.mapShown(); "
+                               "return s && s.rows[1] - s.rows[0] === want; }", arg=want, timeout=120_000)
+    except Exception as e:  # what the page says instead
+        now = page.evaluate(MAP)
+        raise AssertionError(f"no zoom to {want} members a side: the map shows {now['rows']} x {now['keys']}; its caption: "
+                             f"{page.locator('.sg-map-caption').inner_text()!r}; errors: {page.errors}") from e
     return shown(page, "cells" if want <= 256 else "overview")
 
 
@@ -109,21 +137,25 @@ def test_the_whole_window_loads_and_zooms_to_labelled_cells_equal_to_the_runs_we
     largest = padded.reshape(512, 16, 512, 16).max(axis=(1, 3))
     np.testing.assert_allclose(np.array(o["max"]).reshape(512, 512), largest, atol=1e-6)
     page.screenshot(path=str(screenshots / "whole-window-overview-1440x900.png"), full_page=True)
-    while True:  # 8,191 -> 4,096 -> ... -> 256 members a side (cells) -> ... -> 16
-        c = zoom_at_bottom_left(page)
+    # A question near the end and the answer it gives the most weight, both EDGE members from the
+    # map's edges: a pixel of the first overview is 16 members, so the pointer can land a block off
+    # its mark; the zoom keeps the member under it where it is, so a mark EDGE members in stays in.
+    i = T - EDGE
+    j = EDGE + int(W[i, EDGE:i - EDGE].argmax())
+    while True:  # 8,191 -> 4,096 -> ... -> 256 members a side (cells) -> ... -> 16, the pointer on (i, j)
+        c = zoom_at(page, i, j)
         if c["rows"][1] - c["rows"][0] <= 16:
             break
     assert c["mode"] == "cells" and c["notation"] == "paper"
     (a, b), (k0, k1) = c["rows"], c["keys"]
-    assert (a, b, k0, k1) == (T - 16, T, 0, 16)  # the pointer's corner stayed under it
+    assert b - a == k1 - k0 == 16 and a <= i < b and k0 <= j < k1, c  # the pair under the pointer stayed in the window
     np.testing.assert_allclose(np.array(c["weights"]), W[a:b, k0:k1], atol=1e-6)
     geom = page.evaluate("() => document.querySelector('.sg-map-canvas').__geom")
     assert geom["cw"] >= 13 and geom["ch"] >= 13  # every member labelled (labels no closer than 13 px)
-    box = page.locator(".sg-map-canvas").bounding_box()
-    page.mouse.move(box["x"] + geom["left"] + geom["cw"] * 0.5, box["y"] + geom["top"] + geom["ch"] * 15.5)
+    point_at(page, i, j)
     tip = page.locator(".sg-tip").inner_text()
-    assert tip.startswith(f"member {T - 1}'s question") and f"to member {k0}'s answer" in tip, tip
-    assert float(tip.split("gives weight ")[1].split(" ")[0]) == pytest.approx(W[T - 1, k0], rel=1e-3)
+    assert tip.startswith(f"member {i}'s question") and f"to member {j}'s answer" in tip, tip
+    assert float(tip.split("gives weight ")[1].split(" ")[0]) == pytest.approx(W[i, j], rel=1e-3)
     page.screenshot(path=str(screenshots / "whole-window-cells-1440x900.png"), full_page=True)
     layout = page.evaluate(LAYOUT)
     assert layout["scroll"] <= layout["W"] and layout["wide"] == [] and layout["cut"] == [], layout
