@@ -8,7 +8,7 @@ The page's own order is the conclusion, the model view, the open head (its last 
 its overview, then explain. Explain on 8,191 members takes minutes on two cores
 (docs/performance.md, "The page on 8,191 tokens"), and the maps do not need it: the test presses
 the page's Cancel once the overview is drawn, as a reader who came for the maps would. The two
-tests take about 5 minutes on two cores at a load average of 2-3: the server's two passes, the
+tests take 5-6 minutes on two cores at a load average of 2-5: the server's two passes, the
 reference's pass up to the head's layer, then 9 zooms.
 """
 from __future__ import annotations
