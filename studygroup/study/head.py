@@ -8,6 +8,8 @@ member i's question, and each column of the weights sums to 1. The column view i
 """
 from __future__ import annotations
 
+import math
+
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -242,12 +244,24 @@ class _Grids:
     def check(self) -> NotationCheck:
         dw, do = self.weights_difference, self.output_difference
         size = max(1.0, float(self.output.abs().max())) if self.output.numel() else 1.0  # float32 rounding grows with it
-        agree = dw <= AGREE_ATOL and do <= AGREE_ATOL * size
+        tol = rounding_bound(self.weights.shape[-1])
+        agree = dw <= tol and do <= tol * size
         statement = (f"V softmax(Kᵀ Q / √d_k) with softmax per column gives the transposed weights and outputs of "
                      f"softmax(Q Kᵀ / √d_k) V with softmax per row: the largest differences on these numbers are "
                      f"{dw:.1e} (weights) and {do:.1e} (outputs), " + ("float rounding: the same result." if agree else
                                                                        "larger than float rounding: they DISAGREE."))
         return NotationCheck(dw, do, agree, statement)
+
+
+def rounding_bound(K: int) -> float:
+    """The largest difference two float32 computations of a softmax and a weighted sum over K keys
+    may show from rounding alone: AGREE_ATOL, or ten times √K·ε where that is larger (the rounding
+    errors of a sum of K float32 terms fall either way and grow like √K·ε).
+
+    >>> rounding_bound(64), round(rounding_bound(8191), 6)
+    (1e-05, 0.000108)
+    """
+    return max(AGREE_ATOL, 10 * math.sqrt(K) * torch.finfo(torch.float32).eps)
 
 
 #: Questions computed at a time, each over every key: BLOCK × T cells live at once.
