@@ -19,8 +19,8 @@ from studygroup.gguf import layout as gguf_layout
 from studygroup.gguf.config import Config
 from studygroup.gguf.container import read_gguf
 
-#: The block types read, and bytes per block of 32 weights (ggml's layouts).
-BLOCK_BYTES = {Q.Q4_0: 18, Q.Q4_1: 20, Q.Q8_0: 34}
+#: The block types read: blocks of 32 weights whose layouts the kernel knows (kernels/one_row.c).
+BLOCK_TYPES = frozenset({Q.Q4_0, Q.Q4_1, Q.Q8_0})
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class Blocks:
 def read_blocks(path: str | Path, config: Config, groups: dict[str, list[str]]) -> dict[str, Blocks]:
     """Each group's matrices, our names (e.g. "layers.0.W_Q", "unembed"), as one Blocks: the parts'
     rows one after another (as `fusing` joins their columns), read from the file into memory in one
-    copy. A group is left out unless every part's file type is one of BLOCK_BYTES, all alike and of
+    copy. A group is left out unless every part's file type is one of BLOCK_TYPES, all alike and of
     one width. A tied "unembed" is the embedding's rows.
 
     >>> from studygroup.gguf.model_path import default_model_path
@@ -58,9 +58,8 @@ def read_blocks(path: str | Path, config: Config, groups: dict[str, list[str]]) 
     found = {}
     for group, parts in groups.items():
         infos = [file.tensors.get(to_file.get(name, "")) for name in parts]
-        if any(i is None or len(i.shape) != 2 for i in infos) or len({(i.qtype, i.shape[1]) for i in infos}) != 1:
-            continue
-        if infos[0].qtype not in BLOCK_BYTES:
+        if (any(i is None or len(i.shape) != 2 for i in infos) or len({(i.qtype, i.shape[1]) for i in infos}) != 1
+                or infos[0].qtype not in BLOCK_TYPES):
             continue
         rows = np.concatenate([np.take(file.raw(i), _row_order(name, i.shape[0], config), axis=0)
                                for name, i in zip(parts, infos)])  # (Σ out, bytes per row), one copy

@@ -3,9 +3,8 @@
 The key/value cache is written in place, RoPE's angles are computed once for the whole window,
 the fused Q/K/V and gate/up matrices are multiplied once each, straight from the file's quantized
 blocks where the kernel reads them (`row_kernels`: the same float32 weights, a fifth of the bytes
-to read), and the attention of the one row
-is written out (scores, softmax, weighted values) so that its weights, needed for each word's
-record, come with it at no extra cost. Every family the model reads goes through it: q/k norms,
+to read), and the attention of the one row is written out (scores, softmax, weighted values) so
+that its weights, needed for each word's record, come with it at no extra cost. Every family the model reads goes through it: q/k norms,
 biases, norms after attention and the MLP, the embedding's scale and sliding windows are data.
 
 Shapes: L layers, H query heads, H_kv key/value heads, g = H / H_kv, d = d_head, P members before.
