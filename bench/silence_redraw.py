@@ -7,10 +7,11 @@ same app keeping no pass (`Limits(runs_kept=0)`: each request makes its own pass
 conclusion's before-and-after, the model view and the head each their own). torch's workers
 sleep at once, as `studygroup serve` has them (unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set).
 Every round silences something not silenced before (a member, then a head), so no finished
-answer is served from the answers' cache; a head's run starts from the kept unsilenced run at the
-head's layer, so the heads' layers are spread over the model. Printed: the p50 of the member
-rounds and of the head rounds too, the CPU seconds of each redraw, the CPU (lscpu) and the load
-average. Target: under 0.3 s at ~44 members on 2 cores.
+answer is served from the answers' cache. A head's run starts from the kept unsilenced run at the
+head's layer, and a member's at the member's row, so the heads' layers are spread over the model
+and the members over the text (a click may land on any of them). Printed: the p50 of the member
+rounds and of the head rounds too, the slowest round, the CPU seconds of each redraw, the CPU
+(lscpu) and the load average. Target: under 0.3 s at ~44 members on 2 cores.
 
     .venv/bin/python bench/silence_redraw.py                # the default model, 20 rounds
     .venv/bin/python bench/silence_redraw.py --rounds 40 --model FILE.gguf --json out.json
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import statistics
@@ -67,10 +69,18 @@ def serve(app):
 
 
 def silencings(T: int, L: int, H: int, n: int):
-    """n silencings, each new: members 1, 2, … and heads in turns, the heads' layers spread over
-    the model (every 7th layer from the last, round and round), since a run silencing a head
-    computes the layers from the head's on."""
-    members = iter(range(1, T - 1))
+    """n silencings, each new: members and heads in turns. Since a run silencing a head computes
+    the layers from the head's on, and one silencing a member the rows from the member's on, the
+    heads' layers are spread over the model (every 7th layer from the last, round and round) and
+    the members over members 1 … T - 2 (each the next by a stride of about 0.38·(T - 2) that
+    shares no factor with T - 2, round and round: every member once before any twice).
+
+    >>> [s["silence_members"][0] for s in silencings(12, 30, 9, 8) if s["silence_members"]]
+    [1, 8, 5, 2]
+    """
+    N = T - 2
+    stride = next(s for s in range(max(1, round(0.38 * N)), N + 1) if math.gcd(s, N) == 1)
+    members = iter(1 + (stride * k) % N for k in range(N))
     heads = iter((L - 1 - (7 * k) % L, (k // L) % H) for k in range(L * H))  # every layer where 7 and L share no factor
     for r in range(n):
         j = next(members, None) if r % 2 == 0 else None
@@ -135,9 +145,9 @@ def main(argv=None) -> dict:
         by_kind = {"members": statistics.median(x["sum"] for x in rows[0::2]),
                    "heads": statistics.median(x["sum"] for x in rows[1::2]) if len(rows) > 1 else None}
         cpu_p50 = statistics.median(x["cpu"] for x in rows)
-        summary[name] = {"p50": statistics.median(sums), "p95": p95, "parts_p50": parts, "sum_p50_by_kind": by_kind,
-                         "cpu_p50": cpu_p50}
-        print(f"  {name:14s} sum p50 {summary[name]['p50']:.3f} s  p95 {p95:.3f} s   (p50: conclusion "
+        summary[name] = {"p50": statistics.median(sums), "p95": p95, "slowest": sums[-1], "parts_p50": parts,
+                         "sum_p50_by_kind": by_kind, "cpu_p50": cpu_p50}
+        print(f"  {name:14s} sum p50 {summary[name]['p50']:.3f} s  p95 {p95:.3f} s  slowest {sums[-1]:.3f} s   (p50: conclusion "
               f"{parts['conclusion']:.3f}, model_view {parts['model_view']:.3f}, head {parts['head']:.3f}; "
               f"sum p50 silencing a member {by_kind['members']:.3f}, a head {by_kind['heads'] or float('nan'):.3f}; "
               f"CPU seconds p50 {cpu_p50:.3f})")

@@ -68,10 +68,13 @@ class Interventions:
         return {"silenced_members": list(self.silenced_members),
                 "silenced_heads": [list(p) for p in sorted(self.silenced_heads)]}
 
-    def plan(self, model: "Model", T: int, record: Record, stop_after=None, all_logits=False) -> PassPlan:
+    def plan(self, model: "Model", T: int, record: Record, stop_after=None, all_logits=False,
+             rows: range | None = None) -> PassPlan:
+        """The pass's plan; rows: the members whose rows the pass computes (the last ones: the rest
+        reused as `PassPlan.past`), None: all."""
         masks = {}
         if self.silenced_members:
-            mask = masks_.member_mask(T, self.silenced_members, device=model.device)[None]  # (1, T, T)
+            mask = masks_.member_mask(T, self.silenced_members, device=model.device, rows=rows)[None]  # (1, R, T)
             masks = masks_.per_layer(mask, self.member_heads, model.config.n_layers, model.config.n_heads)
         gates = head_gates([self.silenced_heads], model.config.n_heads, model.device)
         return PassPlan(masks, gates, record, stop_after, all_logits)

@@ -64,16 +64,22 @@ class Run:
     @classmethod
     @torch.inference_mode()
     def compute(cls, model: "Model", ids: list[int], interventions: Interventions, record: Record, logits: str = "last",
-                on_layer=None, start: tuple[int, torch.Tensor] | None = None) -> "Run":
+                on_layer=None, start: tuple[int, torch.Tensor] | None = None,
+                past: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None) -> "Run":
         """The pass over ids. start: (layer, resid_pre (T, d_model)) to start at that layer from that
-        residual stream (the layers before it are not computed, and nothing of them is recorded)."""
+        residual stream (the layers before it are not computed, and nothing of them is recorded).
+        past: {layer: (k, v)}, each (n_kv_heads, P, d_head) after RoPE, the keys and values of
+        the first P members as they are: only rows P… are computed, and recorded (their maps
+        over all T keys), and the logits are theirs."""
         if logits not in ("last", "all"):
             raise ValueError(f"logits must be 'last' or 'all', not {logits!r}")
         _check_fits(model, len(ids), record, logits == "all")
-        plan = interventions.plan(model, len(ids), record, all_logits=logits == "all")
+        P = next(iter(past.values()))[0].shape[-2] if past else 0
+        plan = interventions.plan(model, len(ids), record, all_logits=logits == "all", rows=range(P, len(ids)))
         plan.on_layer = on_layer
         plan.start = None if start is None else (start[0], start[1][None])  # (1, T, d_model)
-        out, steps = model.forward(torch.tensor(ids, device=model.device), plan)
+        plan.past = {l: (k[None].to(model.dtype), v[None].to(model.dtype)) for l, (k, v) in (past or {}).items()}
+        out, steps = model.forward(torch.tensor(ids[P:], device=model.device), plan)
         return cls(model, ids, interventions, record, out[0].float(), {k: v[0] for k, v in steps.items()})
 
     # ---- reading -----------------------------------------------------------------------------
@@ -271,9 +277,51 @@ class Run:
     # ---- interventions -----------------------------------------------------------------------
     def silence_member(self, j: int, heads=None) -> "Run":
         """A new run with member j silenced in `heads` ((layer, head) pairs; None: every head)."""
-        s = Interventions.make(self.model, self.T, (*self.interventions.silenced_members, j), heads,
-                          self.interventions.silenced_heads)
-        return Run.compute(self.model, self.token_ids, s, self.record, self._logits_kind)
+        return self.silence_members([j], heads)
+
+    def silence_members(self, members, heads=None) -> "Run":
+        """A new run with these members silenced too, all of them in `heads` ((layer, head) pairs;
+        None: every head). No member before the first one newly silenced sees it, so their rows
+        are this run's: where this run kept every row of its keys and values (and of every step
+        it keeps whole), the pass computes only the rows from that member on, over those members'
+        kept keys and values. The numbers are a whole pass's up to float32 rounding (the
+        multiplies see fewer rows).
+
+        >>> run = model.run("Cash or credit card? I have a lot", record=["weights", "k", "v"])
+        >>> a = run.silence_members([6])  # rows 6-10 computed
+        >>> b = model.run("Cash or credit card? I have a lot", record=["weights", "k", "v"], silence_members=[6])
+        >>> (a.logits - b.logits).abs().max() < 1e-4, (a["weights", 9] - b["weights", 9]).abs().max() < 1e-5
+        (tensor(True), tensor(True))
+        """
+        s = Interventions.make(self.model, self.T, (*self.interventions.silenced_members, *members), heads,
+                               self.interventions.silenced_heads)
+        new = set(s.silenced_members) - set(self.interventions.silenced_members)
+        first = min(new, default=0)
+        if first == 0 or not self._rows_reusable(first, s):
+            return Run.compute(self.model, self.token_ids, s, self.record, self._logits_kind)
+        past = {l: (self.steps[f"layers.{l}.k"][:, :first], self.steps[f"layers.{l}.v"][:, :first])
+                for l in range(self.model.config.n_layers)}  # (n_kv_heads, first, d_head) each
+        run = Run.compute(self.model, self.token_ids, s, self.record, self._logits_kind, past=past)
+        R = self.T - first
+        run.steps = {n: torch.cat([self.steps[n][..., :first, :], t], dim=-2)  # a step kept for every row
+                     if self.steps[n].shape[-2] == self.T and t.shape[-2] == R else t for n, t in run.steps.items()}
+        if self._logits_kind == "all":  # (T, vocab): the rows before `first` are this run's
+            run.logits = torch.cat([self.logits[:first], run.logits])
+        return run
+
+    def _rows_reusable(self, first: int, s: Interventions) -> bool:
+        """Whether a run with `s` can take this run's rows before `first` as they are: the members
+        silenced here are silenced there in the same heads, the same heads are silenced, every
+        layer's keys and values are kept whole, every step kept for only its last n rows has
+        n rows from `first` on, and no scores are kept (a question's scores before the mask reach
+        later members' keys, which the silencing changes)."""
+        i, n_layers = self.interventions, self.model.config.n_layers
+        cut = 1 if self.record.rows == "last" else self.record.last_rows  # the rows kept of a step not kept whole
+        return ((not i.silenced_members or i.member_heads == s.member_heads) and i.silenced_heads == s.silenced_heads
+                and self.record.maps == "kept" and (cut is None or cut <= self.T - first)
+                and not any(n.endswith(".scores") for n in self.steps)
+                and all(self.record.rows_kept(x) is None and f"layers.{l}.{x}" in self.steps
+                        for l in range(n_layers) for x in ("k", "v")))
 
     def silence_head(self, layer: int, head: int) -> "Run":
         """A new run with this head's write to the residual stream zeroed."""

@@ -45,8 +45,10 @@ def page_run(model, text, silence_members: Sequence[int] = (), silence_heads: Se
     conclusion (its logits), the model view (every head's weights and what the direct
     contributions need) and, up to FULL_MAPS_MAX_T members, any head's view (its vectors).
     Past that, each head's view makes its own pass up to its layer. base: a page_run of this text
-    with the same members silenced and no heads, whose layers before the first silenced head this
-    run takes as they are (`Run.silence_heads`: the same numbers, those layers not computed again).
+    that this run can start from: with the same members silenced and fewer heads, its layers
+    before the first head newly silenced (`Run.silence_heads`: the same numbers, those layers not
+    computed again); with the same heads silenced and fewer members, its rows before the first
+    member newly silenced (`Run.silence_members`: those rows not computed again).
 
     >>> run = page_run(model, "I have a lot", silence_members=[1])
     >>> a = head(model, "I have a lot", 3, 0, run=run)["weights"]
@@ -56,9 +58,14 @@ def page_run(model, text, silence_members: Sequence[int] = (), silence_heads: Se
     """
     ids = checked_ids(model, text)
     record = PAGE_RECORD if len(ids) <= FULL_MAPS_MAX_T else LONG_PAGE_RECORD
-    if (base is not None and silence_heads and base.record == record and list(base.token_ids) == ids
-            and base.interventions == Interventions.make(model, len(ids), silence_members)):
-        return base.silence_heads(silence_heads)
+    wanted = Interventions.make(model, len(ids), silence_members, None, silence_heads)
+    if base is not None and base.record == record and list(base.token_ids) == ids:
+        had = base.interventions
+        if had.silenced_members == wanted.silenced_members and had.silenced_heads <= wanted.silenced_heads:
+            return base.silence_heads(wanted.silenced_heads)
+        if (had.silenced_heads == wanted.silenced_heads and had.member_heads is None
+                and set(had.silenced_members) <= set(wanted.silenced_members)):
+            return base.silence_members(wanted.silenced_members)
     return model.run(ids, record=record, silence_members=list(silence_members), silence_heads=list(silence_heads))
 
 

@@ -206,6 +206,28 @@ def test_the_model_view_holds_every_heads_map_as_transformers_weights(pair):
             assert (torch.tensor(head.weights) - attentions[l][0, h]).abs().max() < 1e-5, (l, h)
 
 
+def test_a_member_silenced_from_a_kept_runs_rows_equals_transformers(pair, monkeypatch):
+    """The page's run silencing a member, from its kept run without the silencing, computes only
+    the rows from that member on (over the kept keys and values of those before it; Gemma 3's
+    windows then start inside the kept rows), and its logits and every head's weights are
+    transformers' with that member masked."""
+    from studygroup.model.model import Model
+    from studygroup.study import page_data
+
+    ours, theirs = pair
+    T, j = 14, 9
+    ids = ids_of(ours, T, seed=5)
+    base = page_data.page_run(ours, ids)
+    rows, real = [], Model._mlp
+    monkeypatch.setattr(Model, "_mlp", lambda self, l, x, *a: rows.append(x.shape[1]) or real(self, l, x, *a))
+    quiet = page_data.page_run(ours, ids, [j], base=base)
+    assert rows == [T - j] * ours.config.n_layers
+    out = reference(ours, theirs, ids, [j], attentions=True)
+    assert (quiet.last_logits - out.logits[0, -1]).abs().max() < 1e-4
+    for l in range(ours.config.n_layers):
+        assert (quiet["weights", l] - out.attentions[l][0]).abs().max() < 1e-5, l
+
+
 def test_the_figures_are_drawn(pair, tmp_path):
     ours, _ = pair
     ids = ids_of(ours, 8, seed=5)

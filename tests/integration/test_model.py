@@ -8,7 +8,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 import studygroup
 from studygroup.formulas import attention
 from studygroup.errors import InputError
-from studygroup.model.record import Record
+from studygroup.model.record import LAYER_STEPS, Record
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +100,8 @@ def test_silencing_a_member_a_head_cannot_see_leaves_earlier_questions_unchanged
     assert torch.allclose(after.output[:j], before.output[:j], atol=1e-6)  # questions before j never saw j
     assert not torch.allclose(after.output[j + 1:], before.output[j + 1:], atol=1e-4)
     assert (after.weights[j + 1:, j] == 0).all()
-    assert torch.allclose(quiet.head(0, 2).output, base.head(0, 2).output)  # layer 0 is untouched
+    assert torch.allclose(quiet.head(0, 2).output, base.head(0, 2).output, atol=1e-6)  # layer 0 is untouched
+    # (its rows from j on passed again, on their own: float32 rounding apart)
 
 
 def test_silencing_every_member_but_the_first_makes_the_weights_one_hot(model):
@@ -140,6 +141,62 @@ def test_silencing_heads_starts_from_the_runs_own_layers_before_them(model, monk
     earlier = quiet.silence_heads([(0, 1)])  # a head of layer 0: a whole pass
     assert layers == [0, 1]
     assert torch.equal(earlier.logits, model.run(ids, silence_members=[3], silence_heads=[(0, 1), (1, 0), (1, 2)]).logits)
+
+
+def _rows_passed(monkeypatch) -> list[int]:
+    """The rows each layer's MLP is given from now on (a pass's rows, layer by layer)."""
+    from studygroup.model.model import Model
+
+    rows, real = [], Model._mlp
+    monkeypatch.setattr(Model, "_mlp", lambda self, l, x, *a: rows.append(x.shape[1]) or real(self, l, x, *a))
+    return rows
+
+
+def _same_within_rounding(a, b) -> None:
+    assert a.interventions == b.interventions and list(a.steps) == list(b.steps)
+    assert all(a.steps[n].shape == b.steps[n].shape for n in b.steps)
+    assert all(torch.allclose(a.steps[n], b.steps[n], rtol=1e-5, atol=1e-5) for n in b.steps)
+    assert a.logits.shape == b.logits.shape and (a.logits - b.logits).abs().max() < 1e-4
+
+
+@pytest.mark.parametrize("logits", ["last", "all"])
+def test_silencing_members_computes_the_rows_from_the_first_one_on(model, monkeypatch, logits):
+    """A run that kept every row of its keys and values: silencing members 6 and 8 passes rows 6-11
+    only, and every step and logit is a whole pass's with them silenced (float32 rounding apart:
+    the multiplies see fewer rows); the rows before 6 are the kept run's, bit for bit."""
+    ids = random_ids(model, 12, 13)
+    record = Record(steps=tuple(s for s in LAYER_STEPS if s != "scores") + ("embed", "resid_final", "final"))
+    base = model.run(ids, record=record, silence_heads=[(1, 0)], logits=logits)
+    rows = _rows_passed(monkeypatch)
+    quiet = base.silence_members([8, 6])
+    assert rows == [6] * model.config.n_layers
+    whole = model.run(ids, record=record, silence_members=[6, 8], silence_heads=[(1, 0)], logits=logits)
+    _same_within_rounding(quiet, whole)
+    every_row = [n for n, t in base.steps.items() if t.shape[-2] == 12]
+    assert every_row and all(torch.equal(quiet.steps[n][..., :6, :], base.steps[n][..., :6, :]) for n in every_row)
+    rows.clear()
+    earlier = quiet.silence_member(3)  # members 6 and 8 stay silenced: rows 3-11
+    assert rows == [9] * model.config.n_layers
+    _same_within_rounding(earlier, model.run(ids, record=record, silence_members=[3, 6, 8], silence_heads=[(1, 0)],
+                                             logits=logits))
+
+
+@pytest.mark.parametrize("how", ["member 0", "other heads", "last rows", "no keys kept", "scores kept"])
+def test_silencing_members_passes_every_row_where_the_kept_rows_do_not_serve(model, monkeypatch, how):
+    """A whole pass, and the same numbers, where rows cannot be taken from the run: member 0
+    silenced (every row changes), members already silenced in other heads than the new ones, a
+    run that kept only the last row of its steps, one that kept no keys and values, one that kept
+    the scores (before the mask, an earlier question's reach the changed keys of later members)."""
+    ids = random_ids(model, 10, 14)
+    record = {"last rows": Record(rows="last"), "no keys kept": Record(steps=("weights",)),
+              "scores kept": "all"}.get(how, Record(steps=("weights", "k", "v")))
+    base = model.run(ids, record=record, silence_members=[2] if how == "other heads" else [], member_heads=None)
+    rows = _rows_passed(monkeypatch)
+    j, heads = (0, None) if how == "member 0" else (5, [(0, 1)] if how == "other heads" else None)
+    quiet = base.silence_members([j], heads)
+    assert len(rows) == model.config.n_layers and rows[0] == 10  # (the last layer may pass the last row alone)
+    members = [2, j] if how == "other heads" else [j]
+    _same_within_rounding(quiet, model.run(ids, record=record, silence_members=members, member_heads=heads))
 
 
 def test_the_last_layer_asks_only_the_last_question_unless_more_is_kept(model, monkeypatch):

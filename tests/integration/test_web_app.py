@@ -340,6 +340,29 @@ def test_one_silenced_pass_serves_the_conclusion_the_model_view_and_the_head(mod
     assert [w["prob_after"] for w in got] == pytest.approx([w["prob_after"] for w in want], abs=1e-5)
 
 
+def test_a_member_silenced_passes_only_the_rows_from_it_on(model, monkeypatch):
+    """Silencing a member after the page's first views: the kept unsilenced pass gives the rows
+    before the member, the new pass computes the rest, and the answers are those of an app that
+    keeps no pass (every row computed), within float32 rounding."""
+    from studygroup.model.model import Model
+
+    text = "the cat sat on the mat and then the dog sat on the cat"
+    T, j, L = len(model.ids(text)), 7, model.config.n_layers
+    rows, real = [], Model._mlp
+    monkeypatch.setattr(Model, "_mlp", lambda self, l, x, *a: rows.append(x.shape[1]) or real(self, l, x, *a))
+    answers = {}
+    for kept in (4, 0):
+        with TestClient(create_app(model, Limits(runs_kept=kept))) as c:
+            post(c, "/api/conclusion", {"text": text}).raise_for_status()
+            rows.clear()
+            answers[kept] = [post(c, path, {"text": text, "silence_members": [j], **extra}).json() for path, extra in
+                             (("/api/conclusion", {}), ("/api/head", {"layer": L - 1, "head": 1}))]
+            assert rows[:L] == ([T - j] if kept else [T]) * L
+    (conclusion, head), (conclusion0, head0) = answers[4], answers[0]
+    assert [w["prob_after"] for w in conclusion["words"]] == pytest.approx([w["prob_after"] for w in conclusion0["words"]], abs=1e-5)
+    assert [x for r in head["weights"] for x in r] == pytest.approx([x for r in head0["weights"] for x in r], abs=1e-5)
+
+
 def test_by_default_the_app_takes_the_whole_context(model):
     """No limit of the app's own below the model's context: a text of exactly the context is
     taken whole, one token more is refused with a message that says why."""
