@@ -160,9 +160,10 @@ def forward(c: Config, T: int, keep_kv: bool = False) -> Estimate:
 
 
 def long_explain(c: Config, T: int, candidates: int, copies_per_pass: int) -> Estimate:
-    """explain's long-text path: one pass keeping every member's keys and values, then each of
-    `candidates` silenced members or heads as one copy of the last row, `copies_per_pass` at a
-    time (each copy asks over all T members and predicts: its unembedding counts too).
+    """explain's long-text path: a pass for the heads' sinks, one pass keeping every member's keys
+    and values, then each of `candidates` silenced members or heads as one copy of the last row,
+    `copies_per_pass` at a time (each copy asks over all T members and predicts: its unembedding
+    counts too). The sinks' pass ends before the next begins: the memory is the larger's.
 
     >>> from studygroup.gguf.config import Config
     >>> c = Config(30, 9, 3, 576, 64, 1536, 8192, 1e5, 1e-5, 49152)
@@ -173,7 +174,8 @@ def long_explain(c: Config, T: int, candidates: int, copies_per_pass: int) -> Es
     passes = math.ceil(candidates / copies_per_pass)
     per_pass = min(candidates, copies_per_pass) * (_weight_flops_per_row(c) + 2.0 * c.d_model * c.vocab_size)
     per_copy = COPY_ATTENTION_SLOWDOWN * 4.0 * c.n_layers * c.n_heads * c.d_head * T  # Q·K and weights·V, all T keys
-    return Estimate(base.bytes, base.seconds + (passes * per_pass + candidates * per_copy) / machine_flops_per_second())
+    sinks = forward(c, T).seconds
+    return Estimate(base.bytes, sinks + base.seconds + (passes * per_pass + candidates * per_copy) / machine_flops_per_second())
 
 
 #: A silenced copy's attention over T shared keys (scores, mask, softmax, weighted sum) runs at about
@@ -183,17 +185,17 @@ COPY_ATTENTION_SLOWDOWN = 5
 
 
 def explain(c: Config, T: int, heads: int, members: int, rows_per_pass: int) -> Estimate:
-    """explain's exact path on T members: a pass with a gradient (about three passes' work), then
-    `heads` copies of the text joining at their head's layer (half the layers on average) and
-    `members` copies each computed from its member on (half the rows on average), in passes of at
-    most `rows_per_pass` rows.
+    """explain's exact path on T members: a pass for the heads' sinks, a pass with a gradient
+    (about three passes' work), then `heads` copies of the text joining at their head's layer
+    (half the layers on average) and `members` copies each computed from its member on (half the
+    rows on average), in passes of at most `rows_per_pass` rows.
 
     >>> from studygroup.gguf.config import Config
     >>> c = Config(30, 9, 3, 576, 64, 1536, 8192, 1e5, 1e-5, 49152)
     >>> explain(c, 500, 16, 24, 4096).bytes < 2 * 2**30
     True
     """
-    rows = 3 * T + (heads + members) * T / 2
+    rows = 4 * T + (heads + members) * T / 2
     largest = min(rows_per_pass, max(T, (heads + members) * T))  # rows of the largest batched pass
     memory = weight_bytes(c) + activation_bytes(c, largest) + kv_bytes(c, T)
     return Estimate(int(memory * 1.2) + 200 * 2**20, flops(c, T, int(rows)) / machine_flops_per_second())

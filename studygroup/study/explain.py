@@ -157,12 +157,13 @@ class EveryQuestion:
         heads, members = _count(silence_heads, c.n_layers * c.n_heads, T), _members_count(silence_members, T)
         need = explain_needs(c, T, heads, members, effects.ROWS_PER_PASS)
         if silence_heads is None and T > HEADS_ALL_MAX_T:  # the stopping rule: the first batch is all that is known
-            say(f"explaining {T} members: {need} with the first {heads} heads (a pass with a gradient, then heads "
+            say(f"explaining {T} members: {need} with the first {heads} heads (a pass for the heads' sinks, a pass "
+                f"with a gradient, then heads "
                 f"silenced exactly in batches of {STOP_AFTER} until {STOP_AFTER} in a row are small, and {members} "
                 f"members, in batched passes)", stream)
             return
-        say(f"explaining {T} members: {need} (a pass with a gradient, then {heads} heads and {members} members "
-            f"silenced exactly, in batched passes)", stream)
+        say(f"explaining {T} members: {need} (a pass for the heads' sinks, a pass with a gradient, then {heads} heads "
+            f"and {members} members silenced exactly, in batched passes)", stream)
 
     def sinks(self):
         """Every head's sinks (roles.head_sinks), a pass and each layer's rows advancing a bar."""
@@ -235,8 +236,8 @@ class LastQuestion:
         c, T = self.model.config, len(self.ids)
         heads, members = _count(silence_heads, c.n_layers * c.n_heads, T), _members_count(silence_members, T)
         need = long_explain_needs(c, T, heads + members, last_question.COPIES_PER_PASS)
-        say(f"explaining {T} members: {need} (one pass, then one row for each of {heads} silenced heads "
-            f"and {members} silenced members)", stream)
+        say(f"explaining {T} members: {need} (a pass for the heads' sinks, one keeping every member's keys and "
+            f"values, then one row for each of {heads} silenced heads and {members} silenced members)", stream)
 
     def sinks(self):
         """Every head's sinks (roles.head_sinks), a pass and each layer's rows advancing a bar."""

@@ -126,12 +126,13 @@ def heads_role_scores(weights: torch.Tensor, token_ids: list[int]) -> list[RoleS
     entropy = -torch.special.xlogy(w, w).sum(2)  # (N, Q)
     duplicates, copies = same & before, after_copy.any(1)  # (Q, T), (Q,)
     heavy = sink_mask(w)  # (N, T): each head's sinks
+    on = torch.einsum("nqt,mqt->mnq", w, torch.stack([duplicates, after_copy, near]).double())  # (3, N, Q): weight on each
     scores = torch.stack([
         w.gather(2, (i - 1)[None, :, None].expand(N, -1, 1))[..., 0],  # previous
-        _masked((w * duplicates).sum(2), duplicates.any(1)),  # duplicate: questions with an earlier copy
-        _masked((w * after_copy).sum(2), copies),  # induction: questions with an earlier copy j < i−1
-        (w * heavy[:, None, :]).sum(2),  # sink
-        (w * near).sum(2),  # local
+        _masked(on[0], duplicates.any(1)),  # duplicate: questions with an earlier copy
+        _masked(on[1], copies),  # induction: questions with an earlier copy j < i−1
+        torch.einsum("nqt,nt->nq", w, heavy.double()),  # sink
+        on[2],  # local
         entropy / torch.log(i.double() + 1),  # broad
     ]).nanmean(2)  # (6, N): each a mean over the questions scored (NaN over none)
     return [RoleScores(*map(float, s)) for s in scores.T.tolist()]

@@ -198,8 +198,8 @@ def test_a_longer_text_says_what_it_will_need_and_shows_its_progress(model, monk
     monkeypatch.setattr(study, "Progress", shown)
     e = study.explain(model, ids, silence_heads=3, silence_members=5)
     err = capsys.readouterr().err
-    assert re.match(r"explaining 12 members: about \d+\.\d GiB and [\d.]+ (s|min) \(a pass with a gradient, "
-                    r"then 3 heads and 5 members silenced exactly", err), err
+    assert re.match(r"explaining 12 members: about \d+\.\d GiB and [\d.]+ (s|min) \(a pass for the heads' sinks, "
+                    r"a pass with a gradient, then 3 heads and 5 members silenced exactly", err), err
     assert [b.label for b in bars] == ["finding every head's attention sinks, layer by layer",
                                        "a pass with a gradient, forward then backward", "silencing 3 heads, layer by layer",
                                        "silencing 3 heads at the last position, layer by layer",
@@ -209,7 +209,8 @@ def test_a_longer_text_says_what_it_will_need_and_shows_its_progress(model, monk
     study.explain(model, ids)  # the default: the heads' count is known only for the first batch
     err = capsys.readouterr().err
     assert re.match(r"explaining 12 members: about \d+\.\d GiB and [\d.]+ (s|min) with the first 8 heads \(a pass "
-                    r"with a gradient, then heads silenced exactly in batches of 16 until 16 in a row are small", err), err
+                    r"for the heads' sinks, a pass with a gradient, then heads silenced exactly in batches of 16 until 16 "
+                    r"in a row are small", err), err
     assert bars[1].total == 2 * model.config.n_layers  # the backward pass advances it too
     for a, b in zip(short.members, e.members):  # the same effects, whatever was recorded
         assert (a.effect is None) == (b.effect is None)

@@ -26,7 +26,8 @@ def test_long_path_reports_last_question_effects(model, long_after_8, capsys):
     assert "last member's questions only" in e.members_silenced and "last position only" in e.heads_silenced
     assert e.scope == study.LAST_QUESTIONS and any(study.LAST_QUESTIONS in s for s in e.story)
     assert a.run.record.rows == "last" and "layers.0.q" in a.run and a.run["layers.0.weights"].shape[1] == 1
-    assert "explaining 20 members" in capsys.readouterr().err
+    assert ("explaining 20 members" in (err := capsys.readouterr().err) and "(a pass for the heads' sinks, one keeping every "
+            "member's keys and values, then one row for each of 4 silenced heads and 6 silenced members)" in err), err
     silenced = [m for m in e.members if m.effect_last_question is not None]
     assert len(silenced) == 6 and len(e.heads) == 4 and e.members_measured == 6 and e.heads_measured == 4
     assert all(m.effect is None and m.prob_silenced is None for m in e.members)  # not measured past LONG_T

@@ -707,6 +707,7 @@ def test_serve_command_prints_its_url_and_serves(tiny_model):
 def test_serve_warns_when_not_on_loopback_and_only_once_it_listens(monkeypatch, capsys):
     import argparse
 
+    from studygroup import progress
     from studygroup.model import model as model_module
     from studygroup.web import serve
 
@@ -714,6 +715,7 @@ def test_serve_warns_when_not_on_loopback_and_only_once_it_listens(monkeypatch, 
         raise studygroup.InputError("stopped after listening, in a test")
 
     monkeypatch.setattr(model_module, "load", stop)
+    monkeypatch.setattr(progress, "_shown", progress._shown)  # serve.main hides the announcements: back after the test
     args = argparse.Namespace(host="0.0.0.0", port=0, model=None, max_tokens=256, warm=False)
     with pytest.raises(studygroup.InputError, match="stopped after listening"):
         serve.main(args)
