@@ -37,19 +37,30 @@
       this.ui.layer = l; this.ui.head = h;
       this.paintThumbs(); this.paintHeadControls();
       if (!this.api) { this.renderHead(); return; }
-      const key = this.headKey(l, h);
-      if (!this.heads.has(key)) {
+      if (!this.heads.has(this.headKey(l, h))) {
         const gen = this.gen;
         try {
           this.say("Opening head " + h + " of layer " + l + "\u2026", "busy");
-          const d = await this.post("/head", { text: this.d.text, layer: l, head: h, notation: this.ui.notation, ...this.headWindow(), ...this.silencing() });
+          await this.askHead(l, h);
           if (gen !== this.gen) return;
-          if (this.heads.size > 40) this.heads.delete(this.heads.keys().next().value);
-          this.heads.set(key, d);
           this.say("");
         } catch (e) { if (gen === this.gen) this.say(e.message, "error"); return; }
       }
       if (this.ui.layer === l && this.ui.head === h) { this.renderHead(); this.listenInHead(); }
+    }
+
+    /** Head (l, h) as the page asks for it now (its orientation, rows and silencing): kept in this.heads
+     * (at most 41), or asked of the server and kept there unless a new text came meanwhile. */
+    async askHead(l, h) {
+      const key = this.headKey(l, h);
+      if (this.heads.has(key)) return this.heads.get(key);
+      const gen = this.gen;
+      const d = await this.post("/head", { text: this.d.text, layer: l, head: h, notation: this.ui.notation, ...this.headWindow(), ...this.silencing() });
+      if (gen === this.gen) {
+        if (this.heads.size > 40) this.heads.delete(this.heads.keys().next().value);
+        this.heads.set(key, d);
+      }
+      return d;
     }
 
     /** The part of the grid to ask for: "auto" (the server: the whole grid of a short text, else the last
