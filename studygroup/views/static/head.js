@@ -111,18 +111,20 @@
     }
 
     renderHead() {
-      const title = clear(this.q(".sg-head-title"));
-      const empty = this.q(".sg-head-empty");
       const figs = this.q(".sg-figs");
       const d = this.currentHead();
       const l = this.ui.layer, h = this.ui.head;
+      figs.hidden = l == null || !d;
+      const width = this.gridWidth(); // read before anything here is written: a layout already made, never one forced
+      const title = clear(this.q(".sg-head-title"));
+      const empty = this.q(".sg-head-empty");
       const why = this.ui.why;
       if (!why || why.l !== l || why.h !== h) { this.ui.why = null; clear(this.q(".sg-why")).hidden = true; }
       this.paintHeadControls();
       this.q(".sg-check").textContent = d ? d.check.statement + silencedNote(d) : "";
       this.q(".sg-full").hidden = !(d && d.rows === "last");
       if (d) this.q(".sg-full").textContent = d.tokens.length > WINDOW_SIDE ? "Show the last " + WINDOW_SIDE + " \u00d7 " + WINDOW_SIDE + " of the grid" : "Show the full grid";
-      if (l == null) { figs.hidden = true; empty.textContent = ""; this.renderMap(); this.renderMemberPanel(); return; }
+      if (l == null) { empty.textContent = ""; this.renderMap(); this.renderMemberPanel(); return; }
       const mvShape = this.d.modelView || (this.d.explanation && this.d.explanation.model);
       const group = mvShape ? mvShape.n_heads / mvShape.n_kv_heads : 1;
       const kv = Math.floor(h / group);
@@ -133,7 +135,6 @@
       title.appendChild(el("p", { cls: "sg-kv", text: "Key/value head " + kv + ": its keys and values are shared with query heads " + mates.join(" and ") +
         " of this layer (grouped-query attention)." + (r >= 0 ? " Decisive head, rank " + (r + 1) + (lh ? (lh.silence_effect != null ? " (silence_effect, its write zeroed at every position: " + signed(lh.silence_effect, 3)
           : " (silence_effect_last_position, its write zeroed at the last position only: " + signed(lh.silence_effect_last_position, 3)) + " in log p)." : ".") : "") }));
-      figs.hidden = !d;
       for (const b of this.qa(".sg-orient, .sg-save-head")) b.hidden = !d && !this.api;
       const grids = Object.keys(this.d.embeddedHeads || {}).length;
       if (!d && !this.api) {
@@ -141,14 +142,15 @@
           : "An explanation alone holds no grids (write a report or run `studygroup serve` for them)") +
           (lh ? "; below, whom this head's last question listens to." : ".");
       } else empty.textContent = "";
-      this.drawHeadGrids();
+      this.drawHeadGrids(width);
       this.renderMap();
       this.renderMemberPanel();
     }
 
-    /** The grid as drawn: rows and columns are member indices; the matrix is in the current orientation. */
-    gridSpec(kind) {
-      return this.gridSpecOf(this.currentHead(), kind, this.gridWidth());
+    /** The grid as drawn (width: gridWidth()'s, where the caller has read it): rows and columns are member
+     * indices; the matrix is in the current orientation. */
+    gridSpec(kind, width) {
+      return this.gridSpecOf(this.currentHead(), kind, width || this.gridWidth());
     }
 
     /** The grid spec of head payload d (the open head, or a tile of its map) drawn at most maxWidth wide. */
@@ -175,10 +177,12 @@
       return avail >= 640 ? Math.floor((avail - 20) / 2) : avail;
     }
 
-    drawHeadGrids() {
+    /** Draws the open head's score and weight grids, each width wide (gridWidth() unless given). */
+    drawHeadGrids(width) {
+      const w = width || this.gridWidth();
       for (const kind of ["scores", "weights"]) {
         const canvas = this.q(".sg-grid-" + kind);
-        const g = this.gridSpec(kind);
+        const g = this.gridSpec(kind, w);
         if (!g) continue;
         drawGrid(canvas, g);
         canvas.dataset.silenced = String(isSilenced(this.currentHead()));
