@@ -10,10 +10,13 @@
    * is 65,535, passed by a long text's one-row grid at a phone's 3 device pixels per pixel) and an area. */
   const MAX_SIDE = 32767, MAX_AREA = 1 << 27;
 
-  /** Sizes canvas to w × h pixels, with devicePixelRatio device pixels per pixel where that fits the
-   * limits above (fewer where not: a little blurred, never blank); its context scaled to pixels. */
+  /** Device pixels per pixel of a canvas w × h pixels: devicePixelRatio where that fits the limits
+   * above, fewer where not (a little blurred, never blank). */
+  const canvasRatio = (w, h) => Math.min(window.devicePixelRatio || 1, MAX_SIDE / w, MAX_SIDE / h, Math.sqrt(MAX_AREA / (w * h)));
+
+  /** Sizes canvas to w × h pixels, canvasRatio(w, h) device pixels per pixel; its context scaled to pixels. */
   function sizeCanvas(canvas, w, h) {
-    const r = Math.min(window.devicePixelRatio || 1, MAX_SIDE / w, MAX_SIDE / h, Math.sqrt(MAX_AREA / (w * h)));
+    const r = canvasRatio(w, h);
     canvas.width = Math.max(1, Math.round(w * r));
     canvas.height = Math.max(1, Math.round(h * r));
     canvas.style.width = w + "px";
@@ -182,8 +185,7 @@
    * not that size yet, else kept (cleared, its transform reset): a canvas redrawn at its size keeps
    * its backing store. */
   function thumbContext(canvas, size) {
-    const r = Math.min(window.devicePixelRatio || 1, MAX_SIDE / size, Math.sqrt(MAX_AREA / (size * size)));
-    const side = Math.max(1, Math.round(size * r));
+    const r = canvasRatio(size, size), side = Math.max(1, Math.round(size * r));
     if (canvas.width !== side || canvas.height !== side || canvas.style.width !== size + "px" || canvas.style.height !== size + "px") {
       return sizeCanvas(canvas, size, size);
     }
