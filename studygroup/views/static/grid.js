@@ -10,10 +10,13 @@
    * is 65,535, passed by a long text's one-row grid at a phone's 3 device pixels per pixel) and an area. */
   const MAX_SIDE = 32767, MAX_AREA = 1 << 27;
 
-  /** Sizes canvas to w × h pixels, with devicePixelRatio device pixels per pixel where that fits the
-   * limits above (fewer where not: a little blurred, never blank); its context scaled to pixels. */
+  /** Device pixels per pixel of a canvas w × h pixels: devicePixelRatio where that fits the limits
+   * above, fewer where not (a little blurred, never blank). */
+  const canvasRatio = (w, h) => Math.min(window.devicePixelRatio || 1, MAX_SIDE / w, MAX_SIDE / h, Math.sqrt(MAX_AREA / (w * h)));
+
+  /** Sizes canvas to w × h pixels, canvasRatio(w, h) device pixels per pixel; its context scaled to pixels. */
   function sizeCanvas(canvas, w, h) {
-    const r = Math.min(window.devicePixelRatio || 1, MAX_SIDE / w, MAX_SIDE / h, Math.sqrt(MAX_AREA / (w * h)));
+    const r = canvasRatio(w, h);
     canvas.width = Math.max(1, Math.round(w * r));
     canvas.height = Math.max(1, Math.round(h * r));
     canvas.style.width = w + "px";
@@ -178,52 +181,87 @@
     canvas.setAttribute("aria-label", [sg.colours[kind === "scores" ? "scores" : "weights"].legend, ...codes.map(sg.reasonLegend)].join("; "));
   }
 
+  /** A thumbnail's context, size × size pixels: its canvas sized as sizeCanvas sizes it where it is
+   * not that size yet, else kept (cleared, its transform reset): a canvas redrawn at its size keeps
+   * its backing store. */
+  function thumbContext(canvas, size) {
+    const r = canvasRatio(size, size), side = Math.max(1, Math.round(size * r));
+    if (canvas.width !== side || canvas.height !== side || canvas.style.width !== size + "px" || canvas.style.height !== size + "px") {
+      return sizeCanvas(canvas, size, size);
+    }
+    const ctx = canvas.getContext("2d");
+    ctx.setTransform(1, 0, 0, 1, 0, 0);
+    ctx.clearRect(0, 0, side, side);
+    ctx.setTransform(r, 0, 0, r, 0, 0);
+    ctx.imageSmoothingEnabled = true; // as a new context has it (drawCells turns it off for whole-pixel cells)
+    return ctx;
+  }
+
   /** A thumbnail of one head's weights (R, T), paper orientation (transposed for the video); masked
    * cells by their reasons (R, T): hatched where a cell has room, else the hatch's flat grey. */
   function drawThumb(canvas, weights, reasons, size, transpose) {
     const R = weights.length, C = weights[0].length;
     const nR = transpose ? C : R, nC = transpose ? R : C;
-    const ctx = sizeCanvas(canvas, size, size);
+    const ctx = thumbContext(canvas, size);
     const cw = size / nC, ch = size / nR, roomy = cw >= 4 && ch >= 4;
     if (!roomy) { drawCells(ctx, weights, reasons, size, transpose); return; }
-    const patterns = {}, flat = rgb(sg.maskedFlat());
+    const patterns = {};
     for (let r = 0; r < nR; r++) {
       for (let c = 0; c < nC; c++) {
         const i = transpose ? c : r, j = transpose ? r : c;
         const code = reasons ? reasons[i][j] : (R > 1 && j > i ? FUTURE : VISIBLE); // data without reasons: causal
         if (code === VISIBLE) ctx.fillStyle = rgb(weightColor(weights[i][j]));
-        else ctx.fillStyle = roomy ? (patterns[code] || (patterns[code] = sg.hatch(ctx, code))) : flat;
+        else ctx.fillStyle = patterns[code] || (patterns[code] = sg.hatch(ctx, code));
         ctx.fillRect(c * cw, r * ch, cw + 0.5, ch + 0.5); // (+0.5: no seams between cells)
       }
     }
   }
   /** A thumbnail whose cells have no room for a hatch: one pixel a cell (masked ones the hatch's flat
    * grey), scaled to the square by the browser (whole pixels a cell where the cells are larger than a
-   * pixel, mixed where smaller): 270 images instead of a fill per cell (500,000 at 43 members). */
+   * pixel, mixed where smaller): 270 images instead of a fill per cell (500,000 at 43 members). The
+   * cells are written as whole RGBA words into one ImageData and one scratch canvas, both kept while
+   * the thumbnails keep their shape. */
   function drawCells(ctx, weights, reasons, size, transpose) {
     const R = weights.length, C = weights[0].length;
     const nR = transpose ? C : R, nC = transpose ? R : C;
-    const cells = new ImageData(nC, nR), px = cells.data, flat = sg.maskedFlat();
-    for (let r = 0; r < nR; r++) {
-      for (let c = 0; c < nC; c++) {
-        const i = transpose ? c : r, j = transpose ? r : c;
-        const code = reasons ? reasons[i][j] : (R > 1 && j > i ? FUTURE : VISIBLE); // data without reasons: causal
-        const colour = code === VISIBLE ? thumbColour(weights[i][j]) : flat, at = 4 * (r * nC + c);
-        px[at] = colour[0]; px[at + 1] = colour[1]; px[at + 2] = colour[2]; px[at + 3] = 255;
+    if (!cellImage || cellImage.width !== nC || cellImage.height !== nR) {
+      cellImage = new ImageData(nC, nR);
+      scratch.width = nC; scratch.height = nR;
+    }
+    const px = new Uint32Array(cellImage.data.buffer), flat = thumbPixels().flat;
+    for (let i = 0; i < R; i++) {
+      const w = weights[i], why = reasons ? reasons[i] : null;
+      for (let j = 0; j < C; j++) {
+        const code = why ? why[j] : (R > 1 && j > i ? FUTURE : VISIBLE); // data without reasons: causal
+        px[transpose ? j * nC + i : i * nC + j] = code === VISIBLE ? thumbPixel(w[j]) : flat;
       }
     }
-    scratch.width = nC; scratch.height = nR;
-    scratch.getContext("2d").putImageData(cells, 0, 0);
+    scratch.getContext("2d").putImageData(cellImage, 0, 0);
     const device = size * (window.devicePixelRatio || 1);
     ctx.imageSmoothingEnabled = nC > device || nR > device;
     ctx.drawImage(scratch, 0, 0, size, size);
   }
   const scratch = document.createElement("canvas"); // drawCells' image, copied at once into each thumbnail
-  /** weightColor(w), from a table for the model view's three-decimal weights (w exactly k / 1000). */
-  const THOUSANDTHS = Array.from({ length: 1001 }, (_, k) => weightColor(k / 1000));
-  function thumbColour(w) {
+  let cellImage = null; // drawCells' pixels (an ImageData of the scratch canvas's size)
+
+  /** An opaque colour [r, g, b] as the Uint32 that holds its RGBA bytes in this machine's byte order. */
+  const LITTLE = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
+  const pixel = (c) => (LITTLE ? ((255 << 24) | (c[2] << 16) | (c[1] << 8) | c[0]) : ((c[0] << 24) | (c[1] << 16) | (c[2] << 8) | 255)) >>> 0;
+  /** weightColor(k / 1000) as a pixel for k in 0..1000 (the model view's weights have three decimals), and
+   * the hatch's flat grey; made at the first thumbnail. */
+  let pixels = null;
+  function thumbPixels() {
+    if (!pixels) {
+      const thousandths = new Uint32Array(1001);
+      for (let k = 0; k <= 1000; k++) thousandths[k] = pixel(weightColor(k / 1000));
+      pixels = { thousandths, flat: pixel(sg.maskedFlat()) };
+    }
+    return pixels;
+  }
+  /** weightColor(w) as a pixel: from the table where w is exactly k / 1000. */
+  function thumbPixel(w) {
     const k = Math.round(w * 1000);
-    return k >= 0 && k <= 1000 && k / 1000 === w ? THOUSANDTHS[k] : weightColor(w);
+    return k >= 0 && k <= 1000 && k / 1000 === w ? pixels.thousandths[k] : pixel(weightColor(w));
   }
 
   /** A long text's thumbnail: one question's weights (T,) (the last member's) as a strip across the middle
@@ -231,7 +269,7 @@
    * of the members it covers, so that a sharp weight is not lost; a pixel whose members are all masked
    * (reasons (T,)) gets the hatch's flat grey. */
   function drawStrip(canvas, row, reasons, size, transpose) {
-    sizeCanvas(canvas, size, size);
+    thumbContext(canvas, size);
     const ctx = canvas.getContext("2d"), W = canvas.width, C = row.length, flat = rgb(sg.maskedFlat());
     ctx.setTransform(1, 0, 0, 1, 0, 0); // device pixels: one pixel, one bin
     ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, W, W);
@@ -248,7 +286,7 @@
   const stripBin = (x, C, W) => { const a = Math.floor(x * C / W); return [a, Math.max(a + 1, Math.floor((x + 1) * C / W))]; };
 
   function drawFlat(canvas, color, size) {
-    const ctx = sizeCanvas(canvas, size, size);
+    const ctx = thumbContext(canvas, size);
     ctx.fillStyle = rgb(color); ctx.fillRect(0, 0, size, size);
   }
 

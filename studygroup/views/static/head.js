@@ -37,19 +37,30 @@
       this.ui.layer = l; this.ui.head = h;
       this.paintThumbs(); this.paintHeadControls();
       if (!this.api) { this.renderHead(); return; }
-      const key = this.headKey(l, h);
-      if (!this.heads.has(key)) {
+      if (!this.heads.has(this.headKey(l, h))) {
         const gen = this.gen;
         try {
           this.say("Opening head " + h + " of layer " + l + "\u2026", "busy");
-          const d = await this.post("/head", { text: this.d.text, layer: l, head: h, notation: this.ui.notation, ...this.headWindow(), ...this.silencing() });
+          await this.askHead(l, h);
           if (gen !== this.gen) return;
-          if (this.heads.size > 40) this.heads.delete(this.heads.keys().next().value);
-          this.heads.set(key, d);
           this.say("");
         } catch (e) { if (gen === this.gen) this.say(e.message, "error"); return; }
       }
       if (this.ui.layer === l && this.ui.head === h) { this.renderHead(); this.listenInHead(); }
+    }
+
+    /** Head (l, h) as the page asks for it now (its orientation, rows and silencing): kept in this.heads
+     * (at most 41), or asked of the server and kept there unless a new text came meanwhile. */
+    async askHead(l, h) {
+      const key = this.headKey(l, h);
+      if (this.heads.has(key)) return this.heads.get(key);
+      const gen = this.gen;
+      const d = await this.post("/head", { text: this.d.text, layer: l, head: h, notation: this.ui.notation, ...this.headWindow(), ...this.silencing() });
+      if (gen === this.gen) {
+        if (this.heads.size > 40) this.heads.delete(this.heads.keys().next().value);
+        this.heads.set(key, d);
+      }
+      return d;
     }
 
     /** The part of the grid to ask for: "auto" (the server: the whole grid of a short text, else the last
@@ -100,18 +111,20 @@
     }
 
     renderHead() {
-      const title = clear(this.q(".sg-head-title"));
-      const empty = this.q(".sg-head-empty");
       const figs = this.q(".sg-figs");
       const d = this.currentHead();
       const l = this.ui.layer, h = this.ui.head;
+      figs.hidden = l == null || !d;
+      const width = this.gridWidth(); // read before anything here is written: a layout already made, never one forced
+      const title = clear(this.q(".sg-head-title"));
+      const empty = this.q(".sg-head-empty");
       const why = this.ui.why;
       if (!why || why.l !== l || why.h !== h) { this.ui.why = null; clear(this.q(".sg-why")).hidden = true; }
       this.paintHeadControls();
       this.q(".sg-check").textContent = d ? d.check.statement + silencedNote(d) : "";
       this.q(".sg-full").hidden = !(d && d.rows === "last");
       if (d) this.q(".sg-full").textContent = d.tokens.length > WINDOW_SIDE ? "Show the last " + WINDOW_SIDE + " \u00d7 " + WINDOW_SIDE + " of the grid" : "Show the full grid";
-      if (l == null) { figs.hidden = true; empty.textContent = ""; this.renderMap(); this.renderMemberPanel(); return; }
+      if (l == null) { empty.textContent = ""; this.renderMap(); this.renderMemberPanel(); return; }
       const mvShape = this.d.modelView || (this.d.explanation && this.d.explanation.model);
       const group = mvShape ? mvShape.n_heads / mvShape.n_kv_heads : 1;
       const kv = Math.floor(h / group);
@@ -122,7 +135,6 @@
       title.appendChild(el("p", { cls: "sg-kv", text: "Key/value head " + kv + ": its keys and values are shared with query heads " + mates.join(" and ") +
         " of this layer (grouped-query attention)." + (r >= 0 ? " Decisive head, rank " + (r + 1) + (lh ? (lh.silence_effect != null ? " (silence_effect, its write zeroed at every position: " + signed(lh.silence_effect, 3)
           : " (silence_effect_last_position, its write zeroed at the last position only: " + signed(lh.silence_effect_last_position, 3)) + " in log p)." : ".") : "") }));
-      figs.hidden = !d;
       for (const b of this.qa(".sg-orient, .sg-save-head")) b.hidden = !d && !this.api;
       const grids = Object.keys(this.d.embeddedHeads || {}).length;
       if (!d && !this.api) {
@@ -130,14 +142,15 @@
           : "An explanation alone holds no grids (write a report or run `studygroup serve` for them)") +
           (lh ? "; below, whom this head's last question listens to." : ".");
       } else empty.textContent = "";
-      this.drawHeadGrids();
+      this.drawHeadGrids(width);
       this.renderMap();
       this.renderMemberPanel();
     }
 
-    /** The grid as drawn: rows and columns are member indices; the matrix is in the current orientation. */
-    gridSpec(kind) {
-      return this.gridSpecOf(this.currentHead(), kind, this.gridWidth());
+    /** The grid as drawn (width: gridWidth()'s, where the caller has read it): rows and columns are member
+     * indices; the matrix is in the current orientation. */
+    gridSpec(kind, width) {
+      return this.gridSpecOf(this.currentHead(), kind, width || this.gridWidth());
     }
 
     /** The grid spec of head payload d (the open head, or a tile of its map) drawn at most maxWidth wide. */
@@ -164,10 +177,12 @@
       return avail >= 640 ? Math.floor((avail - 20) / 2) : avail;
     }
 
-    drawHeadGrids() {
+    /** Draws the open head's score and weight grids, each width wide (gridWidth() unless given). */
+    drawHeadGrids(width) {
+      const w = width || this.gridWidth();
       for (const kind of ["scores", "weights"]) {
         const canvas = this.q(".sg-grid-" + kind);
-        const g = this.gridSpec(kind);
+        const g = this.gridSpec(kind, w);
         if (!g) continue;
         drawGrid(canvas, g);
         canvas.dataset.silenced = String(isSilenced(this.currentHead()));

@@ -20,6 +20,23 @@
     return c.map((v) => Math.round(255 + t * (v - 255)));
   }
 
+  /** Sets attribute name of node to value where it differs (an unchanged page is left alone). */
+  function setAttr(node, name, value) {
+    if (node.getAttribute(name) !== value) node.setAttribute(name, value);
+  }
+  /** A thumbnail's badge span.cls holding text (none where text is null): after `after` (a node of b)
+   * or last in b; role: its data-role. */
+  function badge(b, cls, text, after, role) {
+    let s = b.querySelector("." + cls);
+    if (text == null) { if (s) s.remove(); return; }
+    if (!s) {
+      s = el("span", { cls });
+      if (after) after.after(s); else b.appendChild(s);
+    }
+    if (s.textContent !== text) s.textContent = text;
+    if (role != null && s.dataset.role !== role) s.dataset.role = role;
+  }
+
   sg.mixin(class {
     rankedHeads() {
       const e = this.d.explanation, mv = this.d.modelView;
@@ -30,18 +47,82 @@
       return ranked.filter(Boolean);
     }
 
+    /** Draws every head's thumbnail. The thumbnails' elements are built once per model shape and
+     * kept: a redraw (a silencing, the explanation's ranks, the orientation) sets their pixels,
+     * classes and words in place and makes no element, so each canvas keeps its backing store. */
     renderModelView() {
-      const grid = clear(this.q(".sg-mv-grid"));
+      const grid = this.q(".sg-mv-grid");
+      const scale = this.q(".sg-mv-legend canvas") || el("canvas", { attrs: { role: "img" } });  // kept, as the thumbnails are
       const legend = clear(this.q(".sg-mv-legend"));
       const mv = this.d.modelView, e = this.d.explanation;
       grid.dataset.silenced = String(isSilenced(mv));
       const shape = mv || (e && e.model);
-      if (!shape) return;
+      if (!shape) { clear(grid); grid.__thumbs = null; return; }
       const L = shape.n_layers, H = shape.n_heads, G = shape.n_kv_heads, size = H > 12 ? 18 : 26;
-      const group = H / G;
+      const thumbs = this.thumbGrid(grid, L, H, G, size);
       const rank = new Map(this.rankedHeads().map(([l, h], i) => [l + "." + h, i + 1]));
       const contrib = e ? e.contributions : null;
       const M = contrib ? Math.max(1e-9, ...contrib.flat().map(Math.abs)) : 1;
+      const transpose = this.ui.notation === "columns";
+      const hasRoles = Boolean(mv && mv.heads[0][0].roles);  // none for a long text's model view (rows "last")
+      const byRole = hasRoles && this.ui.colourBy === "role";
+      const group = H / G;
+      for (let l = 0; l < L; l++) {
+        for (let h = 0; h < H; h++) {
+          const b = thumbs[l][h], canvas = b.firstChild, g = Math.floor(h / group);
+          const r = rank.get(l + "." + h);
+          const role = mv ? strongestRole(mv.heads[l][h].roles) : null;
+          b.classList.toggle("sg-ranked", Boolean(r));
+          b.classList.toggle("sg-top", Boolean(r && r <= 3));
+          setAttr(b, "aria-label", "layer " + l + " head " + h + " (key/value head " + g + ")" + (r ? ", decisive rank " + r : ""));
+          setAttr(b, "title", "layer " + l + ", head " + h + ", kv " + g + (r ? ", rank " + r : "") + (contrib ? "; direct contribution " + sig4(contrib[l][h]) : "") +
+            (role ? "; strongest role: " + role.name + " " + sig4(role.score) : ""));
+          badge(b, "sg-rank", r ? String(r) : null, canvas);
+          badge(b, "sg-role", byRole && role ? ROLES.labels[role.name] : null, null, byRole && role ? role.name : null);
+          if (byRole) drawFlat(canvas, role ? roleTint(role) : [236, 236, 236], size);
+          else if (mv && mv.rows === "last") {
+            const reasons = mv.heads[l][h].mask_reasons || mv.mask_reasons || null;
+            drawStrip(canvas, mv.heads[l][h].weights[0], reasons ? reasons[0] : null, size, transpose);
+          } else if (mv) drawThumb(canvas, mv.heads[l][h].weights, mv.heads[l][h].mask_reasons || mv.mask_reasons || null, size, transpose);
+          else drawFlat(canvas, divergingColor(contrib[l][h], M), size);
+        }
+      }
+      if (hasRoles) legend.appendChild(this.colourByChoice());
+      if (byRole) {
+        legend.appendChild(el("p", { cls: "sg-role-legend" }, Object.keys(ROLES.colours).map((name) => {
+          const swatch = el("span", { cls: "sg-role-swatch" });
+          swatch.style.background = ROLES.colours[name];
+          return el("span", { cls: "sg-role-key", data: { role: name } }, [swatch, ROLES.labels[name] + ": " + name]);
+        })));
+        legend.appendChild(el("p", { cls: "sg-hint", text: "Colour: " + ROLES.legend + ". " +
+          Object.keys(ROLES.colours).map((name) => name + ": " + ROLES.definitions[name]).join("; ") +
+          ". Each score is a mean over the questions of this text." }));
+      } else if (mv) {
+        const reasons = thumbReasons(mv);
+        drawLegend(scale, "weights", 1, reasons);
+        legend.appendChild(scale);
+        legend.appendChild(el("p", { cls: "sg-hint", text: "Weights on one absolute 0\u20131 scale in every head (" + sg.colours.weights.name + ")" +
+          (reasons.length ? "; hatched, " + reasons.map((k) => reasonLegend(k)).join("; ") : "") + ". " +
+          (transpose ? "Video orientation: columns are questions." : "Paper orientation: rows are questions.") +
+          (mv.rows === "last" ? " Long text: each thumbnail is the last member's question only, as a strip " + (transpose ? "down" : "across") +
+            " it (its answers from member 0 to " + (mv.tokens.length - 1) + "), each pixel the largest weight of the members it covers." : "") +
+          silencedNote(mv) +
+          " Numbered: the decisive heads, ranked by " + (e ? "the exact effect of silencing them." : mv.ranked_by + ".") }));
+      } else {
+        legend.appendChild(el("p", { cls: "sg-hint", text: "Each head's direct contribution to the logit of " + e.predicted.token +
+          " (" + sg.colours.contribution.legend + "; scale \u00b1" + M.toPrecision(3) + "). Numbered: the decisive heads, by the exact effect of silencing them." }));
+      }
+      this.paintThumbs();
+    }
+
+    /** The model view's thumbnails, thumbs[layer][head]: each a button holding its canvas, in rows of
+     * layers and groups of the query heads that share a key/value head, under the groups' labels and
+     * the heads' numbers. Built when the grid holds none of this shape; else the ones it holds. */
+    thumbGrid(grid, L, H, G, size) {
+      const shape = [L, H, G, size].join(" ");
+      if (grid.__thumbs && grid.dataset.shape === shape) return grid.__thumbs;
+      clear(grid);
+      const group = H / G;
       const heading = el("div", { cls: "sg-mv-row sg-mv-heading" }, [el("span", { cls: "sg-mv-layer" })]);
       for (let g = 0; g < G; g++) {
         const gh = el("span", { cls: "sg-mv-group sg-mv-glabel", text: "kv " + g, attrs: { title: "query heads " + (g * group) + "\u2013" + (g * group + group - 1) + " share key/value head " + g } });
@@ -56,65 +137,27 @@
         headNums.appendChild(gs);
       }
       grid.appendChild(headNums);
-      const transpose = this.ui.notation === "columns";
-      const hasRoles = Boolean(mv && mv.heads[0][0].roles);  // none for a long text's model view (rows "last")
-      const byRole = hasRoles && this.ui.colourBy === "role";
+      const thumbs = [];
       for (let l = 0; l < L; l++) {
         const row = el("div", { cls: "sg-mv-row" }, [el("span", { cls: "sg-mv-layer", text: String(l) })]);
+        thumbs.push([]);
         for (let g = 0; g < G; g++) {
           const gs = el("span", { cls: "sg-mv-group" });
           for (let k = 0; k < group; k++) {
             const h = g * group + k;
-            const r = rank.get(l + "." + h);
-            const canvas = el("canvas", { attrs: { "aria-hidden": "true" } });
-            const b = el("button", { cls: "sg-thumb" + (r ? " sg-ranked" : "") + (r && r <= 3 ? " sg-top" : ""),
-              attrs: { type: "button", "aria-label": "layer " + l + " head " + h + " (key/value head " + g + ")" + (r ? ", decisive rank " + r : "") },
-              data: { layer: l, head: h }, on: { click: () => this.openHead(l, h), keydown: (ev) => this.thumbKeys(ev, l, h, L, H) } }, [canvas]);
-            if (r) b.appendChild(el("span", { cls: "sg-rank", text: String(r) }));
-            const role = mv ? strongestRole(mv.heads[l][h].roles) : null;
-            if (byRole) {
-              drawFlat(canvas, role ? roleTint(role) : [236, 236, 236], size);
-              if (role) b.appendChild(el("span", { cls: "sg-role", text: ROLES.labels[role.name], data: { role: role.name } }));
-            } else if (mv && mv.rows === "last") {
-              const reasons = mv.heads[l][h].mask_reasons || mv.mask_reasons || null;
-              drawStrip(canvas, mv.heads[l][h].weights[0], reasons ? reasons[0] : null, size, transpose);
-            } else if (mv) drawThumb(canvas, mv.heads[l][h].weights, mv.heads[l][h].mask_reasons || mv.mask_reasons || null, size, transpose);
-            else drawFlat(canvas, divergingColor(contrib[l][h], M), size);
-            b.title = "layer " + l + ", head " + h + ", kv " + g + (r ? ", rank " + r : "") + (contrib ? "; direct contribution " + sig4(contrib[l][h]) : "") +
-              (role ? "; strongest role: " + role.name + " " + sig4(role.score) : "");
+            const b = el("button", { cls: "sg-thumb", attrs: { type: "button" }, data: { layer: l, head: h },
+              on: { click: () => this.openHead(l, h), keydown: (ev) => this.thumbKeys(ev, l, h, L, H) } },
+            [el("canvas", { attrs: { "aria-hidden": "true" } })]);
+            thumbs[l].push(b);
             gs.appendChild(b);
           }
           row.appendChild(gs);
         }
         grid.appendChild(row);
       }
-      if (hasRoles) legend.appendChild(this.colourByChoice());
-      if (byRole) {
-        legend.appendChild(el("p", { cls: "sg-role-legend" }, Object.keys(ROLES.colours).map((name) => {
-          const swatch = el("span", { cls: "sg-role-swatch" });
-          swatch.style.background = ROLES.colours[name];
-          return el("span", { cls: "sg-role-key", data: { role: name } }, [swatch, ROLES.labels[name] + ": " + name]);
-        })));
-        legend.appendChild(el("p", { cls: "sg-hint", text: "Colour: " + ROLES.legend + ". " +
-          Object.keys(ROLES.colours).map((name) => name + ": " + ROLES.definitions[name]).join("; ") +
-          ". Each score is a mean over the questions of this text." }));
-      } else if (mv) {
-        const c = el("canvas", { attrs: { role: "img", "aria-label": "weight scale 0 to 1" } });
-        const reasons = thumbReasons(mv);
-        drawLegend(c, "weights", 1, reasons);
-        legend.appendChild(c);
-        legend.appendChild(el("p", { cls: "sg-hint", text: "Weights on one absolute 0\u20131 scale in every head (" + sg.colours.weights.name + ")" +
-          (reasons.length ? "; hatched, " + reasons.map((k) => reasonLegend(k)).join("; ") : "") + ". " +
-          (transpose ? "Video orientation: columns are questions." : "Paper orientation: rows are questions.") +
-          (mv.rows === "last" ? " Long text: each thumbnail is the last member's question only, as a strip " + (transpose ? "down" : "across") +
-            " it (its answers from member 0 to " + (mv.tokens.length - 1) + "), each pixel the largest weight of the members it covers." : "") +
-          silencedNote(mv) +
-          " Numbered: the decisive heads, ranked by " + (e ? "the exact effect of silencing them." : mv.ranked_by + ".") }));
-      } else {
-        legend.appendChild(el("p", { cls: "sg-hint", text: "Each head's direct contribution to the logit of " + e.predicted.token +
-          " (" + sg.colours.contribution.legend + "; scale \u00b1" + M.toPrecision(3) + "). Numbered: the decisive heads, by the exact effect of silencing them." }));
-      }
-      this.paintThumbs();
+      grid.dataset.shape = shape;
+      grid.__thumbs = thumbs;
+      return thumbs;
     }
 
     /** "colour by: weight | role", for a model view whose heads carry role scores. */

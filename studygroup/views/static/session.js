@@ -78,25 +78,34 @@
         silence_heads: [...this.ui.headsSilenced].map((k) => k.split(".").map(Number)).sort((a, b) => a[0] - b[0] || a[1] - b[1]) };
     }
 
+    /** Redraws the conclusion, the model view and the open head for the silencing shown. The three
+     * are asked at once (the server answers them in turn from one pass) and each is drawn as it
+     * arrives, so none waits for another's drawing; an answer for a silencing no longer shown is
+     * dropped. Resolves when all three are drawn. */
     async resilence() {
       if (!this.api) { this.renderConclusion(); return; }
       const gen = this.gen;
-      const silencing = this.silencing();
+      const silencing = this.silencing(), asked = JSON.stringify(silencing);
+      const current = () => gen === this.gen && asked === JSON.stringify(this.silencing());
+      const l = this.ui.layer, h = this.ui.head;
       this.stopComplete("silencing");
-      try {
-        this.say("Recomputing the conclusion with the silenced members and heads\u2026", "busy");
-        const c = await this.post("/conclusion", { text: this.d.text, top: 10, ...silencing });
-        if (gen !== this.gen) return;
-        this.d.conclusion = c;
-        this.renderConclusion();
-        this.say("Redrawing every head as it listens with them silenced\u2026", "busy");
-        const mv = await this.post("/model_view", { text: this.d.text, ...silencing });
-        if (gen !== this.gen || JSON.stringify(silencing) !== JSON.stringify(this.silencing())) return;
-        this.d.modelView = mv;
-        this.renderModelView();
-        this.say("");
-        if (this.ui.layer != null) await this.openHead(this.ui.layer, this.ui.head, false);
-      } catch (e) { if (gen === this.gen) this.say(e.message, "error"); }
+      this.say("Recomputing the conclusion and redrawing every head with the silenced members and heads\u2026", "busy");
+      const body = { text: this.d.text, ...silencing };
+      const drawn = await Promise.allSettled([
+        this.post("/conclusion", { ...body, top: 10 }).then((c) => {
+          if (current()) { this.d.conclusion = c; this.renderConclusion(); }
+        }),
+        this.post("/model_view", body).then((mv) => {
+          if (current()) { this.d.modelView = mv; this.renderModelView(); }
+        }),
+        l == null ? null : this.askHead(l, h).then(() => {
+          if (current() && this.ui.layer === l && this.ui.head === h) { this.renderHead(); this.listenInHead(); }
+        }),
+      ]);
+      if (!current()) return;
+      const failed = drawn.find((x) => x.status === "rejected");
+      if (failed) this.say(failed.reason.message, "error");
+      else this.say("");
     }
 
     // -- static mode (report, notebook) --

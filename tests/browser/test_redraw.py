@@ -1,0 +1,110 @@
+"""The page's redraw after a silencing, in chromium: the model view's thumbnails are the same
+elements before and after, each cell's pixel the colour of the weight the API gives for the
+silenced run; the conclusion, the model view and the open head are asked for at once and each is
+drawn as it arrives; an answer for a silencing that has changed since is dropped.
+"""
+from __future__ import annotations
+
+from studygroup.study.mask_reasons import SILENCED, VISIBLE
+
+from .test_page import SILENCE, explain, wait_idle
+
+TEXT = "I have a lot"
+
+#: Every thumbnail's element and canvas, kept on the page to compare with those of a later redraw.
+MARK = """() => { window.__thumbs = [...document.querySelectorAll('.sg-thumb')].map((b) => [b, b.querySelector('canvas')]); }"""
+#: Whether the page shows the thumbnails MARK kept, each with its own canvas, and no other.
+SAME = """() => {
+  const now = [...document.querySelectorAll('.sg-thumb')];
+  return now.length === window.__thumbs.length && window.__thumbs.every(([b, c], n) => now[n] === b && b.isConnected && b.querySelector('canvas') === c);
+}"""
+#: Each thumbnail's cells: the weight the page holds, the colour of that weight on the page's scale, the
+#: cell's reason (a code of study/mask_reasons.py) and the pixel at the cell's centre (a short text: a cell is several pixels wide).
+CELLS = """() => {
+  const sg = document.querySelector('.sg-root').studygroup, mv = sg.d.modelView, video = sg.ui.notation === 'columns';
+  const cells = [];
+  for (const b of document.querySelectorAll('.sg-thumb')) {
+    const l = Number(b.dataset.layer), h = Number(b.dataset.head), c = b.querySelector('canvas');
+    const w = mv.heads[l][h].weights, why = mv.heads[l][h].mask_reasons || mv.mask_reasons, T = w.length;
+    const r = c.width / c.clientWidth, s = c.clientWidth / T;
+    const px = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+    for (let i = 0; i < T; i++) for (let j = 0; j < T; j++) {
+      const [row, col] = video ? [j, i] : [i, j];  // the video's thumbnail is the paper's transposed
+      const at = 4 * (Math.floor((row + 0.5) * s * r) * c.width + Math.floor((col + 0.5) * s * r));
+      cells.push({ l, h, i, j, weight: w[i][j], reason: why[i][j], colour: StudyGroup.weightColor(w[i][j]), pixel: [px[at], px[at + 1], px[at + 2]] });
+    }
+  }
+  return cells;
+}"""
+#: Keeps the promise of every redraw the page starts (its `resilence`), in window.__redraws.
+KEEP_REDRAWS = """() => {
+  const sg = document.querySelector('.sg-root').studygroup;
+  const redraw = sg.resilence.bind(sg);
+  window.__redraws = [];
+  sg.resilence = () => { const p = redraw(); window.__redraws.push(p); return p; };
+}"""
+SHOWN = "() => document.querySelector('.sg-root').studygroup.d.modelView"
+
+
+def assert_cells_drawn(cells):
+    """Each heard cell's pixel is exactly its weight's colour; each masked one is the hatch's grey."""
+    for c in cells:
+        if c["reason"] == VISIBLE:
+            assert c["pixel"] == c["colour"], c
+        else:
+            r, g, b = c["pixel"]
+            assert abs(r - g) <= 6 and abs(g - b) <= 6, c
+
+
+def test_a_silencing_redraws_the_thumbnails_in_place_with_the_new_weights(page, server_url):
+    page.goto(server_url)
+    wait_idle(page)
+    explain(page, TEXT)
+    page.evaluate(MARK)
+    before = page.evaluate(CELLS)
+    assert_cells_drawn(before)
+    page.evaluate(SILENCE, {"member": 2})
+    assert page.evaluate(SHOWN)["silenced_members"] == [2]
+    assert page.evaluate(SAME)  # the same elements, their pixels redrawn
+    after = page.evaluate(CELLS)
+    assert_cells_drawn(after)
+    assert [c["weight"] for c in after] != [c["weight"] for c in before]
+    T = 1 + max(c["i"] for c in after)
+    assert {(c["i"], c["j"]) for c in after if c["reason"] == SILENCED} == {(i, 2) for i in range(2, T)}  # nobody hears member 2
+    # the video orientation: the same elements again, every thumbnail transposed
+    page.click(".sg-orient button[data-notation='columns']")
+    page.locator(".sg-grid-weights[data-orientation='columns']").wait_for()
+    assert page.evaluate(SAME)
+    assert_cells_drawn(page.evaluate(CELLS))
+    assert page.watch.errors == []
+
+
+def test_a_silencing_asks_for_the_three_views_at_once_and_draws_each_as_it_comes(page, server_url):
+    """With the model view's answer held back, the conclusion and the open head of the silenced run
+    are drawn (the page asked for all three at once) and the page still says it is busy; the answer
+    of a silencing that has changed meanwhile, let through last, is dropped."""
+    page.goto(server_url)
+    wait_idle(page)
+    explain(page, TEXT)
+    page.evaluate(KEEP_REDRAWS)
+    held = []
+    page.route("**/api/model_view", lambda route: held.append(route))
+    page.click(".sg-chip[data-index='2'] .sg-mute")
+    page.locator(".sg-bars[data-silenced='true']").wait_for(timeout=10_000)
+    page.locator(".sg-grid-weights[data-silenced='true']").wait_for(timeout=10_000)
+    assert len(held) == 1 and page.locator(".sg-mv-grid").get_attribute("data-silenced") == "false"
+    assert page.locator(".sg-status").get_attribute("data-kind") == "busy"
+    page.click(".sg-chip[data-index='1'] .sg-mute")  # a second silencing before the first one's model view came
+    page.wait_for_function("() => window.__redraws.length === 2")
+    for _ in range(200):
+        if len(held) == 2:
+            break
+        page.wait_for_timeout(50)
+    held[1].continue_()  # the second silencing's model view first ...
+    page.locator(".sg-mv-grid[data-silenced='true']").wait_for()
+    page.locator(".sg-status[data-kind='']").wait_for(state="attached")
+    held[0].continue_()  # ... then the first one's, which the page drops
+    page.evaluate("() => Promise.all(window.__redraws)")
+    assert page.evaluate(SHOWN)["silenced_members"] == [1, 2]
+    assert page.locator(".sg-status").get_attribute("data-kind") == ""
+    assert page.watch.errors == []
