@@ -117,7 +117,6 @@ def main(argv=None) -> dict:
     if not {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"} & set(os.environ):  # as `studygroup serve` has them: workers
         os.environ["OMP_WAIT_POLICY"] = "PASSIVE"  # that sleep at once (studygroup.model.threads), set before torch
     model = studygroup.load(args.model)
-    blocks = model.multiply_blocks()  # as `studygroup serve` does (STUDYGROUP_BLOCK_KERNEL=off: float32)
     import httpx
 
     from studygroup.web.app import Limits, create_app
@@ -137,7 +136,7 @@ def main(argv=None) -> dict:
             for name in order:
                 figures[name].append(redraw(client, urls[name], args.text, layer, head, silencing))
     print(f"silence_redraw: {model.config.name}, T={T} members, {args.rounds} silencings per app; {cpu()} "
-          f"(at the start {load_at_start:.1f}); short passes multiply {'the blocks' if blocks else 'float32 weights'}")
+          f"(at the start {load_at_start:.1f})")
     summary = {}
     for name, rows in figures.items():
         sums = sorted(x["sum"] for x in rows)
@@ -154,8 +153,7 @@ def main(argv=None) -> dict:
               f"CPU seconds p50 {cpu_p50:.3f})")
     ratio = summary["no pass kept"]["p50"] / summary["one pass kept"]["p50"]
     print(f"  one pass kept is {ratio:.2f}x as fast as no pass kept (p50 of the sum); target: p50 under 0.300 s")
-    out = {"cpu": cpu(), "load_at_start": load_at_start, "T": T, "rounds": args.rounds, "blocks": blocks,
-           "summary": summary, "ratio_p50": ratio}
+    out = {"cpu": cpu(), "load_at_start": load_at_start, "T": T, "rounds": args.rounds, "summary": summary, "ratio_p50": ratio}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)

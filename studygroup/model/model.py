@@ -86,8 +86,6 @@ class Model:
         self.gate = GATES[config.arch.gate]
         self.norm_kind = NORMS[config.arch.norm]
         self.rope = config.arch.position == "rope"  # else a learned position embedding, added to the first E
-        self._blocks: dict = {}  # {name: row_kernels.BlockMatrix} once multiply_blocks() has read them
-        self.block_rows = 0  # passes of up to this many rows multiply those blocks (0: none)
 
     def __repr__(self) -> str:
         c = self.config
@@ -191,35 +189,12 @@ class Model:
         x = x if plan.all_logits or shortcut else x[:, asked]  # (B, T or R, d_model): only asked rows predict
         final = self._norm(x, "final_norm")
         keep("final", final)
-        return self._times(final, "unembed"), keep.steps  # (B, T or R, vocab)
+        return project(final, w["unembed"]), keep.steps  # (B, T or R, vocab)
 
     def final_logits(self, resid_final: torch.Tensor) -> torch.Tensor:
         """Logits from the last layer's residual stream: the family's final norm (RMSNorm, or GPT-2's
         LayerNorm with its bias), then the unembedding. (…, d_model) -> (…, vocab)"""
-        return self._times(self._norm(resid_final, "final_norm"), "unembed")
-
-    def multiply_blocks(self, max_rows: int = 64) -> bool:
-        """From now on, passes of up to max_rows rows (copies × members), without autograd, multiply
-        the weight matrices the file holds as Q4_0, Q4_1 or Q8_0 blocks straight from those blocks
-        (`row_kernels.BlockMatrix.times`: each weight rebuilt in float32 as the dequantizer does, so the
-        same weights; float32 sums in an order of their own, and a row's numbers the same bits
-        whatever the other rows of its pass). Such a pass reads a fifth of float32's bytes: on a
-        short text it is bound by reading the weights, not by the arithmetic. Returns whether the
-        blocks were read (not where the kernel cannot be built, on a GPU, or in bfloat16)."""
-        from studygroup.model import row_kernels
-
-        self._blocks = row_kernels.lean_matrices_of(self) if row_kernels.usable(self) else {}
-        self.block_rows = max_rows if self._blocks else 0
-        return bool(self._blocks)
-
-    def _times(self, x: torch.Tensor, name: str, part: slice | None = None, out=None) -> torch.Tensor:
-        """x·W for the model's matrix `name` (W (in, out): its output columns `part`, None: all), from
-        its blocks in a short pass (`multiply_blocks`), else `project`. (…, in) -> (…, out)"""
-        blocks = self._blocks.get(name) if self.block_rows else None
-        if blocks is None or x.numel() > self.block_rows * x.shape[-1] or torch.is_grad_enabled():
-            W = self.w[name]
-            return project(x, W if part is None else W[:, part], out=out)
-        return (blocks if part is None else blocks.part(part)).times(x)
+        return project(self._norm(resid_final, "final_norm"), self.w["unembed"])
 
     def _norm(self, x: torch.Tensor, name: str) -> torch.Tensor:
         """The family's norm (RMSNorm, or LayerNorm with its bias) with weight `name`. (…, d_model) -> same"""
@@ -240,15 +215,15 @@ class Model:
         c, w = self.config, self.w
         B, T, _ = E.shape
         H, H_kv, d = c.n_heads, c.n_kv_heads, c.d_head
-        W_QKV = f"layers.{l}.W_QKV"  # (d_model, (H + 2·H_kv)·d)
+        W_QKV = w[f"layers.{l}.W_QKV"]  # (d_model, (H + 2·H_kv)·d)
         b_QKV = w.get(f"layers.{l}.b_QKV")  # ((H + 2·H_kv)·d,) where the family has biases (Qwen 2), else None
         if rows is not None:
-            q, kv = self._times(E[:, rows], W_QKV, slice(0, H * d)), self._times(E, W_QKV, slice(H * d, None))  # (B, R, H·d), (B, T, 2·H_kv·d)
+            q, kv = project(E[:, rows], W_QKV[:, :H * d]), project(E, W_QKV[:, H * d:])  # (B, R, H·d), (B, T, 2·H_kv·d)
             if b_QKV is not None:
                 q, kv = q + b_QKV[:H * d], kv + b_QKV[H * d:]
             k, v = kv.split(H_kv * d, -1)
         else:
-            qkv = self._times(E, W_QKV)  # (B, T, (H + 2·H_kv)·d)
+            qkv = project(E, W_QKV)  # (B, T, (H + 2·H_kv)·d)
             q, k, v = (qkv if b_QKV is None else qkv + b_QKV).split([H * d, H_kv * d, H_kv * d], -1)  # (B, T, H·d | H_kv·d)
         q, k, v = (t.view(B, t.shape[1], -1, d).transpose(1, 2) for t in (q, k, v))
         keep("q_pre_rope", q), keep("k_pre_rope", k), keep("v", v)  # (B, H, R, d), (B, H_kv, T, d)
@@ -273,7 +248,8 @@ class Model:
         if l in plan.gates:
             g = plan.gates[l]  # (B, H) for every row, or (B, H, T) per row
             z = z * (g[:, :, None, None] if g.dim() == 2 else g[..., asking, None]).to(z.dtype)  # silenced: writes nothing
-        attn_out = self._times(z.transpose(1, 2).reshape(B, q.shape[2], H * d), f"layers.{l}.W_O")  # (B, R, d_model): W_O (H·d, d_model)
+        W_O = w[f"layers.{l}.W_O"]  # (H·d, d_model)
+        attn_out = project(z.transpose(1, 2).reshape(B, q.shape[2], H * d), W_O)  # (B, R, d_model)
         if f"layers.{l}.b_O" in w:  # GPT-2: W_O's bias, written once, by no head
             attn_out = attn_out + w[f"layers.{l}.b_O"]
         scale = None
@@ -374,14 +350,14 @@ class Model:
         a fresh tensor: see `studygroup.model.linear`)."""
         if not self.config.arch.gated:
             return self._plain_mlp(l, x)
-        W_gate_up = self.w[f"layers.{l}.W_gate_up"]
+        W_gate_up, W_down = self.w[f"layers.{l}.W_gate_up"], self.w[f"layers.{l}.W_down"]
         grad = torch.is_grad_enabled()
         shape = (*x.shape[:-1], W_gate_up.shape[1])  # (B, T, 2·d_mlp)
         reuse = not grad and not onednn_takes(x, W_gate_up)
-        gate_up = self._times(x, f"layers.{l}.W_gate_up", out=buffers.get("gate_up", shape, x) if reuse else None)
+        gate_up = project(x, W_gate_up, out=buffers.get("gate_up", shape, x) if reuse else None)
         gate, up = gate_up.chunk(2, dim=-1)  # (B, T, d_mlp) each
         h = torch.mul(self.gate(gate, not grad), up, out=None if grad else buffers.get("h", gate.shape, x))  # (B, T, d_mlp)
-        out = self._times(h, f"layers.{l}.W_down")  # (B, T, d_model)
+        out = project(h, W_down)  # (B, T, d_model)
         post = self.w.get(f"layers.{l}.post_mlp_norm")
         return out if post is None else rms_norm(out, post, self.config.rms_eps)
 

@@ -42,10 +42,7 @@ SWITCH = "STUDYGROUP_BLOCK_KERNEL"
 
 
 class BlockMatrix:
-    """x·W, W (in, out) held as blocks, in float32: `matrix(x)` for one row (1, in) -> (1, out), a
-    step of generation (`sg_matvec`); `matrix.times(x)` for the rows of a short pass (…, in) ->
-    (…, out) (`sg_matmul`: each weight rebuilt once for all the rows, and a row's numbers the same
-    bits whatever rows are multiplied with it; another order of the sums than sg_matvec's).
+    """x·W for one row x (1, in), W (in, out) held as blocks: (1, in) -> (1, out) float32.
 
     >>> from studygroup.gguf.blocks import read_blocks
     >>> from studygroup.gguf.model_path import default_model_path
@@ -65,21 +62,6 @@ class BlockMatrix:
         _library().sg_matvec(self.blocks.qtype, self.blocks.rows.data_ptr(), x.data_ptr(), y.data_ptr(),
                              self.n_out, self.n_in)
         return y
-
-    def times(self, x: torch.Tensor) -> torch.Tensor:
-        assert x.shape[-1] == self.n_in, f"rows of {x.shape[-1]} numbers for a matrix of {self.n_in} rows"
-        lead, x = x.shape[:-1], x.reshape(-1, self.n_in).to(torch.float32).contiguous()  # (R, in)
-        y = torch.empty(x.shape[0], self.n_out)  # (R, out)
-        if _library().sg_matmul(self.blocks.qtype, self.blocks.rows.data_ptr(), x.data_ptr(), y.data_ptr(),
-                                self.n_out, self.n_in, x.shape[0]):
-            raise MemoryError("no memory for three rebuilt rows of weights")
-        return y.view(*lead, self.n_out)
-
-    def part(self, outputs: slice) -> "BlockMatrix":
-        """The matrix of these output columns of W only (rows of the blocks: no copy)."""
-        from studygroup.gguf.blocks import Blocks
-
-        return BlockMatrix(Blocks(self.blocks.qtype, self.blocks.rows[outputs], self.n_in))
 
     def weights(self) -> torch.Tensor:
         """(in, out) float32: the weights the kernel multiplies by, rebuilt as the dequantizer does."""
@@ -169,8 +151,7 @@ def _library() -> ctypes.CDLL:
     lib = ctypes.CDLL(str(target))
     lib.sg_matvec.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 2  # type, W, x, y, rows, cols
     lib.sg_dequantize.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2  # type, W, out, rows, cols
-    lib.sg_matmul.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3  # type, W, X, Y, rows, cols, R
-    lib.sg_matvec.restype = lib.sg_dequantize.restype = lib.sg_matmul.restype = ctypes.c_int
+    lib.sg_matvec.restype = lib.sg_dequantize.restype = ctypes.c_int
     lib.sg_attend_row.argtypes = ([ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3 + [ctypes.c_int] * 3
                                   + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p])
     # q, K, V, capacity, start, S, H, H_kv, d, scale, weights, its row stride, z

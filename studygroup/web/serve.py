@@ -103,7 +103,6 @@ def main(args) -> str:
               f"this address can use the app (there is no login)", file=sys.stderr, flush=True)
     progress.hide()  # the console is the server's log: no per-request announcements or bars
     model = load(args.model)
-    model.multiply_blocks()  # the page's short passes read the file's blocks (Model.multiply_blocks)
     hosts = LOOPBACK_HOSTS if local else None
     app = create_app(model, Limits(max_tokens=args.max_tokens), warm=args.warm, hosts=hosts)
     note = f" ({model.config.note})" if model.config.note else ""

@@ -12,7 +12,6 @@ from gguf import GGMLQuantizationType as Q
 
 import studygroup
 from studygroup.model import row_kernels
-from studygroup.model.interventions import PassPlan
 
 TYPES = [Q.Q4_0, Q.Q4_1, Q.Q8_0]
 
@@ -43,50 +42,6 @@ def test_a_row_times_blocks_equals_a_float64_oracle(quantized):
         x = torch.randn(1, B.n_in, generator=g)
         want = x.double() @ W  # (1, out)
         assert (B(x).double() - want).abs().max() < 1e-5 * max(1.0, float(want.abs().max())), name
-
-
-@pytest.mark.parametrize("R", [2, 3, 7, 43])
-def test_rows_times_blocks_equal_a_float64_oracle_and_each_row_its_own_numbers(quantized, R):
-    """The rows of a short pass (sg_matmul): each within float32 rounding of a float64 oracle, and
-    each row the same bits whatever rows are multiplied with it (alone, or among others)."""
-    g = torch.Generator().manual_seed(R)
-    for name, B in row_kernels.lean_matrices(quantized).items():
-        x = torch.randn(R, B.n_in, generator=g)
-        want = x.double() @ quantized.w[name].double()  # (R, out)
-        got = B.times(x)
-        assert (got.double() - want).abs().max() < 1e-5 * max(1.0, float(want.abs().max())), name
-        assert all(torch.equal(got[a:b], B.times(x[a:b])) for a, b in ((1, R), (0, 2), (R - 1, R))), name
-        assert torch.equal(B.part(slice(3, 9)).times(x), got[:, 3:9]), name  # some outputs only
-
-
-def test_a_short_pass_multiplies_the_blocks_after_multiply_blocks(quantized, monkeypatch):
-    """Model.multiply_blocks: a pass of up to max_rows rows multiplies the blocks (its logits and
-    maps those of the float32 pass within float32 rounding), a longer one and one with autograd
-    the float32 weights; the rows of a pass from a member on are the whole pass's, bit for bit."""
-    ids = torch.randint(3, quantized.config.vocab_size, (12,), generator=torch.Generator().manual_seed(1)).tolist()
-    plain = quantized.run(ids, record="all", logits="all")
-    calls = []
-    real = row_kernels.BlockMatrix.times
-    monkeypatch.setattr(row_kernels.BlockMatrix, "times", lambda self, x: calls.append(x.shape) or real(self, x))
-    try:
-        assert quantized.multiply_blocks(max_rows=12)
-        blocks = quantized.run(ids, record="all", logits="all")
-        assert len(calls) == 4 * quantized.config.n_layers + 1 and all(c[-2] == 12 for c in calls)
-        assert (blocks.logits - plain.logits).abs().max() < 1e-4
-        assert all((blocks["weights", l] - plain["weights", l]).abs().max() < 1e-5 for l in range(quantized.config.n_layers))
-        record = ["weights", "k", "v", "resid_pre"]
-        quiet = quantized.run(ids, record=record).silence_members([5])
-        whole = quantized.run(ids, record=record, silence_members=[5])
-        assert torch.equal(quiet.logits, whole.logits) and all(torch.equal(quiet.steps[n], whole.steps[n]) for n in whole.steps)
-        calls.clear()
-        quantized.run(ids + ids[:1], record="none")  # 13 rows: float32 (the last layer's last question alone: blocks)
-        assert calls and all(c.numel() // c[-1] <= 12 for c in calls)
-        calls.clear()
-        with torch.enable_grad():  # as explain's pass with a gradient makes it
-            quantized.forward(torch.tensor(ids), PassPlan())
-        assert calls == []
-    finally:
-        quantized.block_rows = 0
 
 
 def test_a_matrix_of_another_type_is_multiplied_in_float32(tmp_path):

@@ -12,12 +12,9 @@
  * Block layouts (ggml): Q4_0 {f16 d; u8 qs[16]}, Q4_1 {f16 d, m; u8 qs[16]}, Q8_0 {f16 d; i8 qs[32]};
  * in the 4-bit types weight j is qs[j] & 15 and weight j + 16 is qs[j] >> 4.
  *
- * sg_matmul: a few rows times such a matrix (a short pass); a row's numbers do not depend on the others.
- *
  * sg_attend_row: one question row's attention over the key/value cache, every head in one call.
  */
 #include <stdint.h>
-#include <stdlib.h>
 #include <math.h>
 #include <string.h>
 #if defined(__F16C__)
@@ -25,8 +22,6 @@
 #endif
 
 enum { Q4_0 = 2, Q4_1 = 3, Q8_0 = 8 };  /* GGML's type numbers */
-
-int sg_matvec(int qtype, const uint8_t *W, const float *x, float *y, int64_t rows, int64_t cols);
 
 static int block_bytes(int qtype) {
     return qtype == Q4_0 ? 18 : qtype == Q4_1 ? 20 : qtype == Q8_0 ? 34 : 0;
@@ -82,115 +77,41 @@ static inline float hsum(__m256 v) {
 #define U8_PS(v) _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v))
 #define I8_PS(v) _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v))
 
-/* The 32 weights of block b as four vectors w[0..3] (weights 0-7, 8-15, 16-23, 24-31). */
-static inline void block_vectors(int qtype, const uint8_t *b, __m256 *w) {
-    const __m128i low = _mm_set1_epi8(15), eight = _mm_set1_epi8(8);
-    __m256 d = _mm256_set1_ps(half(b));
-    if (qtype == Q8_0) {
-        __m128i r0 = _mm_loadu_si128((const __m128i *)(b + 2)), r1 = _mm_loadu_si128((const __m128i *)(b + 18));
-        w[0] = _mm256_mul_ps(d, I8_PS(r0));
-        w[1] = _mm256_mul_ps(d, I8_PS(_mm_srli_si128(r0, 8)));
-        w[2] = _mm256_mul_ps(d, I8_PS(r1));
-        w[3] = _mm256_mul_ps(d, I8_PS(_mm_srli_si128(r1, 8)));
-    } else if (qtype == Q4_1) {
-        __m256 m = _mm256_set1_ps(half(b + 2));
-        __m128i raw = _mm_loadu_si128((const __m128i *)(b + 4));
-        __m128i lo = _mm_and_si128(raw, low), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), low);
-        w[0] = _mm256_fmadd_ps(d, U8_PS(lo), m);
-        w[1] = _mm256_fmadd_ps(d, U8_PS(_mm_srli_si128(lo, 8)), m);
-        w[2] = _mm256_fmadd_ps(d, U8_PS(hi), m);
-        w[3] = _mm256_fmadd_ps(d, U8_PS(_mm_srli_si128(hi, 8)), m);
-    } else {  /* Q4_0 */
-        __m128i raw = _mm_loadu_si128((const __m128i *)(b + 2));
-        __m128i lo = _mm_sub_epi8(_mm_and_si128(raw, low), eight);
-        __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), low), eight);
-        w[0] = _mm256_mul_ps(d, I8_PS(lo));
-        w[1] = _mm256_mul_ps(d, I8_PS(_mm_srli_si128(lo, 8)));
-        w[2] = _mm256_mul_ps(d, I8_PS(hi));
-        w[3] = _mm256_mul_ps(d, I8_PS(_mm_srli_si128(hi, 8)));
-    }
-}
-
-/* Σ w·x over nb blocks: four running sums, one per vector of a block, then added as
- * (a0 + a1) + (a2 + a3) across their 8 lanes. The one order of every dot product here. */
 static float row_dot(int qtype, const uint8_t *b, const float *x, int nb) {
     const int size = block_bytes(qtype);
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, w[4];
+    const __m128i low = _mm_set1_epi8(15), eight = _mm_set1_epi8(8);
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, w0, w1, w2, w3;
     for (int i = 0; i < nb; i++, b += size, x += 32) {
-        block_vectors(qtype, b, w);
-        a0 = _mm256_fmadd_ps(w[0], _mm256_loadu_ps(x), a0);
-        a1 = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(x + 8), a1);
-        a2 = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(x + 16), a2);
-        a3 = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(x + 24), a3);
+        __m256 d = _mm256_set1_ps(half(b));
+        if (qtype == Q8_0) {
+            __m128i r0 = _mm_loadu_si128((const __m128i *)(b + 2)), r1 = _mm_loadu_si128((const __m128i *)(b + 18));
+            w0 = _mm256_mul_ps(d, I8_PS(r0));
+            w1 = _mm256_mul_ps(d, I8_PS(_mm_srli_si128(r0, 8)));
+            w2 = _mm256_mul_ps(d, I8_PS(r1));
+            w3 = _mm256_mul_ps(d, I8_PS(_mm_srli_si128(r1, 8)));
+        } else if (qtype == Q4_1) {
+            __m256 m = _mm256_set1_ps(half(b + 2));
+            __m128i raw = _mm_loadu_si128((const __m128i *)(b + 4));
+            __m128i lo = _mm_and_si128(raw, low), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), low);
+            w0 = _mm256_fmadd_ps(d, U8_PS(lo), m);
+            w1 = _mm256_fmadd_ps(d, U8_PS(_mm_srli_si128(lo, 8)), m);
+            w2 = _mm256_fmadd_ps(d, U8_PS(hi), m);
+            w3 = _mm256_fmadd_ps(d, U8_PS(_mm_srli_si128(hi, 8)), m);
+        } else {  /* Q4_0 */
+            __m128i raw = _mm_loadu_si128((const __m128i *)(b + 2));
+            __m128i lo = _mm_sub_epi8(_mm_and_si128(raw, low), eight);
+            __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), low), eight);
+            w0 = _mm256_mul_ps(d, I8_PS(lo));
+            w1 = _mm256_mul_ps(d, I8_PS(_mm_srli_si128(lo, 8)));
+            w2 = _mm256_mul_ps(d, I8_PS(hi));
+            w3 = _mm256_mul_ps(d, I8_PS(_mm_srli_si128(hi, 8)));
+        }
+        a0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x), a0);
+        a1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + 8), a1);
+        a2 = _mm256_fmadd_ps(w2, _mm256_loadu_ps(x + 16), a2);
+        a3 = _mm256_fmadd_ps(w3, _mm256_loadu_ps(x + 24), a3);
     }
     return hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-}
-
-/* y[r·ldy + k] = Σ_i w[k·cols + i] · x[r·ldx + i] for k < nk, r < nr: one 8-lane running sum per
- * number, i ascending, then its lanes added (hsum). The same order whatever the tile, so a number
- * does not depend on which other rows are multiplied with it. */
-static void tile_any(const float *w, int nk, const float *x, int64_t ldx, int nr, int64_t cols, float *y, int64_t ldy) {
-    for (int r = 0; r < nr; r++)
-        for (int k = 0; k < nk; k++) {
-            __m256 a = _mm256_setzero_ps();
-            for (int64_t i = 0; i < cols; i += 8)
-                a = _mm256_fmadd_ps(_mm256_load_ps(w + k * cols + i), _mm256_loadu_ps(x + r * ldx + i), a);
-            y[r * ldy + k] = hsum(a);
-        }
-}
-
-/* tile_any for 3 weight rows × 3 rows of x, the nine running sums in registers. */
-static void tile_3x3(const float *w, const float *x, int64_t ldx, int64_t cols, float *y, int64_t ldy) {
-    __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a10 = a00, a11 = a00, a12 = a00, a20 = a00, a21 = a00, a22 = a00;
-    const float *w1 = w + cols, *w2 = w + 2 * cols, *x1 = x + ldx, *x2 = x + 2 * ldx;
-    for (int64_t i = 0; i < cols; i += 8) {
-        __m256 v0 = _mm256_load_ps(w + i), v1 = _mm256_load_ps(w1 + i), v2 = _mm256_load_ps(w2 + i), u;
-        u = _mm256_loadu_ps(x + i);
-        a00 = _mm256_fmadd_ps(v0, u, a00); a01 = _mm256_fmadd_ps(v1, u, a01); a02 = _mm256_fmadd_ps(v2, u, a02);
-        u = _mm256_loadu_ps(x1 + i);
-        a10 = _mm256_fmadd_ps(v0, u, a10); a11 = _mm256_fmadd_ps(v1, u, a11); a12 = _mm256_fmadd_ps(v2, u, a12);
-        u = _mm256_loadu_ps(x2 + i);
-        a20 = _mm256_fmadd_ps(v0, u, a20); a21 = _mm256_fmadd_ps(v1, u, a21); a22 = _mm256_fmadd_ps(v2, u, a22);
-    }
-    y[0] = hsum(a00); y[1] = hsum(a01); y[2] = hsum(a02);
-    y[ldy] = hsum(a10); y[ldy + 1] = hsum(a11); y[ldy + 2] = hsum(a12);
-    y[2 * ldy] = hsum(a20); y[2 * ldy + 1] = hsum(a21); y[2 * ldy + 2] = hsum(a22);
-}
-
-/* Y (R, rows) = X (R, cols) · Wᵀ for a few rows of X: the weight rows rebuilt three at a time into
- * a buffer of float32 (the vectors block_vectors gives: the dequantizer's numbers), then multiplied
- * by the rows of X three at a time (tile_3x3; tile_any at the edges: the same order). */
-int sg_matmul(int qtype, const uint8_t *W, const float *X, float *Y, int64_t rows, int64_t cols, int64_t R) {
-    const int size = block_bytes(qtype);
-    if (!size || cols % 32) return -1;
-    const int64_t nb = cols / 32, tiles = (rows + 2) / 3;
-    int failed = 0;
-    #pragma omp parallel
-    {
-        float *w = aligned_alloc(32, (size_t)3 * cols * sizeof(float));
-        if (!w) {
-            #pragma omp atomic write
-            failed = 1;
-        }
-        #pragma omp for schedule(static)
-        for (int64_t t = 0; t < tiles; t++) {
-            if (!w) continue;
-            const int64_t n = 3 * t;
-            const int nk = rows - n < 3 ? (int)(rows - n) : 3;
-            for (int k = 0; k < nk; k++)
-                for (int64_t i = 0; i < nb; i++) {
-                    __m256 v[4];
-                    block_vectors(qtype, W + ((n + k) * nb + i) * size, v);
-                    for (int j = 0; j < 4; j++) _mm256_store_ps(w + k * cols + 32 * i + 8 * j, v[j]);
-                }
-            int64_t r = 0;
-            if (nk == 3)
-                for (; r + 3 <= R; r += 3) tile_3x3(w, X + r * cols, cols, cols, Y + r * rows + n, rows);
-            if (r < R) tile_any(w, nk, X + r * cols, cols, (int)(R - r), cols, Y + r * rows + n, rows);
-        }
-        free(w);
-    }
-    return failed ? -2 : 0;
 }
 
 int sg_vectorized(void) { return 1; }
@@ -203,12 +124,6 @@ static float row_dot(int qtype, const uint8_t *b, const float *x, int nb) {
         for (int j = 0; j < 32; j++) acc += w[j] * x[j];
     }
     return acc;
-}
-
-int sg_matmul(int qtype, const uint8_t *W, const float *X, float *Y, int64_t rows, int64_t cols, int64_t R) {
-    for (int64_t r = 0; r < R; r++)
-        if (sg_matvec(qtype, W, X + r * cols, Y + r * rows, rows, cols)) return -1;
-    return 0;
 }
 
 int sg_vectorized(void) { return 0; }
