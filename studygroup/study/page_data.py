@@ -6,6 +6,7 @@ so the three show the same numbers. No model logic here beyond choosing what to 
 """
 from __future__ import annotations
 
+import base64
 from collections.abc import Sequence
 
 import torch
@@ -133,9 +134,11 @@ def model_view(model, text, explanation=None, silence_members: Sequence[int] = (
 
 
 def model_view_json(model, text, explanation=None, silence_members: Sequence[int] = (),
-                    silence_heads: Sequence[tuple[int, int]] = (), run=None) -> bytes:
+                    silence_heads: Sequence[tuple[int, int]] = (), run=None, packed: bool = False) -> bytes:
     """`jsonable.compact(model_view(...))`, the same bytes, with the thumbnails written from their
     tensor (`jsonable.rounded_grids`) instead of a Python float per weight: what the web page asks for.
+    packed: every head's `weights` null and the thumbnails in `packed_weights` instead (`packed`):
+    the same numbers in a fifth of the bytes, read by the page without a number parsed per weight.
 
     >>> import json
     >>> json.loads(model_view_json(model, "I have a lot"))["heads"][0][0]["weights"][0]
@@ -147,6 +150,8 @@ def model_view_json(model, text, explanation=None, silence_members: Sequence[int
     for layer in d["heads"]:
         for h in layer:
             h["weights"] = None  # a mark where the thumbnail goes: no other key of the view is "weights"
+    if packed:
+        return jsonable.compact(d | {"packed_weights": packed_thumbnails(thumbnails(run, THUMBNAIL_DECIMALS))})
     parts = jsonable.compact(d).split(b'"weights":null')
     grids = jsonable.rounded_grids(thumbnails(run, THUMBNAIL_DECIMALS).flatten(0, 1), THUMBNAIL_DECIMALS)  # layer by layer
     if len(parts) != len(grids) + 1:
@@ -155,6 +160,24 @@ def model_view_json(model, text, explanation=None, silence_members: Sequence[int
     for grid, part in zip(grids, parts[1:]):
         out += [b'"weights":', grid, part]
     return b"".join(out)
+
+
+def packed_thumbnails(w: torch.Tensor) -> dict:
+    """The thumbnails w (n_layers, n_heads, R, T), each weight rounded to THUMBNAIL_DECIMALS, as
+    whole thousandths: little-endian uint16, layer by layer, head by head, row by row, in base64.
+    A weight is its number / scale: the double nearest the three decimals, as the lists' JSON gives.
+
+    >>> p = packed_thumbnails(torch.tensor([[[[1.0, 0.0], [0.25, 0.75]]]], dtype=torch.float64))
+    >>> import struct
+    >>> p["shape"], p["scale"], struct.unpack("<4H", base64.b64decode(p["base64"]))
+    ([1, 1, 2, 2], 1000, (1000, 0, 250, 750))
+    """
+    scale = 10 ** THUMBNAIL_DECIMALS
+    k = (w.double() * scale).round()  # (L, H, R, T) whole thousandths
+    if not torch.equal(k / scale, w.double()) or k.numel() and not (0 <= float(k.min()) and float(k.max()) <= scale):
+        raise ValueError("packed thumbnails hold weights in [0, 1] rounded to their decimals")
+    data = k.to(torch.int32).numpy().astype("<u2").tobytes()
+    return {"dtype": "uint16", "scale": scale, "shape": list(w.shape), "base64": base64.b64encode(data).decode("ascii")}
 
 
 def _view_fields(run) -> dict:

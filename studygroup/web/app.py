@@ -207,7 +207,8 @@ class Service:
         e = self.explanation(DEFAULT_TEXT, 10)
         for key, fn in ((("explain", DEFAULT_TEXT, 10), lambda: e.to_dict()),
                         (("conclusion", DEFAULT_TEXT, 10, (), ()), lambda: page_data.conclusion(self.model, DEFAULT_TEXT, 10, base=self.run(DEFAULT_TEXT))),
-                        (("model_view", DEFAULT_TEXT, True, (), ()), lambda: page_data.model_view_json(self.model, DEFAULT_TEXT, e, run=self.run(DEFAULT_TEXT)))):
+                        (("model_view", DEFAULT_TEXT, True, (), (), True),
+                         lambda: page_data.model_view_json(self.model, DEFAULT_TEXT, e, run=self.run(DEFAULT_TEXT), packed=True))):
             if self.answers.get(key) is None:
                 body = _dumps(fn())
                 self.answers.put(key, body, len(body))
@@ -359,8 +360,9 @@ def _routes(app: FastAPI, s: Service) -> None:
     async def model_view(b: ModelViewBody):
         members, heads = s.silenced(b, s.check_text(b.text))
         e = s.explanations.get((b.text, None))  # its decisive heads rank the view's heads
-        return await s.answer(("model_view", b.text, e is not None, members, heads),
-                              lambda: page_data.model_view_json(model, b.text, e, members, heads, run=s.run(b.text, members, heads)))
+        return await s.answer(("model_view", b.text, e is not None, members, heads, b.packed),
+                              lambda: page_data.model_view_json(model, b.text, e, members, heads, run=s.run(b.text, members, heads),
+                                                                packed=b.packed))
 
     @app.post("/api/head")
     async def head(b: HeadBody):

@@ -73,6 +73,7 @@ class ModelViewBody(_Body):
     text: Text
     silence_members: Members = []
     silence_heads: Heads = []
+    packed: bool = False  # the thumbnails as packed_weights (page_data.packed_thumbnails), not lists
 
 
 #: A window's ends [A, B]: members A to B-1, as a Python slice (null leaves an end open, negatives count from the end).

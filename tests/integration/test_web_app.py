@@ -220,6 +220,31 @@ def test_the_model_views_json_is_json_dumps_of_its_dict(tmp_path):
     assert jsonable.rounded_grids(w, 3) == [b"[[0.5,0.25],[0.3333333333333333,2.0]]"]
 
 
+def test_a_packed_model_view_holds_the_same_weights(tmp_path):
+    """packed: true: every head's weights null, and packed_weights (whole thousandths, uint16
+    little-endian, layer by layer) decode to the lists' numbers exactly; the rest of the view is
+    the same: full maps, a long text's last rows, a silencing."""
+    import base64
+
+    import numpy as np
+    from conftest import write_tiny_gguf
+
+    model = studygroup.load(write_tiny_gguf(tmp_path / "roomy.gguf", context=256).path)
+    with TestClient(create_app(model)) as c:
+        for text, silencing in ((TEXT, {}), (TEXT, {"silence_members": [2], "silence_heads": [[0, 1]]}), ("ab " * 60, {})):
+            lists = post(c, "/api/model_view", {"text": text, **silencing}).json()
+            packed = post(c, "/api/model_view", {"text": text, **silencing, "packed": True}).json()
+            p = packed.pop("packed_weights")
+            k = np.frombuffer(base64.b64decode(p["base64"]), "<u2").reshape(p["shape"])
+            want = np.array([[h["weights"] for h in layer] for layer in lists["heads"]])
+            assert p["dtype"] == "uint16" and list(want.shape) == p["shape"] and (k / p["scale"] == want).all()
+            assert all(h.pop("weights") is None for layer in packed["heads"] for h in layer)
+            for layer in lists["heads"]:
+                for h in layer:
+                    h.pop("weights")
+            assert packed == lists
+
+
 def test_model_view_names_the_reasons_of_heads_that_differ(model):
     """Members silenced in one head only: that head's thumbnail carries its own reasons."""
     from studygroup.study.model_view import model_view

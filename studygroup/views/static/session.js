@@ -12,6 +12,7 @@
   sg.mixin(class {
     // -- server mode --
     post(path, body) { return sg.api.post(this.api, path, body); }
+    modelView(body) { return sg.api.modelView(this.api, body); }
 
     async start() {
       try {
@@ -46,7 +47,7 @@
         this.d.conclusion = c;
         this.renderMembers(); this.renderConclusion();
         this.say("Drawing every head\u2026", "busy");
-        const mv = await this.post("/model_view", { text });
+        const mv = await this.modelView({ text });
         if (!live()) return;
         this.d.modelView = mv;
         this.renderModelView();
@@ -95,7 +96,7 @@
         this.post("/conclusion", { ...body, top: 10 }).then((c) => {
           if (current()) { this.d.conclusion = c; this.renderConclusion(); }
         }),
-        this.post("/model_view", body).then((mv) => {
+        this.modelView(body).then((mv) => {
           if (current()) { this.d.modelView = mv; this.renderModelView(); }
         }),
         l == null ? null : this.askHead(l, h).then(() => {
