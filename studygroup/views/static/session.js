@@ -79,11 +79,23 @@
         silence_heads: [...this.ui.headsSilenced].map((k) => k.split(".").map(Number)).sort((a, b) => a[0] - b[0] || a[1] - b[1]) };
     }
 
-    /** Redraws the conclusion, the model view and the open head for the silencing shown. The three
-     * are asked at once (the server answers them in turn from one pass) and each is drawn as it
-     * arrives, so none waits for another's drawing; an answer for a silencing no longer shown is
-     * dropped. Resolves when all three are drawn. */
-    async resilence() {
+    /** Redraws the conclusion, the model view and the open head for the silencing shown; resolves
+     * when the silencing shown last is drawn. One redraw's requests are out at a time: a silencing
+     * made meanwhile is drawn once they are answered, only the latest of several (the server's
+     * queue never holds more than one redraw). */
+    resilence() {
+      if (this.redrawing) { this.redrawAgain = true; return this.redrawing; }
+      const redraw = async () => {
+        do { this.redrawAgain = false; await this.redrawOnce(); } while (this.redrawAgain);
+      };
+      this.redrawing = redraw().finally(() => { this.redrawing = null; });
+      return this.redrawing;
+    }
+
+    /** One redraw: the conclusion, the model view and the open head asked at once (the server
+     * answers them in turn from one pass), each drawn as it arrives, so none waits for another's
+     * drawing; an answer for a silencing no longer shown is dropped. */
+    async redrawOnce() {
       if (!this.api) { this.renderConclusion(); return; }
       const gen = this.gen;
       const silencing = this.silencing(), asked = JSON.stringify(silencing);
