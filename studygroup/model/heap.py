@@ -9,7 +9,12 @@ Two glibc settings, measured with the default model on this 2-core machine:
   pass 6.1-6.3 s -> 5.6 s, but the 8,191-token explain, whose kept keys and values sit between
   freed activations, peaked at 2,748 MiB instead of ~1,600 (its target is 2 GB): not used.
 - malloc_trim after every pass returns the heap's free pages: without it a 4,096-token pass left
-  1.5 GiB held instead of 0.8 GiB.
+  1.5 GiB held instead of 0.8 GiB. Not after a short pass (its residual stream at most
+  SMALL_PASS bytes: up to 455 rows for the default model): its few MiB of freed blocks stay for
+  the next, as free() leaves up to TRIM_THRESHOLD at the heap's top (glibc's own 128 KiB, once
+  the mmap threshold is set, hands back almost every block as it is freed). The page's pass at 43
+  members, silencing a member, took 6,900 page faults, then 200; writing the model view's JSON
+  after it, 5,800, then 590 (the cost of a fault is high in a virtual machine).
 - malloc_trim after every layer of a long pass (its residual stream over MMAP_THRESHOLD, T >= 3,641
   for the default model): there the large activations are mappings of their own, and the blocks
   under the threshold freed by each layer (keys and values, RoPE's temporaries) pile up in the heap
@@ -24,7 +29,9 @@ from __future__ import annotations
 import functools
 
 MMAP_THRESHOLD = 8 << 20
-M_MMAP_THRESHOLD = -3  # mallopt's parameter number in glibc
+TRIM_THRESHOLD = 32 << 20
+SMALL_PASS = 1 << 20
+M_MMAP_THRESHOLD, M_TRIM_THRESHOLD = -3, -1  # mallopt's parameter numbers in glibc
 
 
 def _open_libc():
@@ -41,9 +48,11 @@ _LIBC = _open_libc()
 
 
 def use_own_mappings_for_large_blocks() -> None:
-    """Blocks over MMAP_THRESHOLD get a mapping of their own (set once, at load)."""
+    """Blocks over MMAP_THRESHOLD get a mapping of their own, and free() hands the heap's top back
+    past TRIM_THRESHOLD (both set once, at load)."""
     if _LIBC is not None:
         _LIBC.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+        _LIBC.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)
 
 
 def return_freed_memory() -> None:
@@ -62,12 +71,16 @@ def trims_each_layer(resid_bytes: int) -> bool:
     return resid_bytes > MMAP_THRESHOLD
 
 
-def then_return_freed_memory(forward):
-    """Decorator: after the pass, whatever it raised or returned, trim the heap."""
-    @functools.wraps(forward)
-    def wrapped(*args, **kwargs):
-        try:
-            return forward(*args, **kwargs)
-        finally:
-            return_freed_memory()
-    return wrapped
+def then_return_freed_memory(resid_bytes):
+    """Decorator for a pass: after it, whatever it raised or returned, trim the heap, unless
+    resid_bytes(*args) (the bytes of its residual stream) is at most SMALL_PASS."""
+    def decorate(forward):
+        @functools.wraps(forward)
+        def wrapped(*args, **kwargs):
+            try:
+                return forward(*args, **kwargs)
+            finally:
+                if resid_bytes(*args) > SMALL_PASS:
+                    return_freed_memory()
+        return wrapped
+    return decorate
