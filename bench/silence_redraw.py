@@ -1,6 +1,6 @@
-"""Silencing redrawn through the HTTP API, as the page does it: /api/conclusion, /api/model_view (its
-thumbnails packed, as the page asks) and /api/head (the open head), one after another with the same
-silencing; p50 and p95 of the sum.
+"""Silencing redrawn through the HTTP API, as the page does it: /api/conclusion, /api/model_view and
+/api/head (the open head; the thumbnails and the head's vectors packed, as the page asks for them),
+one after another with the same silencing; p50 and p95 of the sum.
 
 Two apps over one loaded model, each behind its own uvicorn on loopback, measured in turns in the
 same run: the app as `serve` makes it (one silenced pass, kept, serves all three requests) and the
@@ -94,7 +94,7 @@ def redraw(client, base: str, text: str, layer: int, head: int, silencing: dict)
     seconds this process (server and client) spent on them: a figure a busy machine inflates less."""
     times, cpu_before = {}, _cpu_seconds()
     for name, body in (("conclusion", {"text": text, "top": 10}), ("model_view", {"text": text, "packed": True}),
-                       ("head", {"text": text, "layer": layer, "head": head, "notation": "paper"})):
+                       ("head", {"text": text, "layer": layer, "head": head, "notation": "paper", "packed": True})):
         t = time.perf_counter()
         r = client.post(f"{base}/api/{name}", json={**body, **silencing})
         r.read()
@@ -130,7 +130,7 @@ def main(argv=None) -> dict:
     with httpx.Client(timeout=600) as client:
         for base in urls.values():  # the page's first view of the text: nothing silenced
             for name, body in (("conclusion", {"text": args.text}), ("model_view", {"text": args.text, "packed": True}),
-                               ("head", {"text": args.text, "layer": layer, "head": head})):
+                               ("head", {"text": args.text, "layer": layer, "head": head, "packed": True})):
                 client.post(f"{base}/api/{name}", json=body).raise_for_status()
         for r, silencing in enumerate(silencings(T, c.n_layers, c.n_heads, args.rounds)):
             order = list(apps) if r % 2 == 0 else list(apps)[::-1]  # turns, so a busy spell hits both

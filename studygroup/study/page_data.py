@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from studygroup.study import attribution
@@ -186,7 +187,8 @@ def _view_fields(run) -> dict:
 
 
 def head(model, text, layer: int, head: int, notation: str = "paper", rows="auto", keys="all",
-         silence_members: Sequence[int] = (), silence_heads: Sequence[tuple[int, int]] = (), run=None) -> dict:
+         silence_members: Sequence[int] = (), silence_heads: Sequence[tuple[int, int]] = (), run=None,
+         packed: bool = False) -> dict:
     """One head (study_head.head_view) with what each answer contributes to each question.
 
     contributions[i][j] (paper; transposed in "columns") = w_ij · ‖v_j · W_O[h]‖, the size of
@@ -195,6 +197,7 @@ def head(model, text, layer: int, head: int, notation: str = "paper", rows="auto
     or [A, B] members A to B-1 (a Python slice: None leaves an end open, negatives count from the
     end). keys: "all" or [C, D], the answers shown. silence_members, silence_heads: the head in a
     run with these silenced; run: that run (page_run), whose recorded vectors are used where it has them.
+    packed: the vectors (PACKED_VECTORS) as `packed_vectors` instead (`packed_vectors`).
     """
     T = len(checked_ids(model, text))
     chosen = "all" if rows == "all" or (rows == "auto" and T <= FULL_GRID_MAX_T) else "last" if rows in ("auto", "last") else "window"
@@ -209,7 +212,34 @@ def head(model, text, layer: int, head: int, notation: str = "paper", rows="auto
     d["contributions"] = contributions.tolist()
     d["rows"] = chosen if chosen != "window" and view.keys_shown == [0, T] else "window"
     d["questions"] = list(range(*view.rows_shown))
-    return d
+    return packed_vectors(d) if packed else d
+
+
+#: The head view's vectors that `packed_vectors` packs: every member's, at full precision.
+PACKED_VECTORS = ("q_pre_rope", "k_pre_rope", "q", "k", "v", "output")
+
+
+def packed_vectors(d: dict) -> dict:
+    """The head view d with its vectors (PACKED_VECTORS, float32 numbers) null and in
+    `packed_vectors` instead: {name: {"dtype": "float32", "shape": [n, m], "base64": …}}, the
+    float32 numbers little-endian, row by row: the same numbers in a third of the bytes, and
+    none written or read as text. A vector whose numbers are not all float32 ones stays a list.
+
+    >>> p = packed_vectors({"q": [[0.5, -2.0]], "k": [[0.1]]})
+    >>> p["q"], p["packed_vectors"]["q"]["shape"], p["k"], "k" in p["packed_vectors"]
+    (None, [1, 2], [[0.1]], False)
+    """
+    packed = {}
+    for name in PACKED_VECTORS:
+        if d.get(name) is None:
+            continue
+        wide = np.asarray(d[name], dtype=np.float64)  # (n, m)
+        narrow = wide.astype("<f4")
+        if wide.ndim == 2 and np.array_equal(narrow.astype(np.float64), wide):
+            packed[name] = {"dtype": "float32", "shape": list(wide.shape),
+                            "base64": base64.b64encode(narrow.tobytes()).decode("ascii")}
+            d[name] = None
+    return d | {"packed_vectors": packed}
 
 
 def answer_sizes(model, layer: int, head: int, v: torch.Tensor) -> torch.Tensor:

@@ -371,9 +371,9 @@ def _routes(app: FastAPI, s: Service) -> None:
         model.check_head(b.layer, b.head)
         rows, keys = (tuple(x) if isinstance(x, list) else x for x in (b.rows, b.keys))
         # the kept run: its recorded vectors (short texts) or the layer's vectors it keeps (long ones)
-        return await s.answer(("head", b.text, b.layer, b.head, b.notation, rows, keys, members, heads),
+        return await s.answer(("head", b.text, b.layer, b.head, b.notation, rows, keys, members, heads, b.packed),
                               lambda: page_data.head(model, b.text, b.layer, b.head, b.notation, rows, keys, members, heads,
-                                                     run=s.head_run(b.text, T, members, heads)))
+                                                     run=s.head_run(b.text, T, members, heads), packed=b.packed))
 
     @app.post("/api/overview")
     async def overview(b: OverviewBody):

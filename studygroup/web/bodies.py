@@ -89,6 +89,7 @@ class HeadBody(_Body):
     keys: Literal["all"] | Ends = "all"
     silence_members: Members = []
     silence_heads: Heads = []
+    packed: bool = False  # the vectors as packed_vectors (page_data.packed_vectors), not lists
 
 
 class OverviewBody(_Body):

@@ -245,6 +245,25 @@ def test_a_packed_model_view_holds_the_same_weights(tmp_path):
             assert packed == lists
 
 
+@pytest.mark.parametrize("notation", ["paper", "columns"])
+def test_a_packed_head_holds_the_same_vectors(client, notation):
+    """packed: true: the head's vectors null and packed_vectors (float32, little-endian, row by
+    row) decode to the lists' numbers exactly; the rest of the view is the same."""
+    import base64
+
+    import numpy as np
+
+    body = {"text": TEXT, "layer": 1, "head": 2, "notation": notation, "silence_members": [1]}
+    lists = post(client, "/api/head", body).json()
+    packed = post(client, "/api/head", body | {"packed": True}).json()
+    vectors = packed.pop("packed_vectors")
+    assert set(vectors) == set(page_data.PACKED_VECTORS)
+    for name, p in vectors.items():
+        x = np.frombuffer(base64.b64decode(p["base64"]), "<f4").reshape(p["shape"]).astype(np.float64)
+        assert p["dtype"] == "float32" and packed.pop(name) is None and (x == np.array(lists.pop(name))).all(), name
+    assert packed == lists
+
+
 def test_model_view_names_the_reasons_of_heads_that_differ(model):
     """Members silenced in one head only: that head's thumbnail carries its own reasons."""
     from studygroup.study.model_view import model_view

@@ -43,5 +43,24 @@
     return mv;
   }
 
-  sg.api = { post, info, modelView };
+  /** A head (POST base/head) with its vectors sent packed (`packed: true`: float32 little-endian in
+   * base64) and unpacked into lists [row][column] of the same numbers, as the lists give them. */
+  async function head(base, body) {
+    const d = await post(base, "/head", { ...body, packed: true });
+    for (const [name, p] of Object.entries(d.packed_vectors || {})) {
+      const text = atob(p.base64), bytes = new Uint8Array(text.length);
+      for (let i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);
+      const x = new DataView(bytes.buffer), [n, m] = p.shape, rows = new Array(n);
+      for (let i = 0, at = 0; i < n; i++) {
+        const row = new Array(m);
+        for (let j = 0; j < m; j++, at += 4) row[j] = x.getFloat32(at, true);
+        rows[i] = row;
+      }
+      d[name] = rows;
+    }
+    delete d.packed_vectors;
+    return d;
+  }
+
+  sg.api = { post, info, modelView, head };
 })(window.StudyGroup = window.StudyGroup || {});

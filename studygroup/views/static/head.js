@@ -55,7 +55,7 @@
       const key = this.headKey(l, h);
       if (this.heads.has(key)) return this.heads.get(key);
       const gen = this.gen;
-      const d = await this.post("/head", { text: this.d.text, layer: l, head: h, notation: this.ui.notation, ...this.headWindow(), ...this.silencing() });
+      const d = await sg.api.head(this.api, { text: this.d.text, layer: l, head: h, notation: this.ui.notation, ...this.headWindow(), ...this.silencing() });
       if (gen === this.gen) {
         if (this.heads.size > 40) this.heads.delete(this.heads.keys().next().value);
         this.heads.set(key, d);
