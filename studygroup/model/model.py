@@ -137,7 +137,7 @@ class Model:
         return self.ids(chat_ids(self.tokenizer, messages(text, system)))
 
     # ---- the story ---------------------------------------------------------------------------
-    @heap.then_return_freed_memory(lambda self, ids, plan: plan.batch * ids.numel() * self.config.d_model * 4)
+    @heap.then_return_freed_memory(lambda self, ids, plan: plan.batch * ids.numel() * self.config.d_model * self.dtype.itemsize)
     def forward(self, ids: torch.Tensor, plan: PassPlan) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Embedding, then per layer attention and MLP with residuals; final norm; unembedding.
 

@@ -310,18 +310,16 @@ class Run:
         return run
 
     def _rows_reusable(self, first: int, s: Interventions) -> bool:
-        """Whether a run with `s` can take this run's rows before `first` as they are: the members
-        silenced here are silenced there in the same heads, the same heads are silenced, every
-        layer's keys and values are kept whole, every step kept for only its last n rows has
+        """Whether a run with `s` (this run's silenced heads, more members) can take this run's rows
+        before `first` as they are: the members silenced here are silenced there in the same heads,
+        every layer's keys and values are kept whole, every step kept for only its last n rows has
         n rows from `first` on, and no scores are kept (a question's scores before the mask reach
         later members' keys, which the silencing changes)."""
-        i, n_layers = self.interventions, self.model.config.n_layers
-        cut = 1 if self.record.rows == "last" else self.record.last_rows  # the rows kept of a step not kept whole
-        return ((not i.silenced_members or i.member_heads == s.member_heads) and i.silenced_heads == s.silenced_heads
-                and self.record.maps == "kept" and (cut is None or cut <= self.T - first)
-                and not any(n.endswith(".scores") for n in self.steps)
-                and all(self.record.rows_kept(x) is None and f"layers.{l}.{x}" in self.steps
-                        for l in range(n_layers) for x in ("k", "v")))
+        i, n_layers, rows_kept = self.interventions, self.model.config.n_layers, self.record.rows_kept
+        return ((not i.silenced_members or i.member_heads == s.member_heads) and self.record.maps == "kept"
+                and all((n := rows_kept(name.rpartition(".")[2])) is None or n <= self.T - first for name in self.steps)
+                and not any(name.endswith(".scores") for name in self.steps)
+                and all(rows_kept(x) is None and f"layers.{l}.{x}" in self.steps for l in range(n_layers) for x in ("k", "v")))
 
     def silence_head(self, layer: int, head: int) -> "Run":
         """A new run with this head's write to the residual stream zeroed."""

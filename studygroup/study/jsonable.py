@@ -106,13 +106,10 @@ def rounded_grids(x: torch.Tensor, decimals: int) -> list[bytes]:
     [b'[[1.0,0.0],[0.25,0.75]]']
     """
     N, R, C = x.shape
-    n = 10 ** decimals
-    values = x.detach().cpu().double().numpy()  # (N, R, C)
-    k = np.rint(values * n)  # (N, R, C): value k / 10^decimals
-    if values.size == 0 or not np.array_equal(k / n, values) or k.min() < 0 or k.max() > n:  # NaN: not equal
+    k = whole_units(x, decimals)  # (N, R, C)
+    if k is None or k.size == 0:
         return [compact(g.tolist()) for g in x]
     texts, sizes = _value_texts(decimals)  # (n + 1, width + 1), (n + 1,)
-    k = k.astype(np.intp)
     rows = np.empty((N, R, C * texts.shape[1] + 2), np.uint8)  # per row: "[", the values each with a comma, ","
     rows[:, :, 1:-1] = np.take(texts, k, axis=0).reshape(N, R, -1)
     rows[:, :, 0], rows[:, :, -2], rows[:, :, -1] = ord("["), ord("]"), ord(",")  # the last value's comma closes the row
@@ -120,6 +117,22 @@ def rounded_grids(x: torch.Tensor, decimals: int) -> list[bytes]:
     text = flat[flat != 0].tobytes()  # the padding left out
     ends = np.cumsum(np.take(sizes, k).sum(axis=(1, 2)) + 2 * R)  # (N,) where each grid's rows end
     return [b"[" + text[a:b - 1] + b"]" for a, b in zip([0, *ends[:-1].tolist()], ends.tolist())]
+
+
+def whole_units(x: torch.Tensor, decimals: int) -> np.ndarray | None:
+    """x (…) as whole numbers k of 10^-decimals (intp), where every value is k / 10^decimals with
+    0 <= k <= 10^decimals (values in [0, 1] rounded to `decimals`, as x.double().round gives
+    them); else None.
+
+    >>> whole_units(torch.tensor([0.25, 1.0], dtype=torch.float64), 3).tolist(), whole_units(torch.tensor([1 / 3]), 3)
+    ([250, 1000], None)
+    """
+    n = 10 ** decimals
+    values = x.detach().cpu().double().numpy()
+    k = np.rint(values * n)  # value k / 10^decimals
+    if values.size and (not np.array_equal(k / n, values) or k.min() < 0 or k.max() > n):  # NaN: not equal
+        return None
+    return k.astype(np.intp)
 
 
 @functools.lru_cache(maxsize=4)

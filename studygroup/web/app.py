@@ -173,10 +173,9 @@ class Service:
         read (one silencing redrawn: one pass, not three); kept for the next request. In the model's turn."""
         key = (text, members, heads)
         run = self.runs.get(key)
-        if run is None:  # from a kept run with less silenced: its layers before the first new head, or
-            # its rows before the first new member, as they are
-            bases = ((text, members, ()), (text, (), heads), (text, (), ())) if members and heads else \
-                ((text, members, ()),) if heads else ((text, (), heads),) if members else ()
+        if run is None:  # from a kept run without the heads (its layers before the first one) or without
+            # the members (its rows before the first one), as they are
+            bases = dict.fromkeys(k for k in ((text, members, ()), (text, (), heads)) if k != key)
             base = next((b for b in map(self.runs.get, bases) if b is not None), None)
             run = page_data.page_run(self.model, text, members, heads, base=base)
             if self.limits.runs_kept:

@@ -20,15 +20,20 @@
     return res.json();
   }
 
+  /** The bytes that base64 text stands for. */
+  function bytes(base64) {
+    const text = atob(base64), out = new Uint8Array(text.length);
+    for (let i = 0; i < text.length; i++) out[i] = text.charCodeAt(i);
+    return out;
+  }
+
   /** The model view (POST base/model_view) with its thumbnails sent packed (`packed: true`: whole
-   * thousandths as little-endian uint16 in base64, a fifth of the lists' bytes and no number to
+   * thousandths as little-endian uint16 in base64, about half the lists' bytes and no number to
    * parse per weight) and unpacked into each head's weights [row][column], as the lists give them:
    * k / scale is the double nearest the three decimals, as JSON's "0.123" reads. */
   async function modelView(base, body) {
     const mv = await post(base, "/model_view", { ...body, packed: true });
-    const p = mv.packed_weights, [L, H, R, T] = p.shape, text = atob(p.base64);
-    const k = new Uint8Array(text.length);
-    for (let i = 0; i < text.length; i++) k[i] = text.charCodeAt(i);
+    const p = mv.packed_weights, [L, H, R, T] = p.shape, k = bytes(p.base64);
     let at = 0;
     for (let l = 0; l < L; l++) for (let h = 0; h < H; h++) {
       const rows = new Array(R);
@@ -48,9 +53,7 @@
   async function head(base, body) {
     const d = await post(base, "/head", { ...body, packed: true });
     for (const [name, p] of Object.entries(d.packed_vectors || {})) {
-      const text = atob(p.base64), bytes = new Uint8Array(text.length);
-      for (let i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);
-      const x = new DataView(bytes.buffer), [n, m] = p.shape, rows = new Array(n);
+      const x = new DataView(bytes(p.base64).buffer), [n, m] = p.shape, rows = new Array(n);
       for (let i = 0, at = 0; i < n; i++) {
         const row = new Array(m);
         for (let j = 0; j < m; j++, at += 4) row[j] = x.getFloat32(at, true);
