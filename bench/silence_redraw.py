@@ -45,14 +45,24 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
+#: The vector instruction sets named in the CPU's description, and what lscpu calls them.
+INSTRUCTION_SETS = {"AVX2": "avx2", "AVX-512": "avx512f", "AMX": "amx_tile"}
+#: Variables that keep torch and oneDNN to fewer instruction sets than the CPU has.
+ISA_LIMITS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")
+
+
 def cpu() -> str:
-    """The CPU's model name and the cores this process may use."""
+    """The CPU's model name, its vector instruction sets (and any limit set on those torch uses),
+    the cores this process may use and the load average."""
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
         name = next((l.split(":", 1)[1].strip() for l in out.splitlines() if l.startswith("Model name")), "unknown CPU")
+        flags = next((l.split(":", 1)[1].split() for l in out.splitlines() if l.startswith("Flags")), [])
     except (OSError, subprocess.SubprocessError):
-        name = "unknown CPU (no lscpu)"
-    return f"{name}, {len(os.sched_getaffinity(0))} cores, load average {os.getloadavg()[0]:.1f}"
+        name, flags = "unknown CPU (no lscpu)", []
+    sets = " ".join(k for k, flag in INSTRUCTION_SETS.items() if flag in flags) or "no AVX2"
+    limits = "".join(f"; {v}={os.environ[v]}" for v in ISA_LIMITS if v in os.environ)
+    return f"{name} ({sets}{limits}), {len(os.sched_getaffinity(0))} cores, load average {os.getloadavg()[0]:.1f}"
 
 
 def serve(app):
