@@ -54,7 +54,9 @@ def test_api_numbers_equal_a_numpy_recomputation(client, model, tiny_model):
     q_pre = EL @ W_Q.T  # (T, d_head) Q = E·W_Q, before RoPE
     assert np.allclose(np64(run.head(layer, head).q_pre_rope), q_pre, atol=1e-4)
     q, k, v = (np64(s["qkv"][n]) for n in "qkv")  # (T, d_head) each
-    assert np.allclose(q, np64(run.head(layer, head).q), atol=1e-6)
+    # another float32 pass of the same numbers, whose multiplies may block the rows otherwise: equal
+    # to float32 rounding at the vectors' scale (up to ~3e-6 here, with |q| up to ~5)
+    assert np.allclose(q, np64(run.head(layer, head).q), rtol=0, atol=1e-5)
     assert s["scores"]["terms"] == pytest.approx(list(q[query] * k[key]), rel=1e-12)
     assert s["scores"]["sqrt_d_k"] == math.sqrt(d_head)
     assert s["scores"]["score"] == pytest.approx(q[query] @ k[key] / math.sqrt(d_head), abs=1e-5)
@@ -78,7 +80,7 @@ def test_api_numbers_equal_a_numpy_recomputation(client, model, tiny_model):
     p = np.exp(logits - logits.max())
     p /= p.sum()
     assert [x["id"] for x in s["conclusion"]["top"]] == list(np.argsort(-p)[:ls.TOP])
-    assert s["conclusion"]["top"][0]["prob"] == pytest.approx(p.max(), rel=1e-6)  # two float32 passes
+    assert s["conclusion"]["top"][0]["prob"] == pytest.approx(p.max(), rel=1e-5)  # two float32 passes (~2e-6 apart)
     assert s["conclusion"]["shorter_text"] == "Cash or card"
 
 
