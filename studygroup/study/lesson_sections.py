@@ -33,6 +33,8 @@ from studygroup.study.text_ids import checked_ids
 SECTIONS = ("members", "embedding", "layer_input", "qkv", "scores", "softmax", "weighted_sum", "conclusion")
 #: Past this many members the T × T score grid is left out (the chosen row and pair stay).
 GRID_MAX_T = 64
+#: Past this many members Q, K and V hold only this many members' rows (`shown_members`).
+VECTORS_MAX_T = 64
 TOP = 5
 
 
@@ -173,6 +175,7 @@ def _layer_input(model, run, h, i, j, text, top) -> dict:
 
 def _qkv(model, run, h, i, j, text, top) -> dict:
     T, d = h.q.shape
+    shown = shown_members(T, i, j)
     d_model = run[f"layers.{h.layer}.E"].shape[1]
     normed = f"layers.{h.layer}.q_norm" in model.w  # Gemma 3: a per-head RMSNorm of q and k before RoPE
     then = ("q and k then normalised per head (RMSNorm over d_head) and turned by RoPE" if normed else
@@ -185,8 +188,48 @@ def _qkv(model, run, h, i, j, text, top) -> dict:
          f"are shared with its key/value group: key/value head {h.kv_head}). Each member's question, key and answer "
          f"is a vector of d_head = {d} numbers.",
          f"Member {i}'s question q_{i} has norm {float(h.q[i].norm()):.4g}; member {j}'s key k_{j} "
-         f"{float(h.k[j].norm()):.4g} and answer v_{j} {float(h.v[j].norm()):.4g}."],
-        d_head=d, q=_floats(h.q), k=_floats(h.k), v=_floats(h.v))
+         f"{float(h.k[j].norm()):.4g} and answer v_{j} {float(h.v[j].norm()):.4g}.", *_rows_left_out(shown, T)],
+        d_head=d, members=shown, q=_floats(h.q[shown]), k=_floats(h.k[shown]), v=_floats(h.v[shown]))
+
+
+def shown_members(T: int, i: int, j: int, n: int | None = None) -> list[int]:
+    """The members whose rows of Q, K and V the lesson shows: all T up to n; past that n of them:
+    the first four (where sinks sit), the answer followed and three on either side, then the
+    question followed and the members just before it, as many as fit.
+
+    >>> shown_members(5, 4, 0)
+    [0, 1, 2, 3, 4]
+    >>> shown_members(100, 99, 50, n=16)
+    [0, 1, 2, 3, 47, 48, 49, 50, 51, 52, 53, 95, 96, 97, 98, 99]
+    """
+    n = VECTORS_MAX_T if n is None else n
+    if T <= n:
+        return list(range(T))
+    chosen = set(range(4)) | {m for m in range(j - 3, j + 4) if 0 <= m < T}
+    m = i
+    while len(chosen) < n and m >= 0:
+        chosen.add(m)
+        m -= 1
+    return sorted(chosen)
+
+
+def _rows_left_out(shown: list[int], T: int) -> list[str]:
+    """The sentence saying which members' rows are shown, where not all are."""
+    if len(shown) == T:
+        return []
+    return [f"Of the {T} members, the rows of {len(shown)} are shown here (members {_ranges(shown)}): the first "
+            "four, the answer followed and its neighbours, and the question followed with the members before it; "
+            "the head view shows any member's."]
+
+
+def _ranges(members: list[int]) -> str:
+    """Sorted members as runs: [0, 1, 2, 5, 7, 8] -> "0-2, 5, 7-8"."""
+    runs, start = [], members[0]
+    for a, b in zip(members, members[1:] + [None]):
+        if b != a + 1:
+            runs.append(str(start) if start == a else f"{start}-{a}")
+            start = b
+    return ", ".join(runs)
 
 
 def _scores(model, run, h, i, j, text, top) -> dict:

@@ -64,9 +64,10 @@ def _numbers(d: dict, s: dict) -> str:
     if name in ("embedding", "layer_input"):
         return _table("‖E_i‖ of each member", ["member", "token", "norm"],
                       [[m, t, x] for m, (t, x) in enumerate(zip(tokens, s["norms"]))])
-    if name == "qkv":
-        return _vector(f"q_{i} ({tokens[i]})", s["q"][i]) + _vector(f"k_{j} ({tokens[j]})", s["k"][j]) \
-            + _vector(f"v_{j} ({tokens[j]})", s["v"][j])
+    if name == "qkv":  # rows of the members s["members"]
+        a, b = s["members"].index(i), s["members"].index(j)
+        return _vector(f"q_{i} ({tokens[i]})", s["q"][a]) + _vector(f"k_{j} ({tokens[j]})", s["k"][b]) \
+            + _vector(f"v_{j} ({tokens[j]})", s["v"][b])
     if name == "scores":
         grid = "" if s["grid"] is None else _table("scores Q·Kᵀ/√d_k: row i is question i, column j answer j",
                                                    ["question \\ answer"] + tokens,

@@ -182,3 +182,43 @@ def test_a_gemma_lesson_names_its_per_head_norm(tiny_gemma3, model):
     assert np.allclose(qkv["q"], np64(gemma.run("the tin", record="all").head(0, 0).q), atol=1e-6)
     llama = ls.lesson_sections(model, "the tin", 0, 0).sections[ls.SECTIONS.index("qkv")]
     assert "normalised per head" not in llama["formula_paper"]
+
+
+def test_a_long_text_shows_the_rows_of_some_members(client, model, tiny_model, tmp_path, monkeypatch):
+    """Past VECTORS_MAX_T members (here 12: the tiny model's window is 64) Q, K and V hold that
+    many members' rows (the first four, the answer and its neighbours, the question and those
+    before it), each the run's own; the CLI's HTML reads the question's and the answer's rows."""
+    monkeypatch.setattr(ls, "VECTORS_MAX_T", 12)
+    layer, head, query, key = 1, 2, 22, 9
+    d = client.post("/api/lesson", json={"text": TEXT, "layer": layer, "head": head, "query": query, "key": key}).json()
+    T, qkv = len(d["tokens"]), d["sections"][ls.SECTIONS.index("qkv")]
+    assert qkv["members"] == [0, 1, 2, 3, 6, 7, 8, 9, 10, 11, 12, 22]
+    h = model.run(TEXT, record="all").head(layer, head)
+    for name in "qkv":
+        assert np.allclose(qkv[name], np64(getattr(h, name))[qkv["members"]], rtol=0, atol=1e-5)
+    assert any(f"Of the {T} members, the rows of 12 are shown here (members 0-3, 6-12, 22)" in x for x in qkv["says"])
+    page = tmp_path / "long.html"
+    argv = ["lesson", TEXT, "--head", f"{layer}.{head}", "--model", str(tiny_model.path)]
+    assert main([*argv, "--html", str(page)]) == 0
+    html = page.read_text(encoding="utf-8")
+    q_html = html[html.index('<section id="s4">'):html.index('<section id="s5">')]
+    same = client.post("/api/lesson", json={"text": TEXT, "layer": layer, "head": head}).json()  # as the CLI asks
+    rows = same["sections"][ls.SECTIONS.index("qkv")]
+    q_last = ", ".join(f"{x:.4g}" for x in rows["q"][rows["members"].index(T - 1)])  # the last member's question
+    assert f"q_{T - 1} (" in q_html and f"= [{q_last}]" in q_html
+
+
+def test_every_section_gives_both_notations_and_names_its_matrices(client):
+    """Each section's formula in rows (the paper) and in columns (the video); the weights W_Q, W_K,
+    W_V and √d_k written as text; why the video's drawn form does not fit the shapes."""
+    d = client.post("/api/lesson", json={"text": TEXT, "layer": 1, "head": 0}).json()
+    for s in d["sections"]:
+        assert s["formula_paper"] and s["formula_columns"] and s["formula_paper"] != s["formula_columns"], s["name"]
+    s = {x["name"]: x for x in d["sections"]}
+    assert "Q = E·W_Q, K = E·W_K, V = E·W_V" in s["qkv"]["formula_paper"]
+    assert "Q = W_Qᵀ·E, K = W_Kᵀ·E, V = W_Vᵀ·E" in s["qkv"]["formula_columns"]
+    assert "W_Q, W_K and W_V are d_model × d_head" in s["qkv"]["says"][0]
+    assert "√d_k = √8" in s["scores"]["says"][0]
+    assert "softmax per row" in s["softmax"]["formula_paper"] and "softmax per column" in s["softmax"]["formula_columns"]
+    assert "V softmax(KᵀQ/√d_k)" in s["weighted_sum"]["formula_columns"]
+    assert any("softmax(KᵀQ/√d_k)·V does not fit the shapes" in x for x in s["weighted_sum"]["says"])

@@ -218,26 +218,33 @@
       }
     }
 
+    /** Q, K and V drawn, rows of the members s.members (every member, or some of a long text's), and
+     * the question's and the answer's vectors as numbers. */
     lesson_qkv(body, s, d, path) {
+      const n = s.members.length, all = n === d.tokens.length;
+      const labels = all ? d.tokens : s.members.map((m) => m + " " + d.tokens[m]);  // a long text's: numbered
+      const some = all ? "" : ", the rows of " + n + " of the " + d.tokens.length + " members";
       for (const [name, what] of [["q", "Q: each member's question"], ["k", "K: the nature of each member's answer"], ["v", "V: each member's answer"]]) {
-        body.appendChild(el("p", { cls: "sg-label", text: what + " (" + (this.lesson.notation === "paper" ? d.tokens.length + " rows \u00d7 " + s.d_head : s.d_head + " rows \u00d7 " + d.tokens.length + " columns") + ")" }));
-        body.appendChild(this.matrixCanvas(s[name], d.tokens, null, "scores"));
+        body.appendChild(el("p", { cls: "sg-label", text: what + " (" + (this.lesson.notation === "paper" ? n + " rows \u00d7 " + s.d_head : s.d_head + " rows \u00d7 " + n + " columns") + some + ")" }));
+        body.appendChild(this.matrixCanvas(s[name], labels, null, "scores"));
       }
       for (const [name, j] of [["q", d.query], ["k", d.key], ["v", d.key]]) {
+        const row = s.members.indexOf(j);
         body.appendChild(el("p", { cls: "sg-label", text: name + "_" + j + " (" + d.tokens[j] + "), " + s.d_head + " numbers:" }));
-        body.appendChild(this.numberList(s[name][j], path + name + "." + j, s.d_head));
+        body.appendChild(this.numberList(s[name][row], path + name + "." + row, s.d_head));
       }
     }
 
     lesson_scores(body, s, d, path) {
       const q = d.sections[NAMES.indexOf("qkv")], qp = "sections." + NAMES.indexOf("qkv") + ".";
+      const qi = q.members.indexOf(d.query), kj = q.members.indexOf(d.key);  // their rows in Q and K
       const header = () => el("tr", {}, [el("th", { text: "t" }), el("th", { text: "q_" + d.query + "[t]" }), el("th", { text: "k_" + d.key + "[t]" }), el("th", { text: "product" })]);
       const t = el("div", { cls: "sg-lesson-terms" }, [el("p", { cls: "sg-label", text: "q_" + d.query + " \u00b7 k_" + d.key + ", term by term (" + s.terms.length + " terms, 16 to a column)" })]);
       const blocks = el("div", { cls: "sg-lesson-blocks" });
       for (let a = 0; a < s.terms.length; a += 16) {
         const part = el("table", {}, [header()]);
-        s.terms.slice(a, a + 16).forEach((x, n) => { const i = a + n; part.appendChild(el("tr", {}, [el("td", { text: String(i) }), num(q.q[d.query][i], qp + "q." + d.query + "." + i),
-          num(q.k[d.key][i], qp + "k." + d.key + "." + i), num(x, path + "terms." + i)])); });
+        s.terms.slice(a, a + 16).forEach((x, n) => { const i = a + n; part.appendChild(el("tr", {}, [el("td", { text: String(i) }), num(q.q[qi][i], qp + "q." + qi + "." + i),
+          num(q.k[kj][i], qp + "k." + kj + "." + i), num(x, path + "terms." + i)])); });
         blocks.appendChild(part);
       }
       t.appendChild(blocks);
