@@ -164,4 +164,4 @@ def test_a_silenced_head_round_trips_through_the_url(page, server_url):
     assert other.locator(".sg-thumb.sg-muted").evaluate_all("els => els.map(e => [e.dataset.layer, e.dataset.head])") == [["1", "3"]]
     assert "layer 1 head 3" in other.locator(".sg-silenced .sg-pill").inner_text()
     assert "silence_heads=1.3" in other.url
-    assert page.watch.errors == [] and other.url != server_url
+    assert page.watch.errors == []
