@@ -301,6 +301,9 @@ def test_silencing_retells_the_conclusion_and_explains_the_silenced_run_on_reque
         assert text == percent(resolve(truth, field)), (field, text)
     assert [s for n, s in enumerate(shown) if n != conclusion_at[0]] == \
         [s for n, s in enumerate(story_values(plain["story_parts"])) if n != conclusion_at[0]]  # measured unsilenced
+    measured = page.locator(".sg-sentences p").evaluate_all("ps => ps.map(p => [p.dataset.measured, p.title])")
+    assert [m for m, _ in measured] == ["silenced" if n == conclusion_at[0] else "unsilenced" for n in range(len(shown))]
+    assert all("nothing silenced" in t for m, t in measured if m == "unsilenced")
     note = page.locator(".sg-story-note")
     assert note.is_visible() and "nothing silenced" in note.inner_text()
     page.locator(".sg-story").screenshot(path=str(screenshots / "rough-edges-silenced-story.png"))
@@ -309,6 +312,7 @@ def test_silencing_retells_the_conclusion_and_explains_the_silenced_run_on_reque
     page.locator(".sg-sentences[data-run='silenced']").wait_for(timeout=60_000)
     run = api(server_url, "explain", {"text": TEXT, "top": 10, "silence_members": [j]})
     assert page.evaluate(STORY_VALUES) == story_values(run["story_parts"])
+    assert page.locator(".sg-sentences p[data-measured]").count() == 0  # every sentence is that run's
     assert any(f"In this run member {j} " in s for s in page.locator(".sg-sentences p").all_inner_texts())
     assert "silenced run's" in note.inner_text() and page.locator(".sg-explain-silenced").count() == 0
     assert page.locator(".sg-story-progress").is_hidden()
@@ -326,5 +330,5 @@ def test_silencing_retells_the_conclusion_and_explains_the_silenced_run_on_reque
     page.click(".sg-silenced .sg-link")  # clear all: the unsilenced story, every number explain's
     page.locator(".sg-bars[data-silenced='false']").wait_for()
     assert page.evaluate(STORY_VALUES) == story_values(plain["story_parts"])
-    assert page.locator(".sg-silenced-sentence").count() == 0 and not note.is_visible()
+    assert page.locator(".sg-silenced-sentence, .sg-sentences p[data-measured]").count() == 0 and not note.is_visible()
     assert page.errors == []

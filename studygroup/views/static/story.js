@@ -20,6 +20,7 @@
       for (const s of cmp ? cmp.story : []) box.appendChild(this.sentence(s, tokens));
       if (e.story_parts) for (const parts of e.story_parts) box.appendChild(swap && aboutConclusion(parts) ? this.silencedSentence(swap, tokens) : this.partsSentence(parts, tokens));
       else for (const s of e.story) box.appendChild(this.sentence(s, tokens));
+      if (swap) this.markUnsilenced(box);
       this.paintMembers();
       if (e.heads.length) this.renderDecisive(dec, e);
     }
@@ -59,8 +60,18 @@
     silencedSentence(parts, tokens) {
       const p = this.partsSentence(parts, tokens);
       p.classList.add("sg-silenced-sentence");
-      p.dataset.source = "conclusion";
+      p.dataset.measured = "silenced";
+      p.title = "The silenced run's conclusion (the bars above).";
       return p;
+    }
+
+    /** While a silencing is shown: each sentence not retold from the silenced run says it was measured without it. */
+    markUnsilenced(box) {
+      for (const p of box.children) {
+        if (p.classList.contains("sg-silenced-sentence")) continue;
+        p.dataset.measured = "unsilenced";
+        p.title = "Measured on the text with nothing silenced.";
+      }
     }
 
     /** Above the story: which run its sentences were measured on, and a button that explains the silenced run. */
