@@ -15,6 +15,7 @@ import torch
 from studygroup.study import attribution
 from studygroup.study import effects
 from studygroup.study import jsonable
+from studygroup.study import story
 from studygroup.model.interventions import Interventions
 from studygroup.model.record import KEY_STEPS, Record
 from studygroup.study.model_view import FULL_MAPS_MAX_T
@@ -78,7 +79,8 @@ def conclusion(model, text, top: int = 10, silence_members: Sequence[int] = (),
     One pass without recording (two when silencing); base, after: runs of this text without and
     with the silencing (page_run) to take the logits from instead. `words` lists every word of
     either top list with its probability before and after, so the page can draw the old value as
-    a ghost bar.
+    a ghost bar; `silenced_story`, the story's conclusion sentence told from the silenced run's
+    top words (story.conclusion_parts).
 
     >>> d = conclusion(model, "I have a lot", silence_members=[2])
     >>> d["top"][0]["token"], d["words"][0]["prob_before"] > 0
@@ -90,7 +92,7 @@ def conclusion(model, text, top: int = 10, silence_members: Sequence[int] = (),
     out = {"tokens": base.tokens, "token_ids": list(ids), "top": [w.to_dict() for w in top_words(base, lp, top)],
            "silenced_members": sorted({int(j) for j in silence_members}),
            "silenced_heads": [list(p) for p in sorted({(int(l), int(h)) for l, h in silence_heads})],
-           "silenced": None, "words": []}
+           "silenced": None, "silenced_story": None, "words": []}
     if not silence_members and not silence_heads:
         return out
     if after is None:
@@ -98,6 +100,7 @@ def conclusion(model, text, top: int = 10, silence_members: Sequence[int] = (),
     lp_after = effects.log_probs(after.last_logits)  # (vocab,)
     new_top = top_words(after, lp_after, top)
     out["silenced"] = [w.to_dict() for w in new_top]
+    out["silenced_story"] = story.conclusion_parts(new_top, [f"silenced[{n}].prob" for n in range(len(new_top))], silenced=True)
     ids_shown = list(dict.fromkeys([w["id"] for w in out["top"]] + [w.id for w in new_top]))
     readable = model.tokenizer.readable
     out["words"] = [{"token": readable(i), "id": i, "prob_before": float(lp[i].exp()),

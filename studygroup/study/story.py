@@ -123,11 +123,24 @@ def _asks(e) -> list[dict]:
 
 
 def _conclusion(e) -> list[dict]:
-    w = e.predicted
-    out = [_t(f"The group concludes that the next word is {quote(w.token)} ("), _v(w.prob, "predicted.prob", percent(w.prob)),
-           _t(")")]
-    for n, x in enumerate(e.top[1:3], start=1):
-        out += [_t(f"{', ahead of' if n == 1 else ' and'} {quote(x.token)} ("), _v(x.prob, f"top[{n}].prob", percent(x.prob)),
+    return conclusion_parts([e.predicted, *e.top[1:3]], ["predicted.prob", "top[1].prob", "top[2].prob"])
+
+
+def conclusion_parts(words, fields: list[str], silenced: bool = False) -> list[dict]:
+    """The sentence that tells the conclusion: words[0] (.token, .prob) ahead of words[1:3];
+    fields[n]: the JSON path of word n's probability. Its first piece carries "about": "conclusion",
+    so that the page can put the silenced run's sentence (silenced=True) in its place.
+
+    >>> from types import SimpleNamespace as W
+    >>> joined([conclusion_parts([W(token="␣of", prob=0.96), W(token="␣to", prob=0.012)], ["top[0].prob", "top[1].prob"])])
+    ['The group concludes that the next word is “␣of” (96%), ahead of “␣to” (1.2%).']
+    """
+    w = words[0]
+    opening = "With the silencing, the group" if silenced else "The group"
+    out = [{**_t(f"{opening} concludes that the next word is {quote(w.token)} ("), "about": "conclusion"},
+           _v(w.prob, fields[0], percent(w.prob)), _t(")")]
+    for n, x in enumerate(words[1:3], start=1):
+        out += [_t(f"{', ahead of' if n == 1 else ' and'} {quote(x.token)} ("), _v(x.prob, fields[n], percent(x.prob)),
                 _t(")")]
     return out + [_t(".")]
 

@@ -140,3 +140,28 @@ def test_markup_in_tokens_stays_text_in_the_lesson(page, server_url):
         page.locator(".sg-lesson-next").click()
     wait_section(page, "conclusion")
     assert_no_markup_ran(page)
+
+
+def test_a_silenced_head_round_trips_through_the_url(page, server_url):
+    """Silencing a head in the explore view writes it to the URL (silence_heads=layer.head); the URL
+    reopened in a new page silences that same head, and the conclusion shown is that run's."""
+    page.goto(server_url + "#text=I%20have%20a%20lot")
+    page.locator(".sg-sentences p").first.wait_for(timeout=60_000)
+    page.click(".sg-thumb[data-layer='1'][data-head='3']")
+    page.locator(".sg-thumb.sg-open[data-layer='1'][data-head='3']").wait_for()
+    page.click(".sg-silence-head")
+    page.locator(".sg-bars[data-silenced='true']").wait_for(timeout=60_000)
+    page.wait_for_function("() => location.hash.includes('silence_heads=1.3')")
+    url = page.url
+    assert "silence=" not in url
+
+    other = page.context.new_page()
+    other.goto(url)
+    other.locator(".sg-bars[data-silenced='true']").wait_for(timeout=60_000)
+    state = "() => { const s = document.querySelector('.sg-root').studygroup; return [[...s.ui.headsSilenced], [...s.ui.members], s.d.conclusion.silenced_heads]; }"
+    other.wait_for_function(f"() => JSON.stringify(({state})()[2]) === '[[1,3]]'", timeout=60_000)
+    assert other.evaluate(state) == [["1.3"], [], [[1, 3]]]
+    assert other.locator(".sg-thumb.sg-muted").evaluate_all("els => els.map(e => [e.dataset.layer, e.dataset.head])") == [["1", "3"]]
+    assert "layer 1 head 3" in other.locator(".sg-silenced .sg-pill").inner_text()
+    assert "silence_heads=1.3" in other.url
+    assert page.watch.errors == []

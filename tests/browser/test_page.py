@@ -348,11 +348,16 @@ def test_a_long_text_asks_for_windows_never_the_whole_grid(page, long_server_url
     assert page.watch.errors == [], page.watch.errors
 
 
+#: A text in which "␣the" comes three times; the story names its first copy and its last.
+REPEATED = "in the library to study for the chemistry exam. Maria always brought the"
+
+
 def test_story_chips_are_the_members_story_parts_name(page, server_url):
-    """Each member chip of the story selects the member its piece names, a repeated word included."""
+    """Each member chip of the story selects the member its piece names, a repeated word included:
+    a click on the story's first "␣the" opens that member's question, not the last copy's."""
     page.goto(server_url)
     wait_idle(page)
-    explain(page, "the tin the tin")
+    explain(page, REPEATED)
     parts = page.evaluate("() => document.querySelector('.sg-root').studygroup.d.explanation.story_parts")
     named = [p["member"] for s in parts for p in s if "member" in p]
     chips = page.locator(".sg-sentences .sg-storychip")
@@ -360,6 +365,14 @@ def test_story_chips_are_the_members_story_parts_name(page, server_url):
     tokens = page.evaluate("() => document.querySelector('.sg-root').studygroup.d.explanation.tokens")
     repeated = [i for i in named if tokens.count(tokens[i]) > 1 and tokens.index(tokens[i]) != i]
     assert repeated  # a later copy of a repeated word is named by its own index
+    first = tokens.index("\u2423the")
+    last = len(tokens) - 1 - tokens[::-1].index("\u2423the")
+    assert first < last and first in named and last in named
+    chips.filter(has_text="\u2423the").first.click()
+    page.locator(".sg-member h3").wait_for()
+    assert page.locator(".sg-chips .sg-chip.sg-selected").evaluate_all("els => els.map(e => Number(e.dataset.index))") == [first]
+    assert f"(member {first})" in page.locator(".sg-member h3").inner_text()
+    assert page.evaluate("() => document.querySelector('.sg-root').studygroup.ui.selected") == first
 
 
 SINKS = """([l, h]) => { const e = document.querySelector('.sg-root').studygroup.d.explanation;

@@ -15,6 +15,7 @@ import httpx
 import pytest
 from PIL import Image
 
+from studygroup.study.story import percent
 from studygroup.views.colours import MASK_FACE, MASK_LINE
 
 from .test_page import DISPLAYED, chip_texts, explain, wait_idle
@@ -248,4 +249,86 @@ def test_a_cell_says_what_it_holds_and_a_click_opens_why(local, server_url, scre
     why.screenshot(path=str(screenshots / "page-why.png"))
     page.click(".sg-why-close")
     assert why.is_hidden()
+    assert page.errors == []
+
+
+def changing_member(server_url, text):
+    """The first member whose silencing changes the conclusion's top word, and /api/conclusion's answer with it silenced."""
+    T = len(api(server_url, "conclusion", {"text": text, "top": 10})["tokens"])
+    for j in range(T):
+        truth = api(server_url, "conclusion", {"text": text, "top": 10, "silence_members": [j]})
+        if truth["silenced"][0]["id"] != truth["top"][0]["id"]:
+            return j, truth
+    pytest.fail(f"no member of {text!r} changes the tiny model's conclusion")
+
+
+def resolve(data, path):
+    """The JSON at a story field such as "silenced[0].prob" or "heads[2].listened[0].weight"."""
+    for name, index in re.findall(r"(\w+)(?:\[(\d+)\])?", path):
+        data = data[name] if index == "" else data[name][int(index)]
+    return data
+
+
+#: The story's numbers as the page shows them: (the field each names, its text), sentence by sentence.
+STORY_VALUES = """() => Array.from(document.querySelectorAll('.sg-sentences p'), (p) =>
+  Array.from(p.querySelectorAll('.sg-storyvalue'), (v) => [v.title, v.textContent]))"""
+
+
+def story_values(parts):
+    return [[[p["field"], p["text"]] for p in s if "field" in p] for s in parts]
+
+
+def test_silencing_retells_the_conclusion_and_explains_the_silenced_run_on_request(local, server_url, screenshots):
+    """The story's conclusion sentence is the silenced run's (its numbers /api/conclusion's), the
+    other sentences say they were measured with nothing silenced, a button explains the silenced run
+    (its numbers /api/explain's with that silencing), and a new silencing or none leaves no stale story."""
+    page = local()
+    page.goto(server_url)
+    wait_idle(page)
+    explain(page, TEXT)
+    plain = api(server_url, "explain", {"text": TEXT, "top": 10})
+    j, truth = changing_member(server_url, TEXT)
+    silence_and_wait(page, j)
+    told = page.locator(".sg-sentences p.sg-silenced-sentence")
+    assert told.count() == 1
+    top = truth["silenced"]
+    said = told.inner_text()
+    assert f"concludes that the next word is \u201c{top[0]['token']}\u201d ({percent(top[0]['prob'])})" in said, said
+    shown = page.evaluate(STORY_VALUES)
+    conclusion_at = [n for n, s in enumerate(plain["story_parts"]) if s[0].get("about") == "conclusion"]
+    assert len(conclusion_at) == 1 and len(shown) == len(plain["story_parts"])
+    for field, text in shown[conclusion_at[0]]:
+        assert text == percent(resolve(truth, field)), (field, text)
+    assert [s for n, s in enumerate(shown) if n != conclusion_at[0]] == \
+        [s for n, s in enumerate(story_values(plain["story_parts"])) if n != conclusion_at[0]]  # measured unsilenced
+    measured = page.locator(".sg-sentences p").evaluate_all("ps => ps.map(p => [p.dataset.measured, p.title])")
+    assert [m for m, _ in measured] == ["silenced" if n == conclusion_at[0] else "unsilenced" for n in range(len(shown))]
+    assert all("nothing silenced" in t for m, t in measured if m == "unsilenced")
+    note = page.locator(".sg-story-note")
+    assert note.is_visible() and "nothing silenced" in note.inner_text()
+    page.locator(".sg-story").screenshot(path=str(screenshots / "rough-edges-silenced-story.png"))
+
+    page.click(".sg-story-note .sg-explain-silenced")
+    page.locator(".sg-sentences[data-run='silenced']").wait_for(timeout=60_000)
+    run = api(server_url, "explain", {"text": TEXT, "top": 10, "silence_members": [j]})
+    assert page.evaluate(STORY_VALUES) == story_values(run["story_parts"])
+    assert page.locator(".sg-sentences p[data-measured]").count() == 0  # every sentence is that run's
+    assert any(f"In this run member {j} " in s for s in page.locator(".sg-sentences p").all_inner_texts())
+    assert "silenced run's" in note.inner_text() and page.locator(".sg-explain-silenced").count() == 0
+    assert page.locator(".sg-story-progress").is_hidden()
+    page.locator(".sg-story").screenshot(path=str(screenshots / "rough-edges-silenced-run-story.png"))
+
+    k = next(x for x in range(len(truth["tokens"]) - 1) if x != j)  # another silencing: the normal state again
+    page.click(f".sg-chip[data-index='{k}'] .sg-mute")
+    page.locator(".sg-sentences[data-run='unsilenced']").wait_for()
+    page.locator(".sg-status[data-kind='']").wait_for(state="attached")
+    both = api(server_url, "conclusion", {"text": TEXT, "top": 10, "silence_members": sorted([j, k])})
+    for field, text in page.evaluate(STORY_VALUES)[conclusion_at[0]]:
+        assert text == percent(resolve(both, field)), (field, text)
+    assert page.locator(".sg-explain-silenced").is_enabled()
+
+    page.click(".sg-silenced .sg-link")  # clear all: the unsilenced story, every number explain's
+    page.locator(".sg-bars[data-silenced='false']").wait_for()
+    assert page.evaluate(STORY_VALUES) == story_values(plain["story_parts"])
+    assert page.locator(".sg-silenced-sentence, .sg-sentences p[data-measured]").count() == 0 and not note.is_visible()
     assert page.errors == []

@@ -504,6 +504,8 @@ def test_story_parts_resolve_every_value_and_name_the_right_member_of_a_repeated
                 owned += 1
     named = {p["member"] for s in d["story_parts"] for p in s if "member" in p}
     assert named == set(range(len(tokens)))  # every member named, each copy of a word by its own index
+    about = [s for s in d["story_parts"] if s[0].get("about") == "conclusion"]  # the sentence the page retells when silenced
+    assert len(about) == 1 and "".join(p["text"] for p in about[0]).startswith("The group concludes that the next word is")
     assert owned >= 3
 
 

@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 
 import studygroup
 from studygroup.study import page_data
+from studygroup.study.story import percent
 from studygroup.views import assets
 from studygroup.web import app as server
 from studygroup.web import guard as server_guard
@@ -114,6 +115,13 @@ def test_conclusion_with_silencing_shows_before_and_after(client):
     assert all(abs(before[w["id"]] - w["prob"]) < 1e-9 for w in base["top"])
     assert any(abs(w["change"]) > 1e-6 for w in d["words"])
     assert {w["id"] for w in d["silenced"]} <= {w["id"] for w in d["words"]}
+    told = d["silenced_story"]  # the story's conclusion sentence, told from the silenced run
+    assert told[0]["about"] == "conclusion" and told[0]["text"].startswith("With the silencing, the group concludes that")
+    values = [p for p in told if "field" in p]
+    assert [p["field"] for p in values] == [f"silenced[{n}].prob" for n in range(3)]
+    assert all(p["value"] == d["silenced"][n]["prob"] and p["text"] == percent(p["value"]) for n, p in enumerate(values))
+    assert f"“{d['silenced'][0]['token']}” (" in "".join(p["text"] for p in told)
+    assert post(client, "/api/conclusion", {"text": TEXT}).json()["silenced_story"] is None
 
 
 def test_explain(client, model):

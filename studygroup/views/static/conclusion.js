@@ -14,7 +14,6 @@
       const shift = clear(this.q(".sg-shift"));
       const c = this.d.conclusion, e = this.d.explanation;
       const top = (c && c.top) || (e && e.top);
-      this.q(".sg-story-note").hidden = true;
       if (!top) return;
       let rows = top.map((w) => ({ token: w.token, id: w.id, now: w.prob, ghost: null }));
       let note = null;
@@ -49,9 +48,6 @@
       bars.appendChild(el("p", { cls: "sg-hint sg-axis", text: "The bars run from 0 to " + percent(axis) +
         (axis < 1 ? " (the largest probability shown, rounded up to the next 10%), not to 100%." : ".") }));
       if (note) bars.appendChild(el("p", { cls: "sg-hint", text: note }));
-      const storyNote = this.q(".sg-story-note");
-      storyNote.hidden = !note;
-      storyNote.textContent = note ? "The sentences below were measured on the text with nothing silenced; the conclusion's bars show the silenced run." : "";
       const cmp = this.d.comparison;
       if (cmp) {
         shift.appendChild(el("h3", { text: "The shift between the two contexts" }));

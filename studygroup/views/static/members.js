@@ -81,7 +81,7 @@
     clearSilencing() { this.ui.members.clear(); this.ui.headsSilenced.clear(); }
 
     afterSilence() {
-      this.renderSilencedList(); this.paintMembers(); this.paintThumbs(); this.paintHeadControls();
+      this.renderSilencedList(); this.paintMembers(); this.paintThumbs(); this.paintHeadControls(); this.renderStory();
       this.resilence();
       if (this.api && this.gw && this.gw.lines.length) this.regenerateSilenced().catch((e) => this.say("Generating: " + e.message, "error"));
     }

@@ -106,7 +106,7 @@
       const body = { text: this.d.text, ...silencing };
       const drawn = await Promise.allSettled([
         this.post("/conclusion", { ...body, top: 10 }).then((c) => {
-          if (current()) { this.d.conclusion = c; this.renderConclusion(); }
+          if (current()) { this.d.conclusion = c; this.renderConclusion(); this.renderStory(); }
         }),
         this.modelView(body).then((mv) => {
           if (current()) { this.d.modelView = mv; this.renderModelView(); }

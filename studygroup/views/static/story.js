@@ -4,17 +4,28 @@
 
   const { el, clear, tokenNode, signed } = sg;
 
+  /** Whether a story sentence is the one that tells the conclusion (its first piece says so). */
+  const aboutConclusion = (parts) => parts.length > 0 && parts[0].about === "conclusion";
+
   sg.mixin(class {
     renderStory() {
       const box = clear(this.q(".sg-sentences"));
       const dec = clear(this.q(".sg-decisive"));
-      const e = this.d.explanation, cmp = this.d.comparison;
+      const own = this.silencedRun(), swap = own ? null : this.silencedConclusion();
+      this.renderStoryNote(own, swap);
+      const e = own || this.d.explanation, cmp = own ? null : this.d.comparison;
+      box.dataset.run = own ? "silenced" : "unsilenced";
       if (!e) { box.appendChild(el("p", { cls: "sg-hint", text: this.api ? "The story comes when the group's decision has been traced." : "" })); return; }
       const tokens = e.tokens;
       for (const s of cmp ? cmp.story : []) box.appendChild(this.sentence(s, tokens));
-      if (e.story_parts) for (const parts of e.story_parts) box.appendChild(this.partsSentence(parts, tokens));
+      if (e.story_parts) for (const parts of e.story_parts) box.appendChild(swap && aboutConclusion(parts) ? this.silencedSentence(swap, tokens) : this.partsSentence(parts, tokens));
       else for (const s of e.story) box.appendChild(this.sentence(s, tokens));
-      if (!e.heads.length) return;
+      if (swap) this.markUnsilenced(box);
+      this.paintMembers();
+      if (e.heads.length) this.renderDecisive(dec, e);
+    }
+
+    renderDecisive(dec, e) {
       dec.appendChild(el("h3", { text: "Decisive heads" }));
       const every = e.heads[0].silence_effect != null;  // past 512 members: the last position only
       const name = every ? "silence_effect" : "silence_effect_last_position";
@@ -26,6 +37,76 @@
           ["layer " + h.layer + " head " + h.head + " (kv " + h.kv_head + "): " + signed(every ? h.silence_effect : h.silence_effect_last_position, 3)])]));
       }
       dec.appendChild(list);
+    }
+
+    /** The silencing shown, as one string: an answer is current when it was asked for this one. */
+    silencingKey() { const s = this.silencing(); return JSON.stringify([s.silence_members, s.silence_heads]); }
+
+    /** The conclusion's sentence told from the silenced run (/api/conclusion's silenced_story), when
+     * the conclusion shown was computed for the silencing shown; else null. */
+    silencedConclusion() {
+      const c = this.d.conclusion;
+      if (!this.api || !c || !c.silenced_story) return null;
+      return JSON.stringify([c.silenced_members, c.silenced_heads]) === this.silencingKey() ? c.silenced_story : null;
+    }
+
+    /** The explanation of the run with the silencing shown, once asked for and answered; else null. */
+    silencedRun() {
+      const r = this.d.silencedRun;
+      return r && r.explanation && r.key === this.silencingKey() ? r.explanation : null;
+    }
+
+    /** The silenced run's conclusion sentence, marked as such; its fields are paths in /api/conclusion's answer. */
+    silencedSentence(parts, tokens) {
+      const p = this.partsSentence(parts, tokens);
+      p.classList.add("sg-silenced-sentence");
+      p.dataset.measured = "silenced";
+      p.title = "The silenced run's conclusion (the bars above).";
+      return p;
+    }
+
+    /** While a silencing is shown: each sentence not retold from the silenced run says it was measured without it. */
+    markUnsilenced(box) {
+      for (const p of box.children) {
+        if (p.classList.contains("sg-silenced-sentence")) continue;
+        p.dataset.measured = "unsilenced";
+        p.title = "Measured on the text with nothing silenced.";
+      }
+    }
+
+    /** Above the story: which run its sentences were measured on, and a button that explains the silenced run. */
+    renderStoryNote(own, swap) {
+      const note = clear(this.q(".sg-story-note"));
+      const filed = !this.api && this.d.explanation && (this.ui.members.size || this.ui.headsSilenced.size);
+      note.hidden = !(own || swap || filed);
+      if (own) note.appendChild(document.createTextNode("The story below is the silenced run's: explained with the silencing in effect, every number is that run's."));
+      else if (filed) note.appendChild(document.createTextNode("The sentences below were measured on the text with nothing silenced; the conclusion's bars show the silenced run."));
+      else if (swap) {
+        const r = this.d.silencedRun, asked = r && !r.explanation && r.key === this.silencingKey();
+        note.appendChild(document.createTextNode("The conclusion's sentence below is the silenced run's; the other sentences were measured on the text with nothing silenced. "));
+        note.appendChild(el("button", { cls: "sg-explain-silenced", attrs: { type: "button", disabled: asked ? "" : null },
+          text: asked ? "Explaining the silenced run\u2026" : "Explain the silenced run", on: { click: () => this.explainSilenced() } }));
+      }
+    }
+
+    /** Asks /api/explain for the run with the silencing shown (a job with its progress), then tells its story.
+     * A change of silencing or text meanwhile cancels it. */
+    async explainSilenced() {
+      const key = this.silencingKey(), gen = this.gen, run = { key, explanation: null };
+      const wanted = () => gen === this.gen && this.d.silencedRun === run && key === this.silencingKey();
+      const box = this.jobBox("sg-story-progress", this.q(".sg-story-note"));
+      this.d.silencedRun = run;
+      this.renderStory();
+      const answer = this.longPost("/explain", { text: this.d.text, top: 10, ...this.silencing() }, { box, wanted });
+      const job = box.dataset.job;
+      try {
+        run.explanation = await answer;
+      } catch (err) {
+        if (wanted()) { this.d.silencedRun = null; this.say(err.message, "error"); }
+      } finally {
+        if (box.dataset.job === job) box.hidden = true;
+        if (gen === this.gen) this.renderStory();
+      }
     }
 
     /** A member's chip: selects member j (the right one when a word repeats). */
