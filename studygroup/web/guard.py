@@ -69,6 +69,18 @@ class Gate:
         self._lock.release()
         await self._lock.acquire()
 
+    def wait_outside(self, wait) -> None:
+        """From a computation's worker thread: gives the model up while `wait()` blocks (another
+        computation, paused between its layers, is making what this one needs), then queues for it again."""
+        anyio.from_thread.run(self._wait_outside, wait)
+
+    async def _wait_outside(self, wait):
+        self._lock.release()
+        try:
+            await anyio.to_thread.run_sync(wait)
+        finally:
+            await self._lock.acquire()
+
 
 class LRU:
     """Finished answers (bytes) by key, bounded in entries and in bytes. Safe to share between the
