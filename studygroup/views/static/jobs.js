@@ -39,7 +39,7 @@
           await sleep(POLL_MS);
           if (finished) return;
           if (!wanted()) { finished = true; this.post("/cancel", { job }).catch(() => {}); return; } // not wanted any more
-          try { const p = await this.post("/progress", { job }); if (!finished) this.paintProgress(p, box, opts.words); } catch (e) { /* not yet known to the server */ }
+          try { const p = await this.post("/progress", { job }); if (!finished && box.dataset.job === job) this.paintProgress(p, box, opts.words); } catch (e) { /* not yet known to the server */ }
         }
       })();
       try { return await answer; } finally {
@@ -51,7 +51,7 @@
     /** What the status says when a computation stopped: on request, what was left undone and how to
      * ask again; otherwise the error's own message. */
     stoppedSaid(err, what, again) {
-      return /cancelled/.test(err.message) ? "Stopped on request: " + what + " was not computed. " + again : err.message;
+      return /cancelled/.test(err.message) ? "Stopped: " + what + " was cancelled on request. " + again : err.message;
     }
 
     /** A box for a job's progress, made on first use and placed after `after`: a Cancel button, a bar, the words. */

@@ -45,6 +45,7 @@
       this.heads.clear();
       this.d = { info: this.d.info, text, other: other || null };
       this.renderAll();
+      let doing = "the text's conclusion"; // what a cancel leaves undone
       try {
         this.say("Reading the members\u2026", "busy");
         const c = await this.followedPost("/conclusion", { text, top: 10 });
@@ -52,12 +53,14 @@
         this.d.conclusion = c;
         this.renderMembers(); this.renderConclusion();
         this.say("Drawing every head\u2026", "busy");
+        doing = "the model view";
         const mv = await this.followedPost("/model_view", { text }, (p, b) => this.modelView(b));
         if (!live()) return;
         this.d.modelView = mv;
         this.renderModelView();
         const first = this.rankedHeads()[0] || [0, 0];
         if (!await this.openHead(first[0], first[1], false)) return; // stopped: its message stays
+        doing = "who decided it (the explanation)";
         this.say("Finding who decided it: silencing members and heads one at a time (this takes a while on a CPU)\u2026", "busy");
         if (other) {
           const cmp = await this.longPost("/compare", { text_a: other, text_b: text, top: 10 });
@@ -74,7 +77,7 @@
           await this.openHead(h.layer, h.head, false);
         } else this.renderHead();
         if (live()) { this.say(""); this.completeRanking(); }
-      } catch (e) { if (live()) this.say(this.stoppedSaid(e, "the text's conclusion and heads", "Press Go to compute them again."), "error"); }
+      } catch (e) { if (live()) this.say(this.stoppedSaid(e, doing, "Press Go to ask again."), "error"); }
     }
 
     /** What is silenced now, as the API takes it (empty lists when nothing is). */
