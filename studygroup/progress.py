@@ -1,7 +1,8 @@
 """A progress bar on stderr for long work (only when stderr is a terminal; silent otherwise), and
 a Watch that a caller sets on its thread to follow the same work from elsewhere and stop it.
 
-Every long computation advances a Progress after each layer of each pass; a Watch set with
+Every long computation advances a Progress after each layer of each pass (a pass that no bar
+follows advances one of its own, `layer_advance`, while a Watch is set); a Watch set with
 `watching(w)` on the computing thread sees every advance (its stage, done and total, and a count
 of steps that only grows), raises Cancelled at the next advance once `w.cancel()` was called, and
 calls `w.between_layers` there (the web server lets waiting requests take their turn).
@@ -114,6 +115,15 @@ class Watch:
             raise Cancelled(f"cancelled during {bar.label} ({bar.done}/{max(bar.total, bar.done)})")
         if self.between_layers is not None:
             self.between_layers()
+
+
+def layer_advance(total: int, label: str):
+    """For a pass of `total` layers that no bar follows: the advance of a silent Progress when a
+    Watch is set on this thread (the watch then sees each layer, stops the pass there once
+    cancelled, and passes its turn), else None (nobody follows it)."""
+    if getattr(_local, "watch", None) is None:
+        return None
+    return Progress(total, label, show=False).advance
 
 
 @contextmanager

@@ -23,7 +23,7 @@ from studygroup.model.linear import onednn_takes, project
 from studygroup.gguf.config import Config
 from studygroup.model.arguments import token_ids, whole_number
 from studygroup.errors import InputError, ModelFileError
-from studygroup.progress import say
+from studygroup.progress import layer_advance, say
 from studygroup.model.interventions import Interventions, PassPlan, each_member_silenced, packed_members_silenced
 from studygroup.model.record import Keeper, resolve
 from studygroup.model.fusing import fuse
@@ -160,7 +160,9 @@ class Model:
         asked = slice(-1, None) if plan.asked is None else plan.asked  # the rows that predict
         shortcut = False
         trim = self.device.type == "cpu" and heap.trims_each_layer(x.numel() * x.element_size())  # a long pass
-        for l in range(first, c.n_layers if plan.stop_after is None else plan.stop_after + 1):
+        end = c.n_layers if plan.stop_after is None else plan.stop_after + 1
+        on_layer = plan.on_layer or layer_advance(end - first, _pass_label(first, end, c.n_layers))
+        for l in range(first, end):
             keep.layer = l
             if l in plan.joining:
                 x = torch.cat([x, plan.joining[l].to(x.dtype)])  # (B + B_l, T, d_model)
@@ -180,8 +182,8 @@ class Model:
             keep("resid_post", x)
             if trim:  # the blocks this layer freed, back to the system (see studygroup.model.heap)
                 heap.return_freed_memory()
-            if plan.on_layer is not None:
-                plan.on_layer()
+            if on_layer is not None:
+                on_layer()
         keep.layer = None
         if plan.stop_after is not None:
             return torch.empty(0), keep.steps
@@ -503,6 +505,13 @@ class Model:
         if not 0 <= j < T:
             raise InputError(f"member {j} does not exist: the text has {T} tokens (0-{T - 1})")
         return j
+
+
+def _pass_label(first: int, end: int, n_layers: int) -> str:
+    """What a pass over layers first … end - 1 is called in a Watch's stage."""
+    if first == 0 and end == n_layers:
+        return "a pass, layer by layer"
+    return f"a pass through layers {first}-{end - 1}, layer by layer"
 
 
 def _file_name(path: Path | None) -> str:

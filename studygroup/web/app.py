@@ -34,6 +34,7 @@ from studygroup.web.guard import (LRU, UNREADABLE_BODY, BodyLimit, Busy, Gate, H
 from studygroup.web.bodies import (MAX_TOP, CompareBody, ConclusionBody, ExplainBody, GenerateBody, HeadBody,
                                    JobBody, LessonBody, ModelViewBody, OverviewBody, WhyBody)
 from studygroup.web.jobs import Jobs, watched
+from studygroup.web.passes import InFlight
 
 DEFAULT_TEXT = "Cash or credit card? I have a lot"
 #: What /static/ serves: the style, and the script joined from its files (views/assets.py).
@@ -108,6 +109,7 @@ class Service:
         self.answers = LRU(limits.cache_entries, limits.cache_bytes)
         self.explanations = LRU(16, 16)  # Explanation objects by text, for the model view's ranks
         self.runs = LRU(limits.runs_kept, limits.runs_kept)  # page_data.page_run by (text, members, heads)
+        self.passes = InFlight()  # the keys of self.runs whose pass is being made
         self.generations = generation.Generations(limits.generations_kept, limits.generation_bytes)
         self.jobs = Jobs(self.gate)
         context = model.config.context_length
@@ -172,14 +174,17 @@ class Service:
         """The pass of text with these silenced that the conclusion, the model view and every head
         read (one silencing redrawn: one pass, not three); kept for the next request. In the model's turn."""
         key = (text, members, heads)
-        run = self.runs.get(key)
-        if run is None:  # from a kept run without the heads (its layers before the first one) or without
-            # the members (its rows before the first one), as they are
-            bases = dict.fromkeys(k for k in ((text, members, ()), (text, (), heads)) if k != key)
+        # from a kept run without the heads (its layers before the first one) or without the
+        # members (its rows before the first one), as they are
+        bases = dict.fromkeys(k for k in ((text, members, ()), (text, (), heads)) if k != key)
+        while (run := self.runs.get(key)) is None and (end := self.passes.end_of((key, *bases))) is not None:
+            self.gate.wait_outside(end.wait)  # made by a computation that passed its turn: not made twice
+        if run is None:
             base = next((b for b in map(self.runs.get, bases) if b is not None), None)
-            run = page_data.page_run(self.model, text, members, heads, base=base)
-            if self.limits.runs_kept:
-                self.runs.put(key, run, 1)
+            with self.passes.computing(key):
+                run = page_data.page_run(self.model, text, members, heads, base=base)
+                if self.limits.runs_kept:
+                    self.runs.put(key, run, 1)
         return run
 
     def head_run(self, text: str, T: int, members: tuple = (), heads: tuple = ()):
@@ -288,6 +293,12 @@ def _handlers(app: FastAPI) -> None:
 def _routes(app: FastAPI, s: Service) -> None:
     model = s.model
 
+    async def followed(request: Request, job: str | None, key: tuple, compute) -> Response:
+        """s.answer(key, compute) under a Watch named `job` (jobs.py): its progress followed, cancelled
+        by /api/cancel or when its client leaves, and its turn passed between layers."""
+        watch = s.jobs.start(job)
+        return await watched(request, watch, s.answer(key, compute, watch))
+
     @app.head("/", include_in_schema=False)  # HEAD wherever GET works (uvicorn sends no body)
     @app.get("/", include_in_schema=False)
     async def page():
@@ -308,9 +319,9 @@ def _routes(app: FastAPI, s: Service) -> None:
         return {**page_data.info(model, limits), "default_text": DEFAULT_TEXT}
 
     @app.post("/api/conclusion")
-    async def conclusion(b: ConclusionBody):
+    async def conclusion(b: ConclusionBody, request: Request):
         members, heads = s.silenced(b, s.check_text(b.text))
-        return await s.answer(("conclusion", b.text, b.top, members, heads),
+        return await followed(request, b.job, ("conclusion", b.text, b.top, members, heads),
                               lambda: page_data.conclusion(model, b.text, b.top, members, heads, base=s.run(b.text),
                                                            after=s.run(b.text, members, heads) if members or heads else None))
 
@@ -319,17 +330,14 @@ def _routes(app: FastAPI, s: Service) -> None:
         if b.chat or b.system is not None:  # the chat's ids, explained as they are (never the text's own explanation)
             ids = generation.prompt(s, b)
             members, heads = s.silenced(b, len(ids))
-            watch = s.jobs.start(b.job)
-            return await watched(request, watch, s.answer(("explain", tuple(ids), b.top, members, heads), lambda: page_data.explanation(
-                model, ids, b.top, members, heads).to_dict(), watch))
+            return await followed(request, b.job, ("explain", tuple(ids), b.top, members, heads), lambda: page_data.explanation(
+                model, ids, b.top, members, heads).to_dict())
         members, heads = s.silenced(b, s.check_text(b.text))
-        watch = s.jobs.start(b.job)
         if members or heads or b.measure_heads is not None:  # not the text's own default explanation: not remembered
             key = ("explain", b.text, b.top, members, heads, b.measure_heads)
-            return await watched(request, watch, s.answer(key, lambda: page_data.explanation(
-                model, b.text, b.top, members, heads, b.measure_heads).to_dict(), watch))
-        return await watched(request, watch, s.answer(("explain", b.text, b.top),
-                                                      lambda: s.explanation(b.text, b.top).to_dict(), watch))
+            return await followed(request, b.job, key, lambda: page_data.explanation(
+                model, b.text, b.top, members, heads, b.measure_heads).to_dict())
+        return await followed(request, b.job, ("explain", b.text, b.top), lambda: s.explanation(b.text, b.top).to_dict())
 
     @app.post("/api/progress")
     async def job_progress(b: JobBody):
@@ -345,7 +353,6 @@ def _routes(app: FastAPI, s: Service) -> None:
     @app.post("/api/compare")
     async def compare(b: CompareBody, request: Request):
         members, heads = s.silenced(b, min(s.check_text(b.text_a, "text_a"), s.check_text(b.text_b, "text_b")))
-        watch = s.jobs.start(b.job)
 
         def work():
             c = page_data.comparison(model, b.text_a, b.text_b, b.top, members, heads)
@@ -353,59 +360,58 @@ def _routes(app: FastAPI, s: Service) -> None:
                 s.remember(b.text_a, b.top, c.a), s.remember(b.text_b, b.top, c.b)
             return c.to_dict()
 
-        return await watched(request, watch, s.answer(("compare", b.text_a, b.text_b, b.top, members, heads), work, watch))
+        return await followed(request, b.job, ("compare", b.text_a, b.text_b, b.top, members, heads), work)
 
     @app.post("/api/model_view")
-    async def model_view(b: ModelViewBody):
+    async def model_view(b: ModelViewBody, request: Request):
         members, heads = s.silenced(b, s.check_text(b.text))
         e = s.explanations.get((b.text, None))  # its decisive heads rank the view's heads
-        return await s.answer(("model_view", b.text, e is not None, members, heads, b.packed),
+        return await followed(request, b.job, ("model_view", b.text, e is not None, members, heads, b.packed),
                               lambda: page_data.model_view_json(model, b.text, e, members, heads, run=s.run(b.text, members, heads),
                                                                 packed=b.packed))
 
     @app.post("/api/head")
-    async def head(b: HeadBody):
+    async def head(b: HeadBody, request: Request):
         T = s.check_text(b.text)
         members, heads = s.silenced(b, T)
         model.check_head(b.layer, b.head)
         rows, keys = (tuple(x) if isinstance(x, list) else x for x in (b.rows, b.keys))
         # the kept run: its recorded vectors (short texts) or the layer's vectors it keeps (long ones)
-        return await s.answer(("head", b.text, b.layer, b.head, b.notation, rows, keys, members, heads, b.packed),
+        return await followed(request, b.job, ("head", b.text, b.layer, b.head, b.notation, rows, keys, members, heads, b.packed),
                               lambda: page_data.head(model, b.text, b.layer, b.head, b.notation, rows, keys, members, heads,
                                                      run=s.head_run(b.text, T, members, heads), packed=b.packed))
 
     @app.post("/api/overview")
-    async def overview(b: OverviewBody):
+    async def overview(b: OverviewBody, request: Request):
         T = s.check_text(b.text)
         members, heads = s.silenced(b, T)
         model.check_head(b.layer, b.head)
         rows, keys = (slice(*x) if isinstance(x, list) else None for x in (b.rows, b.keys))
         key = ("overview", b.text, b.layer, b.head, str(rows), str(keys), b.side, members, heads)
-        return await s.answer(key, lambda: study_overview.overview(s.head_run(b.text, T, members, heads), b.layer, b.head, rows,
+        return await followed(request, b.job, key, lambda: study_overview.overview(s.head_run(b.text, T, members, heads), b.layer, b.head, rows,
                                                                    keys, b.side).to_dict())
 
     @app.post("/api/lesson")
-    async def lesson(b: LessonBody):
+    async def lesson(b: LessonBody, request: Request):
         T = s.check_text(b.text)
         members, heads = s.silenced(b, T)
         if (b.layer is None) != (b.head is None):
             raise InputError("give both layer and head, or neither (the most decisive head not resting on a sink)")
-        if b.layer is None:
-            def choose():  # explain's order (cached for the page's other views), then the sink rule
-                ranked = [(e.layer, e.head) for e in s.explanation(b.text, 10).heads]
-                return lesson_sections.default_head(model, b.text, ranked)
-            layer, head = await s.gate.run(choose)
-        else:
-            layer, head = model.check_head(b.layer, b.head)
-        return await s.answer(("lesson", b.text, layer, head, b.query, b.key, members, heads),
-                              lambda: lesson_sections.lesson_sections(model, b.text, layer, head, b.query, b.key,
-                                                                      members, heads).to_dict())
+        if b.layer is not None:
+            model.check_head(b.layer, b.head)
+
+        def work():  # no head given: explain's order (kept for the page's other views), then the sink rule
+            layer, head = (b.layer, b.head) if b.layer is not None else lesson_sections.default_head(
+                model, b.text, [(e.layer, e.head) for e in s.explanation(b.text, 10).heads])
+            return lesson_sections.lesson_sections(model, b.text, layer, head, b.query, b.key, members, heads).to_dict()
+
+        return await followed(request, b.job, ("lesson", b.text, b.layer, b.head, b.query, b.key, members, heads), work)
 
     @app.post("/api/why")
-    async def why(b: WhyBody):
+    async def why(b: WhyBody, request: Request):
         members, heads = s.silenced(b, s.check_text(b.text))
         model.check_head(b.layer, b.head)
-        return await s.answer(("why", b.text, b.layer, b.head, b.query, b.key, members, heads),
+        return await followed(request, b.job, ("why", b.text, b.layer, b.head, b.query, b.key, members, heads),
                               lambda: study_why.why(model, b.text, b.layer, b.head, b.query, b.key, members,
                                                     heads).to_dict())
 

@@ -41,6 +41,7 @@ Heads = Annotated[list[Pair], Field(max_length=MAX_SILENCED)]
 class ConclusionBody(TextBody):
     silence_members: Members = []
     silence_heads: Heads = []
+    job: JobId | None = None  # names the computation for /api/progress and /api/cancel
 
 
 #: How many heads explain measures exactly: a number, "all", or null (explain's default: all where affordable).
@@ -74,6 +75,7 @@ class ModelViewBody(_Body):
     silence_members: Members = []
     silence_heads: Heads = []
     packed: bool = False  # the thumbnails as packed_weights (page_data.packed_thumbnails), not lists
+    job: JobId | None = None
 
 
 #: A window's ends [A, B]: members A to B-1, as a Python slice (null leaves an end open, negatives count from the end).
@@ -90,6 +92,7 @@ class HeadBody(_Body):
     silence_members: Members = []
     silence_heads: Heads = []
     packed: bool = False  # the vectors as packed_vectors (page_data.packed_vectors), not lists
+    job: JobId | None = None
 
 
 class OverviewBody(_Body):
@@ -101,6 +104,7 @@ class OverviewBody(_Body):
     side: Annotated[int, Field(ge=1, le=study_overview.SIDE)] = study_overview.SIDE  # most blocks on a side
     silence_members: Members = []
     silence_heads: Heads = []
+    job: JobId | None = None
 
 
 class LessonBody(_Body):
@@ -111,6 +115,7 @@ class LessonBody(_Body):
     key: Index | None = None
     silence_members: Members = []
     silence_heads: Heads = []
+    job: JobId | None = None
 
 
 class WhyBody(_Body):
@@ -121,6 +126,7 @@ class WhyBody(_Body):
     key: Index
     silence_members: Members = []
     silence_heads: Heads = []
+    job: JobId | None = None
 
 
 MAX_WORDS = 256  # words one /api/generate request streams at most

@@ -38,6 +38,7 @@ class Gate:
     def __init__(self, max_waiting: int, wait_timeout: float):
         self.max_waiting, self.wait_timeout = max_waiting, wait_timeout
         self.pending = 0  # running + waiting (touched only on the event loop's thread)
+        self.queued = 0  # waiting for their first turn (a computation that passed its turn is not counted)
         self._lock: asyncio.Lock | None = None
 
     async def run(self, fn):
@@ -45,12 +46,15 @@ class Gate:
             raise Busy(f"the model is busy: {self.max_waiting} requests are already waiting; try again shortly")
         self._lock = self._lock or asyncio.Lock()
         self.pending += 1
+        self.queued += 1
         try:
             with anyio.fail_after(self.wait_timeout):
                 await self._lock.acquire()
         except TimeoutError:
             self.pending -= 1
             raise Busy(f"the model stayed busy for {self.wait_timeout:.0f} s; try again shortly") from None
+        finally:
+            self.queued -= 1
         try:
             return await anyio.to_thread.run_sync(fn)
         finally:
@@ -59,15 +63,29 @@ class Gate:
 
     def turn_passer(self):
         """For a long computation: a function its worker thread calls between layers, which lets
-        every request waiting then take its turn first (the lock is fair: they queued before it)."""
+        every request waiting then for its first turn take it first (the lock is fair: they queued
+        before it). A computation paused so is not waited for: the one whose turn it is runs on,
+        rather than passing every layer back and forth."""
         def pass_turn():
-            if self.pending > 1 and self._lock is not None:
+            if self.queued > 0 and self._lock is not None:
                 anyio.from_thread.run(self._pass_turn)
         return pass_turn
 
     async def _pass_turn(self):
         self._lock.release()
         await self._lock.acquire()
+
+    def wait_outside(self, wait) -> None:
+        """From a computation's worker thread: gives the model up while `wait()` blocks (another
+        computation, paused between its layers, is making what this one needs), then queues for it again."""
+        anyio.from_thread.run(self._wait_outside, wait)
+
+    async def _wait_outside(self, wait):
+        self._lock.release()
+        try:
+            await anyio.to_thread.run_sync(wait)
+        finally:
+            await self._lock.acquire()
 
 
 class LRU:

@@ -280,3 +280,41 @@ def test_a_long_explain_shows_its_progress_and_can_be_cancelled(browser, slow_ur
     state = httpx.post(url.rstrip("/") + "/api/progress", json={"job": job}).json()
     assert state["state"] == "cancelled"
     context.close()
+
+
+@pytest.fixture(scope="module")
+def wide_url(tmp_path_factory):
+    """A server on a tiny model of 24 layers and a context of 4096: one pass of 3,000 members lasts
+    seconds, so the conclusion of such a text runs long enough to be followed and cancelled."""
+    path = write_tiny_gguf(tmp_path_factory.mktemp("wide19") / "wide.gguf", n_layers=24, n_heads=8, n_kv_heads=2,
+                           d_head=32, d_mlp=512, context=4096).path
+    yield from _serve(path)
+
+
+def test_a_long_texts_views_show_their_progress_and_can_be_cancelled(browser, wide_url):
+    """The page's first requests on a long text (the conclusion, the model view and the head: each
+    the text's pass or part of it) show the progress bar and Cancel; Cancel stops the one running,
+    and the status says what was not computed and how to ask again."""
+    import re
+
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    page = context.new_page()
+    jobs = []
+    page.on("request", lambda r: jobs.append(r.post_data_json) if r.url.endswith("/api/conclusion") else None)
+    page.goto(wide_url)
+    wait_idle(page)
+    page.fill(".sg-text", " ".join(["the tin can"] * 430))
+    page.click(".sg-go")
+    page.wait_for_function("() => document.querySelector('.sg-status').textContent.startsWith('Reading the members')")
+    running = page.locator(f".sg-progress[data-job='{jobs[-1]['job']}'][data-state='running']")
+    running.wait_for(timeout=60_000)  # the conclusion's
+    assert "layer by layer" in page.locator(".sg-progress .sg-progress-stage").inner_text()
+    page.click(".sg-progress button")  # the conclusion's, or the view asked after it if it ended meanwhile
+    page.locator(".sg-status[data-kind='error']").wait_for(timeout=30_000)
+    said = page.locator(".sg-status").inner_text()
+    assert re.match(r"Stopped: (the text's conclusion|the model view|head \d+ of layer \d+) was cancelled on request\. "
+                    r"(Press Go|Click its thumbnail)", said), said
+    assert page.locator(".sg-progress").is_hidden()
+    job = page.locator(".sg-progress").get_attribute("data-job")
+    assert httpx.post(wide_url.rstrip("/") + "/api/progress", json={"job": job}).json()["state"] == "cancelled"
+    context.close()

@@ -31,31 +31,39 @@
   sg.cellWords = cellWords;
 
   sg.mixin(class {
+    /** Shows head (l, h), asking the server for it if needed; false when it was not shown (an error,
+     * its computation cancelled, or a new text meanwhile), with the status saying why. */
     async openHead(l, h, chosen) {
       if (chosen !== false) this.ui.headChosen = true;
       if (this.ui.layer !== l || this.ui.head !== h) this.ui.rows = "auto";
       this.ui.layer = l; this.ui.head = h;
       this.paintThumbs(); this.paintHeadControls();
-      if (!this.api) { this.renderHead(); return; }
+      if (!this.api) { this.renderHead(); return true; }
       if (!this.heads.has(this.headKey(l, h))) {
         const gen = this.gen;
         try {
           this.say("Opening head " + h + " of layer " + l + "\u2026", "busy");
-          await this.askHead(l, h);
-          if (gen !== this.gen) return;
+          await this.askHead(l, h, true);
+          if (gen !== this.gen) return false;
           this.say("");
-        } catch (e) { if (gen === this.gen) this.say(e.message, "error"); return; }
+        } catch (e) {
+          if (gen === this.gen) this.say(this.stoppedSaid(e, "head " + h + " of layer " + l, "Click its thumbnail to open it again."), "error");
+          return false;
+        }
       }
       if (this.ui.layer === l && this.ui.head === h) { this.renderHead(); this.listenInHead(); }
+      return true;
     }
 
     /** Head (l, h) as the page asks for it now (its orientation, rows and silencing): kept in this.heads
-     * (at most 41), or asked of the server and kept there unless a new text came meanwhile. */
-    async askHead(l, h) {
+     * (at most 41), or asked of the server and kept there unless a new text came meanwhile.
+     * followed: as a job whose progress and Cancel show if it runs long (session.js: followedPost). */
+    async askHead(l, h, followed = false) {
       const key = this.headKey(l, h);
       if (this.heads.has(key)) return this.heads.get(key);
       const gen = this.gen;
-      const d = await sg.api.head(this.api, { text: this.d.text, layer: l, head: h, notation: this.ui.notation, ...this.headWindow(), ...this.silencing() });
+      const body = { text: this.d.text, layer: l, head: h, notation: this.ui.notation, ...this.headWindow(), ...this.silencing() };
+      const d = await (followed ? this.followedPost("/head", body, (p, b) => sg.api.head(this.api, b)) : sg.api.head(this.api, body));
       if (gen === this.gen) {
         if (this.heads.size > 40) this.heads.delete(this.heads.keys().next().value);
         this.heads.set(key, d);

@@ -1,4 +1,4 @@
-/* Long computations (explain, compare): each is named by a job id, its progress polled
+/* Long computations (explain, compare, and the conclusion, model view and head of a long text): each is named by a job id, its progress polled
  * (POST /api/progress) and shown with a Cancel button (POST /api/cancel); a new text cancels the
  * computation of the last one. The server stops a cancelled computation at its next layer. */
 (function (sg) {
@@ -13,32 +13,45 @@
     /** POST path with body as a job the page follows and may cancel; the answer's JSON (a cancelled one rejects).
      * opts.box: the progress box to paint (default: the one under the status, hidden again at the end);
      * opts.wanted: () => whether the answer is still wanted (default: no new text), else it is cancelled;
-     * opts.words: (progress) => the words the box shows. */
+     * opts.words: (progress) => the words the box shows;
+     * opts.send: (path, body) => the answer (default: this.post), for the API's own readers (sg.api.head);
+     * opts.after: milliseconds before the box shows (default 0): a quicker answer never shows it. */
     async longPost(path, body, opts = {}) {
       const job = "j" + Date.now().toString(36) + Math.random().toString(36).slice(2, 10);
       const gen = this.gen;
       const wanted = opts.wanted || (() => gen === this.gen);
       const box = opts.box || this.progressBox();
       let finished = false;
-      const answer = this.post(path, { ...body, job });
-      box.hidden = false;
-      box.dataset.job = job;
-      box.dataset.state = "waiting";
-      box.querySelector("button").hidden = false;
-      box.querySelector("progress").hidden = false;
-      box.querySelector("button").onclick = () => { this.post("/cancel", { job }).catch(() => {}); };
+      const answer = (opts.send || ((p, b) => this.post(p, b)))(path, { ...body, job });
+      const show = () => {
+        if (finished) return;
+        if (!opts.box) this.paintProgress({ state: "waiting", stage: "", done: 0, total: 0, steps: 0, elapsed_s: 0 }, box, opts.words);
+        box.hidden = false;
+        box.dataset.job = job;
+        box.dataset.state = "waiting";
+        box.querySelector("button").hidden = false;
+        box.querySelector("progress").hidden = false;
+        box.querySelector("button").onclick = () => { this.post("/cancel", { job }).catch(() => {}); };
+      };
+      if (opts.after) setTimeout(show, opts.after); else show();
       (async () => {
         while (!finished) {
           await sleep(POLL_MS);
           if (finished) return;
           if (!wanted()) { finished = true; this.post("/cancel", { job }).catch(() => {}); return; } // not wanted any more
-          try { const p = await this.post("/progress", { job }); if (!finished) this.paintProgress(p, box, opts.words); } catch (e) { /* not yet known to the server */ }
+          try { const p = await this.post("/progress", { job }); if (!finished && box.dataset.job === job) this.paintProgress(p, box, opts.words); } catch (e) { /* not yet known to the server */ }
         }
       })();
       try { return await answer; } finally {
         finished = true;
-        if (!opts.box && wanted()) box.hidden = true;
+        if (!opts.box && wanted() && box.dataset.job === job) box.hidden = true;
       }
+    }
+
+    /** What the status says when a computation stopped: on request, what was left undone and how to
+     * ask again; otherwise the error's own message. */
+    stoppedSaid(err, what, again) {
+      return /cancelled/.test(err.message) ? "Stopped: " + what + " was cancelled on request. " + again : err.message;
     }
 
     /** A box for a job's progress, made on first use and placed after `after`: a Cancel button, a bar, the words. */

@@ -9,10 +9,15 @@
   const modelLine = (m) => (m.label || m.name) + (m.note ? " (" + m.note + ")" : "") + ": " + m.n_layers +
     " layers \u00d7 " + m.n_heads + " heads, " + m.n_kv_heads + " key/value heads";
 
+  /** Milliseconds a view's request runs before its progress and Cancel show (a long text's pass). */
+  const SLOW_MS = 700;
+
   sg.mixin(class {
     // -- server mode --
     post(path, body) { return sg.api.post(this.api, path, body); }
     modelView(body) { return sg.api.modelView(this.api, body); }
+    /** POST path with body as a job whose progress and Cancel show once it runs past SLOW_MS; send: as longPost's. */
+    followedPost(path, body, send) { return this.longPost(path, body, { after: SLOW_MS, send }); }
 
     async start() {
       try {
@@ -40,20 +45,22 @@
       this.heads.clear();
       this.d = { info: this.d.info, text, other: other || null };
       this.renderAll();
+      let doing = "the text's conclusion"; // what a cancel leaves undone
       try {
         this.say("Reading the members\u2026", "busy");
-        const c = await this.post("/conclusion", { text, top: 10 });
+        const c = await this.followedPost("/conclusion", { text, top: 10 });
         if (!live()) return;
         this.d.conclusion = c;
         this.renderMembers(); this.renderConclusion();
         this.say("Drawing every head\u2026", "busy");
-        const mv = await this.modelView({ text });
+        doing = "the model view";
+        const mv = await this.followedPost("/model_view", { text }, (p, b) => this.modelView(b));
         if (!live()) return;
         this.d.modelView = mv;
         this.renderModelView();
         const first = this.rankedHeads()[0] || [0, 0];
-        await this.openHead(first[0], first[1], false);
-        if (!live()) return;
+        if (!await this.openHead(first[0], first[1], false)) return; // stopped: its message stays
+        doing = "who decided it (the explanation)";
         this.say("Finding who decided it: silencing members and heads one at a time (this takes a while on a CPU)\u2026", "busy");
         if (other) {
           const cmp = await this.longPost("/compare", { text_a: other, text_b: text, top: 10 });
@@ -70,7 +77,7 @@
           await this.openHead(h.layer, h.head, false);
         } else this.renderHead();
         if (live()) { this.say(""); this.completeRanking(); }
-      } catch (e) { if (live()) this.say(e.message, "error"); }
+      } catch (e) { if (live()) this.say(this.stoppedSaid(e, doing, "Press Go to ask again."), "error"); }
     }
 
     /** What is silenced now, as the API takes it (empty lists when nothing is). */
