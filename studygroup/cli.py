@@ -400,7 +400,7 @@ def _lesson(args) -> str:
     from studygroup.study import lesson_sections as ls
     from studygroup.study.page_data import explanation
     from studygroup.views import lesson_html as render_html
-    from studygroup.views import text as render_text
+    from studygroup.views import lesson_text as render_text
 
     if args.section is not None:
         ls.check_section(args.section)

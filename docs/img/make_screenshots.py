@@ -13,6 +13,12 @@ I have a lot"), scrolls so that the model view and the open head fill the window
 With --lesson it opens Lesson mode on "I have a lot" (the default head: the most decisive head that
 is not resting on a sink) and saves the lesson's card at the sections LESSON_SECTIONS, 1440 wide,
 as 256-colour PNGs.
+
+    .venv/bin/python docs/img/make_screenshots.py --long     # writes docs/img/long-text-overview.png
+
+With --long it opens LONG_TEXT (a paragraph said twice: ~460 members) in the page, opens head
+LONG_LAYER.LONG_HEAD, cancels the explain that follows, and saves the head's whole map (one pixel
+a cell) as a 256-colour PNG.
 """
 from __future__ import annotations
 
@@ -33,6 +39,13 @@ SIZE = {"width": 1440, "height": 900}
 LAYER, HEAD = 24, 6
 LESSON_TEXT = "I have a lot"
 LESSON_SECTIONS = ("scores", "softmax")
+LONG_PARAGRAPH = ("Every Thursday evening, Tom and Maria met in the quiet library on the hill to study for the chemistry "
+                  "exam together. Tom always forgot his notes, so Maria brought two copies of everything: the formulas, "
+                  "the old exam questions and a list of the words the teacher liked. They worked until the librarian "
+                  "turned off the lights, then walked down the hill to the bus stop, talking about reactions, "
+                  "equilibrium and the strange smell of the laboratory. ")
+LONG_TEXT = (LONG_PARAGRAPH * 5).strip()  # said again and again: the map shows the heads that look back a paragraph
+LONG_LAYER, LONG_HEAD = 4, 2
 
 
 def start_server() -> tuple[subprocess.Popen, str]:
@@ -94,14 +107,41 @@ def shoot_lesson(url: str) -> None:
         browser.close()
 
 
+def shoot_long(url: str) -> None:
+    """docs/img/long-text-overview.png: head LONG_LAYER.LONG_HEAD's whole map on LONG_TEXT."""
+    from PIL import Image
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport=SIZE)
+        page.goto(url)
+        page.locator(".sg-status[data-kind='']").wait_for(state="attached", timeout=600_000)
+        page.fill(".sg-text", LONG_TEXT)
+        page.click(".sg-go")
+        page.locator(".sg-mv-grid .sg-thumb").first.wait_for(timeout=600_000)
+        page.click(f".sg-thumb[data-layer='{LONG_LAYER}'][data-head='{LONG_HEAD}']")
+        page.locator(".sg-map canvas").wait_for(timeout=600_000)
+        cancel = page.locator(".sg-job button")
+        if cancel.count() and cancel.first.is_visible():
+            cancel.first.click()
+        page.mouse.move(0, 0)
+        out = HERE / "long-text-overview.png"
+        page.locator(".sg-map").screenshot(path=str(out))
+        Image.open(out).convert("RGB").quantize(256).save(out, optimize=True)
+        print(f"wrote {out}")
+        browser.close()
+
+
 def main() -> None:
-    lesson = "--lesson" in sys.argv[1:]
-    names = [a for a in sys.argv[1:] if a != "--lesson"]
+    lesson, long = "--lesson" in sys.argv[1:], "--long" in sys.argv[1:]
+    names = [a for a in sys.argv[1:] if a not in ("--lesson", "--long")]
     out = Path(names[0]) if names else HERE / "page.png"
     proc, url = start_server()
     try:
         if lesson:
             shoot_lesson(url)
+        elif long:
+            shoot_long(url)
         else:
             shoot(url, out)
             print(f"wrote {out}")

@@ -14,7 +14,7 @@ from studygroup.study.sinks import REST_WEIGHT
 from studygroup.study.story import percent, signed
 from studygroup.views.colours import generated_line, generated_mark
 
-__all__ = ["bounded", "comparison", "explanation", "head_view", "lesson", "lesson_section", "models", "percent", "roles", "table", "why"]
+__all__ = ["bounded", "comparison", "explanation", "head_view", "models", "percent", "roles", "table", "why"]
 
 WIDTH = 100
 #: Every command's text output, unless --full: at most MAX_LINES lines of MAX_CHARS characters.
@@ -312,26 +312,6 @@ def _silenced(v, full: bool = True) -> list[str]:
     if not full and len(parts) > SILENCED_LISTED:
         parts = parts[:SILENCED_LISTED] + [f"and {len(parts) - SILENCED_LISTED} more (--full lists them)"]
     return [wrap("silenced in this run: " + "; ".join(parts), indent="")] if parts else []
-
-
-def lesson_section(l, n: int) -> str:
-    """Section n (1-based) of a LessonSections: its title, both notations' formulas and its sentences."""
-    s, total = l.section(n), len(l.sections)
-    lines = [f"── {n}/{total}  {s['title']} " + "─" * max(0, WIDTH - len(s["title"]) - 12),
-             wrap(f"rows (the paper): {s['formula_paper']}"), wrap(f"columns (the video): {s['formula_columns']}"),
-             *[wrap(x) for x in s["says"]]]
-    return "\n".join(lines) + "\n"
-
-
-def lesson(l, section: int | None = None) -> str:
-    """The whole lesson (a LessonSections), or section `section` (1-based) with a pointer to the next."""
-    total = len(l.sections)
-    if section is None:
-        return "\n".join(lesson_section(l, n) for n in range(1, total + 1))
-    out = lesson_section(l, section)
-    if section < total:
-        out += f"next: --section {section + 1}  ({l.sections[section]['title']})\n"
-    return out
 
 
 WHY_PAIRS_SHOWN = 20

@@ -14,6 +14,7 @@ from studygroup.cli import DEFAULT_TEXT, main
 from studygroup.formulas.softmax_example import softmax_example
 from studygroup.study import lesson_sections as ls
 from studygroup.study.roles import SINK_SHARE, SINK_WEIGHT
+from studygroup.study.story import percent, quote
 from studygroup.web.app import create_app
 
 TEXT = "I have a lot. Cash or card"
@@ -222,3 +223,32 @@ def test_every_section_gives_both_notations_and_names_its_matrices(client):
     assert "softmax per row" in s["softmax"]["formula_paper"] and "softmax per column" in s["softmax"]["formula_columns"]
     assert "V softmax(KᵀQ/√d_k)" in s["weighted_sum"]["formula_columns"]
     assert any("softmax(KᵀQ/√d_k)·V does not fit the shapes" in x for x in s["weighted_sum"]["says"])
+
+
+def test_the_terminal_shows_each_sections_numbers(client, capsys, tiny_model):
+    """`lesson TEXT --section N` prints the numbers the section shows, each equal to the API's:
+    the question's q and the answer's k and v, the dot product term by term and its sum, the
+    question's largest weights, the next words."""
+    layer, head = 1, 3
+    d = client.post("/api/lesson", json={"text": TEXT, "layer": layer, "head": head}).json()
+    s, i, j = {x["name"]: x for x in d["sections"]}, d["query"], d["key"]
+    argv = ["lesson", TEXT, "--head", f"{layer}.{head}", "--model", str(tiny_model.path)]
+
+    def section(n):
+        assert main([*argv, "--section", str(n)]) == 0
+        return capsys.readouterr().out.replace("\n  ", " ")
+
+    qkv, rows = section(4), s["qkv"]["members"]
+    for name, m in (("q", i), ("k", j), ("v", j)):
+        first = ", ".join(f"{x:.4g}" for x in s["qkv"][name][rows.index(m)][:8])  # the first 8 of d_head = 8
+        assert f"{name}_{m} “" in qkv and f"= [{first}]" in qkv
+    scores = section(5)
+    assert f"sum of the 8 products {s['scores']['dot']:.6g}; ÷ √d_k = 2.828: score {s['scores']['score']:.6g}" in scores
+    assert all(f"{x:.4g}" in scores for x in s["scores"]["terms"])
+    softmax = section(6)
+    w = s["softmax"]["weights"]
+    top = sorted(range(len(w)), key=lambda m: -w[m])[:8]
+    assert [f"{w[m]:.4g}" in softmax for m in top] == [True] * len(top)
+    conclusion = section(8)
+    words = ", ".join(f"{quote(x['token'])} {percent(x['prob'])}" for x in s["conclusion"]["top"])
+    assert f"next word: {words}" in conclusion
