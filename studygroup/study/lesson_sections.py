@@ -25,7 +25,7 @@ from studygroup.formulas.softmax_example import softmax_example
 from studygroup.model.record import Record
 from studygroup.study.explain import top_words
 from studygroup.study.jsonable import JSONable
-from studygroup.study.sinks import REST_WEIGHT, head_sinks_of, sink_weight
+from studygroup.study.sinks import MAX_QUESTIONS, REST_WEIGHT, head_sinks_of, sink_weight
 from studygroup.study.story import brief, clipped, members_line, percent, quote
 from studygroup.study.text_ids import checked_ids
 
@@ -66,16 +66,62 @@ def _floats(x: torch.Tensor) -> list:
     return x.double().tolist()
 
 
-def sink_share(weights: torch.Tensor, i: int) -> tuple[list[int], float]:
-    """The head's sinks (sinks.head_sinks_of its rows) and the weight question i gives them.
+@dataclass
+class Followed:
+    """The head the lesson follows, as it reads it: every member's vectors, (T, d_head) each, and
+    the rows of the questions it needs, (R, T) each: the question followed and the last
+    min(T, MAX_QUESTIONS), where the head's sinks are found (every row up to 512 members). No
+    T × T map past that: 8,191 members cost 512 rows, not 8,191."""
 
-    weights: (T, T) the head's weights, rows are questions.
+    layer: int
+    head: int
+    kv_head: int
+    q_pre_rope: torch.Tensor
+    k_pre_rope: torch.Tensor
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    asked: list[int]  # the questions whose rows are held, in order
+    scores: torch.Tensor  # (R, T) q·k/√d_k, every cell (the masked ones too)
+    weights: torch.Tensor  # (R, T) softmax per row over the cells the question hears
+    mask: torch.Tensor  # (R, T) bool: the cells it hears
+    output: torch.Tensor  # (R, d_head) Σ_j w_ij v_j
 
-    >>> sink_share(torch.tensor([[1.0, 0.0], [0.9, 0.1]]), 1)
-    ([0], 0.8999999761581421)
+    def row(self, name: str, i: int) -> torch.Tensor:
+        """Question i's row of scores, weights, mask or output."""
+        return getattr(self, name)[self.asked.index(i)]
+
+    def sinks(self) -> list[int]:
+        """The head's sinks (sinks.head_sinks_of its last questions' rows)."""
+        T = self.q.shape[0]
+        tail = self.weights[-min(T, MAX_QUESTIONS):]  # (R', T) the last questions
+        return head_sinks_of(tail)
+
+
+def followed(run, layer: int, head: int, i: int) -> Followed:
+    """Head `head` of `layer` in `run`, for question i (see Followed)."""
+    vec = run.head_vectors(layer, head)  # (T, d_head) each: no T × T map
+    tail = range(max(0, run.T - MAX_QUESTIONS), run.T)
+    parts = ([] if i in tail else [range(i, i + 1)]) + [tail]  # i before the tail: its row first
+    asked = [r for part in parts for r in part]
+    mask = torch.cat([run.head_mask(layer, head, part) for part in parts])  # (R, T)
+    q = vec["q"][asked]  # (R, d_head)
+    output, weights = attention.paper(q[None], vec["k"][None], vec["v"][None], mask=mask)  # (1, R, d), (1, R, T)
+    return Followed(layer, head, run.model.config.kv_head_of(head), vec["q_pre_rope"], vec["k_pre_rope"],
+                    vec["q"], vec["k"], vec["v"], asked, attention.scores(q[None], vec["k"][None])[0], weights[0],
+                    mask, output[0])
+
+
+def sink_share(h: Followed, i: int) -> tuple[list[int], float]:
+    """The head's sinks and the weight question i gives them.
+
+    >>> run = model.run("I have a lot")
+    >>> members, weight = sink_share(followed(run, 0, 0, 3), 3)
+    >>> members, round(weight, 4) == round(float(run.head(0, 0).weights[3, members].sum()), 4)
+    ([0], True)
     """
-    s = head_sinks_of(weights)
-    return s, sink_weight(weights[i], s)
+    s = h.sinks()
+    return s, sink_weight(h.row("weights", i), s)
 
 
 def default_head(model, text: str, ranked: list[tuple[int, int]], i: int = -1) -> tuple[int, int]:
@@ -84,7 +130,7 @@ def default_head(model, text: str, ranked: list[tuple[int, int]], i: int = -1) -
     run = model.run(checked_ids(model, text), record="none")
     i = i % run.T
     for l, h in ranked:
-        if sink_share(run.head(l, h).weights, i)[1] < REST_WEIGHT:
+        if sink_share(followed(run, l, h, i), i)[1] < REST_WEIGHT:
             return l, h
     return ranked[0]
 
@@ -112,10 +158,11 @@ def lesson_sections(model, text: str, layer: int, head: int, query: int | None =
     ids = checked_ids(model, text)
     T = len(ids)
     i = T - 1 if query is None else model.check_member(query, T)
-    record = Record(steps=("layers.0.E", f"layers.{layer}.E", f"layers.{layer}.resid_pre"))
+    vectors = tuple(f"layers.{layer}.{s}" for s in ("q_pre_rope", "k_pre_rope", "q", "k", "v"))
+    record = Record(steps=("layers.0.E", f"layers.{layer}.E", f"layers.{layer}.resid_pre", *vectors))
     run = model.run(ids, record=record, silence_members=list(silence_members), silence_heads=list(silence_heads))
-    h = run.head(layer, head)
-    j = int(h.weights[i].argmax()) if key is None else model.check_member(key, T)
+    h = followed(run, layer, head, i)
+    j = int(h.row("weights", i).argmax()) if key is None else model.check_member(key, T)
     ctx = dict(model=model, run=run, h=h, i=i, j=j, text=text, top=top)
     sections = [globals()["_" + name](**ctx) for name in SECTIONS]
     for s, name in zip(sections, SECTIONS):
@@ -149,8 +196,8 @@ def _embedding(model, run, h, i, j, text, top) -> dict:
                  "each question q and each key k is turned by an angle set by its member's position, so a score "
                  "depends on how far apart the two members are.",
                  f"Here RoPE changes the score of the pair ({i}, {j}) in this head from "
-                 f"{float(attention.scores(h.q_pre_rope[None], h.k_pre_rope[None])[0, i, j]):.4g} (unturned) to "
-                 f"{float(h.scores[i, j]):.4g}."])
+                 f"{float(h.q_pre_rope[i] @ h.k_pre_rope[j]) / math.sqrt(h.q.shape[1]):.4g} (unturned) to "
+                 f"{float(h.row('scores', i)[j]):.4g}."])
     return _section(
         "E at layer 0: the token embedding, and where position enters",
         f"E is T × d_model = {run.T} × {d_model}: row i is member i", f"E is d_model × T = {d_model} × {run.T}: column i is member i",
@@ -236,25 +283,26 @@ def _scores(model, run, h, i, j, text, top) -> dict:
     d = h.q.shape[1]
     terms = h.q[i].double() * h.k[j].double()  # (d_head,)
     dot = float(terms.sum())
-    grid = [[float(h.scores[a, b]) if h.mask[a, b] else None for b in range(run.T)] for a in range(run.T)] \
-        if run.T <= GRID_MAX_T else None
+    score = float(h.row("scores", i)[j])
+    grid = [[float(h.row("scores", a)[b]) if h.row("mask", a)[b] else None for b in range(run.T)] for a in range(run.T)] \
+        if run.T <= GRID_MAX_T else None  # every row is held up to MAX_QUESTIONS members
     says = [f"The score of answer j for question i is q_i · k_j / √d_k, with √d_k = √{d} = {math.sqrt(d):.4g}.",
             f"For the pair ({i}, {j}): q_{i} · k_{j} = Σ of {d} products = {dot:.4g}; divided by {math.sqrt(d):.4g} "
-            f"that is {dot / math.sqrt(d):.4g} (the model's score: {float(h.scores[i, j]):.4g}).",
+            f"that is {dot / math.sqrt(d):.4g} (the model's score: {score:.4g}).",
             "A member cannot hear the members after it: those cells are masked (the future), not zero."]
     if grid is None:
         says.append(f"The whole grid ({run.T} × {run.T}) is left out here; the head view draws it.")
     return _section(
         "Scores: Q·Kᵀ/√d_k", "scores = Q·Kᵀ/√d_k: T × T, row i is question i",
         "scores = Kᵀ·Q/√d_k: T × T, column i is question i", says,
-        sqrt_d_k=math.sqrt(d), terms=_floats(terms), dot=dot, score=float(h.scores[i, j]), grid=grid)
+        sqrt_d_k=math.sqrt(d), terms=_floats(terms), dot=dot, score=score, grid=grid)
 
 
 def _softmax(model, run, h, i, j, text, top) -> dict:
-    row_s, row_w = h.scores[i], h.weights[i]  # (T,)
-    seen = h.mask[i]
+    row_s, row_w = h.row("scores", i), h.row("weights", i)  # (T,)
+    seen = h.row("mask", i)
     ex = softmax_example()
-    sink_members, share = sink_share(h.weights, i)
+    sink_members, share = sink_share(h, i)
     rests = share >= REST_WEIGHT
     says = [f"Softmax turns question {i}'s scores into weights between 0 and 1 that sum to 1 "
             f"(here {float(row_w.sum()):.6f}). Its scores run from {float(row_s[seen].min()):.4g} to "
@@ -276,7 +324,8 @@ def _softmax(model, run, h, i, j, text, top) -> dict:
 
 
 def _weighted_sum(model, run, h, i, j, text, top) -> dict:
-    by_hand = h.weights[i].double() @ h.v.double()  # (T,) @ (T, d_head) -> (d_head,)
+    w = h.row("weights", i)  # (T,)
+    by_hand = w.double() @ h.v.double()  # (T,) @ (T, d_head) -> (d_head,)
     W_O_h = model.W_O_head(h.layer, h.head).float()  # (d_head, d_model)
     sizes = (h.v @ W_O_h).norm(dim=-1)  # (T,)
     Q, K, V = h.q.mT[None], h.k.mT[None], h.v.mT[None]  # (1, d_head, T): the video's columns
@@ -284,12 +333,12 @@ def _weighted_sum(model, run, h, i, j, text, top) -> dict:
         "The weighted sum of the answers", "output_i = Σ_j w_ij v_j: output = weights · V (T × d_head)",
         "output_i = Σ_j v_j w_ji: output = V · weights (d_head × T), so V softmax(KᵀQ/√d_k)",
         [f"Question {i}'s conclusion in this head is Σ_j w_ij v_j, {h.v.shape[1]} numbers; computed by hand it "
-         f"differs from the model's own by {float((by_hand - h.output[i].double()).abs().max()):.1e}.",
-         f"Member {j}'s part is w·v_{j} with w = {float(h.weights[i, j]):.4g}; through the output projection W_O "
-         f"its size is w × ‖v_{j}·W_O‖ = {float(h.weights[i, j] * sizes[j]):.4g}.",
+         f"differs from the model's own by {float((by_hand - h.row('output', i).double()).abs().max()):.1e}.",
+         f"Member {j}'s part is w·v_{j} with w = {float(w[j]):.4g}; through the output projection W_O "
+         f"its size is w × ‖v_{j}·W_O‖ = {float(w[j] * sizes[j]):.4g}.",
          "In columns the answers stand as V (d_head × T) and must multiply the weights from the left. As drawn in "
          "the video, softmax(KᵀQ/√d_k)·V does not fit the shapes: " + _drawn_form_error(Q, K, V)],
-        output=_floats(h.output[i]), contributions=_floats(h.weights[i] * sizes))
+        output=_floats(h.row("output", i)), contributions=_floats(w * sizes))
 
 
 def _conclusion(model, run, h, i, j, text, top) -> dict:
