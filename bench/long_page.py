@@ -4,8 +4,8 @@ browsed through `studygroup serve`, with the server's peak memory.
 Starts `python -m studygroup.web.serve --no-warm` as a user would, then asks what the page asks,
 in its order: /api/conclusion, /api/model_view, the open head (/api/head, its last question),
 /api/explain as a job (its progress polled, as the page does), the head's overview
-(/api/overview of the whole map) and tiles of 256 × 256 cells (/api/overview, one block per
-cell) at random places. The server's resident memory (psutil, on its pid and children) is sampled
+(/api/overview of the whole map), tiles of 256 × 256 cells (/api/overview, one block per
+cell) at random places, and the lesson on the open head (/api/lesson, as Lesson mode asks). The server's resident memory (psutil, on its pid and children) is sampled
 every 0.2 s. Target (issue 19): on 2 cores, the server under 2 GB. Prints one JSON object
 with the CPU and the load average.
 
@@ -105,6 +105,8 @@ def main(argv=None) -> dict:
                 tiles.append(time.perf_counter() - t)
             tiles.sort()
             out["tile_p50_s"], out["tile_p95_s"] = round(tiles[len(tiles) // 2], 3), round(tiles[-1], 3)
+            lesson = ask("lesson", "lesson", {"text": text, "layer": layer, "head": head})
+            out["lesson_bytes"] = len(json.dumps(lesson))
     finally:
         peak.on = False
         proc.terminate()
