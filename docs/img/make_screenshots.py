@@ -16,7 +16,7 @@ as 256-colour PNGs.
 
     .venv/bin/python docs/img/make_screenshots.py --long     # writes docs/img/long-text-overview.png
 
-With --long it opens LONG_TEXT (a paragraph said twice: ~460 members) in the page, opens head
+With --long it opens LONG_TEXT (a paragraph said five times: 435 members) in the page, opens head
 LONG_LAYER.LONG_HEAD, cancels the explain that follows, and saves the head's whole map (one pixel
 a cell) as a 256-colour PNG.
 """
@@ -45,7 +45,7 @@ LONG_PARAGRAPH = ("Every Thursday evening, Tom and Maria met in the quiet librar
                   "turned off the lights, then walked down the hill to the bus stop, talking about reactions, "
                   "equilibrium and the strange smell of the laboratory. ")
 LONG_TEXT = (LONG_PARAGRAPH * 5).strip()  # said again and again: the map shows the heads that look back a paragraph
-LONG_LAYER, LONG_HEAD = 4, 2
+LONG_LAYER, LONG_HEAD = 18, 6  # an induction head (`studygroup roles`): it looks one paragraph back
 
 
 def start_server() -> tuple[subprocess.Popen, str]:
@@ -113,7 +113,7 @@ def shoot_long(url: str) -> None:
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport=SIZE)
+        page = browser.new_page(viewport={"width": SIZE["width"], "height": 1600})  # the whole map in view
         page.goto(url)
         page.locator(".sg-status[data-kind='']").wait_for(state="attached", timeout=600_000)
         page.fill(".sg-text", LONG_TEXT)
