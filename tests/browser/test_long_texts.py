@@ -313,7 +313,7 @@ def test_a_long_texts_views_show_their_progress_and_can_be_cancelled(browser, wi
     page.locator(".sg-status[data-kind='error']").wait_for(timeout=30_000)
     said = page.locator(".sg-status").inner_text()
     assert re.match(r"Stopped: (the text's conclusion|the model view|head \d+ of layer \d+) was cancelled on request\. "
-                    r"(Press Go|Click its thumbnail)", said), said
+                    r"(Press Explain|Click its thumbnail)", said), said
     assert page.locator(".sg-progress").is_hidden()
     job = page.locator(".sg-progress").get_attribute("data-job")
     assert httpx.post(wide_url.rstrip("/") + "/api/progress", json={"job": job}).json()["state"] == "cancelled"

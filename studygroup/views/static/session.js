@@ -77,7 +77,7 @@
           await this.openHead(h.layer, h.head, false);
         } else this.renderHead();
         if (live()) { this.say(""); this.completeRanking(); }
-      } catch (e) { if (live()) this.say(this.stoppedSaid(e, doing, "Press Go to ask again."), "error"); }
+      } catch (e) { if (live()) this.say(this.stoppedSaid(e, doing, "Press Explain to ask again."), "error"); }
     }
 
     /** What is silenced now, as the API takes it (empty lists when nothing is). */
