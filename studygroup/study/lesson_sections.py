@@ -195,7 +195,8 @@ def _embedding(model, run, h, i, j, text, top) -> dict:
                  "learned positions has E = token + position, literally). Position enters inside attention, by RoPE: "
                  "each question q and each key k is turned by an angle set by its member's position, so a score "
                  "depends on how far apart the two members are.",
-                 f"Here RoPE changes the score of the pair ({i}, {j}) in this head from "
+                 f"Here RoPE changes the score of the pair ({i}, {j}) in head {h.head} of layer {h.layer} (the head this "
+                 "lesson follows) from "
                  f"{float(h.q_pre_rope[i] @ h.k_pre_rope[j]) / math.sqrt(h.q.shape[1]):.4g} (unturned) to "
                  f"{float(h.row('scores', i)[j]):.4g}."])
     return _section(
@@ -260,6 +261,17 @@ def shown_members(T: int, i: int, j: int, n: int | None = None) -> list[int]:
     return sorted(chosen)
 
 
+def _members_named(members: list[int]) -> str:
+    """"member 0", "members 0 and 3", "members 0, 3 and 5".
+
+    >>> _members_named([0]), _members_named([0, 3]), _members_named([0, 3, 5])
+    ('member 0', 'members 0 and 3', 'members 0, 3 and 5')
+    """
+    if len(members) == 1:
+        return f"member {members[0]}"
+    return "members " + ", ".join(map(str, members[:-1])) + f" and {members[-1]}"
+
+
 def _rows_left_out(shown: list[int], T: int) -> list[str]:
     """The sentence saying which members' rows are shown, where not all are."""
     if len(shown) == T:
@@ -312,7 +324,7 @@ def _softmax(model, run, h, i, j, text, top) -> dict:
             f"{ex.after_question.said(-1)}. "
             + ("The real scores are far smaller, so the weights are less extreme." if float(row_s[seen].abs().max()) < 50
                else "The real scores are as large as the article's."),
-            f"This head's sinks (members {sink_members}) take {share:.4g} of question {i}'s weight"
+            f"This head's sinks ({_members_named(sink_members)}) take {share:.4g} of question {i}'s weight"
             + (": the head rests on a sink, and its weights say little about meaning." if rests else ".")]
     example = [{"context": g.context, "members": list(g.members), "scores": list(g.scores), "weights": list(g.weights)}
                for g in (ex.alone, ex.after_question)]
@@ -336,8 +348,8 @@ def _weighted_sum(model, run, h, i, j, text, top) -> dict:
          f"differs from the model's own by {float((by_hand - h.row('output', i).double()).abs().max()):.1e}.",
          f"Member {j}'s part is w·v_{j} with w = {float(w[j]):.4g}; through the output projection W_O "
          f"its size is w × ‖v_{j}·W_O‖ = {float(w[j] * sizes[j]):.4g}.",
-         "In columns the answers stand as V (d_head × T) and must multiply the weights from the left. As drawn in "
-         "the video, softmax(KᵀQ/√d_k)·V does not fit the shapes: " + _drawn_form_error(Q, K, V)],
+         "In columns the answers stand as V (d_head × T) and must multiply the weights from the left: the video's "
+         "drawn softmax(KᵀQ/√d_k)·V does not fit the shapes. The library's own check says: " + _drawn_form_error(Q, K, V)],
         output=_floats(h.row("output", i)), contributions=_floats(w * sizes))
 
 
@@ -345,7 +357,7 @@ def _conclusion(model, run, h, i, j, text, top) -> dict:
     full = _top(model, text, top, run)
     shorter = _shorter(text)
     other = _top(model, shorter, top) if shorter else None
-    says = [f"After every layer, the group's most likely next word is {quote(full[0]['token'])} "
+    says = [f"After the last layer, the group's most likely next word is {quote(full[0]['token'])} "
             f"({percent(full[0]['prob'])})."]
     if other:
         says.append(f"Without {clipped(text[:len(text) - len(shorter)].strip(), 60)} in front ({clipped(shorter, 60)}), it is "

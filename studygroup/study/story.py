@@ -235,9 +235,9 @@ def _listening(e, h, i: int, explained: list) -> list[list[dict]]:
         lines.append([_t("It matters, but not because "), _m(e, asker), _t(" asks "), _m(e, h.sinks[0]), _t(" anything: "),
                       *_sink_clause(e, h, i, explained), _t(".")])
     others = sum(not x.is_sink for _, x in measured)
-    which = f"{others} members other than its attention sinks" if h.sinks else f"{others} members"
+    which = f"{others} members it heard most (by weight × ‖v·W_O‖)" + (" other than its attention sinks" if h.sinks else "")
     for n, x in useful:
-        lines.append([_t(f"Of the {which} removed from {_head_name(h)} alone (effect_in_head), the one that "
+        lines.append([_t(f"Of the {which}, each removed from {_head_name(h)} alone (effect_in_head), the one that "
                          f"matters most is "),
                       _m(e, x.index), _t(": log p changes by "),
                       _v(x.effect_in_head, f"heads[{i}].listened[{n}].effect_in_head", _small(x.effect_in_head)),

@@ -22,6 +22,7 @@ SHOWN = """() => { const s = document.querySelector('.sg-root').studygroup; retu
   listed: [...document.querySelectorAll('.sg-declist button')].map((b) => b.textContent),
   ranked: [...document.querySelectorAll('.sg-thumb.sg-ranked')].map((b) => [Number(b.dataset.layer), Number(b.dataset.head),
            Number(b.querySelector('.sg-rank').textContent)]),
+  titles: Object.fromEntries([...document.querySelectorAll('.sg-thumb')].map((b) => [b.dataset.layer + '.' + b.dataset.head, b.title])),
   said: document.querySelector('.sg-decisive .sg-hint').textContent,
   story: [...document.querySelectorAll('.sg-sentences p')].map((p) => p.textContent).join(' ') }; }"""
 
@@ -69,7 +70,10 @@ def test_the_quick_ranking_comes_first_and_the_complete_one_replaces_it(page, ur
     assert quick_api["heads_measured"] < ALL
     assert quick["heads"] == ranking(quick_api["heads"])
     assert f"{quick_api['heads_measured']} of {ALL} heads measured exactly" in quick["said"]
-    assert len(quick["ranked"]) == quick_api["heads_measured"]
+    shown = 8  # numbered in the model view: the decisive heads listed under the story
+    assert sorted(quick["ranked"], key=lambda r: r[2]) == [[l, h, r + 1] for r, (l, h) in enumerate(quick["heads"][:shown])]
+    for r, (l, h) in enumerate(quick["heads"]):  # every measured head's rank, on hover
+        assert f"ranked {r + 1} of {quick_api['heads_measured']}" in quick["titles"][f"{l}.{h}"]
     box = page.locator(".sg-complete")
     page.locator(".sg-complete[data-state='running']").wait_for(timeout=60_000)
     words = box.inner_text()
@@ -84,7 +88,8 @@ def test_the_quick_ranking_comes_first_and_the_complete_one_replaces_it(page, ur
     assert complete["heads"] == ranking(complete_api["heads"]) and len(complete["heads"]) == ALL
     assert complete["listed"] == [f"layer {h['layer']} head {h['head']} (kv {h['kv_head']}): " + page.evaluate(
         "(x) => StudyGroup.signed(x, 3)", h["silence_effect"]) for h in complete_api["heads"][:8]]
-    assert sorted(complete["ranked"], key=lambda r: r[2]) == [[l, h, r + 1] for r, (l, h) in enumerate(ranking(complete_api["heads"]))]
+    assert sorted(complete["ranked"], key=lambda r: r[2]) == [[l, h, r + 1] for r, (l, h) in enumerate(ranking(complete_api["heads"])[:shown])]
+    assert all(f"ranked {r + 1} of {ALL}" in complete["titles"][f"{l}.{h}"] for r, (l, h) in enumerate(complete["heads"]))
     assert f"all {ALL}, each silenced at every position" in complete["said"]
     assert f"{quick_api['heads_measured']} of {ALL} heads were measured exactly" in quick["story"]
     assert f"All {ALL} heads were measured exactly" in complete["story"] and f"of {ALL} heads" not in complete["story"]

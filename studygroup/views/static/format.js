@@ -22,6 +22,8 @@
   const clear = (node) => { while (node.firstChild) node.removeChild(node.firstChild); return node; };
   const MARKS = new Set(["\u2423", "\u21b5", "\u21e5", "\u240d"]); // ␣ ↵ ⇥ ␍
   const MONO = 'ui-monospace, "SFMono-Regular", Menlo, Consolas, "Liberation Mono", monospace';
+  /** The decisive heads listed under the story and numbered in the model view: the first this many. */
+  const DECISIVE_SHOWN = 8;
   const SANS = 'system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif';
 
   /** A member's text as nodes, with the marks for spaces and newlines set apart. */
@@ -55,5 +57,5 @@
     return " Silenced in this run: " + parts.join("; ") + ".";
   }
 
-  Object.assign(sg, { el, clear, MONO, SANS, tokenNode, short, percent, sig4, signed, isSilenced, silencedNote });
+  Object.assign(sg, { el, clear, MONO, SANS, DECISIVE_SHOWN, tokenNode, short, percent, sig4, signed, isSilenced, silencedNote });
 })(window.StudyGroup = window.StudyGroup || {});

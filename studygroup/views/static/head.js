@@ -141,7 +141,7 @@
       const r = this.rankedHeads().findIndex(([a, b]) => a === l && b === h);
       const lh = this.listenedHead();
       title.appendChild(el("p", { cls: "sg-kv", text: "Key/value head " + kv + ": its keys and values are shared with query heads " + mates.join(" and ") +
-        " of this layer (grouped-query attention)." + (r >= 0 ? " Decisive head, rank " + (r + 1) + (lh ? (lh.silence_effect != null ? " (silence_effect, its write zeroed at every position: " + signed(lh.silence_effect, 3)
+        " of this layer (grouped-query attention)." + (r >= 0 ? " Ranked " + (r + 1) + " of " + this.rankedHeads().length + " heads by how much they decide the next word" + (lh ? (lh.silence_effect != null ? " (silence_effect, its write zeroed at every position: " + signed(lh.silence_effect, 3)
           : " (silence_effect_last_position, its write zeroed at the last position only: " + signed(lh.silence_effect_last_position, 3)) + " in log p)." : ".") : "") }));
       for (const b of this.qa(".sg-orient, .sg-save-head")) b.hidden = !d && !this.api;
       const grids = Object.keys(this.d.embeddedHeads || {}).length;

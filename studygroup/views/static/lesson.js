@@ -316,7 +316,8 @@
       const R = paper ? rows.length : rows[0].length, C = paper ? rows[0].length : rows.length;
       const at = (r, c) => (paper ? rows[r][c] : rows[c][r]);
       const left = paper ? rowLabels : colLabels, top = paper ? colLabels : rowLabels;
-      const cell = Math.max(4, Math.min(16, Math.floor(640 / C))), pad = left ? 90 : 30, head = top ? 70 : 4;
+      const grid = Boolean(colLabels);  // a members × members grid: cells large enough to hold their numbers
+      const cell = Math.max(4, Math.min(grid ? 44 : 16, Math.floor(640 / C))), pad = left ? 90 : 30, head = top ? 70 : 4;
       const c = el("canvas", { cls: "sg-matrix", attrs: { role: "img" } });
       c.width = pad + C * cell; c.height = head + R * cell;
       const ctx = c.getContext("2d");
@@ -328,6 +329,7 @@
         ctx.fillStyle = v == null ? masked : sg.rgb(scale === "weights" ? sg.weightColor(v) : sg.divergingColor(v, M));
         ctx.fillRect(pad + k * cell, head + r * cell, cell, cell);
       }
+      if (cell >= 36) this.cellNumbers(ctx, R, C, at, (v) => (scale === "weights" ? sg.weightColor(v) : sg.divergingColor(v, M)), pad, head, cell);
       if (mark) { // the pair followed, outlined: [row, column] in the paper's orientation
         const [r, k] = paper ? mark : [mark[1], mark[0]];
         ctx.strokeStyle = "#111"; ctx.lineWidth = 2; ctx.strokeRect(pad + k * cell + 1, head + r * cell + 1, cell - 2, cell - 2);
@@ -339,6 +341,18 @@
       });
       if (cell >= 10) { labels(left || (paper ? null : Array.from({ length: R }, (_, i) => String(i))), false); labels(top, true); }
       return el("div", { cls: "sg-lesson-scroll" }, [c]);
+    }
+
+    /** Each unmasked cell's number written in it (two significant digits), dark on light colours, light on dark. */
+    cellNumbers(ctx, R, C, at, colour, pad, head, cell) {
+      ctx.font = "10px " + sg.MONO; ctx.textAlign = "center"; ctx.textBaseline = "middle";
+      for (let r = 0; r < R; r++) for (let k = 0; k < C; k++) {
+        const v = at(r, k);
+        if (v == null) continue;
+        ctx.fillStyle = sg.isLight(colour(v)) ? "#1d2026" : "#fff";
+        ctx.fillText(v.toPrecision(2), pad + k * cell + cell / 2, head + r * cell + cell / 2);
+      }
+      ctx.textAlign = "start";
     }
 
     /** The first `count` numbers of a vector as text, each with its data-path. */

@@ -70,14 +70,15 @@
       for (let l = 0; l < L; l++) {
         for (let h = 0; h < H; h++) {
           const b = thumbs[l][h], canvas = b.firstChild, g = Math.floor(h / group);
-          const r = rank.get(l + "." + h);
+          const r = rank.get(l + "." + h), shown = Boolean(r && r <= sg.DECISIVE_SHOWN);  // numbered: the decisive ones listed
+          const of = r ? " of " + rank.size : "";
           const role = mv ? strongestRole(mv.heads[l][h].roles) : null;
-          b.classList.toggle("sg-ranked", Boolean(r));
+          b.classList.toggle("sg-ranked", shown);
           b.classList.toggle("sg-top", Boolean(r && r <= 3));
-          setAttr(b, "aria-label", "layer " + l + " head " + h + " (key/value head " + g + ")" + (r ? ", decisive rank " + r : ""));
-          setAttr(b, "title", "layer " + l + ", head " + h + ", kv " + g + (r ? ", rank " + r : "") + (contrib ? "; direct contribution " + sig4(contrib[l][h]) : "") +
+          setAttr(b, "aria-label", "layer " + l + " head " + h + " (key/value head " + g + ")" + (r ? ", ranked " + r + of : ""));
+          setAttr(b, "title", "layer " + l + ", head " + h + ", kv " + g + (r ? ", ranked " + r + of : "") + (contrib ? "; direct contribution " + sig4(contrib[l][h]) : "") +
             (role ? "; strongest role: " + role.name + " " + sig4(role.score) : ""));
-          badge(b, "sg-rank", r ? String(r) : null, canvas);
+          badge(b, "sg-rank", shown ? String(r) : null, canvas);
           badge(b, "sg-role", byRole && role ? ROLES.labels[role.name] : null, null, byRole && role ? role.name : null);
           if (byRole) drawFlat(canvas, role ? roleTint(role) : [236, 236, 236], size);
           else if (mv && mv.rows === "last") {
@@ -107,10 +108,10 @@
           (mv.rows === "last" ? " Long text: each thumbnail is the last member's question only, as a strip " + (transpose ? "down" : "across") +
             " it (its answers from member 0 to " + (mv.tokens.length - 1) + "), each pixel the largest weight of the members it covers." : "") +
           silencedNote(mv) +
-          " Numbered: the decisive heads, ranked by " + (e ? "the exact effect of silencing them." : mv.ranked_by + ".") }));
+          " Numbered: the " + sg.DECISIVE_SHOWN + " most decisive heads, ranked by " + (e ? "the exact effect of silencing them (every head's rank: hover it)." : mv.ranked_by + ".") }));
       } else {
         legend.appendChild(el("p", { cls: "sg-hint", text: "Each head's direct contribution to the logit of " + e.predicted.token +
-          " (" + sg.colours.contribution.legend + "; scale \u00b1" + M.toPrecision(3) + "). Numbered: the decisive heads, by the exact effect of silencing them." }));
+          " (" + sg.colours.contribution.legend + "; scale \u00b1" + M.toPrecision(3) + "). Numbered: the " + sg.DECISIVE_SHOWN + " most decisive heads, by the exact effect of silencing them." }));
       }
       this.paintThumbs();
     }

@@ -32,7 +32,7 @@
       dec.appendChild(el("p", { cls: "sg-hint", text: name + ": change in log p(" + e.predicted.token + ") with the head's write zeroed " +
         (every ? "at every position" : "at the last position only") + ". Measured one at a time: " + e.heads_silenced + "." }));
       const list = el("ol", { cls: "sg-declist" });
-      for (const h of e.heads.slice(0, 8)) {
+      for (const h of e.heads.slice(0, sg.DECISIVE_SHOWN)) {
         list.appendChild(el("li", {}, [el("button", { attrs: { type: "button" }, on: { click: () => this.openHead(h.layer, h.head) } },
           ["layer " + h.layer + " head " + h.head + " (kv " + h.kv_head + "): " + signed(every ? h.silence_effect : h.silence_effect_last_position, 3)])]));
       }
