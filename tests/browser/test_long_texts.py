@@ -315,6 +315,7 @@ def test_a_long_texts_views_show_their_progress_and_can_be_cancelled(browser, wi
     assert re.match(r"Stopped: (the text's conclusion|the model view|head \d+ of layer \d+) was cancelled on request\. "
                     r"(Press Explain|Click its thumbnail)", said), said
     assert page.locator(".sg-progress").is_hidden()
+    assert page.locator(".sg-sentences").inner_text().startswith("No story for this text: the computation stopped")
     job = page.locator(".sg-progress").get_attribute("data-job")
     assert httpx.post(wide_url.rstrip("/") + "/api/progress", json={"job": job}).json()["state"] == "cancelled"
     context.close()

@@ -59,7 +59,7 @@
         this.d.modelView = mv;
         this.renderModelView();
         const first = this.rankedHeads()[0] || [0, 0];
-        if (!await this.openHead(first[0], first[1], false)) return; // stopped: its message stays
+        if (!await this.openHead(first[0], first[1], false)) { this.untold(); return; } // stopped: its message stays
         doing = "who decided it (the explanation)";
         this.say("Finding who decided it: silencing members and heads one at a time (this takes a while on a CPU)\u2026", "busy");
         if (other) {
@@ -77,7 +77,18 @@
           await this.openHead(h.layer, h.head, false);
         } else this.renderHead();
         if (live()) { this.say(""); this.completeRanking(); }
-      } catch (e) { if (live()) this.say(this.stoppedSaid(e, doing, "Press Explain to ask again."), "error"); }
+      } catch (e) {
+        if (!live()) return;
+        this.say(this.stoppedSaid(e, doing, "Press Explain to ask again."), "error");
+        this.untold();
+      }
+    }
+
+    /** A load that stopped before the explanation: the story says none will come for this text. */
+    untold() {
+      if (this.d.explanation) return;
+      this.d.untold = true;
+      this.renderStory();
     }
 
     /** What is silenced now, as the API takes it (empty lists when nothing is). */

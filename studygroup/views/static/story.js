@@ -15,7 +15,12 @@
       this.renderStoryNote(own, swap);
       const e = own || this.d.explanation, cmp = own ? null : this.d.comparison;
       box.dataset.run = own ? "silenced" : "unsilenced";
-      if (!e) { box.appendChild(el("p", { cls: "sg-hint", text: this.api ? "The story comes when the group's decision has been traced." : "" })); return; }
+      if (!e) {
+        const hint = !this.api ? "" : this.d.untold ? "No story for this text: the computation stopped before the group's decision was traced (the status above says which)."
+          : "The story comes when the group's decision has been traced.";
+        box.appendChild(el("p", { cls: "sg-hint", text: hint }));
+        return;
+      }
       const tokens = e.tokens;
       for (const s of cmp ? cmp.story : []) box.appendChild(this.sentence(s, tokens));
       if (e.story_parts) for (const parts of e.story_parts) box.appendChild(swap && aboutConclusion(parts) ? this.silencedSentence(swap, tokens) : this.partsSentence(parts, tokens));
