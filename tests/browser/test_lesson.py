@@ -165,3 +165,87 @@ def test_a_silenced_head_round_trips_through_the_url(page, server_url):
     assert "layer 1 head 3" in other.locator(".sg-silenced .sg-pill").inner_text()
     assert "silence_heads=1.3" in other.url
     assert page.watch.errors == []
+
+
+OPEN_HEAD = "() => { const s = document.querySelector('.sg-root').studygroup; return [s.ui.layer, s.ui.head]; }"
+
+
+def url_head(page):
+    """The head the URL names, as [layer, head] (None when it names none)."""
+    head = page.evaluate("() => new URLSearchParams(location.hash.slice(1)).get('head')")
+    return None if head is None else [int(x) for x in head.split(".")]
+
+
+def settled(page):
+    """Waits until the explanation is drawn (the last step that may open another head; hidden in Lesson
+    mode) and the page is idle."""
+    page.locator(".sg-sentences p").first.wait_for(state="attached", timeout=60_000)
+    page.wait_for_load_state("networkidle")
+
+
+def other_head(not_this):
+    """A head of the tiny model (2 layers × 4 heads) other than not_this."""
+    return [1, 3] if not_this != [1, 3] else [1, 2]
+
+
+def test_the_explore_head_its_notation_and_the_member_round_trip_through_the_url(page, server_url):
+    """In Explore, opening a head, turning its notation and selecting a member write the URL
+    (head=L.H, notation=columns, member=J); the URL reopened in a new page shows the same."""
+    page.goto(server_url + "#text=I%20have%20a%20lot%20of")
+    settled(page)
+    layer, head = other_head(page.evaluate(OPEN_HEAD))
+    page.click(f".sg-thumb[data-layer='{layer}'][data-head='{head}']")
+    page.locator(f".sg-thumb.sg-open[data-layer='{layer}'][data-head='{head}']").wait_for()
+    assert url_head(page) == [layer, head]
+    page.click(".sg-head .sg-orient button[data-notation='columns']")
+    page.click(".sg-chip[data-index='2'] .sg-chip-main")
+    page.wait_for_function("() => /notation=columns/.test(location.hash) && /member=2/.test(location.hash)")
+    url = page.url
+    assert "mode=explore" in url and url_head(page) == [layer, head]
+
+    other = page.context.new_page()
+    other.goto(url)
+    settled(other)
+    assert other.evaluate(OPEN_HEAD) == [layer, head]
+    other.locator(f".sg-thumb.sg-open[data-layer='{layer}'][data-head='{head}']").wait_for()
+    assert other.locator(".sg-head .sg-orient button[data-notation='columns']").get_attribute("aria-pressed") == "true"
+    other.wait_for_function("() => document.querySelector('.sg-root').studygroup.displayed('weights')?.orientation === 'columns'")
+    assert other.evaluate("() => document.querySelector('.sg-root').studygroup.ui.selected") == 2
+    assert other.locator(".sg-chip.sg-selected").get_attribute("data-index") == "2"
+    assert url_head(other) == [layer, head] and "member=2" in other.url and "notation=columns" in other.url
+    assert page.watch.errors == []
+
+
+def test_a_url_head_opens_in_explore_and_an_unknown_one_falls_back_to_the_first_ranked(page, server_url):
+    page.goto(server_url + "#mode=explore&head=1.3&text=I%20have%20a%20lot")
+    settled(page)
+    assert page.evaluate(OPEN_HEAD) == [1, 3]
+    assert url_head(page) == [1, 3]
+
+    other = page.context.new_page()  # a new page: a goto that changes only the hash loads nothing
+    other.goto(server_url + "#mode=explore&head=9.0&text=I%20have%20a%20lot")
+    settled(other)
+    shown = other.evaluate(OPEN_HEAD)
+    assert None not in shown and shown != [9, 0] and url_head(other) == shown
+    assert page.watch.errors == []
+
+
+def test_escape_from_the_lesson_leaves_the_url_on_the_head_explore_shows(page, server_url):
+    page.goto(server_url + "#text=I%20have%20a%20lot&mode=lesson")
+    wait_section(page, "members")
+    settled(page)
+    explore = page.evaluate(OPEN_HEAD)
+    lesson = other_head(explore)
+    page.select_option(".sg-lesson-head", ".".join(map(str, lesson)))
+    page.wait_for_function(f"() => {{ const d = document.querySelector('.sg-root').studygroup.lesson.data; return d && d.layer === {lesson[0]} && d.head === {lesson[1]}; }}")
+    wait_section(page, "members")
+    assert url_head(page) == lesson
+    page.locator(BODY).click(position={"x": 2, "y": 2})
+    page.keyboard.press("Escape")
+    page.locator(".sg-lesson").wait_for(state="hidden")
+    assert "mode=explore" in page.url
+    assert url_head(page) == page.evaluate(OPEN_HEAD) == explore
+    page.locator(".sg-modes button[data-mode='lesson']").click()  # back in Lesson: the lesson's head again
+    wait_section(page, "members")
+    assert url_head(page) == lesson
+    assert page.watch.errors == []

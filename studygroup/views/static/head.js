@@ -105,9 +105,14 @@
     setNotation(n) {
       if (n === this.ui.notation) return;
       this.ui.notation = n;
-      for (const b of this.qa(".sg-orient button")) b.setAttribute("aria-pressed", String(b.dataset.notation === n));
+      this.paintNotation();
       this.renderModelView();
       if (this.ui.layer != null) this.openHead(this.ui.layer, this.ui.head, false);
+    }
+
+    /** The head card's Paper/Video switch pressed as this.ui.notation says. */
+    paintNotation() {
+      for (const b of this.qa(".sg-head .sg-orient button")) b.setAttribute("aria-pressed", String(b.dataset.notation === this.ui.notation));
     }
 
     paintHeadControls() {

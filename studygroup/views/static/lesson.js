@@ -1,8 +1,10 @@
 /* Lesson mode: the article's walkthrough as sections, on the real numbers of the text in the box,
  * for one head (POST /api/lesson; study/lesson_sections.py is their one source, shared with
  * `studygroup lesson TEXT --json`). → next, ← back, Esc leaves, whenever focus is not in a text
- * field. The page's state (text, mode, section, head, question, answer, notation, silencing)
- * lives in the URL's hash, so reopening the URL shows the same thing. Every number drawn carries
+ * field. The page's state (text, mode, section, head, question, answer, notation, silencing, and
+ * in Explore the member selected) lives in the URL's hash, so reopening the URL shows the same
+ * thing. head and notation are those of the mode shown: the lesson's in Lesson, the open head's
+ * card in Explore. Every number drawn carries
  * data-path (its place in the API's answer) and data-value (its exact value). */
 (function (sg) {
   "use strict";
@@ -12,7 +14,8 @@
   const SHORT = ["Members", "E, layer 0", "Layer input", "Q, K, V", "Scores", "Softmax", "Weighted sum", "Conclusion"];
   const CELL = 12; // px of one drawn number
 
-  /** The state in a hash such as #mode=lesson&section=scores&head=3.2&text=… (null where absent). */
+  /** The state in a hash such as #mode=lesson&section=scores&head=3.2&text=… (null where absent);
+   * member: the member selected in Explore. */
   function readHash(hash) {
     const p = new URLSearchParams(String(hash || "").replace(/^#/, ""));
     const ints = (s) => (s ? s.split(",").filter((x) => x !== "").map(Number).filter((n) => Number.isInteger(n) && n >= 0) : []);
@@ -20,7 +23,7 @@
     const int = (s) => (s != null && /^\d+$/.test(s) ? +s : null);
     return { text: p.get("text"), mode: p.get("mode") === "lesson" ? "lesson" : "explore",
       section: Math.max(0, NAMES.indexOf(p.get("section"))), head: pair(p.get("head")), query: int(p.get("q")), key: int(p.get("k")),
-      notation: p.get("notation") === "columns" ? "columns" : "paper",
+      notation: p.get("notation") === "columns" ? "columns" : "paper", member: int(p.get("member")),
       members: ints(p.get("silence")), heads: (p.get("silence_heads") || "").split(",").map(pair).filter(Boolean) };
   }
 
@@ -30,9 +33,8 @@
   sg.mixin(class {
     /** Adds the Explore/Lesson switch and the lesson's card to a page view; restores the URL's state. */
     buildLesson() {
-      const s = readHash(location.hash);
-      this.lesson = { on: s.mode === "lesson", section: s.section, head: s.head, query: s.query, key: s.key, notation: s.notation, data: null, gen: 0 };
-      this.pendingUrl = s;
+      this.lesson = { gen: 0 };
+      this.applyHash(readHash(location.hash));
       const sw = el("div", { cls: "sg-modes", attrs: { role: "group", "aria-label": "mode" } }, [
         el("button", { attrs: { type: "button" }, data: { mode: "explore" }, text: "Explore" }),
         el("button", { attrs: { type: "button" }, data: { mode: "lesson" }, text: "Lesson" })]);
@@ -80,10 +82,12 @@
       if (text) p.set("text", text);
       p.set("mode", L.on ? "lesson" : "explore");
       p.set("section", NAMES[L.section]);
-      if (L.head) p.set("head", L.head.join("."));
+      const head = L.on ? L.head : this.exploreHead(), notation = L.on ? L.notation : this.ui.notation;
+      if (head) p.set("head", head.join("."));
       if (L.query != null) p.set("q", L.query);
       if (L.key != null) p.set("k", L.key);
-      if (L.notation !== "paper") p.set("notation", L.notation);
+      if (notation !== "paper") p.set("notation", notation);
+      if (!L.on && this.ui.selected != null) p.set("member", this.ui.selected);
       const pending = L.pendingSilence;
       const sil = pending ? { silence_members: pending.members, silence_heads: pending.heads } : this.silencing();
       if (sil.silence_members.length) p.set("silence", sil.silence_members.join(","));
@@ -92,10 +96,23 @@
       history.replaceState(null, "", this.hashWritten);
     }
 
+    /** Takes the state of hash s: its head and notation are the lesson's in Lesson mode, the explore view's in Explore. */
+    applyHash(s) {
+      const on = s.mode === "lesson";
+      Object.assign(this.lesson, { on, section: s.section, head: on ? s.head : null, query: s.query, key: s.key, notation: on ? s.notation : "paper", data: null });
+      if (!on && s.notation !== this.ui.notation) { this.ui.notation = s.notation; this.paintNotation(); }
+      this.pendingUrl = s;
+    }
+
+    /** The head open in Explore, or, while none is yet, the one the URL asks for. */
+    exploreHead() {
+      if (this.ui.layer != null) return [this.ui.layer, this.ui.head];
+      return this.asked ? this.asked.head : null;
+    }
+
     restoreHash() {
       const s = readHash(location.hash);
-      Object.assign(this.lesson, { on: s.mode === "lesson", section: s.section, head: s.head, query: s.query, key: s.key, notation: s.notation, data: null });
-      this.pendingUrl = s;
+      this.applyHash(s);
       if (s.text != null) { this.q(".sg-text").value = s.text; this.submit(); } else this.showMode();
     }
 
@@ -105,6 +122,7 @@
       this.pendingUrl = null;
       if (s && s.text != null) this.q(".sg-text").value = s.text;
       if (!s) Object.assign(this.lesson, { head: null, query: null, key: null }); // a new text: its own default head
+      this.asked = s && s.mode === "explore" ? { head: s.head, member: s.member } : null; // openFirstHead's
       Object.assign(this.lesson, { data: null, asked: null });
       const silence = s && (s.members.length || s.heads.length) ? s : null;
       this.lesson.pendingSilence = silence; // the URL's silencing until the explore view has it
@@ -366,6 +384,15 @@
 
   // The explore view's text and silencing changes carry the lesson along (and the URL).
   const P = sg.Instance.prototype, submit = P.submit, resilence = P.resilence;
+  // In Explore, the head opened, its notation and the member selected are the URL's.
+  for (const name of ["openHead", "setNotation", "select", "clearSelection"]) {
+    const f = P[name];
+    P[name] = function (...args) {
+      const r = f.apply(this, args);
+      if (this.lesson && !this.lesson.on) this.writeHash();
+      return r;
+    };
+  }
   P.submit = function () { return this.lesson ? this.submitWithLesson(() => submit.call(this)) : submit.call(this); };
   P.resilence = async function () {
     await resilence.call(this);

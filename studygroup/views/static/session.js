@@ -58,8 +58,7 @@
         if (!live()) return;
         this.d.modelView = mv;
         this.renderModelView();
-        const first = this.rankedHeads()[0] || [0, 0];
-        if (!await this.openHead(first[0], first[1], false)) { this.untold(); return; } // stopped: its message stays
+        if (!await this.openFirstHead()) { this.untold(); return; } // stopped: its message stays
         doing = "who decided it (the explanation)";
         this.say("Finding who decided it: silencing members and heads one at a time (this takes a while on a CPU)\u2026", "busy");
         if (other) {
@@ -89,6 +88,19 @@
       if (this.d.explanation) return;
       this.d.untold = true;
       this.renderStory();
+    }
+
+    /** Opens a new text's first head: the one asked for (this.asked, a URL's: { head, member }, taken
+     * once) when this model has it, else the first ranked; then selects the member asked for, if the
+     * text has it. False when the head was not shown. */
+    async openFirstHead() {
+      const a = this.asked || {}, mv = this.d.modelView;
+      this.asked = null;
+      const has = !!(a.head && mv && a.head[0] < mv.n_layers && a.head[1] < mv.n_heads);
+      const first = has ? a.head : this.rankedHeads()[0] || [0, 0];
+      if (!await this.openHead(first[0], first[1], has)) return false;
+      if (a.member != null && a.member < this.tokens().length) this.select(a.member);
+      return true;
     }
 
     /** What is silenced now, as the API takes it (empty lists when nothing is). */
