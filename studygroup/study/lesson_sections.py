@@ -240,6 +240,11 @@ def _qkv(model, run, h, i, j, text, top) -> dict:
         d_head=d, members=shown, q=_floats(h.q[shown]), k=_floats(h.k[shown]), v=_floats(h.v[shown]))
 
 
+def member_row(qkv: dict, name: str, m: int) -> list[float]:
+    """Member m's row of "q", "k" or "v" in the qkv section as JSON gives it (rows of its `members`)."""
+    return qkv[name][qkv["members"].index(m)]
+
+
 def shown_members(T: int, i: int, j: int, n: int | None = None) -> list[int]:
     """The members whose rows of Q, K and V the lesson shows: all T up to n; past that n of them:
     the first four (where sinks sit), the answer followed and three on either side, then the
@@ -296,7 +301,7 @@ def _scores(model, run, h, i, j, text, top) -> dict:
     terms = h.q[i].double() * h.k[j].double()  # (d_head,)
     dot = float(terms.sum())
     score = float(h.row("scores", i)[j])
-    grid = [[float(h.row("scores", a)[b]) if h.row("mask", a)[b] else None for b in range(run.T)] for a in range(run.T)] \
+    grid = [[float(x) if seen else None for x, seen in zip(h.row("scores", a), h.row("mask", a))] for a in range(run.T)] \
         if run.T <= GRID_MAX_T else None  # every row is held up to MAX_QUESTIONS members
     says = [f"The score of answer j for question i is q_i · k_j / √d_k, with √d_k = √{d} = {math.sqrt(d):.4g}.",
             f"For the pair ({i}, {j}): q_{i} · k_{j} = Σ of {d} products = {dot:.4g}; divided by {math.sqrt(d):.4g} "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from html import escape
 
+from studygroup.study.lesson_sections import member_row
 from studygroup.study.story import quote
 from studygroup.views import colours
 
@@ -64,10 +65,9 @@ def _numbers(d: dict, s: dict) -> str:
     if name in ("embedding", "layer_input"):
         return _table("‖E_i‖ of each member", ["member", "token", "norm"],
                       [[m, t, x] for m, (t, x) in enumerate(zip(tokens, s["norms"]))])
-    if name == "qkv":  # rows of the members s["members"]
-        a, b = s["members"].index(i), s["members"].index(j)
-        return _vector(f"q_{i} ({tokens[i]})", s["q"][a]) + _vector(f"k_{j} ({tokens[j]})", s["k"][b]) \
-            + _vector(f"v_{j} ({tokens[j]})", s["v"][b])
+    if name == "qkv":
+        return _vector(f"q_{i} ({tokens[i]})", member_row(s, "q", i)) + _vector(f"k_{j} ({tokens[j]})", member_row(s, "k", j)) \
+            + _vector(f"v_{j} ({tokens[j]})", member_row(s, "v", j))
     if name == "scores":
         grid = "" if s["grid"] is None else _table("scores Q·Kᵀ/√d_k: row i is question i, column j answer j",
                                                    ["question \\ answer"] + tokens,

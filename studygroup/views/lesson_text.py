@@ -4,6 +4,7 @@ answer's vectors, one dot product term by term, the question's row of weights, t
 the same numbers as the page's Lesson mode and `--json`."""
 from __future__ import annotations
 
+from studygroup.study.lesson_sections import SECTIONS, member_row
 from studygroup.study.story import percent, quote
 from studygroup.views.text import WIDTH, table, wrap
 
@@ -46,11 +47,11 @@ def _numbers(l, s: dict) -> list[str]:
         E = "E" if name == "embedding" else f"E (layer {l.layer})"
         return [_vector(f"{E} of member {i} {tok(i)}", s["query_row"]), _vector(f"{E} of member {j} {tok(j)}", s["key_row"])]
     if name == "qkv":
-        a, b = s["members"].index(i), s["members"].index(j)
-        return [_vector(f"q_{i} {tok(i)}", s["q"][a]), _vector(f"k_{j} {tok(j)}", s["k"][b]), _vector(f"v_{j} {tok(j)}", s["v"][b])]
+        return [_vector(f"q_{i} {tok(i)}", member_row(s, "q", i)), _vector(f"k_{j} {tok(j)}", member_row(s, "k", j)),
+                _vector(f"v_{j} {tok(j)}", member_row(s, "v", j))]
     if name == "scores":
-        q = next(x for x in l.sections if x["name"] == "qkv")
-        qi, kj = q["q"][q["members"].index(i)], q["k"][q["members"].index(j)]
+        qkv = l.sections[SECTIONS.index("qkv")]
+        qi, kj = member_row(qkv, "q", i), member_row(qkv, "k", j)
         rows = [[t, qi[t], kj[t], x] for t, x in enumerate(s["terms"][:TERMS_SHOWN])]
         more = len(s["terms"]) - TERMS_SHOWN
         return [f"  q_{i} · k_{j}, term by term:", table(["t", f"q_{i}[t]", f"k_{j}[t]", "product"], rows)] \

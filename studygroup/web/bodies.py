@@ -38,95 +38,80 @@ Members = Annotated[list[Index], Field(max_length=MAX_SILENCED)]
 Heads = Annotated[list[Pair], Field(max_length=MAX_SILENCED)]
 
 
-class ConclusionBody(TextBody):
+class _Followed(_Body):
+    """A computation on a text with these members and heads silenced, followed as a job when it
+    names one (/api/progress, /api/cancel)."""
     silence_members: Members = []
     silence_heads: Heads = []
-    job: JobId | None = None  # names the computation for /api/progress and /api/cancel
+    job: JobId | None = None
+
+
+class ConclusionBody(TextBody, _Followed):
+    pass
 
 
 #: How many heads explain measures exactly: a number, "all", or null (explain's default: all where affordable).
 MeasureHeads = Annotated[int, Field(ge=0)] | Literal["all"] | None
 
 
-class ExplainBody(TextBody):
-    silence_members: Members = []
-    silence_heads: Heads = []
+class ExplainBody(TextBody, _Followed):
     measure_heads: MeasureHeads = None  # as the CLI's --measure-heads
     chat: bool = False  # the text as the user's turn in the model's own chat template
     system: Text | None = None  # with chat: a system turn before the user's
-    job: JobId | None = None  # names the computation for /api/progress and /api/cancel
 
 
 class JobBody(_Body):
     job: JobId
 
 
-class CompareBody(_Body):
+class CompareBody(_Followed):
     text_a: Text
     text_b: Text
     top: Top = 10
-    silence_members: Members = []
-    silence_heads: Heads = []
-    job: JobId | None = None
 
 
-class ModelViewBody(_Body):
+class ModelViewBody(_Followed):
     text: Text
-    silence_members: Members = []
-    silence_heads: Heads = []
     packed: bool = False  # the thumbnails as packed_weights (page_data.packed_thumbnails), not lists
-    job: JobId | None = None
 
 
 #: A window's ends [A, B]: members A to B-1, as a Python slice (null leaves an end open, negatives count from the end).
 Ends = Annotated[list[int | None], Field(min_length=2, max_length=2)]
 
 
-class HeadBody(_Body):
+class HeadBody(_Followed):
     text: Text
     layer: Index
     head: Index
     notation: Literal["paper", "columns"] = "paper"
     rows: Literal["auto", "all", "last"] | Ends = "auto"
     keys: Literal["all"] | Ends = "all"
-    silence_members: Members = []
-    silence_heads: Heads = []
     packed: bool = False  # the vectors as packed_vectors (page_data.packed_vectors), not lists
-    job: JobId | None = None
 
 
-class OverviewBody(_Body):
+class OverviewBody(_Followed):
     text: Text
     layer: Index
     head: Index
     rows: Literal["all"] | Ends = "all"
     keys: Literal["all"] | Ends = "all"
     side: Annotated[int, Field(ge=1, le=study_overview.SIDE)] = study_overview.SIDE  # most blocks on a side
-    silence_members: Members = []
-    silence_heads: Heads = []
-    job: JobId | None = None
 
 
-class LessonBody(_Body):
+class LessonBody(_Followed):
     text: Text
     layer: Index | None = None  # with head; None: the most decisive head not resting on a sink
     head: Index | None = None
     query: Index | None = None
     key: Index | None = None
-    silence_members: Members = []
-    silence_heads: Heads = []
-    job: JobId | None = None
 
 
-class WhyBody(_Body):
+class WhyBody(_Followed):
     text: Text
     layer: Index
     head: Index
     query: Index
     key: Index
-    silence_members: Members = []
-    silence_heads: Heads = []
-    job: JobId | None = None
 
 
 MAX_WORDS = 256  # words one /api/generate request streams at most
