@@ -219,8 +219,8 @@ def _write_atomically(path: Path, write, also_keep: str | None = None) -> None:
     """
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        _remove_stale_temps(path.parent)
-        tmp = path.parent / f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+        remove_stale_temps(path.parent)
+        tmp = path.parent / temp_name(path.name)
         f = open(tmp, "xb")
     except OSError as e:
         warnings.warn(f"studygroup could not write its cache in {path.parent} ({e}); "
@@ -251,6 +251,15 @@ def _used(path: Path) -> None:
 ENTRY_NAME = re.compile(r"(?P<key>[A-Za-z0-9._-]*-[0-9a-f]{16})\.(weights\.safetensors|[a-z]+\.json)")
 #: The file name of a temporary file: .<entry name>.<writer's pid>.<8 hex digits>.tmp
 TEMP_NAME = re.compile(r"\..+\.(?P<pid>[0-9]+)\.[0-9a-f]{8}\.tmp")
+
+
+def temp_name(name: str) -> str:
+    """The name of a temporary file that becomes `name`, with this writer's process id (`TEMP_NAME`).
+
+    >>> bool(TEMP_NAME.fullmatch(temp_name("x.json")))
+    True
+    """
+    return f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
 
 
 def _key_of(path: Path) -> str | None:
@@ -307,22 +316,22 @@ def prune(keep: str, limit: int | None = None, also_keep: str | None = None) -> 
     return removed
 
 
-def _remove_stale_temps(folder: Path) -> None:
+def remove_stale_temps(folder: Path) -> None:
     """Delete temporary files whose writer is no longer running, or that are older than an hour."""
     now = time.time()
     for tmp in folder.glob(".*.tmp"):
         m = TEMP_NAME.fullmatch(tmp.name)
         try:
-            if (m is not None and not _running(int(m["pid"]))) or now - tmp.stat().st_mtime > STALE_TEMP_SECONDS:
+            if (m is not None and not running(int(m["pid"]))) or now - tmp.stat().st_mtime > STALE_TEMP_SECONDS:
                 tmp.unlink()
         except OSError:
             pass
 
 
-def _running(pid: int) -> bool:
+def running(pid: int) -> bool:
     """Whether a process with this id is running (or exists and is not ours to signal).
 
-    >>> _running(os.getpid())
+    >>> running(os.getpid())
     True
     """
     try:

@@ -5,8 +5,9 @@ key/value cache.
 A step of generation multiplies one row by every weight matrix, so its time is the time to read
 them: 0.54 GB as float32 for the default model, 0.1 GB as the file's Q4_1 and Q8_0 blocks. The
 kernel rebuilds each weight in float32 exactly as the dequantizer does and multiplies in float32,
-so the weights are the float32 model's; only the order of the sums differs. It is compiled once per machine with the system's C compiler into the cache folder
-(`disk_cache.cache_dir() / "kernels"`); without a compiler, or for a type it does not read, the
+so the weights are the float32 model's; only the order of the sums differs. It is compiled once per machine with the system's C compiler and kept in the cache folder,
+loaded only as this user built it and after a check of its numbers (`kernel_build`,
+`kernel_self_check`); without a compiler, or for a type it does not read, the
 float32 multiply is used instead (`project`), with the same weights. The attention of one row is
 a handful of small operations in torch (two batched multiplies, a softmax, copies), whose fixed
 costs outweigh their arithmetic; in one call it is the same formula in float32.
@@ -17,11 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import os
-import shutil
-import subprocess
-import sys
 import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,7 +26,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from studygroup.gguf import layout as gguf_layout
-from studygroup.model import disk_cache
+from studygroup.model import kernel_build, kernel_self_check
+from studygroup.progress import say
 
 if TYPE_CHECKING:
     from studygroup.gguf.blocks import Blocks
@@ -137,55 +135,36 @@ def available() -> bool:
 
 @functools.cache
 def _loaded() -> ctypes.CDLL | None:
-    """The library, or None where it cannot be built or loaded: tried once per process."""
+    """The library, or None where it cannot be built, loaded or trusted: tried once per process, with
+    one line where something other than a missing compiler stands in the way."""
     try:
         return _library()
-    except OSError:
+    except kernel_build.NoCompiler:
+        return None
+    except OSError as e:
+        say(f"studygroup: the generation kernels are not used ({e}); multiplying float32 weights instead")
         return None
 
 
 @functools.cache
 def _library() -> ctypes.CDLL:
-    """The compiled kernels, loaded (built into the cache folder first if needed); OSError if they cannot be."""
-    target = _built()
-    lib = ctypes.CDLL(str(target))
-    lib.sg_matvec.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 2  # type, W, x, y, rows, cols
-    lib.sg_dequantize.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2  # type, W, out, rows, cols
-    lib.sg_matvec.restype = lib.sg_dequantize.restype = ctypes.c_int
-    lib.sg_attend_row.argtypes = ([ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3 + [ctypes.c_int] * 3
-                                  + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p])
-    # q, K, V, capacity, start, S, H, H_kv, d, scale, weights, its row stride, z
-    lib.sg_vectorized.restype = ctypes.c_int
-    return lib
+    """The compiled kernels, built by this user and checked (`kernel_build`); OSError if they cannot be had."""
+    return kernel_build.load(SOURCE, FLAGS, _bind_and_check)
 
 
-def _built() -> Path:
-    """The library for this source, compiler and CPU, compiled if it is not in the cache folder yet."""
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        raise OSError("no C compiler")
-    key = hashlib.sha256(SOURCE.read_bytes() + _version(compiler) + _cpu_flags() + " ".join(FLAGS).encode()).hexdigest()[:16]
-    target = disk_cache.cache_dir() / "kernels" / f"one_row-{key}.so"
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    for openmp in (("-fopenmp",), ()):  # rows split among threads where the compiler has OpenMP
-        done = subprocess.run([compiler, *FLAGS, *openmp, str(SOURCE), "-o", str(tmp), "-lm"], capture_output=True)
-        if done.returncode == 0:
-            os.replace(tmp, target)  # atomic: a reader never loads a half-written library
-            return target
-    tmp.unlink(missing_ok=True)
-    raise OSError(f"{compiler} could not build {SOURCE.name}: {done.stderr.decode(errors='replace')[:200]}")
-
-
-def _version(compiler: str) -> bytes:
-    return subprocess.run([compiler, "--version"], capture_output=True).stdout
-
-
-def _cpu_flags() -> bytes:
-    """The CPU's instruction set where Linux tells it (-march=native code runs on this CPU only)."""
+def _bind_and_check(lib: ctypes.CDLL) -> None:
+    """Declare the kernels' signatures, then check them once on small generated inputs against the
+    dequantizer and float64 (a library that misses a symbol or computes wrong numbers is Refused)."""
     try:
-        return next(line for line in Path("/proc/cpuinfo").read_bytes().splitlines() if line.startswith(b"flags"))
-    except (OSError, StopIteration):
-        return sys.platform.encode()
+        lib.sg_matvec.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 2  # type, W, x, y, rows, cols
+        lib.sg_dequantize.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2  # type, W, out, rows, cols
+        lib.sg_matvec.restype = lib.sg_dequantize.restype = ctypes.c_int
+        lib.sg_attend_row.argtypes = ([ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3 + [ctypes.c_int] * 3
+                                      + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p])
+        # q, K, V, capacity, start, S, H, H_kv, d, scale, weights, its row stride, z
+        lib.sg_vectorized.restype = ctypes.c_int
+    except AttributeError as e:
+        raise kernel_build.Refused(f"a symbol is missing: {e}") from None
+    wrong = kernel_self_check.first_wrong(lib)
+    if wrong:
+        raise kernel_build.Refused(wrong)

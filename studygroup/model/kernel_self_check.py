@@ -1,0 +1,63 @@
+"""One check of the compiled kernels when they are loaded, on small generated inputs: every block
+type's weights equal gguf's dequantizer bit for bit, a row times its blocks equals a float64
+product, and one question row's attention equals the float64 formula. A library built wrongly
+(or from altered code) computes other numbers; it is then refused before it writes a word.
+
+Shapes: a matrix of ROWS outputs × COLS inputs kept as blocks; attention with H query heads over
+H_KV key/value heads of width D, S cache rows used from START.
+"""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+from gguf import GGMLQuantizationType as Q
+from gguf import quants
+
+from studygroup.gguf.blocks import BLOCK_TYPES
+
+ROWS, COLS = 8, 64
+H, H_KV, D, CAPACITY, START, S = 4, 2, 8, 10, 2, 6
+RTOL = 1e-5  # float32 sums against float64, relative to the largest term
+
+
+def first_wrong(lib: ctypes.CDLL) -> str:
+    """What the first wrong kernel got wrong, or '' where every one gives the expected numbers."""
+    rng = np.random.default_rng(0)
+    for qtype in sorted(BLOCK_TYPES):
+        why = _matrix_wrong(lib, Q(qtype), rng)
+        if why:
+            return why
+    return _attention_wrong(lib, rng)
+
+
+def _matrix_wrong(lib: ctypes.CDLL, qtype: Q, rng: np.random.Generator) -> str:
+    blocks = np.ascontiguousarray(quants.quantize(rng.standard_normal((ROWS, COLS)).astype(np.float32), qtype))
+    want = quants.dequantize(blocks, qtype).astype(np.float32)  # (ROWS, COLS)
+    got = np.full((ROWS, COLS), np.nan, np.float32)
+    if lib.sg_dequantize(int(qtype), blocks.ctypes.data, got.ctypes.data, ROWS, COLS) != 0 or not np.array_equal(got, want):
+        return f"its {qtype.name} weights differ from gguf's dequantizer"
+    x = rng.standard_normal(COLS).astype(np.float32)  # (COLS,)
+    y = np.full(ROWS, np.nan, np.float32)  # (ROWS,)
+    lib.sg_matvec(int(qtype), blocks.ctypes.data, x.ctypes.data, y.ctypes.data, ROWS, COLS)
+    terms = want.astype(np.float64) * x  # (ROWS, COLS)
+    if not np.all(np.abs(y - terms.sum(1)) <= RTOL * np.abs(terms).sum(1)):
+        return f"its {qtype.name} row times blocks differs from a float64 product"
+    return ""
+
+
+def _attention_wrong(lib: ctypes.CDLL, rng: np.random.Generator) -> str:
+    q = rng.standard_normal((H, D)).astype(np.float32)  # (H, D)
+    K, V = (rng.standard_normal((H_KV, CAPACITY, D)).astype(np.float32) for _ in range(2))  # (H_KV, CAPACITY, D)
+    weights, z = np.full((H, S), np.nan, np.float32), np.full((H, D), np.nan, np.float32)
+    scale = 1 / np.sqrt(D)
+    lib.sg_attend_row(q.ctypes.data, K.ctypes.data, V.ctypes.data, CAPACITY, START, S, H, H_KV, D,
+                      ctypes.c_float(scale), weights.ctypes.data, S, z.ctypes.data)
+    kv = np.arange(H) // (H // H_KV)  # each query head's key/value head
+    Ks, Vs = K[kv, START:START + S].astype(np.float64), V[kv, START:START + S].astype(np.float64)  # (H, S, D)
+    scores = np.einsum("hd,hsd->hs", q.astype(np.float64), Ks) * scale  # (H, S)
+    a = np.exp(scores - scores.max(1, keepdims=True))
+    a /= a.sum(1, keepdims=True)
+    if not (np.abs(weights - a).max() <= 1e-6 and np.abs(z - np.einsum("hs,hsd->hd", a, Vs)).max() <= 1e-5):
+        return "its attention of one row differs from the float64 formula"
+    return ""
