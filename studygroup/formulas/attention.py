@@ -177,6 +177,20 @@ def by_rows(
     return output, weights, all_scores
 
 
+def weights_of(S: torch.Tensor, mask: Mask = None) -> torch.Tensor:
+    """The weights of given scores: softmax per row of S (…, H, T_q, T_k) after the mask hides its
+    cells (a mask as in paper()), as paper() turns the scores it computes into weights.
+
+    >>> _ = torch.manual_seed(0)
+    >>> Q, K, V = torch.randn(2, 4, 3), torch.randn(2, 4, 3), torch.randn(2, 4, 3)
+    >>> torch.allclose(weights_of(scores(Q, K), "causal"), paper(Q, K, V, "causal")[1])
+    True
+    """
+    S = S.clone()
+    _mask_rows_(S, mask, S.shape[-2], S.shape[-1], 0, S.shape[-2])
+    return torch.softmax(S, dim=-1)
+
+
 def _mask_rows_(S: torch.Tensor, mask: Mask, T_q: int, T_k: int, i0: int, i1: int) -> None:
     """Set to -inf, in place, the scores S (…, b, seen) of rows i0..i1-1 that the mask hides.
     A causal mask hides only keys after each row's own position: the last b columns at most."""

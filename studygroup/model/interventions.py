@@ -1,9 +1,10 @@
-"""How a pass is modified: the one place that turns silenced members and heads into masks and gates.
+"""How a pass is modified: the one place that turns silenced members and heads into masks and gates,
+and values into replacements at the pass's hook points.
 
 `Interventions` is what a run changes (the user's choice, kept with the run); `PassPlan` is how one
-pass of the forward story runs (masks per layer, gates on heads' writes, what it keeps, where it
-starts and stops). The batched passes that silence many things at once build their plans here too.
-Shapes: B copies of the text, T members, H = n_heads.
+pass of the forward story runs (masks per layer, gates on heads' writes, replacements, what it
+keeps, where it starts and stops). The batched passes that silence many things at once build their
+plans here too. Shapes: B copies of the text, T members, H = n_heads.
 """
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from studygroup.errors import InputError
 from studygroup.formulas import masks as masks_
+from studygroup.model import record as record_
 from studygroup.model.arguments import head_set
 from studygroup.model.record import NOTHING, Record
 
@@ -37,6 +40,7 @@ class PassPlan:
     # (copies of a text packed one after another: the masks, given for every layer, keep them apart)
     asked: torch.Tensor | None = None  # (R,) the rows whose next word is predicted (None: the last)
     on_layer: object = None  # called after each layer (a progress bar's advance)
+    replace: dict[str, list["Replacement"]] = field(default_factory=dict)  # {full step name: its replacements}
 
     @property
     def batch(self) -> int:
@@ -46,21 +50,126 @@ class PassPlan:
         return max((t.shape[0] for t in (*self.masks.values(), *self.gates.values())), default=1)
 
 
+@dataclass(frozen=True, eq=False)
+class Replacement:
+    """A value the pass takes in place of what it computes at one hook point, and goes on with:
+    activation patching, mean or resample ablation, steering.
+
+    name: a recorded step's full name (`record.names`: "layers.5.resid_pre", "embed", "final"; the
+      family's own steps too, `record.FAMILY_STEPS`).
+    value: the step's shape without the batch axis (`record.shape`), cut to `members` and `heads`,
+      or anything that broadcasts to that.
+    members: the rows replaced (the questions' rows; the keys' for k and v; None: every row).
+    heads: for a step per head (q, k, v, scores, weights, output, write, …), which heads (key/value
+      heads for the key steps; None: every head).
+
+    >>> run = model.run("I have a lot", record="all")
+    >>> same = model.run("I have a lot", record="all", replace=[Replacement("layers.3.v", run["v", 3])])
+    >>> torch.equal(same.logits, run.logits)
+    True
+    """
+
+    name: str
+    value: torch.Tensor
+    members: tuple[int, ...] | None = None
+    heads: tuple[int, ...] | None = None
+
+    def put(self, t: torch.Tensor, first_row: int = 0) -> torch.Tensor:
+        """A copy of t (B, …, rows, …) with the value put in at the rows and heads chosen (rows on the
+        second axis from the end; heads on axis 1 of a step per head). first_row: the member of t's row 0."""
+        t = t.clone()
+        index: list = [slice(None)] * t.dim()
+        heads = None if self.heads is None else torch.tensor(self.heads, device=t.device)
+        if self.members is not None:
+            index[-2] = torch.tensor([m - first_row for m in self.members], device=t.device)
+            heads = None if heads is None else heads[:, None]  # heads × rows, not pairs
+        if heads is not None:
+            index[1] = heads
+        t[tuple(index)] = self.value.to(device=t.device, dtype=t.dtype)
+        return t
+
+
+def checked_replacement(model: "Model", T: int, r: Replacement) -> Replacement:
+    """The replacement with its members and heads as sorted tuples, checked against the model and a
+    run of T members: InputError (one line) for a name that is no hook point of this model, a member
+    or head out of range, or a value whose shape does not fit."""
+    if not isinstance(r, Replacement) or not isinstance(r.value, torch.Tensor):
+        raise InputError("a replacement is a Replacement(name, value tensor, members=..., heads=...)")
+    step = _step_of(model, r.name)
+    full = record_.shape(step, model.config, T)  # (…, R, …)
+    members = None if r.members is None else tuple(model.check_member(int(j), T) for j in r.members)
+    if r.heads is not None and len(full) != 3:
+        raise InputError(f"{r.name} is not a step per head: give heads=None")
+    heads = None if r.heads is None else tuple(_checked_head(int(h), full[0], r.name) for h in r.heads)
+    want = list(full)
+    if members is not None:
+        want[-2] = len(members)
+    if heads is not None:
+        want[0] = len(heads)
+    try:
+        fits = torch.broadcast_shapes(tuple(r.value.shape), tuple(want)) == tuple(want)
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise InputError(f"the value for {r.name} has shape {tuple(r.value.shape)}: it must fit {tuple(want)}"
+                         " (the step's shape without the batch axis, cut to the members and heads given)")
+    return Replacement(r.name, r.value, members, heads)
+
+
+def _step_of(model: "Model", name: str) -> str:
+    """The step of a hook point's full name, InputError where this model's pass has no such point."""
+    c, w = model.config, model.w
+    parts = name.split(".") if isinstance(name, str) else []
+    step = parts[-1] if parts else ""
+    if len(parts) == 3 and parts[0] == "layers" and parts[1].isdigit() and int(parts[1]) < c.n_layers:
+        l = int(parts[1])
+        own = {"q_normed": f"layers.{l}.q_norm", "k_normed": f"layers.{l}.k_norm", "attn_pre_norm": f"layers.{l}.post_attn_norm"}
+        if step in record_.LAYER_STEPS or (step in own and own[step] in w):
+            return step
+    elif len(parts) == 1 and (step in record_.RUN_STEPS or (step == "pos_embed" and "pos_embed" in w)):
+        return step
+    raise InputError(f"{name!r} is no hook point of this model: give a recorded step's full name, such as "
+                     f"'layers.{c.n_layers - 1}.resid_pre' or 'embed' (studygroup.model.record.names)")
+
+
+def _checked_head(h: int, n: int, name: str) -> int:
+    if not 0 <= h < n:
+        raise InputError(f"head {h} does not exist for {name}: it has {n} heads (0-{n - 1})")
+    return h
+
+
 @dataclass(frozen=True)
 class Interventions:
-    """What a run changes in the model: silenced members (in which heads) and silenced heads."""
+    """What a run changes in the model: silenced members (in which heads), silenced heads, and
+    values replaced at hook points (`Replacement`, applied after the silencing of their step)."""
 
     silenced_members: tuple[int, ...] = ()
     member_heads: frozenset | None = None  # (layer, head) pairs the members are silenced in; None: all
     silenced_heads: frozenset = frozenset()
+    replacements: tuple[Replacement, ...] = ()
 
     @classmethod
-    def make(cls, model: "Model", T: int, members=(), member_heads=None, heads=()) -> "Interventions":
+    def make(cls, model: "Model", T: int, members=(), member_heads=None, heads=(), replace=()) -> "Interventions":
+        """Checked interventions. replace: Replacements, or {full step name: value} (every row)."""
         members = {model.check_member(j, T) for j in members}
         heads, member_heads = head_set(heads) or frozenset(), head_set(member_heads)
         for l, h in heads | (member_heads or frozenset()):
             model.check_head(l, h)
-        return cls(tuple(sorted(members)), member_heads, heads)
+        if isinstance(replace, dict):
+            replace = [Replacement(name, value) for name, value in replace.items()]
+        replacements = tuple(checked_replacement(model, T, r) for r in replace or ())
+        return cls(tuple(sorted(members)), member_heads, heads, replacements)
+
+    def replaced(self) -> dict[str, list[Replacement]]:
+        """{full step name: its replacements, in the order given}."""
+        out: dict[str, list[Replacement]] = {}
+        for r in self.replacements:
+            out.setdefault(r.name, []).append(r)
+        return out
+
+    def replaces_in(self, layer: int, steps) -> bool:
+        """Whether one of these steps of this layer is replaced."""
+        return any(r.name in {f"layers.{layer}.{s}" for s in steps} for r in self.replacements)
 
     def silenced(self) -> dict[str, list]:
         """What is silenced, as the JSON views say it: {"silenced_members": [j, …] (sorted),
@@ -77,7 +186,7 @@ class Interventions:
             mask = masks_.member_mask(T, self.silenced_members, device=model.device, rows=rows)[None]  # (1, R, T)
             masks = masks_.per_layer(mask, self.member_heads, model.config.n_layers, model.config.n_heads)
         gates = head_gates([self.silenced_heads], model.config.n_heads, model.device)
-        return PassPlan(masks, gates, record, stop_after, all_logits)
+        return PassPlan(masks, gates, record, stop_after, all_logits, replace=self.replaced())
 
     def hides_members(self, layer: int, head: int) -> bool:
         """Whether this head's questions miss the silenced members' keys in this run."""

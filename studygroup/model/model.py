@@ -144,17 +144,16 @@ class Model:
         ids: (T,) long. Returns logits (B, T or 1, vocab) and the recorded steps {name: tensor}.
         """
         threads.tell_once_if_spinning(self.device.type)
-        c, w, keep, buffers = self.config, self.w, Keeper(plan.record), _Buffers()
         P = next(iter(plan.past.values()))[0].shape[-2] if plan.past else 0
+        c, w, keep, buffers = self.config, self.w, Keeper(plan.record, plan.replace, P), _Buffers()
         first, x = plan.start or (0, self._embed(ids).unsqueeze(0))  # (1 or B, T, d_model)
         x = x.expand(plan.batch, -1, -1)  # (B, T, d_model)
         if plan.start is None:  # else x is the residual stream entering layer `first`
-            keep("embed", x)
+            x = keep("embed", x)
         if plan.start is None and "pos_embed" in w:  # E = token embedding + position embedding
             positions = torch.arange(P, P + len(ids), device=self.device) if plan.positions is None else plan.positions
             pos = w["pos_embed"][positions.to(self.device)]  # (T, d_model)
-            keep("pos_embed", pos.expand(plan.batch, -1, -1))
-            x = x + pos
+            x = x + keep("pos_embed", pos.expand(plan.batch, -1, -1))
         angles = {r: self._angles(len(ids), P, r) if plan.positions is None else self._angles_at(plan.positions, r)
                   for r in {c.rope_of(l) for l in range(c.n_layers)}}  # {(θ, scale): (cos, sin)}, one per RoPE
         asked = slice(-1, None) if plan.asked is None else plan.asked  # the rows that predict
@@ -166,20 +165,16 @@ class Model:
             keep.layer = l
             if l in plan.joining:
                 x = torch.cat([x, plan.joining[l].to(x.dtype)])  # (B + B_l, T, d_model)
-            keep("resid_pre", x)
-            E = self._norm(x, f"layers.{l}.attn_norm")  # (B, T, d_model)
-            keep("E", E)
+            x = keep("resid_pre", x)
+            E = keep("E", self._norm(x, f"layers.{l}.attn_norm"))  # (B, T, d_model)
             # In the last layer only the asked questions predict: unless more is kept, the other
             # rows give their keys and values and nothing else.
-            shortcut = l == c.n_layers - 1 and not plan.all_logits and keep.last_row_suffices()
+            shortcut = l == c.n_layers - 1 and not plan.all_logits and keep.last_row_suffices() and not plan.replace
             cos, sin = angles[c.rope_of(l)]
             attn_out = self._attention(l, E, cos, sin, plan, keep, asked if shortcut else None)  # (B, T or R, d_model)
-            x = (x[:, asked] if shortcut else x) + attn_out
-            keep("resid_mid", x)
-            mlp_out = self._mlp(l, self._norm(x, f"layers.{l}.mlp_norm"), buffers)  # (B, T or R, d_model)
-            keep("mlp_out", mlp_out)
-            x = x + mlp_out
-            keep("resid_post", x)
+            x = keep("resid_mid", (x[:, asked] if shortcut else x) + attn_out)
+            mlp_out = keep("mlp_out", self._mlp(l, self._norm(x, f"layers.{l}.mlp_norm"), buffers))  # (B, T or R, d_model)
+            x = keep("resid_post", x + mlp_out)
             if trim:  # the blocks this layer freed, back to the system (see studygroup.model.heap)
                 heap.return_freed_memory()
             if on_layer is not None:
@@ -187,10 +182,9 @@ class Model:
         keep.layer = None
         if plan.stop_after is not None:
             return torch.empty(0), keep.steps
-        keep("resid_final", x)
+        x = keep("resid_final", x)
         x = x if plan.all_logits or shortcut else x[:, asked]  # (B, T or R, d_model): only asked rows predict
-        final = self._norm(x, "final_norm")
-        keep("final", final)
+        final = keep("final", self._norm(x, "final_norm"))
         return project(final, w["unembed"]), keep.steps  # (B, T or R, vocab)
 
     def final_logits(self, resid_final: torch.Tensor) -> torch.Tensor:
@@ -228,14 +222,14 @@ class Model:
             qkv = project(E, W_QKV)  # (B, T, (H + 2·H_kv)·d)
             q, k, v = (qkv if b_QKV is None else qkv + b_QKV).split([H * d, H_kv * d, H_kv * d], -1)  # (B, T, H·d | H_kv·d)
         q, k, v = (t.view(B, t.shape[1], -1, d).transpose(1, 2) for t in (q, k, v))
-        keep("q_pre_rope", q), keep("k_pre_rope", k), keep("v", v)  # (B, H, R, d), (B, H_kv, T, d)
+        q, k, v = keep("q_pre_rope", q), keep("k_pre_rope", k), keep("v", v)  # (B, H, R, d), (B, H_kv, T, d)
         if f"layers.{l}.q_norm" in w:  # per-head RMSNorm of q and k (Gemma 3, Qwen 3), over d
             q, k = rms_norm(q, w[f"layers.{l}.q_norm"], c.rms_eps), rms_norm(k, w[f"layers.{l}.k_norm"], c.rms_eps)
-            keep("q_normed", q), keep("k_normed", k)
+            q, k = keep("q_normed", q), keep("k_normed", k)
         asking = slice(None) if rows is None else rows
         if self.rope:
             q, k = rope.apply(q, cos[asking], sin[asking]), rope.apply(k, cos, sin)
-        keep("q", q), keep("k", k)
+        q, k = keep("q", q), keep("k", k)
         z = self._over_shared_past(l, q, k, v, plan, keep)  # (B, H, 1, d), or None
         if z is None:
             if l in plan.past:  # earlier members' keys and values, unchanged: (1, H_kv, P, d) each
@@ -256,16 +250,23 @@ class Model:
             attn_out = attn_out + w[f"layers.{l}.b_O"]
         scale = None
         if f"layers.{l}.post_attn_norm" in w:  # Gemma: the heads' sum is normed before the residual
-            keep("attn_pre_norm", attn_out)
+            attn_out = keep("attn_pre_norm", attn_out)
             scale = norm_scale(attn_out, w[f"layers.{l}.post_attn_norm"], c.rms_eps)  # (B, R, d_model)
             attn_out = (attn_out.float() * scale).to(attn_out.dtype)
-        if keep.keeps("write"):  # for the rows kept only
+        if keep.replaces("write"):  # the replaced writes' difference from the heads' own enters attn_out
+            write = self._writes(l, z, scale)  # (B, H, R, d_model)
+            new = keep("write", write)
+            attn_out = attn_out + (new - write).sum(1)
+        elif keep.keeps("write"):  # for the rows kept only
             n = keep.record.rows_kept("write")
-            kept = slice(None) if n is None else slice(-n, None)
-            write = torch.einsum("bhtd,hdm->bhtm", z[:, :, kept], self.W_O_heads(l))  # (B, H, R, d_model)
-            keep("write", write if scale is None else write * scale[:, None, kept])
-        keep("attn_out", attn_out)
-        return attn_out
+            keep("write", self._writes(l, z, scale, slice(None) if n is None else slice(-n, None)))
+        return keep("attn_out", attn_out)
+
+    def _writes(self, l: int, z: torch.Tensor, scale: torch.Tensor | None, rows=slice(None)) -> torch.Tensor:
+        """Each head's write to the residual stream, output_h·W_O[h] (times the held scale of the norm
+        after attention, where the family has one), for these rows. z (B, H, T, d) -> (B, H, R, d_model)"""
+        write = torch.einsum("bhtd,hdm->bhtm", z[:, :, rows], self.W_O_heads(l))  # (B, H, R, d_model)
+        return write if scale is None else write * scale[:, None, rows]
 
     def _window(self, l: int, plan: PassPlan, T: int, K: int, asking) -> torch.Tensor | None:
         """(R, K) bool: the keys inside each asked row's window, in a local layer whose window
@@ -318,30 +319,40 @@ class Model:
                 or self._window(l, plan, 1, plan.past[l][0].shape[-2] + 1, slice(None)) is not None):
             return None
         visible = None if mask is None else mask[:, 0, -1].expand(q.shape[0], -1)  # (B, P + 1)
-        z = shared_past.attend(q, k, v, *plan.past[l], visible)  # (B, H, 1, d)
-        keep("output", z)
-        return z
+        return keep("output", shared_past.attend(q, k, v, *plan.past[l], visible))  # (B, H, 1, d)
 
     def _attend(self, q, k, v, mask, keep) -> torch.Tensor:
         """softmax(Q Kᵀ/√d) V through the foundation's functions; weights only when recorded."""
+        if keep.replaces("scores") or keep.replaces("weights"):
+            return self._attend_replaced(q, k, v, mask, keep)
         if not (keep.keeps("scores") or keep.keeps("weights")):
-            z = attention.fused(q, k, v, mask=mask, validate=False)  # (B, H, T, d)
-            keep("output", z)
-            return z
+            return keep("output", attention.fused(q, k, v, mask=mask, validate=False))  # (B, H, T, d)
         if keep.record.rows == "last":  # the full output fast; the weights for the last question only
-            z = attention.fused(q, k, v, mask=mask, validate=False)  # (B, H, T, d)
+            z = keep.swap("output", attention.fused(q, k, v, mask=mask, validate=False))  # (B, H, T, d)
             q, rows_mask = q[:, :, -1:], mask if isinstance(mask, str) else mask[..., -1:, :]
             out, weights = attention.paper(q, k, v, mask=rows_mask, validate=False)  # (B, H, 1, d), (B, H, 1, T)
+            out = z[:, :, -1:] if keep.replaces("output") else out
             S = attention.scores(q, k, validate=False) if keep.keeps("scores") else None  # (B, H, 1, T)
         else:  # every map: block by block into the stored dtype, no other T×T temporaries
             out, weights, S = attention.by_rows(q, k, v, mask, weights_dtype=keep.record.map_dtype,
                                                 with_scores=keep.keeps("scores"), validate=False)
-            z = out  # (B, H, T, d)
+            z = out = keep.swap("output", out)  # (B, H, T, d)
         if S is not None:
             keep("scores", S, is_map=True)
         keep("weights", weights, is_map=True)
-        keep("output", out)
+        keep.store("output", out)
         return z
+
+    def _attend_replaced(self, q, k, v, mask, keep) -> torch.Tensor:
+        """The attention of a layer whose scores or weights are replaced: the scores (replaced), their
+        weights per row under the mask (replaced), then the weighted sum of the answers.
+        q (B, H, T, d), k, v (B, H_kv, T, d) -> z (B, H, T, d)"""
+        _, weights, S = attention.by_rows(q, k, None, mask, with_scores=True, validate=False)  # (B, H, T, T) each
+        S = keep("scores", S, is_map=True)
+        weights = attention.weights_of(S, mask) if keep.replaces("scores") else weights
+        weights = keep("weights", weights, is_map=True)
+        z = weights.to(v.dtype) @ attention.repeat_kv(v, q.shape[1] // v.shape[1])  # (B, H, T, d)
+        return keep("output", z)
 
     def _mlp(self, l: int, x: torch.Tensor, buffers: "_Buffers") -> torch.Tensor:
         """SwiGLU: (silu(x·W_gate) ⊙ x·W_up)·W_down (GeGLU with tanh GELU for Gemma, and its norm
@@ -408,7 +419,7 @@ class Model:
 
     # ---- entry points ------------------------------------------------------------------------
     def run(self, text_or_ids, record="default", silence_members: Sequence[int] = (), member_heads=None,
-            silence_heads: Sequence[tuple[int, int]] = (), logits: str = "last", on_layer=None):
+            silence_heads: Sequence[tuple[int, int]] = (), logits: str = "last", on_layer=None, replace=()):
         """Run the model on one text and keep what `record` asks for.
 
         record: "default" (everything up to 256 tokens, the last member's row past that), "all",
@@ -418,10 +429,17 @@ class Model:
         silence_heads: (layer, head) pairs whose write to the residual stream is zeroed.
         logits: "last" (run.logits is (1, vocab)) or "all" ((T, vocab)).
         on_layer: called after each layer (for a progress bar).
+        replace: values the pass takes in place of what it computes at its hook points, and goes on
+          with: `Replacement`s (rows and heads chosen), or {full step name: value} for every row
+          (`studygroup.model.interventions.Replacement`).
+
+        >>> other = model.run("You have a lot", record=["resid_pre"])
+        >>> patched = model.run("I have a lot", replace={"layers.20.resid_pre": other["resid_pre", 20]})
+        >>> torch.allclose(patched.logits, other.logits, atol=1e-5)  # from layer 20 on, the other text
+        True
         """
-        
         ids = self.ids(text_or_ids)
-        settings = Interventions.make(self, len(ids), silence_members, member_heads, silence_heads)
+        settings = Interventions.make(self, len(ids), silence_members, member_heads, silence_heads, replace)
         return Run.compute(self, ids, settings, resolve(record, len(ids), self.config.n_layers), logits, on_layer)
 
     def before_pass(self, text_or_ids, silence_members: Sequence[int] = (),

@@ -64,6 +64,20 @@ FULL_RECORD_MAX_T = 256
 LONG_DEFAULT = frozenset({"scores", "weights", "output", "write", "resid_final", "final"})
 
 
+def shape(step: str, config, T: int) -> tuple[int, ...]:
+    """A step's shape in a run of T members, without the batch axis, as its description gives it
+    (R: the questions' rows, every member's in a whole pass).
+
+    >>> c = model.config
+    >>> shape("resid_pre", c, 10), shape("k", c, 10), shape("weights", c, 10)
+    ((10, 576), (3, 10, 64), (9, 10, 10))
+    """
+    described = {**LAYER_STEPS, **FAMILY_STEPS, **RUN_STEPS, **FAMILY_RUN_STEPS}[step]
+    sizes = {"R": T, "T": T, "d_model": config.d_model, "n_heads": config.n_heads,
+             "n_kv_heads": config.n_kv_heads, "d_head": config.d_head}
+    return tuple(sizes[axis.strip()] for axis in described[1:described.index(")")].split(","))
+
+
 def names(n_layers: int) -> list[str]:
     """Every name a run can record, in forward order.
 
@@ -217,10 +231,14 @@ def _resolve(record, T: int) -> Record:
 
 
 class Keeper:
-    """Collects recorded steps under their full names, cut to the rows the record asks for."""
+    """The pass's hook points: each step goes through `keep(step, t)`, which returns `t`, or `t` with
+    the replacements the plan holds for that step's full name put in (see
+    `studygroup.model.interventions.Replacement`), and collects what the record asks for under the
+    full name, cut to the rows it asks for. first_row: the member the pass's first row is."""
 
-    def __init__(self, record: Record):
+    def __init__(self, record: Record, replace: dict | None = None, first_row: int = 0):
         self.record, self.layer, self.steps = record, None, {}
+        self.replace, self.first_row = replace or {}, first_row
 
     def name(self, step: str) -> str:
         return step if self.layer is None else f"layers.{self.layer}.{step}"
@@ -236,7 +254,24 @@ class Keeper:
         later = every_row - KEY_STEPS - {"resid_pre", "E"}  # the steps before the questions see every row anyway
         return r.empty or not any(r.keeps(self.name(s) if s in LAYER_STEPS or s in FAMILY_STEPS else s) for s in later)
 
-    def __call__(self, step: str, t: torch.Tensor, is_map: bool = False) -> None:
+    def replaces(self, step: str) -> bool:
+        """Whether the plan replaces this step of the current layer."""
+        return self.name(step) in self.replace
+
+    def swap(self, step: str, t: torch.Tensor) -> torch.Tensor:
+        """t with this step's replacements put in (t itself where there are none). t (B, …, R, …)."""
+        for r in self.replace.get(self.name(step), ()):
+            t = r.put(t, self.first_row)
+        return t
+
+    def __call__(self, step: str, t: torch.Tensor, is_map: bool = False) -> torch.Tensor:
+        """The step as the pass goes on with it (replaced where the plan says so), recorded if asked."""
+        t = self.swap(step, t)
+        self.store(step, t, is_map)
+        return t
+
+    def store(self, step: str, t: torch.Tensor, is_map: bool = False) -> None:
+        """Record t under the step's full name, if the record asks for it (no replacement)."""
         if not self.keeps(step):
             return
         cut = self.record.rows_kept(step)

@@ -227,6 +227,9 @@ class Run:
     @torch.inference_mode()
     def _recompute_head(self, layer: int, head: int, kv: int) -> Head:
         """Run up to `layer` keeping its Q, K, V; then build this head's one T×T map, no other."""
+        if self.interventions.replaces_in(layer, ("scores", "weights", "output", "write", "attn_pre_norm")):
+            raise InputError(f"layer {layer}'s attention was replaced in this run: record its steps "
+                             "(record=\"all\") to read its heads")
         vec = self.head_vectors(layer, head)
         q, k, v = vec["q"], vec["k"], vec["v"]  # (T, d_head) each
         mask = self.head_mask(layer, head)  # (T, T)
@@ -264,7 +267,8 @@ class Run:
         words = f"; silenced members {list(i.silenced_members)}" if i.silenced_members else ""
         if i.silenced_members and i.member_heads is not None:
             words += f" in {len(i.member_heads)} heads"
-        return words + (f"; silenced heads {sorted(i.silenced_heads)}" if i.silenced_heads else "")
+        words += f"; silenced heads {sorted(i.silenced_heads)}" if i.silenced_heads else ""
+        return words + (f"; replaced {', '.join(i.replaced())}" if i.replacements else "")
 
     def _how_to_read(self) -> str:
         """One way in: a recorded layer step by (step, layer), and a head whole."""
@@ -313,10 +317,11 @@ class Run:
         """Whether a run with `s` (this run's silenced heads, more members) can take this run's rows
         before `first` as they are: the members silenced here are silenced there in the same heads,
         every layer's keys and values are kept whole, every step kept for only its last n rows has
-        n rows from `first` on, and no scores are kept (a question's scores before the mask reach
-        later members' keys, which the silencing changes)."""
+        n rows from `first` on, no scores are kept (a question's scores before the mask reach
+        later members' keys, which the silencing changes), and nothing is replaced."""
         i, n_layers, rows_kept = self.interventions, self.model.config.n_layers, self.record.rows_kept
-        return ((not i.silenced_members or i.member_heads == s.member_heads) and self.record.maps == "kept"
+        return (not i.replacements and (not i.silenced_members or i.member_heads == s.member_heads)
+                and self.record.maps == "kept"
                 and all((n := rows_kept(name.rpartition(".")[2])) is None or n <= self.T - first for name in self.steps)
                 and not any(name.endswith(".scores") for name in self.steps)
                 and all(rows_kept(x) is None and f"layers.{l}.{x}" in self.steps for l in range(n_layers) for x in ("k", "v")))
