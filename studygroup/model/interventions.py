@@ -89,6 +89,33 @@ class Replacement:
         return t
 
 
+@dataclass(frozen=True, eq=False)
+class CopyReplacement:
+    """In a pass over B copies of a text, copy copies[n] takes value[n] in place of what it computes
+    at the hook point `name`: at its own row rows[n] (a step of (B, T, d)), or at its own head
+    heads[n] in every row (a step per head, (B, H, T, d)). One batched pass then patches a
+    different place in each copy (activation patching).
+
+    copies, rows, heads: (N,) long; value: (N, d) with rows, (N, T, d) with heads.
+    """
+
+    name: str
+    value: torch.Tensor
+    copies: torch.Tensor
+    rows: torch.Tensor | None = None
+    heads: torch.Tensor | None = None
+
+    def put(self, t: torch.Tensor, first_row: int = 0) -> torch.Tensor:
+        """A copy of t with each copy's value put in (first_row: the member of t's row 0)."""
+        t = t.clone()
+        copies = self.copies.to(t.device)
+        if self.rows is not None:
+            t[copies, self.rows.to(t.device) - first_row] = self.value.to(device=t.device, dtype=t.dtype)
+        else:
+            t[copies, self.heads.to(t.device)] = self.value.to(device=t.device, dtype=t.dtype)
+        return t
+
+
 def checked_replacement(model: "Model", T: int, r: Replacement) -> Replacement:
     """The replacement with its members and heads as sorted tuples, checked against the model and a
     run of T members: InputError (one line) for a name that is no hook point of this model, a member

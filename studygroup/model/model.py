@@ -169,7 +169,7 @@ class Model:
             E = keep("E", self._norm(x, f"layers.{l}.attn_norm"))  # (B, T, d_model)
             # In the last layer only the asked questions predict: unless more is kept, the other
             # rows give their keys and values and nothing else.
-            shortcut = l == c.n_layers - 1 and not plan.all_logits and keep.last_row_suffices() and not plan.replace
+            shortcut = l == c.n_layers - 1 and not plan.all_logits and keep.last_row_suffices() and not keep.replaces_from(l)
             cos, sin = angles[c.rope_of(l)]
             attn_out = self._attention(l, E, cos, sin, plan, keep, asked if shortcut else None)  # (B, T or R, d_model)
             x = keep("resid_mid", (x[:, asked] if shortcut else x) + attn_out)

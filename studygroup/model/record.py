@@ -258,6 +258,10 @@ class Keeper:
         """Whether the plan replaces this step of the current layer."""
         return self.name(step) in self.replace
 
+    def replaces_from(self, layer: int) -> bool:
+        """Whether the plan replaces a step of this layer, or of the run after the layers."""
+        return any(n in ("resid_final", "final") or n.startswith(f"layers.{layer}.") for n in self.replace)
+
     def swap(self, step: str, t: torch.Tensor) -> torch.Tensor:
         """t with this step's replacements put in (t itself where there are none). t (B, …, R, …)."""
         for r in self.replace.get(self.name(step), ()):

@@ -38,7 +38,7 @@ from studygroup.study.roles import head_sinks
 from studygroup.study.text_ids import check_generated_from, checked_ids
 from studygroup.study.ranking import as_heads, heads_largest_first, largest_first
 from studygroup.study.results import (Analysis, Explanation, HeadEffect, Listened, LogitSum, MemberEffect,
-                                      ModelInfo, Word)
+                                      ModelInfo, Word, model_info)
 
 #: What explain records: the last member's row everywhere, and every member's answer (v).
 #: (Every member's keys, k, are recorded too: silencing a member reuses the rows before it.)
@@ -392,12 +392,6 @@ def _check_count(name: str, value, allow_all: bool = True) -> None:
         least = 1 if name == "top" else 0
         raise InputError(f"{name} must be a whole number of at least {least}" + (' or "all"' if allow_all else "")
                          + f"; got {value!r}")
-
-
-def model_info(model) -> ModelInfo:
-    c = model.config
-    return ModelInfo(c.name or "model", None if model.path is None else str(model.path),
-                     c.n_layers, c.n_heads, c.n_kv_heads, c.d_head, c.quantization, c.file_size, c.label, c.note)
 
 
 def top_words(run, lp: torch.Tensor, k: int) -> list[Word]:

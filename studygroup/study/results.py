@@ -110,6 +110,13 @@ class ModelInfo(JSONable):
     note: str = ""  # what of the file is not read ("" when all of it is)
 
 
+def model_info(model) -> ModelInfo:
+    """The model's facts as a result carries them."""
+    c = model.config
+    return ModelInfo(c.name or "model", None if model.path is None else str(model.path),
+                     c.n_layers, c.n_heads, c.n_kv_heads, c.d_head, c.quantization, c.file_size, c.label, c.note)
+
+
 @dataclass
 class LastSentence(JSONable):
     """The group's conclusion on the text's last sentence alone (studygroup.study.last_sentence)."""

@@ -1,0 +1,140 @@
+"""The logit lens: what the group would conclude after each layer.
+
+After layer l the residual stream of member i (`resid_post`) is put through the model's own final
+norm and unembedding, as if the layers above it were not there: logits_l,i = unembed(norm(x_l,i)),
+then softmax. After the last layer this is the model's own conclusion: at the last member, the
+run's own logits as they are; at the others, the same product over the rows shown (float32
+rounding of the order of a multiply of another row count). A member's "final
+word" is the model's own top-1 next word at that member; the lens follows its probability and
+rank layer by layer. (The lens reads the stream in the last layer's basis: early layers' streams
+were not trained to be read that way, so a low probability there says "not yet in that basis",
+not "unknown".)
+
+Shapes: L = n_layers, P positions shown, vocab.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from studygroup.errors import InputError
+from studygroup.model.record import Record
+from studygroup.study.jsonable import JSONable
+from studygroup.study.results import ModelInfo, model_info
+from studygroup.study.story import percent, quote
+from studygroup.study.text_ids import checked_ids
+
+#: Positions shown by default: every member up to this many, else the last this many.
+DEFAULT_POSITIONS = 64
+#: Rows put through the unembedding at once (a chunk's logits: CHUNK × vocab floats).
+CHUNK = 256
+
+
+@dataclass
+class LensWord(JSONable):
+    """A word the lens reads: readable token, id, probability."""
+
+    token: str
+    id: int
+    prob: float
+
+
+@dataclass
+class LensCell(JSONable):
+    """After one layer, at one member: its top words, and where the member's final word stands."""
+
+    top: list[LensWord]
+    final_prob: float  # probability of the member's final word after this layer
+    final_rank: int  # its rank after this layer (1: top)
+
+
+@dataclass
+class Lens(JSONable):
+    """The logit lens of a text. See docs/json.md."""
+
+    model: ModelInfo
+    tokens: list[str]  # every member
+    positions: list[int]  # the members shown, in order
+    final: list[LensWord]  # each shown member's final word: the model's own top-1 there
+    layers: list[list[LensCell]]  # [layer][shown position]: after that layer
+    first_top: int | None  # at the last member: the first layer after which its final word is top-1
+    top_from: int  # at the last member: the first layer from which the final word stays top-1
+    story: list[str]
+
+
+def lens(model, text, *, top: int = 3, positions: slice | None = None) -> Lens:
+    """The logit lens of `text`: after every layer, each shown member's top words and its final
+    word's probability and rank. positions: the members shown (a slice; default every member up
+    to 64, else the last 64).
+
+    >>> e = lens(model, "Cash or credit card? I have a lot")
+    >>> e.final[-1].token, e.layers[-1][-1].top[0].token, e.layers[-1][-1].final_rank
+    ('␣of', '␣of', 1)
+    """
+    ids = checked_ids(model, text)
+    shown = _positions(len(ids), positions)
+    run = model.run(ids, record=Record(steps=("resid_post",)))
+    L = model.config.n_layers
+    lp = torch.stack([_log_probs(model, run["resid_post", l][shown]) for l in range(L)])  # (L, P, vocab)
+    if shown[-1] == len(ids) - 1:  # the last member after the last layer: the model's own conclusion, as it is
+        lp[-1, -1] = torch.log_softmax(run.last_logits.double(), -1)
+    final_ids = lp[-1].argmax(-1)  # (P,): the model's own top-1 at each shown member
+    cells = [[_cell(model, lp[l, p], int(final_ids[p]), top) for p in range(len(shown))] for l in range(L)]
+    final = [LensWord(model.tokenizer.readable(int(i)), int(i), float(lp[-1, p, i].exp())) for p, i in enumerate(final_ids)]
+    first_top, top_from = _when_top([row[-1] for row in cells])
+    result = Lens(model_info(model), run.tokens, shown, final, cells, first_top, top_from, [])
+    result.story = story(result)
+    return result
+
+
+def _positions(T: int, chosen: slice | None) -> list[int]:
+    """The members shown: a slice of range(T) (InputError where it holds none)."""
+    shown = list(range(T))[chosen] if chosen is not None else list(range(max(0, T - DEFAULT_POSITIONS), T))
+    if not shown:
+        raise InputError(f"the positions {chosen.start}:{chosen.stop} hold no member of this {T}-member text")
+    return shown
+
+
+@torch.inference_mode()
+def _log_probs(model, x: torch.Tensor) -> torch.Tensor:
+    """log softmax of the model's final norm and unembedding of each row, in float64 at the end:
+    (N, d_model) -> (N, vocab), CHUNK rows at a time."""
+    return torch.cat([torch.log_softmax(model.final_logits(x[i:i + CHUNK]).double(), -1)
+                      for i in range(0, x.shape[0], CHUNK)])
+
+
+def _cell(model, lp: torch.Tensor, final: int, top: int) -> LensCell:
+    """lp (vocab,) log-probabilities after one layer at one member; final: its final word's id."""
+    best = lp.topk(min(top, lp.shape[0]))
+    words = [LensWord(model.tokenizer.readable(int(i)), int(i), float(v.exp())) for v, i in zip(best.values, best.indices)]
+    return LensCell(words, float(lp[final].exp()), int((lp > lp[final]).sum()) + 1)
+
+
+def _when_top(column: list[LensCell]) -> tuple[int | None, int]:
+    """(the first layer whose cell has the final word top-1, the first from which it stays top-1)."""
+    ranks = [cell.final_rank for cell in column]
+    first = next((l for l, r in enumerate(ranks) if r == 1), None)
+    stays = len(ranks) - 1
+    while stays > 0 and ranks[stays - 1] == 1:
+        stays -= 1
+    return first, stays
+
+
+def story(e: Lens) -> list[str]:
+    """A few sentences on the last member's column: when its final word first leads, and how its
+    probability rises."""
+    column, word, L = [row[-1] for row in e.layers], e.final[-1], len(e.layers)
+    said = [f"The logit lens reads the residual stream after each layer through the model's final norm and "
+            f"unembedding, as if the layers above were not there; after the last layer it is the model's own "
+            f"conclusion: {quote(word.token)} ({percent(word.prob)}) after {quote(e.tokens[e.positions[-1]])}."]
+    if e.first_top == e.top_from:
+        said.append(f"{quote(word.token)} first leads after layer {e.top_from} of {L} (0-{L - 1}) and stays ahead from there.")
+    else:
+        said.append(f"{quote(word.token)} first leads after layer {e.first_top}, and stays ahead from layer {e.top_from} "
+                    f"of {L} (0-{L - 1}) on.")
+    marks = sorted({0, L // 4, L // 2, (3 * L) // 4, L - 1})
+    said.append("Its probability after layers " + ", ".join(f"{l}: {percent(column[l].final_prob)}" for l in marks) + ".")
+    said.append("Early layers' streams were not trained to be read by the unembedding: a low probability there means "
+                "the word is not yet written in that basis, not that the group has ruled it out.")
+    return said
