@@ -28,7 +28,7 @@ from studygroup.errors import InputError
 from studygroup.formulas import attention, rope
 from studygroup.model.interventions import Interventions
 from studygroup.model.record import Record
-from studygroup.study.explain import checked_ids
+from studygroup.study.text_ids import checked_ids, checked_pair
 from studygroup.study.jsonable import JSONable
 from studygroup.study.story import brief
 
@@ -173,10 +173,7 @@ def why(model, text, layer: int, head: int, query: int, key: int, silenced_membe
     """
     layer, head = model.check_head(layer, head)
     ids = checked_ids(model, text)
-    i, j = model.check_member(query, len(ids)), model.check_member(key, len(ids))
-    if j > i:
-        raise InputError(f"member {j} comes after member {i}: a question hears only the members up to itself "
-                         f"(0-{i}); give a key of {i} or less, or a later query")
+    i, j = checked_pair(model, len(ids), query, key)
     chosen = Interventions.make(model, len(ids), silenced_members, heads=silenced_heads)
     before = Interventions(tuple(m for m in chosen.silenced_members if m <= i), None, chosen.silenced_heads)
     if not before.mask(layer, head, i + 1)[i, j]:  # (members after i change nothing up to i)
