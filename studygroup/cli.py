@@ -146,16 +146,19 @@ def _sampling(p: argparse.ArgumentParser) -> None:
     """How each generated word is chosen: greedy by default, or drawn (temperature, top-k, top-p, seed)."""
     p.add_argument("--temperature", type=_number, metavar="T", help="0: the most likely word (default); "
                    "above 0: words drawn from softmax(logits / T)")
-    p.add_argument("--top-k", type=_whole(1), metavar="K", help="draw from the K most likely words only")
+    p.add_argument("--top-k", type=_integer, metavar="K", help="draw from the K most likely words only")
     p.add_argument("--top-p", type=_number, metavar="P",
                    help="draw from the fewest most likely words whose probabilities reach P, in (0, 1] (default 1)")
-    p.add_argument("--seed", type=_whole(0), metavar="S", help="the same seed gives the same words")
+    p.add_argument("--seed", type=_integer, metavar="S", help="the same seed gives the same words")
     p.add_argument("--ignore-eos", action="store_true", help="go on past the model's end-of-text token")
     p.set_defaults(**SAMPLING_DEFAULTS)
 
 
 def _sampled(args) -> dict:
-    """The sampling flags as Model.generate's keywords."""
+    """The sampling flags as Model.generate's keywords, checked by the library's one rule (InputError)."""
+    from studygroup.model.sampling import Sampling
+
+    Sampling(args.temperature, args.top_k, args.top_p, args.seed)
     return {k: getattr(args, k) for k in SAMPLING_DEFAULTS}
 
 
@@ -348,6 +351,7 @@ def _head(args) -> str:
 
     check_notation(args.notation)
     _check_figures(args)
+    _sampled(args)  # refused before the model loads
     model = _load(args)
     text, generated_from = _with_generated(model, args)
     rows, keys = args.rows, args.keys
@@ -456,9 +460,9 @@ def _models(args) -> str:
 def _generate(args) -> str:
     from studygroup.views import generation_text as render_text
 
+    kw = dict(n=args.n, **_sampled(args), candidates=args.candidates)  # refused before the model loads
     model = _load(args)
     prompt = _prompt(model, args)
-    kw = dict(n=args.n, **_sampled(args), candidates=args.candidates)
     silenced = dict(silence_members=args.silence_member, silence_heads=args.silence_head)
     model.before_pass(prompt, **silenced)  # bad members or heads: refused before any word
     if args.json:

@@ -10,6 +10,14 @@ from dataclasses import dataclass
 import torch
 
 from studygroup.errors import InputError
+from studygroup.model.arguments import whole_number
+
+#: The temperatures a word is drawn at (0 draws nothing: the most likely word). Far below the least,
+#: logits / temperature overflows float64 (5e-324 makes every logit inf); far above the most,
+#: every word is drawn as often as any other.
+TEMPERATURES = (1e-6, 1e6)
+#: The seeds a generator takes: a 64-bit unsigned integer.
+SEEDS = (0, 2**64 - 1)
 
 
 @dataclass(frozen=True)
@@ -24,8 +32,17 @@ class Sampling:
     seed: int | None = None
 
     def __post_init__(self):
-        if not self.temperature >= 0:
-            raise InputError(f"the temperature must be 0 (greedy) or more, not {self.temperature}")
+        """The one check of these settings, wherever they come from (library, CLI, web).
+
+        >>> Sampling(temperature=5e-324)
+        Traceback (most recent call last):
+        studygroup.errors.InputError: the temperature must be 0 (greedy) or from 1e-06 to 1e+06, not 5e-324
+        """
+        least, most = TEMPERATURES
+        if not (self.temperature == 0 or least <= self.temperature <= most):
+            raise InputError(f"the temperature must be 0 (greedy) or from {least:g} to {most:g}, not {self.temperature}")
+        if self.seed is not None:
+            _check_seed(self.seed)
         if self.top_k is not None and (isinstance(self.top_k, bool) or int(self.top_k) != self.top_k or self.top_k < 1):
             raise InputError(f"top-k must be a whole number of at least 1, not {self.top_k}")
         if not 0 < self.top_p <= 1:
@@ -65,3 +82,10 @@ class Sampling:
             p = p.masked_fill(drop, 0.0)
             p = p / p.sum()
         return p.float()
+
+
+def _check_seed(seed) -> None:
+    """InputError unless seed is a whole number in SEEDS."""
+    least, most = SEEDS
+    if not least <= whole_number(seed, "a seed") <= most:
+        raise InputError(f"the seed must be a whole number from {least} to {most}, not {seed}")

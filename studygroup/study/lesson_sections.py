@@ -27,7 +27,7 @@ from studygroup.study.explain import top_words
 from studygroup.study.jsonable import JSONable
 from studygroup.study.sinks import MAX_QUESTIONS, REST_WEIGHT, head_sinks_of, sink_weight
 from studygroup.study.story import brief, clipped, members_line, percent, quote
-from studygroup.study.text_ids import checked_ids
+from studygroup.study.text_ids import checked_ids, checked_pair
 
 #: The sections' names, in order (the page's URL and the JSON use them).
 SECTIONS = ("members", "embedding", "layer_input", "qkv", "scores", "softmax", "weighted_sum", "conclusion")
@@ -158,11 +158,12 @@ def lesson_sections(model, text: str, layer: int, head: int, query: int | None =
     ids = checked_ids(model, text)
     T = len(ids)
     i = T - 1 if query is None else model.check_member(query, T)
+    key = None if key is None else checked_pair(model, T, i, key)[1]  # refused before the pass
     vectors = tuple(f"layers.{layer}.{s}" for s in ("q_pre_rope", "k_pre_rope", "q", "k", "v"))
     record = Record(steps=("layers.0.E", f"layers.{layer}.E", f"layers.{layer}.resid_pre", *vectors))
     run = model.run(ids, record=record, silence_members=list(silence_members), silence_heads=list(silence_heads))
     h = followed(run, layer, head, i)
-    j = int(h.row("weights", i).argmax()) if key is None else model.check_member(key, T)
+    j = int(h.row("weights", i).argmax()) if key is None else key
     ctx = dict(model=model, run=run, h=h, i=i, j=j, text=text, top=top)
     sections = [globals()["_" + name](**ctx) for name in SECTIONS]
     for s, name in zip(sections, SECTIONS):

@@ -15,6 +15,23 @@ def checked_ids(model, text_or_ids) -> list[int]:
     return model.ids(text_or_ids)
 
 
+def checked_pair(model, T: int, query: int, key: int) -> tuple[int, int]:
+    """(i, j): member `query` asking and member `key` answering among T members, or InputError unless
+    both exist and j <= i (a question hears only the members up to itself: the causal mask).
+
+    >>> checked_pair(model, 4, 3, 1)
+    (3, 1)
+    >>> checked_pair(model, 4, 0, 2)
+    Traceback (most recent call last):
+    studygroup.errors.InputError: member 2 comes after member 0: a question hears only the members up to itself (0-0); give a key of 0 or less, or a later query
+    """
+    i, j = model.check_member(query, T), model.check_member(key, T)
+    if j > i:
+        raise InputError(f"member {j} comes after member {i}: a question hears only the members up to itself "
+                         f"(0-{i}); give a key of {i} or less, or a later query")
+    return i, j
+
+
 def check_generated_from(generated_from, T: int) -> None:
     """InputError unless generated_from is None (a text) or the index of the first generated member
     among T members: the number of prompt ids, 1 to T (T: the members hold no generated word yet).

@@ -28,7 +28,7 @@ from studygroup.errors import InputError
 from studygroup.formulas import attention, rope
 from studygroup.model.interventions import Interventions
 from studygroup.model.record import Record
-from studygroup.study.explain import checked_ids
+from studygroup.study.text_ids import checked_ids, checked_pair
 from studygroup.study.jsonable import JSONable
 from studygroup.study.story import brief
 
@@ -173,20 +173,17 @@ def why(model, text, layer: int, head: int, query: int, key: int, silenced_membe
     """
     layer, head = model.check_head(layer, head)
     ids = checked_ids(model, text)
-    i, j = model.check_member(query, len(ids)), model.check_member(key, len(ids))
-    if j > i:
-        raise InputError(f"member {j} comes after member {i}: a question hears only the members up to itself "
-                         f"(0-{i}); give a key of {i} or less, or a later query")
+    i, j = checked_pair(model, len(ids), query, key)
     chosen = Interventions.make(model, len(ids), silenced_members, heads=silenced_heads)
     before = Interventions(tuple(m for m in chosen.silenced_members if m <= i), None, chosen.silenced_heads)
-    if not before.mask(layer, head, i + 1)[i, j]:  # (members after i change nothing up to i)
+    if not before.mask(layer, head, i + 1, rows=range(i, i + 1))[0, j]:  # (members after i change nothing up to i)
         raise InputError(f"member {j} is silenced in this run: member {i}'s question does not hear it, so its "
                          f"score decides nothing; give another key, or leave member {j} heard")
     layout = Layout.of(model, layer)
-    run = model.run(ids[:i + 1], record=_record(model, layer, layout), silence_members=before.silenced_members,
-                    silence_heads=sorted(before.silenced_heads))
-    score, weight, content = _score(run, layer, head, i, j)
-    values = _pair_values(model, run, layer, head, i, j, layout)  # (P, P) float64
+    asking = _last_row_run(model, ids, i, layer, layout, before)
+    answering = asking if j == i else _last_row_run(model, ids, j, layer, layout, before)
+    score, weight, content = _score(asking, layer, head, j)
+    values = _pair_values(model, asking, answering, layer, head, i, j, layout)  # (P, P) float64
     names = part_names(layer, model.config.n_heads, layout)
     total = float(values.sum())
     tokens = [model.tokenizer.readable(t) for t in ids]
@@ -197,34 +194,45 @@ def why(model, text, layer: int, head: int, query: int, key: int, silenced_membe
 
 
 def _record(model, layer: int, layout: Layout) -> Record:
-    """The embedding (and position embedding), every earlier layer's writes, and this layer's
-    input, q, k (normed per head where the family does) and weights."""
+    """The last member's row of the embedding (and position embedding), of every earlier layer's
+    writes, and of this layer's input, q (normed per head where the family does) and weights;
+    this layer's k for every member. No T×T map: what it keeps grows with the text's length as
+    one layer's keys do (model.estimate.recording_bytes)."""
     steps = [f"layers.{l}.{s}" for l in range(layer) for s in PART_STEPS]
     own = LAYER_STEPS + (HEAD_NORMED if _head_norms(model, layer) else ())
     first = ("embed", "pos_embed") if layout.position else ("embed",)
-    return Record(steps=(*first, *steps, *(f"layers.{layer}.{s}" for s in own)))
+    return Record(steps=(*first, *steps, *(f"layers.{layer}.{s}" for s in own)), rows="last")
 
 
-def _score(run, layer: int, head: int, i: int, j: int) -> tuple[float, float, float]:
-    """The run's score and weight of cell (i, j), and the score before the rotation (float64;
-    the score itself where nothing is rotated)."""
+def _last_row_run(model, ids: list[int], m: int, layer: int, layout: Layout, silenced: Interventions):
+    """A run of members 0…m recording `_record`'s rows of member m (the members after m change
+    nothing up to m, and neither do the silenced ones after it)."""
+    return model.run(ids[:m + 1], record=_record(model, layer, layout),
+                     silence_members=[x for x in silenced.silenced_members if x <= m],
+                     silence_heads=sorted(silenced.silenced_heads))
+
+
+def _score(run, layer: int, head: int, j: int) -> tuple[float, float, float]:
+    """The score and weight of the run's last member asking member j, and the score before the
+    rotation (float64; the score itself where nothing is rotated)."""
     kv = run.model.config.kv_head_of(head)
-    q, k = run["q", layer][head], run["k", layer][kv]  # (T, d_head) each
-    score = float(attention.scores(q[None], k[None], validate=False)[0, i, j])
-    weight = float(run["weights", layer][head, i, j])
+    q, k = run["q", layer][head], run["k", layer][kv]  # (1, d_head), (T, d_head)
+    score = float(attention.scores(q[None], k[None], validate=False)[0, -1, j])
+    weight = float(run["weights", layer][head, -1, j])
     if not run.model.rope:
         return score, weight, score
     before = HEAD_NORMED if _head_norms(run.model, layer) else ("q_pre_rope", "k_pre_rope")  # before the rotation
-    q_pre, k_pre = (run[f"layers.{layer}.{before[0]}"][head, i].double(),
+    q_pre, k_pre = (run[f"layers.{layer}.{before[0]}"][head, -1].double(),
                     run[f"layers.{layer}.{before[1]}"][kv, j].double())  # (d_head,)
     return score, weight, float(q_pre @ k_pre) / math.sqrt(q_pre.shape[0])
 
 
-def _pair_values(model, run, layer: int, head: int, i: int, j: int, layout: Layout) -> torch.Tensor:
-    """(P, P) float64: every pair's value, q_i's parts by k_j's parts (see `_projected`)."""
+def _pair_values(model, asking, answering, layer: int, head: int, i: int, j: int, layout: Layout) -> torch.Tensor:
+    """(P, P) float64: every pair's value, q_i's parts by k_j's parts (see `_projected`), from the
+    runs whose last members are i (asking) and j (answering)."""
     c = model.config
-    q = _projected(model, run, layer, i, "q", head, layout)  # (P, d_head)
-    k = _projected(model, run, layer, j, "k", c.kv_head_of(head), layout)  # (P, d_head)
+    q = _projected(model, asking, layer, "q", head, layout)  # (P, d_head)
+    k = _projected(model, answering, layer, "k", c.kv_head_of(head), layout)  # (P, d_head)
     if model.rope:
         cos, sin = model.rope_angles(layer, i + 1)  # (i + 1, d_head), float32 as the pass (the layer's base and scale)
         q = rope.apply(q, cos[i].double()[None], sin[i].double()[None])
@@ -232,16 +240,16 @@ def _pair_values(model, run, layer: int, head: int, i: int, j: int, layout: Layo
     return pair_values(q, k)  # (P, P)
 
 
-def _projected(model, run, layer: int, member: int, side: str, h: int, layout: Layout) -> torch.Tensor:
-    """Each part's q (side "q", query head h) or k (side "k", key/value head h) at one member,
-    before the rotation: norm(a) ⊙ g · W, then β · W and the projection's bias (where the family
+def _projected(model, run, layer: int, side: str, h: int, layout: Layout) -> torch.Tensor:
+    """Each part's q (side "q", query head h) or k (side "k", key/value head h) at the run's last
+    member, before the rotation: norm(a) ⊙ g · W, then β · W and the projection's bias (where the family
     has them); with a per-head norm of q and k (Gemma 3, Qwen 3), its scale held at the whole
     q's (or k's) value. -> (P, d_head) float64, in `part_names` order."""
     c, w, p = model.config, model.w, f"layers.{layer}."
     cols = slice(h * c.d_head, (h + 1) * c.d_head)
     W = w[p + ("W_Q" if side == "q" else "W_K")][:, cols].double()  # (d_model, d_head)
-    stream = residual_parts(run, layer, member, layout)  # (S, d_model)
-    normed = HELD_NORMS[c.arch.norm](stream, run["resid_pre", layer][member].double(), c.rms_eps)  # (S, d_model)
+    stream = residual_parts(run, layer, -1, layout)  # (S, d_model)
+    normed = HELD_NORMS[c.arch.norm](stream, run["resid_pre", layer][-1].double(), c.rms_eps)  # (S, d_model)
     parts = [(normed * w[p + "attn_norm"].double()) @ W]  # (S, d_head)
     if layout.norm_bias:
         parts.append((w[p + "attn_norm_bias"].double() @ W)[None])  # (1, d_head)

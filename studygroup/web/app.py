@@ -33,7 +33,7 @@ from studygroup.web.guard import (LRU, UNREADABLE_BODY, BodyLimit, Busy, Gate, H
                                   error_response)
 from studygroup.web.bodies import (MAX_TOP, CompareBody, ConclusionBody, ExplainBody, GenerateBody, HeadBody,
                                    JobBody, LessonBody, ModelViewBody, OverviewBody, WhyBody)
-from studygroup.web.jobs import Jobs, watched
+from studygroup.web.jobs import Jobs, TooManyJobs, watched
 from studygroup.web.passes import InFlight
 
 DEFAULT_TEXT = "Cash or credit card? I have a lot"
@@ -161,9 +161,10 @@ class Service:
                     return _dumps(compute())
             try:
                 body = await self.gate.run(work)
-            except Exception as e:
+            except BaseException as e:  # a request cancelled from outside too: its job never stays live
                 if watch is not None:
-                    watch.state = "cancelled" if isinstance(e, progress.Cancelled) else "failed"
+                    watch.cancel()
+                    watch.state = "cancelled" if isinstance(e, progress.Cancelled | asyncio.CancelledError) else "failed"
                 raise
             self.answers.put(key, body, len(body))
         if watch is not None:
@@ -288,6 +289,10 @@ def _handlers(app: FastAPI) -> None:
     @app.exception_handler(Busy)
     async def _busy(request: Request, exc: Busy):
         return error_response(503, str(exc), {"Retry-After": "5"})
+
+    @app.exception_handler(TooManyJobs)
+    async def _too_many_jobs(request: Request, exc: TooManyJobs):
+        return error_response(429, str(exc), {"Retry-After": "5"})
 
 
 def _routes(app: FastAPI, s: Service) -> None:

@@ -121,10 +121,11 @@ class GenerateBody(_Body):
     text: Text
     n: Annotated[int, Field(ge=1, le=MAX_WORDS)] = 8
     words: Annotated[list[Index], Field(max_length=1 << 20)] = []  # the ids streamed so far, to go on after
-    temperature: Annotated[float, Field(ge=0)] = 0.0
-    top_k: Annotated[int, Field(ge=1)] | None = None
-    top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
-    seed: Index | None = None
+    # the sampling's ranges are the library's (model.sampling.Sampling): refused there, 400
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float = 1.0
+    seed: int | None = None
     ignore_eos: bool = False
     chat: bool = False  # the text as the user's turn in the model's own chat template
     system: Text | None = None  # with chat: a system turn before the user's

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import re
 import threading
 from collections import OrderedDict
 
@@ -186,9 +187,22 @@ class SecurityHeaders:
         await self.app(scope, receive, with_headers if scope["type"] == "http" else send)
 
 
+def host_parts(host: str) -> tuple[str, str | None]:
+    """A Host header's name and port, as written (None: no port).
+
+    >>> host_parts("[::1]:8000"), host_parts("[::1]"), host_parts("localhost:evil")
+    (('[::1]', '8000'), ('[::1]', None), ('localhost', 'evil'))
+    """
+    if host.endswith("]"):
+        return host, None
+    name, colon, port = host.rpartition(":")
+    return (name, port) if colon else (host, None)
+
+
 class HostCheck:
-    """Answers 400 to a Host header outside `hosts` (a page elsewhere cannot reach a loopback app
-    through DNS rebinding)."""
+    """Answers 400 to a Host header outside `hosts`, or whose port is not a number (a page elsewhere
+    cannot reach a loopback app through DNS rebinding). Any port is taken: a forwarded one differs
+    from the server's own."""
 
     def __init__(self, app, hosts):
         self.app, self.hosts = app, frozenset(hosts)
@@ -196,8 +210,8 @@ class HostCheck:
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http":
             host = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
-            name = host if host.endswith("]") else host.rsplit(":", 1)[0]
-            if name not in self.hosts:
+            name, port = host_parts(host)
+            if name not in self.hosts or not (port is None or re.fullmatch(r"[0-9]{1,5}", port)):
                 return await error_response(400, f"unexpected Host header {host!r}: open the address the server printed")(
                     scope, receive, send)
         await self.app(scope, receive, send)

@@ -19,29 +19,48 @@ CLIENT_CHECK_S = 0.2
 LIVE = ("waiting", "running")
 
 
-class Jobs:
-    """The computations named by a job id, the last `kept` of them (finished ones stay to be read)."""
+class TooManyJobs(Exception):
+    """As many named computations wait or run as the server follows at once (answered 429)."""
 
-    def __init__(self, gate: Gate, kept: int = 64):
-        self.gate = gate
-        self._watches = LRU(kept, kept)
+
+class Jobs:
+    """The computations named by a job id: every one that waits or runs (at most `live`: a new one
+    past them is refused, none is ever dropped) and the last `kept` that ended, to be read."""
+
+    def __init__(self, gate: Gate, kept: int = 64, live: int = 64):
+        self.gate, self.kept, self.live = gate, kept, live
+        self._live: dict[str, Watch] = {}
+        self._ended = LRU(kept, kept)
 
     def start(self, job: str | None) -> Watch:
         """A Watch for a new computation, registered under `job` (None: followed by nobody but its client)."""
-        if job is not None:
-            old = self._watches.get(job)
-            if old is not None and old.state in LIVE:
-                raise InputError(f"job {job!r} is still {old.state}: give each computation its own id")
         w = Watch(self.gate.turn_passer())
-        if job is not None:
-            self._watches.put(job, w, 1)
+        if job is None:
+            return w
+        self._sweep()
+        old = self._live.get(job)
+        if old is not None:
+            raise InputError(f"job {job!r} is still {old.state}: give each computation its own id")
+        if len(self._live) >= self.live:
+            raise TooManyJobs(f"{self.live} computations with a job id already wait or run, the most this server "
+                              "follows: try again once one has ended, or cancel one (/api/cancel)")
+        self._live[job] = w
         return w
 
     def get(self, job: str) -> Watch:
-        w = self._watches.get(job)
+        self._sweep()
+        w = self._live.get(job) or self._ended.get(job)
         if w is None:
-            raise InputError(f"no computation has the job id {job!r} (the server keeps the last 64)")
+            raise InputError(f"no computation has the job id {job!r} (the server keeps every one that waits or "
+                             f"runs, and the last {self.kept} that ended)")
         return w
+
+    def _sweep(self) -> None:
+        """The computations that ended, moved from the live ones to the last that ended."""
+        for job, w in list(self._live.items()):
+            if w.state not in LIVE:
+                del self._live[job]
+                self._ended.put(job, w, 1)
 
 
 async def watched(request, watch: Watch, work):

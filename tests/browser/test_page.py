@@ -7,6 +7,7 @@ the report and two notebook views work from file:// with the network cut.
 """
 from __future__ import annotations
 
+import re
 from urllib.parse import urlsplit
 
 import pytest
@@ -164,6 +165,18 @@ def test_a_silencing_redraws_every_view_with_the_apis_numbers(page, server_url):
     assert [x for row in shown["weights"]["matrix"] for x in row] == pytest.approx([x for row in head["weights"] for x in row], abs=1e-6)
     assert shown["weights"]["matrix"] != clean["weights"]["matrix"]
     assert_no_markup_ran(page)
+
+
+def test_job_ids_are_128_random_bits(page, server_url):
+    """The fault sweep: the page's job ids held about 41 random bits (Math.random after the time)."""
+    jobs = []
+    page.on("request", lambda r: jobs.append(r.post_data_json["job"]) if r.method == "POST" and not
+            r.url.endswith(("/api/progress", "/api/cancel")) and "job" in (r.post_data_json or {}) else None)
+    page.goto(server_url)
+    wait_idle(page)
+    explain(page, "the tin can", "can")
+    assert len(jobs) >= 2 and len(set(jobs)) == len(jobs), jobs
+    assert all(re.fullmatch("[0-9a-f]{32}", job) for job in jobs), jobs
 
 
 def test_markup_in_tokens_shows_as_typed(page, server_url, screenshots):

@@ -121,7 +121,9 @@ def test_seeded_sampling_is_the_same_across_processes(model, tiny_model):
 
 
 @pytest.mark.parametrize("kwargs", [dict(n=0), dict(n=-1), dict(n="x"), dict(n=10**6), dict(n=3, temperature=-0.1),
-                                    dict(n=3, top_p=0), dict(n=3, top_p=1.5), dict(n=3, top_k=0)])
+                                    dict(n=3, top_p=0), dict(n=3, top_p=1.5), dict(n=3, top_k=0),
+                                    dict(n=3, temperature=5e-324), dict(n=3, temperature=1e-320), dict(n=3, seed=2**64),
+                                    dict(n=3, seed=10**30), dict(n=3, seed=-1), dict(n=3, seed=1.5)])
 def test_bad_input_is_an_input_error(model, kwargs):
     with pytest.raises(InputError):
         model.generate([1, 2, 3], **kwargs)

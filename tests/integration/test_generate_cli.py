@@ -39,6 +39,19 @@ def test_bad_input_is_one_line_exit_2(capsys, tiny, bad):
     assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("studygroup: error:")
 
 
+@pytest.mark.parametrize("bad, words", [
+    (["--temperature", "5e-324"], "the temperature must be 0 (greedy) or from 1e-06 to 1e+06, not 5e-324"),
+    (["--temperature", "1e-320"], "from 1e-06 to 1e+06, not 1e-320"),
+    (["--seed", "18446744073709551616"], "the seed must be a whole number from 0 to 18446744073709551615"),
+    (["--seed", str(10**30)], "from 0 to 18446744073709551615")])
+@pytest.mark.parametrize("command", [["generate", "the tin", "-n", "3"], ["head", "the tin", "--layer", "0", "--head", "0",
+                                                                         "--generate", "2"]])
+def test_sampling_outside_its_range_is_one_line_naming_the_range(capsys, tiny, command, bad, words):
+    """The fault sweep's settings that reached torch (a traceback): the library's one rule, one line."""
+    code, out, err = cli(capsys, *command, "--model", tiny, *bad)
+    assert code == 2 and out == "" and err.count("\n") == 1 and words in err
+
+
 def test_ctrl_c_keeps_the_words_so_far_and_exits_130(tiny_model):
     """SIGINT while words stream: what was printed stays, one line on stderr, exit 130."""
     import os

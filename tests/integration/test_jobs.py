@@ -158,9 +158,51 @@ def test_a_short_request_is_answered_while_a_long_one_runs(base):
 
 def test_jobs_refuse_bad_ids_in_one_line(base):
     r = post(base, "progress", {"job": "nobody"})
-    assert r.status_code == 400 and r.json()["error"] == "no computation has the job id 'nobody' (the server keeps the last 64)"
+    assert r.status_code == 400 and r.json()["error"] == ("no computation has the job id 'nobody' (the server keeps every "
+                                                          "one that waits or runs, and the last 64 that ended)")
     assert post(base, "progress", {"job": "no spaces"}).status_code == 422
     assert post(base, "explain", {"text": "the tin", "job": "x" * 65}).status_code == 422
+
+
+@pytest.fixture
+def followed(model):
+    """A client of an app that follows at most 2 live jobs, and its job table."""
+    from fastapi.testclient import TestClient
+
+    from studygroup.web.app import create_app
+    from studygroup.web.jobs import Jobs
+
+    app = create_app(model)
+    service = app.state.service
+    service.jobs = Jobs(service.gate, kept=64, live=2)
+    with TestClient(app) as client:
+        yield client, service.jobs
+
+
+def test_a_running_job_outlives_any_number_of_newer_ones(followed):
+    """The fault sweep: after 70 newer ids a running explain answered 400 to progress and cancel."""
+    client, jobs = followed
+    jobs.start("running").state = "running"  # an explain between two of its layers
+    for i in range(70):
+        assert client.post("/api/conclusion", json={"text": "the tin", "job": f"newer{i}"}).status_code == 200
+    assert client.post("/api/progress", json={"job": "running"}).json()["state"] == "running"
+    assert client.post("/api/cancel", json={"job": "running"}).status_code == 200
+    assert jobs.get("running").cancelled  # it stops at its next layer
+    assert client.post("/api/progress", json={"job": "newer5"}).status_code == 400  # ended ones: the last 64
+
+
+def test_jobs_past_the_live_ones_followed_are_429(followed):
+    client, jobs = followed
+    first = jobs.start("first")
+    jobs.start("second")
+    r = client.post("/api/conclusion", json={"text": "the tin", "job": "third"})
+    assert r.status_code == 429 and r.headers["retry-after"] == "5"
+    assert r.json() == {"error": "2 computations with a job id already wait or run, the most this server follows: "
+                                 "try again once one has ended, or cancel one (/api/cancel)"}
+    assert client.post("/api/progress", json={"job": "first"}).json()["state"] == "waiting"
+    assert client.post("/api/conclusion", json={"text": "the tin"}).status_code == 200  # no job id: not followed
+    first.state = "cancelled"
+    assert client.post("/api/conclusion", json={"text": "the tin", "job": "third"}).status_code == 200
 
 
 # ---- the views of a long text: each may make a pass (Service.run) -------------------------------

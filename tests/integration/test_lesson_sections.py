@@ -173,6 +173,16 @@ def test_bad_requests_are_refused_in_one_line(client):
     assert r.status_code == 400 and "layer 9 does not exist" in r.json()["error"]
 
 
+def test_a_key_after_the_query_is_refused_as_why_refuses_it(client):
+    """The fault sweep: {"query": 0, "key": 2} gave 200 and a score for a pair the causal mask hides."""
+    pair = {"text": TEXT, "layer": 0, "head": 0, "query": 0, "key": 2}
+    lesson, why = client.post("/api/lesson", json=pair), client.post("/api/why", json=pair)
+    assert lesson.status_code == why.status_code == 400
+    assert lesson.json() == why.json() == {"error": "member 2 comes after member 0: a question hears only the members "
+                                                    "up to itself (0-0); give a key of 0 or less, or a later query"}
+    assert client.post("/api/lesson", json={**pair, "key": 0}).json()["key"] == 0  # the question hears itself
+
+
 def test_a_gemma_lesson_names_its_per_head_norm(tiny_gemma3, model):
     import studygroup
 

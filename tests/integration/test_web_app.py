@@ -535,6 +535,15 @@ def test_host_check_on_loopback(model):
         assert "Host" in error_of(c.get("/api/info", headers={"host": "evil.example:8000"}), 400)
 
 
+@pytest.mark.parametrize("host", ["localhost:evil", "localhost:", "127.0.0.1:80a", "[::1]:8000:1", "localhost:123456"])
+def test_host_check_reads_the_port_too(model, host):
+    """The fault sweep: `Host: localhost:evil` was answered 200 (only the name before the last colon was read)."""
+    with TestClient(create_app(model, hosts=server.LOOPBACK_HOSTS), base_url="http://127.0.0.1:8000") as c:
+        assert error_of(c.get("/api/info", headers={"host": host}), 400) == (
+            f"unexpected Host header {host!r}: open the address the server printed")
+        assert c.get("/api/info", headers={"host": "[::1]:8000"}).status_code == 200
+
+
 # ---- one model, one computation at a time, a bounded queue ---------------------------------------------
 @pytest.fixture
 def slow_app(model, monkeypatch):

@@ -71,13 +71,30 @@ def test_listened_is_the_words_record_in_that_head(client, model):
 
 @pytest.mark.parametrize("body, status, words", [
     ({"n": 0}, 422, "n"), ({"n": -1}, 422, "n"), ({"n": "3"}, 422, "n"), ({"n": 100}, 400, "exceed"), ({"n": 300}, 422, "n"),
-    ({"temperature": -0.1}, 422, "temperature"), ({"top_p": 0}, 422, "top_p"), ({"top_p": 1.5}, 422, "top_p"),
-    ({"top_k": 0}, 422, "top_k"), ({"silence_members": [9]}, 400, "member 9"), ({"layer": 1}, 400, "both layer"),
+    ({"temperature": -0.1}, 400, "temperature"), ({"top_p": 0}, 400, "top-p"), ({"top_p": 1.5}, 400, "top-p"),
+    ({"top_k": 0}, 400, "top-k"), ({"temperature": "1"}, 422, "temperature"), ({"seed": 1.5}, 422, "seed"),
+    ({"silence_members": [9]}, 400, "member 9"), ({"layer": 1}, 400, "both layer"),
     ({"layer": 7, "head": 0}, 400, "layer 7"), ({"words": [10 ** 6]}, 400, "token id"),
     ({"words": [5, 6, 7]}, 400, "not the words"), ({"text": " "}, 400, "whitespace")])
 def test_bad_input_is_4xx_before_the_stream(client, body, status, words):
     r = client.post("/api/generate", json={"text": TEXT, "n": 3, **body})
     assert words in error_of(r, status)
+
+
+@pytest.mark.parametrize("body, words", [
+    ({"temperature": 5e-324}, "the temperature must be 0 (greedy) or from 1e-06 to 1e+06, not 5e-324"),
+    ({"temperature": 1e-320}, "from 1e-06 to 1e+06"), ({"temperature": 2e6}, "from 1e-06 to 1e+06"),
+    ({"seed": 2**64}, "the seed must be a whole number from 0 to 18446744073709551615, not 18446744073709551616"),
+    ({"seed": 10**30}, "from 0 to 18446744073709551615"), ({"seed": -1}, "from 0 to 18446744073709551615")])
+def test_sampling_outside_its_range_is_400_naming_the_range(client, body, words):
+    """The fault sweep's settings that reached torch (a 500): refused by the library's one rule."""
+    r = client.post("/api/generate", json={"text": TEXT, "n": 3, **body})
+    assert words in error_of(r, 400)
+
+
+def test_sampling_at_the_ends_of_its_range_generates(client):
+    for settings in ({"temperature": 1e-6, "seed": 0}, {"temperature": 1e6, "seed": 2**64 - 1}):
+        assert len(generate(client, n=2, **settings)) == 2
 
 
 TEMPLATE = "{{ bos_token }}{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }}\n{% endfor %}<assistant>"

@@ -51,6 +51,21 @@ def test_layer_0_has_only_the_embedding(model):
     assert [(p.query_part, p.key_part) for p in w.pairs] == [("embedding", "embedding")]
 
 
+def test_what_it_records_grows_with_the_text_as_one_layers_keys(model, monkeypatch):
+    """The fault sweep: why on 8,192 tokens peaked at 4.3 GB (every member's row of every earlier
+    layer's writes, and the layer's T×T maps), where lesson and head keep theirs bounded."""
+    from studygroup.model.estimate import activation_bytes, recording_bytes
+
+    records, run = [], model.run
+    monkeypatch.setattr(model, "run", lambda ids, record, **kw: records.append(record) or run(ids, record=record, **kw))
+    why(model, TEXT_B, 1, 2, 4, 1)
+    assert records
+    for record in records:
+        at = {T: recording_bytes(model.config, T, record) for T in (4096, 8192)}
+        assert at[8192] <= 2 * at[4096]  # no T×T map
+        assert at[8192] < activation_bytes(model.config, 8192)  # less than one layer's work in the pass
+
+
 @pytest.mark.parametrize("layer, head, query, key, words", [
     (1, 0, 1, 3, "comes after member 1"), (2, 0, 3, 1, "layer 2 does not exist"),
     (0, 4, 3, 1, "head 4 does not exist"), (0, 0, 99, 1, "member 99 does not exist"),

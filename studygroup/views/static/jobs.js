@@ -8,6 +8,8 @@
   /** Milliseconds between two looks at a computation's progress. */
   const POLL_MS = 500;
   const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
+  /** A new job id: 128 bits from the browser's cryptographic generator, as 32 hex digits (not to be guessed by another page). */
+  const newJobId = () => Array.from(crypto.getRandomValues(new Uint8Array(16)), (b) => b.toString(16).padStart(2, "0")).join("");
 
   sg.mixin(class {
     /** POST path with body as a job the page follows and may cancel; the answer's JSON (a cancelled one rejects).
@@ -17,7 +19,7 @@
      * opts.send: (path, body) => the answer (default: this.post), for the API's own readers (sg.api.head);
      * opts.after: milliseconds before the box shows (default 0): a quicker answer never shows it. */
     async longPost(path, body, opts = {}) {
-      const job = "j" + Date.now().toString(36) + Math.random().toString(36).slice(2, 10);
+      const job = newJobId();
       const gen = this.gen;
       const wanted = opts.wanted || (() => gen === this.gen);
       const box = opts.box || this.progressBox();
