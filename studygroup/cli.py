@@ -11,6 +11,8 @@ stderr with exit status 2.
                     [--chat [--system TEXT]]
     studygroup lesson [TEXT] [--head L.H] [--section N] [--html FILE]   (at a terminal: one section at a time)
     studygroup why [TEXT] --layer L --head H --key J [--query I] [--silence-member J] [--silence-head L.H]
+    studygroup lens [TEXT] [--rows A:B]   (the logit lens)
+    studygroup patch CLEAN CORRUPTED [--answer WORD] [--wrong WORD] [--full]   (activation patching)
     studygroup roles [TEXT]
     studygroup models [--full]   (the GGUF models on this disk)
     studygroup generate TEXT -n N [--temperature T] [--top-k K] [--top-p P] [--seed S] [--ignore-eos]
@@ -243,6 +245,23 @@ def build_parser() -> argparse.ArgumentParser:
     _interventions(p, "the score")
     _common(p, 20, "how many of the largest part pairs to show (default 20)")
     p.set_defaults(handler=_why)
+    p = sub.add_parser("lens", help="the logit lens: what the group would conclude after each layer")
+    p.add_argument("text", nargs="?", default=DEFAULT_TEXT)
+    p.add_argument("--rows", type=_members_slice, default=None, metavar="A:B",
+                   help="the members shown: A to B-1 (Python slice; default every member up to 64, else the last 64)")
+    _common(p, 3, "how many top words each cell keeps in --json (default 3)")
+    p.set_defaults(handler=_lens)
+    p = sub.add_parser("patch", help="activation patching: which layer, member and head carry the difference "
+                       "between a clean and a corrupted text of the same length")
+    p.add_argument("clean")
+    p.add_argument("corrupted")
+    p.add_argument("--answer", default=None, metavar="WORD",
+                   help="the metric's first word, one token (default: the clean run's top word)")
+    p.add_argument("--wrong", default=None, metavar="WORD",
+                   help="the metric's second word, one token (default: the corrupted run's top word)")
+    p.add_argument("--full", action="store_true", help="print every grid (default: resid_pre and the heads)")
+    _model_options(p)
+    p.set_defaults(handler=_patch)
     p = sub.add_parser("roles", help="what each head does: previous, duplicate, induction, sink, local, broad")
     p.add_argument("text", nargs="?", default=None, help="a text (default: the standard probe, 50 tokens twice)")
     _common(p, 5, "how many heads to list per role (default 5)")
@@ -435,6 +454,25 @@ def _why(args) -> str:
     w = why(model, args.text, args.layer, args.head, query, args.key, silenced_members=args.silence_member,
             silenced_heads=args.silence_head)
     return w.to_json(indent=2) if args.json else render_text.why(w, shown=min(args.top, 20))
+
+
+def _lens(args) -> str:
+    from studygroup.study.lens import lens
+    from studygroup.views import instruments_text
+
+    e = lens(_load(args), args.text, top=args.top, positions=args.rows)
+    return e.to_json(indent=2) if args.json else instruments_text.lens(e)
+
+
+def _patch(args) -> str:
+    from studygroup.progress import say
+    from studygroup.study.patching import checked, cost, patch
+    from studygroup.views import instruments_text
+
+    model = _load(args)
+    say(cost(model, len(checked(model, args.clean, args.corrupted, args.answer, args.wrong)[0])))
+    p = patch(model, args.clean, args.corrupted, answer=args.answer, wrong=args.wrong)
+    return p.to_json(indent=2) if args.json else instruments_text.patching(p, full=args.full)
 
 
 def _roles(args) -> str:

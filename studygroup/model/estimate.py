@@ -199,3 +199,17 @@ def explain(c: Config, T: int, heads: int, members: int, rows_per_pass: int) -> 
     largest = min(rows_per_pass, max(T, (heads + members) * T))  # rows of the largest batched pass
     memory = weight_bytes(c) + activation_bytes(c, largest) + kv_bytes(c, T)
     return Estimate(int(memory * 1.2) + 200 * 2**20, flops(c, T, int(rows)) / machine_flops_per_second())
+
+
+def layer_passes(c: Config, T: int, layer_rows: float, rows_per_pass: int) -> Estimate:
+    """Work counted in layer-rows (a row through one layer: its projections, MLP and attention over T
+    members), in batched passes of at most `rows_per_pass` rows: activation patching's copies.
+
+    >>> from studygroup.gguf.config import Config
+    >>> c = Config(30, 9, 3, 576, 64, 1536, 8192, 1e5, 1e-5, 49152)
+    >>> layer_passes(c, 10, 600, 4096).seconds > layer_passes(c, 10, 300, 4096).seconds
+    True
+    """
+    per_row = _weight_flops_per_row(c) / c.n_layers + 2.0 * c.n_heads * c.d_head * (T + 1)
+    memory = weight_bytes(c) + activation_bytes(c, rows_per_pass)
+    return Estimate(int(memory * 1.2), layer_rows * per_row / machine_flops_per_second())

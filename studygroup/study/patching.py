@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from studygroup.errors import InputError
+from studygroup.model import estimate
 from studygroup.model.interventions import CopyReplacement, PassPlan
 from studygroup.model.record import NOTHING, Record
 from studygroup.progress import Progress
@@ -74,11 +75,7 @@ def patch(model, clean, corrupted, *, answer: str | None = None, wrong: str | No
     >>> len(p.grids["resid_pre"].raw), round(p.grids["resid_pre"].normalised[0][1], 4)  # member 1 at layer 0: all of it
     (30, 1.0)
     """
-    ids_c, ids_x = checked_ids(model, clean), checked_ids(model, corrupted)
-    if len(ids_c) != len(ids_x):
-        raise InputError(f"the clean text is {len(ids_c)} members and the corrupted text {len(ids_x)}: patching "
-                         "puts each member's numbers in the same member of the other run, so give texts of the "
-                         "same number of tokens (change words for words of one token each)")
+    ids_c, ids_x = checked(model, clean, corrupted, answer, wrong)
     steps = ("resid_pre", "attn_out", "mlp_out", "output")
     clean_run = model.run(ids_c, record=Record(steps=steps))
     corrupt_run = model.run(ids_x, record=Record(steps=("resid_pre",)))
@@ -92,11 +89,34 @@ def patch(model, clean, corrupted, *, answer: str | None = None, wrong: str | No
     return result
 
 
+def checked(model, clean, corrupted, answer=None, wrong=None) -> tuple[list[int], list[int]]:
+    """The two texts' ids, checked before any pass: InputError (one line) for an empty text, texts of
+    different lengths, or a metric word that is not one token."""
+    ids_c, ids_x = checked_ids(model, clean), checked_ids(model, corrupted)
+    if len(ids_c) != len(ids_x):
+        raise InputError(f"the clean text is {len(ids_c)} members and the corrupted text {len(ids_x)}: patching "
+                         "puts each member's numbers in the same member of the other run, so give texts of the "
+                         "same number of tokens (change words for words of one token each)")
+    for word in (answer, wrong):
+        if word is not None:
+            _one_token(model, word)
+    return ids_c, ids_x
+
+
 def passes(model, T: int) -> int:
     """Layer-passes patching makes on T members: each layer's copies through that layer and those above."""
     L, H = model.config.n_layers, model.config.n_heads
     per_pass = max(1, ROWS_PER_PASS // T)
     return sum(math.ceil((3 * T + H) / per_pass) * (L - l) for l in range(L))
+
+
+def cost(model, T: int) -> str:
+    """What patching T members will cost, in words, before it runs."""
+    L, H = model.config.n_layers, model.config.n_heads
+    copies = 3 * T + H
+    guess = estimate.layer_passes(model.config, T, copies * T * L * (L + 1) / 2, max(T, ROWS_PER_PASS))
+    return (f"patching {copies} places in each of {L} layers ({T} members × resid_pre, attn_out, mlp_out, and "
+            f"{H} heads), each layer's copies run from that layer up: {guess}")
 
 
 def _words(model, clean_run, corrupt_run, answer, wrong) -> tuple[int, int]:

@@ -22,7 +22,9 @@ from studygroup.errors import InputError, NotationError
 from studygroup.study.lesson_sections import lesson_sections
 from studygroup.model.interventions import PassPlan
 from studygroup.model.record import Record
+from studygroup.study.lens import lens
 from studygroup.study.model_view import model_view
+from studygroup.study.patching import patch
 from conftest import TEXT_A, TEXT_B, write_tiny_gguf
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "json.md"
@@ -546,8 +548,8 @@ def check_documented(obj, docs, seen):
         seen.add(name)
         for f in fields(obj):
             check_documented(getattr(obj, f.name), docs, seen)
-    elif isinstance(obj, (list, tuple)):
-        for x in obj:
+    elif isinstance(obj, (list, tuple, dict)):
+        for x in obj.values() if isinstance(obj, dict) else obj:
             check_documented(x, docs, seen)
 
 
@@ -563,7 +565,8 @@ def test_json_round_trips_with_exactly_the_documented_keys(model, analysis, comp
     results = [analysis.explanation, comparison, study_head.head_view(model, TEXT_B, 0, 1, "columns"),
                model_view(model.run(TEXT_B), analysis.explanation), lesson_sections(model, TEXT_B, 1, 2),
                studygroup.why(model, TEXT_B, 1, 2, 4, 1), studygroup.roles(model, TEXT_B),
-               study.explain(model, TWO_SENTENCES, silence_heads=2, silence_members=2)]
+               study.explain(model, TWO_SENTENCES, silence_heads=2, silence_members=2), lens(model, TEXT_B),
+               patch(model, TEXT_B, TEXT_B)]
     for result in results:
         round_trip(result)
         check_documented(result, docs, seen)
