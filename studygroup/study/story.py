@@ -86,8 +86,11 @@ def _t(text: str) -> dict:
     return {"text": text}
 
 
-def _m(e, i: int) -> dict:
-    return {"member": i, "text": quote(e.tokens[i])}
+def _m(e, i: int) -> list[dict]:
+    """Member i as a sentence names it: its token, and its position where that token occurs more
+    than once in the text (“␣he” (member 15)), so that no sentence leaves the reader to guess which."""
+    out = [{"member": i, "text": quote(e.tokens[i])}]
+    return out + [_t(f" (member {i})")] if e.tokens.count(e.tokens[i]) > 1 else out
 
 
 def _v(value: float, field: str, text: str) -> dict:
@@ -106,12 +109,12 @@ def joined(parts: list[list[dict]]) -> list[str]:
 def _members_parts(e) -> list[dict]:
     T = len(e.tokens)
     if T == 1:
-        return [_t("The only member is "), _m(e, 0), _t(".")]
+        return [_t("The only member is "), *_m(e, 0), _t(".")]
     shown = list(range(T)) if T <= 20 else [*range(5), None, *range(T - 5, T)]
     out = [_t(f"The {T} members are " if T <= 20 else f"The {T} members run from ")]
     for n, i in enumerate(shown):
         out += [_t(" … to " if i is None else ", " if n and shown[n - 1] is not None else "")]
-        out += [] if i is None else [_m(e, i)]
+        out += [] if i is None else _m(e, i)
     return out + [_t(".")]
 
 
@@ -119,7 +122,7 @@ def _asks(e) -> list[dict]:
     return [_t(f"Every member asks a question (Q) in each of the {e.model.n_layers * e.model.n_heads} heads, and the "
                f"members up to it answer: each answer (V) is weighed by how well its key (K) fits the question "
                f"(Q·K/√d_k, then softmax over the row). The next word is the last member's conclusion: "),
-            _m(e, len(e.tokens) - 1), _t(" asks what comes next.")]
+            *_m(e, len(e.tokens) - 1), _t(" asks what comes next.")]
 
 
 def _conclusion(e) -> list[dict]:
@@ -173,8 +176,9 @@ def _moved(e, h, i: int, name: str) -> list[dict]:
         out += [_t(f"{verb} the probability of {quote(w.token)} "),
                 *([_t("at ")] if verb == "leaves" else [_t("from "), _v(w.prob, "predicted.prob", percent(w.prob)), _t(" to ")]),
                 _v(h.prob_silenced, f"{f}.prob_silenced", percent(h.prob_silenced)), _t(" (")]
-    else:
-        out += [_t(f"changes log p({quote(w.token)}) by (")]
+    else:  # the change in log p, then the measure's name
+        return [_t(f"changes log p({quote(w.token)}) by "), _v(h.shown_effect, f"{f}.{name}", signed(h.shown_effect, 3)),
+                _t(f" ({name})")]
     return out + [_t(f"{name} "), _v(h.shown_effect, f"{f}.{name}", signed(h.shown_effect, 3)), _t(")")]
 
 
@@ -184,11 +188,11 @@ def _sink_clause(e, h, i: int, explained: list) -> list[dict]:
     out = [_v(h.sink_weight, f"{f}.sink_weight", percent(h.sink_weight)),
            _t(" of the last question's attention in this head rests on ")]
     for n, j in enumerate(h.sinks[:3]):
-        out += [_t(", " if n else ""), _m(e, j)]
+        out += [_t(", " if n else ""), *_m(e, j)]
     out.append(_t(", an attention sink" + ("" if explained else f" ({MEANING})")))
     explained.append(True)
     for n, x in [(n, x) for n, x in enumerate(h.listened) if x.is_sink and x.effect_in_head is not None][:1]:
-        out += [_t("; removing "), _m(e, x.index), _t(" from this head alone changes log p by "),
+        out += [_t("; removing "), *_m(e, x.index), _t(" from this head alone changes log p by "),
                 _v(x.effect_in_head, f"{f}.listened[{n}].effect_in_head", _small(x.effect_in_head))]
     return out
 
@@ -232,14 +236,14 @@ def _listening(e, h, i: int, explained: list) -> list[list[dict]]:
     useful = [(n, x) for n, x in measured if not x.is_sink][:1]
     lines = []
     if h.rests_on_sink:
-        lines.append([_t("It matters, but not because "), _m(e, asker), _t(" asks "), _m(e, h.sinks[0]), _t(" anything: "),
+        lines.append([_t("It matters, but not because "), *_m(e, asker), _t(" asks "), *_m(e, h.sinks[0]), _t(" anything: "),
                       *_sink_clause(e, h, i, explained), _t(".")])
     others = sum(not x.is_sink for _, x in measured)
     which = f"{others} members it heard most (by weight × ‖v·W_O‖)" + (" other than its attention sinks" if h.sinks else "")
     for n, x in useful:
         lines.append([_t(f"Of the {which}, each removed from {_head_name(h)} alone (effect_in_head), the one that "
                          f"matters most is "),
-                      _m(e, x.index), _t(": log p changes by "),
+                      *_m(e, x.index), _t(": log p changes by "),
                       _v(x.effect_in_head, f"heads[{i}].listened[{n}].effect_in_head", _small(x.effect_in_head)),
                       _t(", with a weight of "), _v(x.weight, f"heads[{i}].listened[{n}].weight", f"{x.weight:.2g}"), _t(".")])
     return lines
@@ -252,11 +256,11 @@ def _verb(effect: float) -> str:
 def _member_change(e, m) -> list[dict]:
     name = "effect" if m.effect is not None else "effect_last_question"
     f = f"members[{m.index}]"
-    out = [_t("without "), _m(e, m.index), _t(" it ")]
+    out = [_t("without "), *_m(e, m.index), _t(" it ")]
     if m.prob_silenced is not None:
         out += [_t(_verb(m.shown_effect) + " "), _v(m.prob_silenced, f"{f}.prob_silenced", percent(m.prob_silenced)), _t(" (")]
-    else:
-        out += [_t("changes log p by (")]
+    else:  # the change in log p, then the measure's name
+        return out + [_t("changes log p by "), _v(m.shown_effect, f"{f}.{name}", signed(m.shown_effect, 3)), _t(f" ({name})")]
     return out + [_t(f"{name} "), _v(m.shown_effect, f"{f}.{name}", signed(m.shown_effect, 3)), _t(")")]
 
 
@@ -271,7 +275,7 @@ def _members(e) -> list[list[dict]]:
         line += [_t("; " if n else "")] + _member_change(e, m)
     lines = [line + [_t(".")]]
     raising = [m for m in ranked[2:] if m.shown_effect > 0][:1]  # the member the group does better without
-    lines += [[_t("Of the others, silencing "), _m(e, m.index), _t(" raises it most: "), *_member_change(e, m), _t(".")]
+    lines += [[_t("Of the others, silencing "), *_m(e, m.index), _t(" raises it most: "), *_member_change(e, m), _t(".")]
               for m in raising]
     return lines
 
