@@ -144,6 +144,7 @@ def analyse(model, text, *, top: int = 10, silence_heads: int | str | None = Non
                     logit_parts=_logit_sum(parts), contributions=parts.heads.tolist(),
                     silence_estimates=[] if estimate is None else estimate.tolist(),
                     model=model_info(model), scope=strategy.scope, generated_from=generated_from, **chosen.silenced())
+    e.runner_up, e.logit_gap = _against_runner_up(run, lp, token, parts)
     if chosen == Interventions():  # the last sentence alone is a clean run: compared with the clean run only
         e.last_sentence = last_sentence(model, list(ids), run.tokens, token)
     e.story_parts = story.explain_parts(e, norm_after_attention="post_attn_norm" in model.config.arch.layer_names)
@@ -469,6 +470,15 @@ def _word(run, lp: torch.Tensor, i: int) -> Word:
 def _logit_sum(p: attribution.LogitParts) -> LogitSum:
     return LogitSum(p.logit, p.embed, float(p.heads.double().sum()), float(p.mlps.double().sum()), p.total,
                     p.position, p.biases)
+
+
+def _against_runner_up(run, lp: torch.Tensor, token: int, parts: attribution.LogitParts):
+    """The most likely word other than `token` (lp (vocab,) log-probabilities), and the parts of the
+    gap between their logits; (None, None) for a vocabulary of one word."""
+    if lp.shape[-1] < 2:
+        return None, None
+    rival = int(lp.index_fill(0, torch.tensor([token]), float("-inf")).argmax())
+    return _word(run, lp, rival), _logit_sum(attribution.gap(parts, attribution.direct_contributions(run, rival)))
 
 
 def candidates(direct: torch.Tensor, estimate: torch.Tensor, n: int) -> list[tuple[int, int]]:

@@ -297,22 +297,31 @@ def _without_earlier_sentences(e) -> list[list[dict]]:
 
 
 def _thinking_alone(e) -> list[dict]:
-    p, n_heads, n_layers = e.logit_parts, e.model.n_layers * e.model.n_heads, e.model.n_layers
-    return [_t("Attention moves information between members; each member's own MLP (“thinking alone”) turns what it "
-               f"gathered into the word. Of the logit of {quote(e.predicted.token)}, "),
-            _v(p.logit, "logit_parts.logit", f"{p.logit:.2f}"), _t(f", the {n_heads} heads' writes add "),
-            _v(p.heads, "logit_parts.heads", signed(p.heads, 2)), _t(f" directly, the {n_layers} MLPs "),
-            _v(p.mlps, "logit_parts.mlps", signed(p.mlps, 2)), _t(" and the embedding "),
-            _v(p.embed, "logit_parts.embed", signed(p.embed, 2)), *_position_and_biases(p),
-            _t(": the heads matter mostly through what later layers make of their writes, which silencing measures.")]
+    """Where the gap to the runner-up comes from: softmax ignores what every logit shares, so the
+    shares are told of the gap, not of the raw logit."""
+    opening = _t("Attention moves information between members; each member's own MLP (“thinking alone”) turns what it "
+                 "gathered into the word.")
+    p, r = e.logit_gap, e.runner_up
+    if p is None:
+        return [opening]
+    n_heads, n_layers, f = e.model.n_layers * e.model.n_heads, e.model.n_layers, "logit_gap"
+    return [_t(opening["text"] + f" A probability follows the gaps between logits: the logit of {quote(e.predicted.token)} "
+               f"minus that of {quote(r.token)}, the runner-up ("), _v(r.prob, "runner_up.prob", percent(r.prob)),
+            _t("), is "), _v(p.logit, f"{f}.logit", signed(p.logit, 2)), _t(f"; of that gap the {n_heads} heads' writes add "),
+            _v(p.heads, f"{f}.heads", signed(p.heads, 2)), _t(f" directly, the {n_layers} MLPs "),
+            _v(p.mlps, f"{f}.mlps", signed(p.mlps, 2)), _t(" and the embedding "),
+            _v(p.embed, f"{f}.embed", signed(p.embed, 2)), *_position_and_biases(p, f),
+            _t(". A direct share counts a write as it stands; silencing a head also counts what later layers make of "
+               "its write.")]
 
 
-def _position_and_biases(p) -> list[dict]:
-    """The learned position embedding's and the biases' shares, in a family that has them (GPT-2)."""
+def _position_and_biases(p, f: str) -> list[dict]:
+    """The learned position embedding's and the biases' shares, in a family that has them (GPT-2);
+    f: the field of p in the JSON."""
     if not (p.position or p.biases):
         return []
-    return [_t(", the position embedding "), _v(p.position, "logit_parts.position", signed(p.position, 2)),
-            _t(" and the biases no head writes "), _v(p.biases, "logit_parts.biases", signed(p.biases, 2))]
+    return [_t(", the position embedding "), _v(p.position, f"{f}.position", signed(p.position, 2)),
+            _t(" and the biases no head writes "), _v(p.biases, f"{f}.biases", signed(p.biases, 2))]
 
 
 def explain_parts(e, norm_after_attention: bool = False) -> list[list[dict]]:

@@ -452,7 +452,7 @@ def test_story_uses_the_real_names_and_numbers(analysis, comparison):
     assert f"“{e.predicted.token}” ({render_text.percent(e.predicted.prob)})" in text
     top = e.heads[0]
     assert f"head {top.head} of layer {top.layer}" in text and f"{top.silence_effect:+.3f}" in text
-    assert f"{e.logit_parts.logit:.2f}" in text
+    assert f"{e.logit_gap.logit:+.2f}" in text
     assert any(f"“{c.b.predicted.token}”" in s for s in comparison.story for c in [comparison])
 
 
@@ -749,3 +749,26 @@ def test_past_long_t_every_head_and_member_is_measured_at_the_last_position(mode
     assert_every_last_position_effect(model, ids, e)
     sizes = [abs(h.silence_effect_last_position) for h in e.heads]
     assert sizes == sorted(sizes, reverse=True) and e.heads_silenced.startswith("all 8, each silenced at the last")
+
+
+def test_the_story_tells_the_shares_of_the_gap_to_the_runner_up(model, analysis):
+    """The last sentence splits the gap between the predicted word's logit and the runner-up's (what
+    softmax sees), each share recomputed here from the recorded writes read along the two words'
+    unembedding columns through the final norm's frozen scale."""
+    e = analysis.explanation
+    run = model.run(TEXT_B, record=["embed", "write", "mlp_out", "resid_final"], logits="last")
+    lp = effects.log_probs(run.last_logits)
+    rival = int(lp.topk(2).indices[1])
+    assert e.runner_up.id == rival and e.runner_up.prob == pytest.approx(float(lp[rival].exp()), abs=1e-5)
+    x = run["resid_final"][-1].double()  # (d_model,)
+    read = model.w["final_norm"].double()[:, None] * model.w["unembed"][:, [e.predicted.id, rival]].double()  # (d_model, 2)
+    along = (read[:, 0] - read[:, 1]) / torch.sqrt(x.pow(2).mean() + model.config.rms_eps)  # (d_model,)
+    L = model.config.n_layers
+    heads = sum(float((run["write", l][:, -1].double() @ along).sum()) for l in range(L))
+    mlps = sum(float(run["mlp_out", l][-1].double() @ along) for l in range(L))
+    g = e.logit_gap
+    assert g.logit == pytest.approx(float(run.last_logits[e.predicted.id] - run.last_logits[rival]), abs=1e-4)
+    assert (g.heads, g.mlps, g.embed) == pytest.approx((heads, mlps, float(run["embed"][-1].double() @ along)), abs=1e-4)
+    line = e.story[-1]
+    assert "minus that of" in line and f"{g.heads:+.2f}" in line and f"{g.mlps:+.2f}" in line
+    assert "mostly through" not in " ".join(e.story)  # no conclusion the shares do not carry
