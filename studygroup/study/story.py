@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from studygroup.study.sinks import MEANING
+from studygroup.study.sinks import MEANING, QUIET_SHARE, quiet_sinks
 
 
 def percent(p: float) -> str:
@@ -183,18 +183,29 @@ def _moved(e, h, i: int, name: str) -> list[dict]:
 
 
 def _sink_clause(e, h, i: int, explained: list) -> list[dict]:
-    """Head i's sinks: the last question's weight on them and what removing them from the head does."""
-    f = f"heads[{i}]"
+    """Head i's sinks: the last question's weight on them, what removing them from the head does,
+    and the name "attention sink" only where that is small beside the head's own effect."""
+    f, named = f"heads[{i}]", h.sinks[:3]
     out = [_v(h.sink_weight, f"{f}.sink_weight", percent(h.sink_weight)),
            _t(" of the last question's attention in this head rests on ")]
-    for n, j in enumerate(h.sinks[:3]):
+    for n, j in enumerate(named):
         out += [_t(", " if n else ""), *_m(e, j)]
-    out.append(_t(", an attention sink" + ("" if explained else f" ({MEANING})")))
-    explained.append(True)
-    for n, x in [(n, x) for n, x in enumerate(h.listened) if x.is_sink and x.effect_in_head is not None][:1]:
+    quiet = _sinks_quiet(h)
+    if quiet:
+        out.append(_t(", an attention sink" + ("" if explained else f" ({MEANING})")))
+        explained.append(True)
+    for n, x in [(n, x) for n, x in enumerate(h.listened) if x.index in named and x.effect_in_head is not None][:1]:
         out += [_t("; removing "), *_m(e, x.index), _t(" from this head alone changes log p by "),
                 _v(x.effect_in_head, f"{f}.listened[{n}].effect_in_head", _small(x.effect_in_head))]
+        if not quiet:
+            out.append(_t(f", not small beside the head's own effect (at least {QUIET_SHARE:.0%} of it), so that "
+                          f"weight matters here"))
     return out
+
+
+def _sinks_quiet(h) -> bool:
+    """Whether every sink a sentence names for head h is measured small beside the head's own effect."""
+    return bool(h.sinks) and set(h.sinks[:3]) <= set(quiet_sinks(h))
 
 
 def _small(x: float) -> str:
@@ -233,16 +244,16 @@ def _listening(e, h, i: int, explained: list) -> list[list[dict]]:
     """Whom head i's last question listened to, ranked by effect_in_head, naming its sinks."""
     asker = len(e.tokens) - 1
     measured = [(n, x) for n, x in enumerate(h.listened) if x.effect_in_head is not None]
-    useful = [(n, x) for n, x in measured if not x.is_sink][:1]
+    useful = measured[:1]  # listened: the measured first, largest |effect_in_head| first
     lines = []
-    if h.rests_on_sink:
+    if h.rests_on_sink and _sinks_quiet(h):
         lines.append([_t("It matters, but not because "), *_m(e, asker), _t(" asks "), *_m(e, h.sinks[0]), _t(" anything: "),
                       *_sink_clause(e, h, i, explained), _t(".")])
-    others = sum(not x.is_sink for _, x in measured)
-    which = f"{others} members it heard most (by weight × ‖v·W_O‖)" + (" other than its attention sinks" if h.sinks else "")
+    elif h.rests_on_sink:
+        lines.append([*_sink_clause(e, h, i, explained), _t(".")])
     for n, x in useful:
-        lines.append([_t(f"Of the {which}, each removed from {_head_name(h)} alone (effect_in_head), the one that "
-                         f"matters most is "),
+        lines.append([_t(f"Of the {len(measured)} members removed from {_head_name(h)} one at a time (effect_in_head: "
+                         f"those it heard most by weight × ‖v·W_O‖, its sinks included), the one that matters most is "),
                       *_m(e, x.index), _t(": log p changes by "),
                       _v(x.effect_in_head, f"heads[{i}].listened[{n}].effect_in_head", _small(x.effect_in_head)),
                       _t(", with a weight of "), _v(x.weight, f"heads[{i}].listened[{n}].weight", f"{x.weight:.2g}"), _t(".")])

@@ -772,3 +772,27 @@ def test_the_story_tells_the_shares_of_the_gap_to_the_runner_up(model, analysis)
     line = e.story[-1]
     assert "minus that of" in line and f"{g.heads:+.2f}" in line and f"{g.mlps:+.2f}" in line
     assert "mostly through" not in " ".join(e.story)  # no conclusion the shares do not carry
+
+
+def test_a_sink_the_head_needs_is_ranked_by_its_effect_and_not_called_a_sink(tmp_path):
+    """Seed 2's most decisive head (0.0) puts 63% of the last question's weight on member 0, its sink
+    by the weights; removing member 0 from that head alone moves log p by most of the head's own
+    effect. The story ranks it first among the members the head heard and does not call it an
+    attention sink; each number it states is a run with that member silenced in that head."""
+    from studygroup.study.sinks import MEANING, QUIET_SHARE
+
+    model = studygroup.load(write_tiny_gguf(tmp_path / "sink.gguf", seed=2).path)
+    e = study.explain(model, TEXT_B)
+    h = e.heads[0]
+    assert h.rests_on_sink and h.sinks == [0]
+    lp = float(effects.log_probs(model.run(TEXT_B, record="none").last_logits)[e.predicted.id])
+    alone = model.run(TEXT_B, record="none", silence_members=[0], member_heads={(h.layer, h.head)})
+    effect = float(effects.log_probs(alone.last_logits)[e.predicted.id]) - lp
+    assert abs(effect) >= QUIET_SHARE * abs(h.silence_effect)  # the head needs it
+    assert h.listened[0].index == 0 and h.listened[0].effect_in_head == pytest.approx(effect, abs=1e-5)
+    told = [s for s in e.story if "head 0 of layer 0" in s or "rests on" in s]
+    assert told and not any("attention sink" in s or MEANING in s for s in told), told
+    best = next(s for s in e.story if "the one that matters most is" in s)
+    assert "its sinks included" in best and f"most is “{e.tokens[0]}”" in best and f"{effect:+.2g}" in best
+    text = render_text.explanation(e)
+    assert "an attention sink (weight the head does not need" not in text.split("which members decided it")[0]
