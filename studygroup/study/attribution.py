@@ -45,6 +45,13 @@ class LogitParts:
                 + self.biases)
 
 
+def gap(p: LogitParts, q: LogitParts) -> LogitParts:
+    """The parts of logit(w) - logit(r), from the parts of each: exact, as both were split with the
+    same frozen norm scale. Softmax ignores what every logit shares, so a probability follows these."""
+    return LogitParts(p.logit - q.logit, p.embed - q.embed, p.heads - q.heads, p.mlps - q.mlps,
+                      p.position - q.position, p.biases - q.biases)
+
+
 def logit_direction(resid_final: torch.Tensor, final_norm: torch.Tensor, unembed_col: torch.Tensor,
                     eps: float, centred: bool = False) -> torch.Tensor:
     """g ⊙ W_U[:, t] / rms(x): the direction a write is read along, with the norm's scale frozen.

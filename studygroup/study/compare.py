@@ -144,7 +144,7 @@ def compare(model, text_a, text_b, *, top: int = 10, silence_heads: int | str | 
     (wa, wb), gap = parts(w), None
     if rival is not None:
         (ra, rb) = parts(rival.id)
-        gap = (_minus(wa, ra), _minus(wb, rb))
+        gap = (attribution.gap(wa, ra), attribution.gap(wb, rb))
     c = Comparison(a=A.explanation, b=B.explanation, longer=longer, word=L.explanation.predicted.token, word_id=w,
                    rival=rival and rival.token, rival_id=rival and rival.id, shift=shift,
                    logit=_logit_shift(wa, wb), gap=gap and _logit_shift(*gap),
@@ -173,12 +173,6 @@ def _shift(model, a: Explanation, b: Explanation, lp_a, lp_b, lp_silenced) -> li
         ps = None if lp_silenced is None else float(lp_silenced[i].exp())
         out.append(Shift(tok.readable(i), i, pa, pb, pb - pa, ps))
     return out
-
-
-def _minus(p: attribution.LogitParts, q: attribution.LogitParts) -> attribution.LogitParts:
-    """The parts of logit(w) - logit(r): exact, as both were split with the same frozen norm scale."""
-    return attribution.LogitParts(p.logit - q.logit, p.embed - q.embed, p.heads - q.heads, p.mlps - q.mlps,
-                                  p.position - q.position, p.biases - q.biases)
 
 
 def _logit_shift(pa: attribution.LogitParts, pb: attribution.LogitParts) -> LogitShift:

@@ -219,8 +219,8 @@ def last_position_head_log_probs(model: Model, run: Run, token: int, heads: Sequ
     Only the last row changes (no earlier member hears the last), and only from the head's layer
     on: each copy is the last row alone, joining the batched pass at its head's layer with the
     run's residual stream there, and asking over every earlier member's keys and values from the
-    run (shared by every copy, `studygroup.formulas.shared_past`). `run` must have recorded k, v
-    and resid_pre, every row (explain's recording does).
+    run (shared by every copy, `studygroup.formulas.shared_past`). `run` must have recorded k and v,
+    every row, and resid_pre, its last row at least (explain's recordings do).
     """
     past = last_question.earlier_keys_and_values(model, run)  # {layer: (1, H_kv, T-1, d) each}
     resid_pre = {l: run[f"layers.{l}.resid_pre"][-1:] for l in range(model.config.n_layers)}  # {layer: (1, d_model)}

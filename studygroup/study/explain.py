@@ -10,18 +10,23 @@ logits. Three measures say who decided it:
 One pipeline, two strategies for the silencing, chosen by length:
 
 - `EveryQuestion` (up to LONG_T members): a member is silenced in every head for every question,
-  a head at every position; the whole text is rerun (in batched passes). Heads are chosen
-  alternately by |direct contribution| and by a first-order estimate of the silence effect
-  (one backward pass).
+  a head at every position; the whole text is rerun (in batched passes). Past the budget, heads
+  are chosen alternately by |silence_effect_last_position| and by a first-order estimate of the
+  silence effect (one backward pass), members by |effect_last_question|.
 - `LastQuestion` (past LONG_T): one bounded pass keeps the last member's row in every head and
   every member's keys and values; a silenced member (or head) is removed for the last member's
   questions only (at the last position only), and only that row is recomputed
-  (`studygroup.study.last_question`). Heads are chosen by |direct contribution|.
+  (`studygroup.study.last_question`).
+
+Either way every head is silenced at the last position only and every member for the last
+member's questions only (on a clean run): one row per copy over the kept keys and values, about
+a generation step each, so no decisive head or member is left out at any length.
 
 The result says what was done, in `heads_silenced`, `members_silenced` and `scope`.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -67,6 +72,8 @@ LISTENED_MEASURED = 5
 #: Where a silenced member is removed, by strategy.
 EVERY_QUESTION = "in every head"
 LAST_QUESTIONS = "for the last member's questions only"
+#: What the announcement calls the last-position measures of every head and member.
+LAST_ROWS = "every head and member silenced at the last position only (one row each)"
 
 __all__ = ["Analysis", "Explanation", "HeadEffect", "Listened", "LogitSum", "MemberEffect", "ModelInfo", "Word",
            "analyse", "explain"]
@@ -78,11 +85,14 @@ def explain(model, text, *, top: int = 10, silence_heads: int | str | None = Non
             generated_from: int | None = None) -> Explanation:
     """Explain the next-word prediction for `text` (or token ids).
 
-    top: how many next words to list. silence_heads: how many heads to measure exactly (or "all");
-    None: every head where that fits the time budget (T <= HEADS_ALL_MAX_T), else candidates in
-    order until STOP_AFTER in a row fall below half the fifth-largest effect. silence_members: measure
-    every member when T is at most this (or "all"), otherwise the members with the largest direct
-    shares; None: every member up to MEMBERS_ALL_MAX_T, else MEMBERS_TOP. silenced_members,
+    top: how many next words to list. Every head is silenced at the last position only and every
+    member for the last member's questions only (on a clean run; past LONG_T members, unless a
+    number says how many). silence_heads: how many heads to measure exactly at every position (or
+    "all"); None: every head where that fits the time budget (T <= HEADS_ALL_MAX_T), else candidates
+    in order until STOP_AFTER in a row fall below half the fifth-largest effect. silence_members:
+    measure every member in every head when T is at most this (or "all"), otherwise the members
+    with the largest |effect_last_question|; None: every member up to MEMBERS_ALL_MAX_T, else
+    MEMBERS_TOP. silenced_members,
     silenced_heads: explain the run with these silenced (members in every head, heads at every
     position; up to LONG_T members); every measure is then taken on top of them.
     word: the id of the next word to explain (a generated word, sampled or not); None: the most
@@ -127,11 +137,14 @@ def analyse(model, text, *, top: int = 10, silence_heads: int | str | None = Non
     missed = _estimate_missed_by(heads)
     e = Explanation(text=text if isinstance(text, str) else None, tokens=run.tokens, token_ids=list(ids),
                     predicted=predicted, top=words, heads=heads, heads_silenced=heads_said, members=members,
-                    members_silenced=members_said, heads_measured=len(heads),
-                    members_measured=sum(m.shown_effect is not None for m in members), estimate_missed_by=missed,
+                    members_silenced=members_said, heads_measured=_measured([h.silence_effect for h in heads],
+                                                                            [h.silence_effect_last_position for h in heads]),
+                    members_measured=_measured([m.effect for m in members], [m.effect_last_question for m in members]),
+                    estimate_missed_by=missed,
                     logit_parts=_logit_sum(parts), contributions=parts.heads.tolist(),
                     silence_estimates=[] if estimate is None else estimate.tolist(),
                     model=model_info(model), scope=strategy.scope, generated_from=generated_from, **chosen.silenced())
+    e.runner_up, e.logit_gap = _against_runner_up(run, lp, token, parts)
     if chosen == Interventions():  # the last sentence alone is a clean run: compared with the clean run only
         e.last_sentence = last_sentence(model, list(ids), run.tokens, token)
     e.story_parts = story.explain_parts(e, norm_after_attention="post_attn_norm" in model.config.arch.layer_names)
@@ -158,11 +171,11 @@ class EveryQuestion:
         need = explain_needs(c, T, heads, members, effects.ROWS_PER_PASS)
         if silence_heads is None and T > HEADS_ALL_MAX_T:  # the stopping rule: the first batch is all that is known
             say(f"explaining {T} members: {need} with the first {heads} heads (a pass for the heads' sinks, a pass "
-                f"with a gradient, then heads "
+                f"with a gradient, {LAST_ROWS}, then heads "
                 f"silenced exactly in batches of {STOP_AFTER} until {STOP_AFTER} in a row are small, and {members} "
                 f"members, in batched passes)", stream)
             return
-        say(f"explaining {T} members: {need} (a pass for the heads' sinks, a pass with a gradient, then {heads} heads "
+        say(f"explaining {T} members: {need} (a pass for the heads' sinks, a pass with a gradient, {LAST_ROWS}, then {heads} heads "
             f"and {members} members silenced exactly, in batched passes)", stream)
 
     def sinks(self):
@@ -179,10 +192,13 @@ class EveryQuestion:
     def heads(self, run, token: int, lp_t, direct, estimate, silence_heads) -> tuple[list[HeadEffect], str]:
         c = run.model.config
         resid_pre = {l: run[f"layers.{l}.resid_pre"] for l in range(c.n_layers)} if "layers.0.resid_pre" in run else None
-        order = candidates(direct, estimate, c.n_layers * c.n_heads)
+        clean = self.chosen == Interventions()  # the last-position and in-head measures reuse the clean run
+        with Progress(1, f"silencing every head at the last position, layer by layer", show=self.show and clean) as bar:
+            last = every_head_last_position(run, token, bar) if clean else {}  # {(layer, head): log p(t)}
+        order = candidates(direct if not last else _grid(last, c) - float(lp_t), estimate, c.n_layers * c.n_heads)
 
         def measure(chosen, bar=None):
-            if self.chosen != Interventions():  # on top of the explained run's silencing
+            if not clean:  # on top of the explained run's silencing
                 added = [Interventions(silenced_heads=frozenset({p})) for p in chosen]
                 return effects.added_log_probs(run.model, run.token_ids, token, self.chosen, added, bar)  # (n,)
             return effects.head_log_probs(run.model, run.token_ids, token, chosen, resid_pre, bar)  # (n,)
@@ -191,36 +207,58 @@ class EveryQuestion:
                  f"silencing candidate heads in batches of {STOP_AFTER}")
         with Progress(1, label + ", layer by layer", show=self.show and n > 0) as bar:
             chosen, lps = measured_heads(order, silence_heads, run.T, lp_t, lambda h: measure(h, bar))
-        clean = self.chosen == Interventions()  # the last-position and in-head measures reuse the clean run
-        with Progress(1, f"silencing {len(chosen)} heads at the last position, layer by layer",
-                      show=self.show and clean and bool(chosen)) as bar:
-            last = effects.last_position_head_log_probs(run.model, run, token, chosen, bar) if chosen and clean else None
-        out = _head_effects(run, token, lp_t, direct, chosen, lps, last, estimate)
+        out = _head_effects(run, token, lp_t, direct, dict(zip(chosen, lps)), last, estimate)
         if clean:
             with Progress(1, "silencing members in the most decisive heads only, layer by layer", show=self.show and bool(out)) as bar:
                 _measure_in_head(run, token, lp_t, out[:HEADS_WITH_MEMBERS], resid_pre, bar)
-        how = "alternately by |direct contribution| and by |first-order estimate of the silence effect|"
+        first = "|silence_effect_last_position|" if last else "|direct contribution|"
+        how = f"alternately by {first} and by |first-order estimate of the silence effect|"
         return out, _heads_said(len(chosen), c.n_layers * c.n_heads, silence_heads, how, "at every position",
-                                _estimate_missed_by(out))
+                                _estimate_missed_by(out), bool(last))
 
     def members(self, run, token: int, lp_t, silence_members) -> tuple[list[MemberEffect], str]:
         T = run.T
         shares = attribution.member_shares(run, token)  # (T,)
-        n = _members_count(silence_members, T)
-        chosen = list(range(T)) if n == T else sorted(largest_first(shares)[:n])
-        said = ("none" if n == 0 else f"all {T}" if n == T else
-                f"top {n} of {T} by |direct share| (the others were not silenced)")
         clean = self.chosen == Interventions()
+        with Progress(T, f"silencing each of the {T} members for the last question", show=self.show and clean) as bar:
+            last = every_member_last_question(run, token, bar) if clean else {}  # {member: log p(t)}
+        n = _members_count(silence_members, T)
+        ranking = shares if not last else torch.tensor([last[j] for j in range(T)]) - float(lp_t)  # (T,)
+        chosen = list(range(T)) if n == T else sorted(largest_first(ranking)[:n])
+        by = "|effect_last_question|" if last else "|direct share|"
+        said = ("none" if n == 0 else f"all {T}" if n == T else f"top {n} of {T} by {by} (the others were not silenced "
+                f"in every head)") + ("" if n == 0 else f", each silenced {EVERY_QUESTION}")
         with Progress(1, f"silencing {len(chosen)} members, layer by layer", show=self.show and bool(chosen)) as bar:
             if clean:
                 lps = effects.member_log_probs(run.model, run.token_ids, token, chosen, effects.keys_and_values(run), bar)
             else:  # on top of the explained run's silencing
                 added = [Interventions(silenced_members=(j,)) for j in chosen]
                 lps = effects.added_log_probs(run.model, run.token_ids, token, self.chosen, added, bar)
-        with Progress(len(chosen), f"silencing {len(chosen)} members for the last question", show=self.show and clean and bool(chosen)) as bar:
-            last = (last_question.silenced_members_logits(run.model, run, [[j] for j in chosen], token, bar.advance)
-                    if chosen and clean else None)
-        return _member_effects(run, lp_t, shares, chosen, lps, last), said + f", each silenced {EVERY_QUESTION}"
+        said += "" if not last or n == T else f"; all {T} silenced {LAST_QUESTIONS}"
+        return _member_effects(run, lp_t, shares, dict(zip(chosen, lps)), last), said
+
+
+def every_head_last_position(run, token: int, bar=None) -> dict[tuple[int, int], float]:
+    """log p(t) with each head of the model silenced at the last position only, every head exactly:
+    {(layer, head): log p(t)}. One row per copy joins the pass at its head's layer, over the run's
+    keys and values (`effects.last_position_head_log_probs`)."""
+    c = run.model.config
+    heads = [(l, h) for l in range(c.n_layers) for h in range(c.n_heads)]
+    return dict(zip(heads, effects.last_position_head_log_probs(run.model, run, token, heads, bar).tolist()))
+
+
+def every_member_last_question(run, token: int, bar=None) -> dict[int, float]:
+    """log p(t) with each member silenced for the last member's questions only, every member
+    exactly: {member: log p(t)}, one row per copy over the run's keys and values."""
+    groups = [[j] for j in range(run.T)]
+    advance = None if bar is None else bar.advance
+    return dict(enumerate(last_question.silenced_members_logits(run.model, run, groups, token, advance).tolist()))
+
+
+def _grid(per_head: dict[tuple[int, int], float], config) -> torch.Tensor:
+    """{(layer, head): value} for every head -> (n_layers, n_heads) float64."""
+    return torch.tensor([[per_head[l, h] for h in range(config.n_heads)] for l in range(config.n_layers)],
+                        dtype=torch.float64)
 
 
 class LastQuestion:
@@ -234,7 +272,7 @@ class LastQuestion:
     def announce(self, silence_heads, silence_members, stream=None) -> None:
         """Print what the run will need before a large run starts."""
         c, T = self.model.config, len(self.ids)
-        heads, members = _count(silence_heads, c.n_layers * c.n_heads, T), _members_count(silence_members, T)
+        heads, members = _last_count(silence_heads, c.n_layers * c.n_heads), _last_count(silence_members, T)
         need = long_explain_needs(c, T, heads + members, last_question.COPIES_PER_PASS)
         say(f"explaining {T} members: {need} (a pass for the heads' sinks, one keeping every member's keys and "
             f"values, then one row for each of {heads} silenced heads and {members} silenced members)", stream)
@@ -244,33 +282,42 @@ class LastQuestion:
         return _sinks(self.model, self.ids, True)
 
     def base_run(self):
-        """One pass keeping the last member's row of STEPS and every member's keys and values; no estimate."""
-        record = Record(steps=(*STEPS, *last_question.STEPS), rows="last")
+        """One pass keeping the last member's row of STEPS (and of resid_pre, where a head's silenced
+        copy joins) and every member's keys and values; no estimate."""
+        record = Record(steps=(*STEPS, *last_question.STEPS, "resid_pre"), rows="last")
         with Progress(self.model.config.n_layers, "forward pass, layer by layer") as bar:
             return self.model.run(self.ids, record=record, on_layer=bar.advance), None
 
     def heads(self, run, token: int, lp_t, direct, estimate, silence_heads) -> tuple[list[HeadEffect], str]:
+        """Every head (by default) silenced at the last position only; with a number, the heads
+        with the largest |direct contribution|."""
         c = run.model.config
-        with Progress(1, "silencing heads at the last position") as bar:
-            def measure(chosen):
-                bar.total += len(chosen)
-                return last_question.silenced_heads_logits(run.model, run, chosen, token, bar.advance)
-            chosen, lps = measured_heads(heads_largest_first(direct), silence_heads, run.T, lp_t, measure)
-        out = _head_effects(run, token, lp_t, direct, chosen, None, lps, None)
-        return out, _heads_said(len(chosen), c.n_layers * c.n_heads, silence_heads, "by |direct contribution|",
+        total = c.n_layers * c.n_heads
+        chosen = heads_largest_first(direct)[:_last_count(silence_heads, total)]
+        with Progress(1, f"silencing {len(chosen)} heads at the last position, layer by layer") as bar:
+            lps = effects.last_position_head_log_probs(run.model, run, token, chosen, bar) if chosen else []
+        out = _head_effects(run, token, lp_t, direct, {}, dict(zip(chosen, [float(x) for x in lps])), None)
+        return out, _heads_said(len(chosen), total, silence_heads, "by |direct contribution|",
                                 "at the last position only", None)
 
     def members(self, run, token: int, lp_t, silence_members) -> tuple[list[MemberEffect], str]:
+        """Every member (by default) silenced for the last member's questions only; with a number,
+        the members with the largest |direct share|."""
         T = run.T
         shares = attribution.member_shares(run, token)  # (T,)
-        n = _members_count(silence_members, T)
+        n = _last_count(silence_members, T)
         chosen = sorted(largest_first(shares)[:n])
         with Progress(n, f"silencing {n} members for the last questions") as bar:
             groups = [[j] for j in chosen]
             lps = last_question.silenced_members_logits(run.model, run, groups, token, bar.advance) if n else []
         said = ("none" if n == 0 else f"{'all' if n == T else f'top {n} of'} {T}" + ("" if n == T else " by |direct share|")
                 + f", each silenced {LAST_QUESTIONS} (every member's keys and values reused)")
-        return _member_effects(run, lp_t, shares, chosen, None, lps), said
+        return _member_effects(run, lp_t, shares, {}, dict(zip(chosen, [float(x) for x in lps]))), said
+
+
+def _last_count(n: int | str | None, total: int) -> int:
+    """How many of `total` heads or members a setting measures at the last position (None: all)."""
+    return total if n is None or n == "all" else min(n, total)
 
 
 def measured_heads(order: list[tuple[int, int]], setting, T: int, lp_t, measure) -> tuple[list, torch.Tensor]:
@@ -313,18 +360,28 @@ def quiet_run(effects_in_order: torch.Tensor) -> int:
     return run
 
 
-def _heads_said(n: int, total: int, setting, how: str, where: str, missed: float | None) -> str:
-    """Which heads were measured, how, and what is known of the rest, in words."""
+def _heads_said(n: int, total: int, setting, how: str, where: str, missed: float | None,
+                last_too: bool = False) -> str:
+    """Which heads were measured, how, and what is known of the rest, in words. last_too: every head
+    was also silenced at the last position only."""
+    also = f"; all {total} silenced at the last position only" if last_too and n < total else ""
     if n == 0:
-        return "none"
+        return "none" + (f" {where}" if also else "") + also
     if n == total:
         return f"all {total}, each silenced {where}"
     chose = (f"candidates in order ({how}) until {STOP_AFTER} in a row were each below half the fifth-largest effect"
              if setting is None else f"the top {n} candidates ({how})")
     known = ("" if missed is None else f"; the first-order estimate missed by up to {missed:.3g} on the heads it was "
              f"checked against")
-    return (f"{n} of {total} heads measured exactly, each silenced {where}: {chose}{known}, "
-            f"so an untested head may still matter")
+    rest = "" if also else ", so an untested head may still matter"
+    return f"{n} of {total} heads measured exactly, each silenced {where}: {chose}{known}{rest}{also}"
+
+
+def _measured(every: list, last: list) -> int:
+    """How many were measured by the measure they are ranked by: every position (every question)
+    where any was, else the last position (the last question)."""
+    n = sum(x is not None for x in every)
+    return n if n else sum(x is not None for x in last)
 
 
 def _estimate_missed_by(heads: list[HeadEffect]) -> float | None:
@@ -409,6 +466,15 @@ def _logit_sum(p: attribution.LogitParts) -> LogitSum:
                     p.position, p.biases)
 
 
+def _against_runner_up(run, lp: torch.Tensor, token: int, parts: attribution.LogitParts):
+    """The most likely word other than `token` (lp (vocab,) log-probabilities), and the parts of the
+    gap between their logits; (None, None) for a vocabulary of one word."""
+    if lp.shape[-1] < 2:
+        return None, None
+    rival = int(lp.index_fill(0, torch.tensor([token]), float("-inf")).argmax())
+    return _word(run, lp, rival), _logit_sum(attribution.gap(parts, attribution.direct_contributions(run, rival)))
+
+
 def candidates(direct: torch.Tensor, estimate: torch.Tensor, n: int) -> list[tuple[int, int]]:
     """n heads taken alternately from the |direct| and |estimate| rankings, without repeats.
 
@@ -425,20 +491,25 @@ def candidates(direct: torch.Tensor, estimate: torch.Tensor, n: int) -> list[tup
     return as_heads(chosen, direct.shape[1])
 
 
-def _head_effects(run, token: int, lp_t, direct, chosen, lps, lps_last, estimate) -> list[HeadEffect]:
-    """The chosen heads' effects from their silenced log-probabilities, most decisive first.
-    lps: silenced at every position (or None); lps_last: at the last position only (or None)."""
+def _head_effects(run, token: int, lp_t, direct, every: dict, last: dict, estimate) -> list[HeadEffect]:
+    """The heads measured, from their silenced log-probabilities: every {(layer, head): log p(t)}
+    silenced at every position, last {(layer, head): log p(t)} at the last position only. Those
+    measured at every position first, most decisive first; then the others by their last-position effect."""
     H = run.model.config.n_heads
     rank = {i: r + 1 for r, i in enumerate(largest_first(direct))}
     u = attribution.direction_for(run, token)
-    every = [None] * len(chosen) if lps is None else [float(s - lp_t) for s in lps]
-    last = [None] * len(chosen) if lps_last is None else [float(s - lp_t) for s in lps_last]
-    prob = [None] * len(chosen) if lps is None else [float(s.exp()) for s in lps]
-    out = [_head_effect(run, l, h, u, float(direct[l, h]), e, e_last, p,
+    lp = float(lp_t)
+    out = [_head_effect(run, l, h, u, float(direct[l, h]), _minus(every.get((l, h)), lp), _minus(last.get((l, h)), lp),
+                        None if (l, h) not in every else math.exp(float(every[l, h])),
                         None if estimate is None else float(estimate[l, h]), rank[l * H + h])
-           for (l, h), e, e_last, p in zip(chosen, every, last, prob)]
-    out.sort(key=lambda e: -abs(e.shown_effect))
+           for l, h in [*every, *(p for p in last if p not in every)]]
+    out.sort(key=lambda e: (e.silence_effect is None, -abs(e.shown_effect)))
     return out
+
+
+def _minus(lp: float | None, lp_t: float) -> float | None:
+    """lp - lp_t: an effect on log p(t), or None where not measured."""
+    return None if lp is None else float(lp) - lp_t
 
 
 def _head_effect(run, l: int, h: int, u, direct: float, effect, effect_last, prob, est, rank: int) -> HeadEffect:
@@ -459,14 +530,15 @@ def _head_effect(run, l: int, h: int, u, direct: float, effect, effect_last, pro
                       listened=listened)
 
 
-def _member_effects(run, lp_t, shares: torch.Tensor, chosen: list[int], lps, lps_last) -> list[MemberEffect]:
-    """Every member in reading order, with the effects of those silenced (chosen) and their rank.
-    lps: silenced for every question (or None); lps_last: for the last member's question only (or None)."""
-    effect = {} if lps is None else {j: float(s - lp_t) for j, s in zip(chosen, lps)}
-    last = {} if lps_last is None else {j: float(s - lp_t) for j, s in zip(chosen, lps_last)}
-    prob = {} if lps is None else {j: float(s.exp()) for j, s in zip(chosen, lps)}
-    shown = effect if lps is not None else last
+def _member_effects(run, lp_t, shares: torch.Tensor, every: dict, last: dict) -> list[MemberEffect]:
+    """Every member in reading order, with the effects of those silenced and their rank. every
+    {member: log p(t)} silenced for every question; last {member: log p(t)} for the last member's
+    questions only. Ranked by effect where any was measured, else by effect_last_question."""
+    lp = float(lp_t)
+    effect = {j: float(s) - lp for j, s in every.items()}
+    shown = effect if every else {j: float(s) - lp for j, s in last.items()}
     ranks = {j: r + 1 for r, j in enumerate(sorted(shown, key=lambda j: -abs(shown[j])))}
     tokens = run.tokens
-    return [MemberEffect(j, tokens[j], effect.get(j), last.get(j), prob.get(j), float(shares[j]), ranks.get(j))
+    return [MemberEffect(j, tokens[j], effect.get(j), _minus(last.get(j), lp),
+                         None if j not in every else math.exp(float(every[j])), float(shares[j]), ranks.get(j))
             for j in range(run.T)]

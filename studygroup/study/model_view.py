@@ -151,6 +151,6 @@ def _with_steps(run, rows: str):
 
 def _ranks(direct: torch.Tensor, explanation, run) -> tuple[dict, str]:
     if explanation is not None and explanation.token_ids == list(run.token_ids):
-        return ({(e.layer, e.head): r + 1 for r, e in enumerate(explanation.heads)},
+        return ({(e.layer, e.head): r + 1 for r, e in enumerate(explanation.heads[:explanation.heads_measured])},
                 f"exact silence effect ({explanation.heads_silenced} heads silenced)")
     return {pair: r + 1 for r, pair in enumerate(heads_largest_first(direct)[:RANKED])}, f"|direct contribution| (top {RANKED})"

@@ -155,6 +155,8 @@ class Explanation(JSONable):
     silenced_heads: list[list[int]] = field(default_factory=list)  # [layer, head] pairs writing nothing in it
     last_sentence: LastSentence | None = None  # the conclusion without the earlier sentences (one sentence: None)
     generated_from: int | None = None  # the first generated member (explain --generate N --word K); None: a text
+    runner_up: Word | None = None  # the most likely word other than the predicted one
+    logit_gap: LogitSum | None = None  # the predicted word's logit minus the runner-up's, and its direct shares
 
     def __repr__(self) -> str:
         """<Explanation of “I have a lot” (4 members): next word “␣of” (87%); most decisive head …>"""

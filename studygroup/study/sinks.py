@@ -23,9 +23,28 @@ REST_WEIGHT = 0.5
 #: The questions scored: the last this many (long texts).
 MAX_QUESTIONS = 512
 
+#: A sentence calls a member a head rests on its attention sink only where removing the member from
+#: that head alone (effect_in_head) changes log p(t) by less than this share of the head's own
+#: silence effect: a sink is found by its weights, and whether the head needs it is measured.
+QUIET_SHARE = 0.25
+
 #: The plain explanation given the first time a sink is named.
 MEANING = ("a member on which a head puts attention it does not need, and whose answer "
            "it writes on every text alike, so that weight says nothing about what the question asks")
+
+
+def quiet_sinks(head) -> list[int]:
+    """The sinks of a HeadEffect whose effect_in_head is measured and smaller than QUIET_SHARE of
+    the head's own effect (shown_effect): those a sentence may call its attention sinks.
+
+    >>> from types import SimpleNamespace as N
+    >>> h = N(sinks=[0, 3], shown_effect=-0.4, listened=[N(index=0, effect_in_head=0.17), N(index=3, effect_in_head=0.01)])
+    >>> quiet_sinks(h)
+    [3]
+    """
+    effect = {x.index: x.effect_in_head for x in head.listened if x.effect_in_head is not None}
+    size = abs(head.shown_effect or 0.0)
+    return [j for j in head.sinks if j in effect and abs(effect[j]) < QUIET_SHARE * size]
 
 
 def sinks(weights: torch.Tensor) -> list[int]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from studygroup.study.sinks import MEANING
+from studygroup.study.sinks import MEANING, QUIET_SHARE, quiet_sinks
 
 
 def percent(p: float) -> str:
@@ -86,8 +86,11 @@ def _t(text: str) -> dict:
     return {"text": text}
 
 
-def _m(e, i: int) -> dict:
-    return {"member": i, "text": quote(e.tokens[i])}
+def _m(e, i: int) -> list[dict]:
+    """Member i as a sentence names it: its token, and its position where that token occurs more
+    than once in the text (“␣he” (member 15)), so that no sentence leaves the reader to guess which."""
+    out = [{"member": i, "text": quote(e.tokens[i])}]
+    return out + [_t(f" (member {i})")] if e.tokens.count(e.tokens[i]) > 1 else out
 
 
 def _v(value: float, field: str, text: str) -> dict:
@@ -106,12 +109,12 @@ def joined(parts: list[list[dict]]) -> list[str]:
 def _members_parts(e) -> list[dict]:
     T = len(e.tokens)
     if T == 1:
-        return [_t("The only member is "), _m(e, 0), _t(".")]
+        return [_t("The only member is "), *_m(e, 0), _t(".")]
     shown = list(range(T)) if T <= 20 else [*range(5), None, *range(T - 5, T)]
     out = [_t(f"The {T} members are " if T <= 20 else f"The {T} members run from ")]
     for n, i in enumerate(shown):
         out += [_t(" … to " if i is None else ", " if n and shown[n - 1] is not None else "")]
-        out += [] if i is None else [_m(e, i)]
+        out += [] if i is None else _m(e, i)
     return out + [_t(".")]
 
 
@@ -119,7 +122,7 @@ def _asks(e) -> list[dict]:
     return [_t(f"Every member asks a question (Q) in each of the {e.model.n_layers * e.model.n_heads} heads, and the "
                f"members up to it answer: each answer (V) is weighed by how well its key (K) fits the question "
                f"(Q·K/√d_k, then softmax over the row). The next word is the last member's conclusion: "),
-            _m(e, len(e.tokens) - 1), _t(" asks what comes next.")]
+            *_m(e, len(e.tokens) - 1), _t(" asks what comes next.")]
 
 
 def _conclusion(e) -> list[dict]:
@@ -173,24 +176,36 @@ def _moved(e, h, i: int, name: str) -> list[dict]:
         out += [_t(f"{verb} the probability of {quote(w.token)} "),
                 *([_t("at ")] if verb == "leaves" else [_t("from "), _v(w.prob, "predicted.prob", percent(w.prob)), _t(" to ")]),
                 _v(h.prob_silenced, f"{f}.prob_silenced", percent(h.prob_silenced)), _t(" (")]
-    else:
-        out += [_t(f"changes log p({quote(w.token)}) by (")]
+    else:  # the change in log p, then the measure's name
+        return [_t(f"changes log p({quote(w.token)}) by "), _v(h.shown_effect, f"{f}.{name}", signed(h.shown_effect, 3)),
+                _t(f" ({name})")]
     return out + [_t(f"{name} "), _v(h.shown_effect, f"{f}.{name}", signed(h.shown_effect, 3)), _t(")")]
 
 
 def _sink_clause(e, h, i: int, explained: list) -> list[dict]:
-    """Head i's sinks: the last question's weight on them and what removing them from the head does."""
-    f = f"heads[{i}]"
+    """Head i's sinks: the last question's weight on them, what removing them from the head does,
+    and the name "attention sink" only where that is small beside the head's own effect."""
+    f, named = f"heads[{i}]", h.sinks[:3]
     out = [_v(h.sink_weight, f"{f}.sink_weight", percent(h.sink_weight)),
            _t(" of the last question's attention in this head rests on ")]
-    for n, j in enumerate(h.sinks[:3]):
-        out += [_t(", " if n else ""), _m(e, j)]
-    out.append(_t(", an attention sink" + ("" if explained else f" ({MEANING})")))
-    explained.append(True)
-    for n, x in [(n, x) for n, x in enumerate(h.listened) if x.is_sink and x.effect_in_head is not None][:1]:
-        out += [_t("; removing "), _m(e, x.index), _t(" from this head alone changes log p by "),
+    for n, j in enumerate(named):
+        out += [_t(", " if n else ""), *_m(e, j)]
+    quiet = _sinks_quiet(h)
+    if quiet:
+        out.append(_t(", an attention sink" + ("" if explained else f" ({MEANING})")))
+        explained.append(True)
+    for n, x in [(n, x) for n, x in enumerate(h.listened) if x.index in named and x.effect_in_head is not None][:1]:
+        out += [_t("; removing "), *_m(e, x.index), _t(" from this head alone changes log p by "),
                 _v(x.effect_in_head, f"{f}.listened[{n}].effect_in_head", _small(x.effect_in_head))]
+        if not quiet:
+            out.append(_t(f", not small beside the head's own effect (at least {QUIET_SHARE:.0%} of it), so that "
+                          f"weight matters here"))
     return out
+
+
+def _sinks_quiet(h) -> bool:
+    """Whether every sink a sentence names for head h is measured small beside the head's own effect."""
+    return bool(h.sinks) and set(h.sinks[:3]) <= set(quiet_sinks(h))
 
 
 def _small(x: float) -> str:
@@ -229,17 +244,17 @@ def _listening(e, h, i: int, explained: list) -> list[list[dict]]:
     """Whom head i's last question listened to, ranked by effect_in_head, naming its sinks."""
     asker = len(e.tokens) - 1
     measured = [(n, x) for n, x in enumerate(h.listened) if x.effect_in_head is not None]
-    useful = [(n, x) for n, x in measured if not x.is_sink][:1]
+    useful = measured[:1]  # listened: the measured first, largest |effect_in_head| first
     lines = []
-    if h.rests_on_sink:
-        lines.append([_t("It matters, but not because "), _m(e, asker), _t(" asks "), _m(e, h.sinks[0]), _t(" anything: "),
+    if h.rests_on_sink and _sinks_quiet(h):
+        lines.append([_t("It matters, but not because "), *_m(e, asker), _t(" asks "), *_m(e, h.sinks[0]), _t(" anything: "),
                       *_sink_clause(e, h, i, explained), _t(".")])
-    others = sum(not x.is_sink for _, x in measured)
-    which = f"{others} members it heard most (by weight × ‖v·W_O‖)" + (" other than its attention sinks" if h.sinks else "")
+    elif h.rests_on_sink:
+        lines.append([*_sink_clause(e, h, i, explained), _t(".")])
     for n, x in useful:
-        lines.append([_t(f"Of the {which}, each removed from {_head_name(h)} alone (effect_in_head), the one that "
-                         f"matters most is "),
-                      _m(e, x.index), _t(": log p changes by "),
+        lines.append([_t(f"Of the {len(measured)} members removed from {_head_name(h)} one at a time (effect_in_head: "
+                         f"those it heard most by weight × ‖v·W_O‖, its sinks included), the one that matters most is "),
+                      *_m(e, x.index), _t(": log p changes by "),
                       _v(x.effect_in_head, f"heads[{i}].listened[{n}].effect_in_head", _small(x.effect_in_head)),
                       _t(", with a weight of "), _v(x.weight, f"heads[{i}].listened[{n}].weight", f"{x.weight:.2g}"), _t(".")])
     return lines
@@ -252,11 +267,11 @@ def _verb(effect: float) -> str:
 def _member_change(e, m) -> list[dict]:
     name = "effect" if m.effect is not None else "effect_last_question"
     f = f"members[{m.index}]"
-    out = [_t("without "), _m(e, m.index), _t(" it ")]
+    out = [_t("without "), *_m(e, m.index), _t(" it ")]
     if m.prob_silenced is not None:
         out += [_t(_verb(m.shown_effect) + " "), _v(m.prob_silenced, f"{f}.prob_silenced", percent(m.prob_silenced)), _t(" (")]
-    else:
-        out += [_t("changes log p by (")]
+    else:  # the change in log p, then the measure's name
+        return out + [_t("changes log p by "), _v(m.shown_effect, f"{f}.{name}", signed(m.shown_effect, 3)), _t(f" ({name})")]
     return out + [_t(f"{name} "), _v(m.shown_effect, f"{f}.{name}", signed(m.shown_effect, 3)), _t(")")]
 
 
@@ -271,7 +286,7 @@ def _members(e) -> list[list[dict]]:
         line += [_t("; " if n else "")] + _member_change(e, m)
     lines = [line + [_t(".")]]
     raising = [m for m in ranked[2:] if m.shown_effect > 0][:1]  # the member the group does better without
-    lines += [[_t("Of the others, silencing "), _m(e, m.index), _t(" raises it most: "), *_member_change(e, m), _t(".")]
+    lines += [[_t("Of the others, silencing "), *_m(e, m.index), _t(" raises it most: "), *_member_change(e, m), _t(".")]
               for m in raising]
     return lines
 
@@ -293,22 +308,31 @@ def _without_earlier_sentences(e) -> list[list[dict]]:
 
 
 def _thinking_alone(e) -> list[dict]:
-    p, n_heads, n_layers = e.logit_parts, e.model.n_layers * e.model.n_heads, e.model.n_layers
-    return [_t("Attention moves information between members; each member's own MLP (“thinking alone”) turns what it "
-               f"gathered into the word. Of the logit of {quote(e.predicted.token)}, "),
-            _v(p.logit, "logit_parts.logit", f"{p.logit:.2f}"), _t(f", the {n_heads} heads' writes add "),
-            _v(p.heads, "logit_parts.heads", signed(p.heads, 2)), _t(f" directly, the {n_layers} MLPs "),
-            _v(p.mlps, "logit_parts.mlps", signed(p.mlps, 2)), _t(" and the embedding "),
-            _v(p.embed, "logit_parts.embed", signed(p.embed, 2)), *_position_and_biases(p),
-            _t(": the heads matter mostly through what later layers make of their writes, which silencing measures.")]
+    """Where the gap to the runner-up comes from: softmax ignores what every logit shares, so the
+    shares are told of the gap, not of the raw logit."""
+    opening = _t("Attention moves information between members; each member's own MLP (“thinking alone”) turns what it "
+                 "gathered into the word.")
+    p, r = e.logit_gap, e.runner_up
+    if p is None:
+        return [opening]
+    n_heads, n_layers, f = e.model.n_layers * e.model.n_heads, e.model.n_layers, "logit_gap"
+    return [_t(opening["text"] + f" A probability follows the gaps between logits: the logit of {quote(e.predicted.token)} "
+               f"minus that of {quote(r.token)}, the runner-up ("), _v(r.prob, "runner_up.prob", percent(r.prob)),
+            _t("), is "), _v(p.logit, f"{f}.logit", signed(p.logit, 2)), _t(f"; of that gap the {n_heads} heads' writes add "),
+            _v(p.heads, f"{f}.heads", signed(p.heads, 2)), _t(f" directly, the {n_layers} MLPs "),
+            _v(p.mlps, f"{f}.mlps", signed(p.mlps, 2)), _t(" and the embedding "),
+            _v(p.embed, f"{f}.embed", signed(p.embed, 2)), *_position_and_biases(p, f),
+            _t(". A direct share counts a write as it stands; silencing a head also counts what later layers make of "
+               "its write.")]
 
 
-def _position_and_biases(p) -> list[dict]:
-    """The learned position embedding's and the biases' shares, in a family that has them (GPT-2)."""
+def _position_and_biases(p, f: str) -> list[dict]:
+    """The learned position embedding's and the biases' shares, in a family that has them (GPT-2);
+    f: the field of p in the JSON."""
     if not (p.position or p.biases):
         return []
-    return [_t(", the position embedding "), _v(p.position, "logit_parts.position", signed(p.position, 2)),
-            _t(" and the biases no head writes "), _v(p.biases, "logit_parts.biases", signed(p.biases, 2))]
+    return [_t(", the position embedding "), _v(p.position, f"{f}.position", signed(p.position, 2)),
+            _t(" and the biases no head writes "), _v(p.biases, f"{f}.biases", signed(p.biases, 2))]
 
 
 def explain_parts(e, norm_after_attention: bool = False) -> list[list[dict]]:

@@ -10,7 +10,7 @@ import textwrap
 
 from studygroup.gguf.config import size_text
 from studygroup.study.mask_reasons import OUTSIDE_WINDOW
-from studygroup.study.sinks import REST_WEIGHT
+from studygroup.study.sinks import REST_WEIGHT, quiet_sinks
 from studygroup.study.story import percent, signed
 from studygroup.views.colours import generated_line, generated_mark
 
@@ -119,6 +119,8 @@ def _sink_line(e, h) -> list[str]:
     if h.sink_weight is None or h.sink_weight < REST_WEIGHT:
         return []
     named = ", ".join(e.tokens[j] for j in h.sinks[:3])
+    if not set(h.sinks[:3]) <= set(quiet_sinks(h)):  # not measured small beside the head's own effect
+        return [f"    {percent(h.sink_weight)} of this question's weight rests on {named} (effect_in_head below)"]
     return [f"    {percent(h.sink_weight)} of this question's weight rests on {named}, an attention sink ({SINK_SAID})"]
 
 

@@ -36,7 +36,8 @@ def test_explain_prints_members_conclusion_heads_members_and_story(capsys, tiny)
 def test_explain_json(capsys, tiny):
     code, out, _ = cli(capsys, "explain", "the tin", "--model", tiny, "--top", 4, "--silence-heads", 2, "--json")
     data = json.loads(out)
-    assert code == 0 and len(data["top"]) == 4 and len(data["heads"]) == 2
+    assert code == 0 and len(data["top"]) == 4 and data["heads_measured"] == 2
+    assert sum(h["silence_effect"] is not None for h in data["heads"]) == 2  # the others at the last position only
     assert data["tokens"] == ["t", "he", "␣t", "in"] and data["heads_silenced"].startswith("2 of 8 heads measured exactly")
     assert [m["index"] for m in data["members"]] == [0, 1, 2, 3]
 

@@ -201,17 +201,21 @@ def test_a_longer_text_says_what_it_will_need_and_shows_its_progress(model, monk
     e = study.explain(model, ids, silence_heads=3, silence_members=5)
     err = capsys.readouterr().err
     assert re.match(r"explaining 12 members: about \d+\.\d GiB and [\d.]+ (s|min) \(a pass for the heads' sinks, "
-                    r"a pass with a gradient, then 3 heads and 5 members silenced exactly", err), err
+                    r"a pass with a gradient, every head and member silenced at the last position only \(one row each\), then 3 "
+                    r"heads and 5 members silenced exactly", err), err
     assert [b.label for b in bars] == ["finding every head's attention sinks, layer by layer",
-                                       "a pass with a gradient, forward then backward", "silencing 3 heads, layer by layer",
-                                       "silencing 3 heads at the last position, layer by layer",
+                                       "a pass with a gradient, forward then backward",
+                                       "silencing every head at the last position, layer by layer",
+                                       "silencing 3 heads, layer by layer",
                                        "silencing members in the most decisive heads only, layer by layer",
-                                       "silencing 5 members, layer by layer", "silencing 5 members for the last question"]
+                                       "silencing each of the 12 members for the last question",
+                                       "silencing 5 members, layer by layer"]
     assert all(b.enabled and b.done == b.total > 0 for b in bars)  # every bar reaches its end
     study.explain(model, ids)  # the default: the heads' count is known only for the first batch
     err = capsys.readouterr().err
     assert re.match(r"explaining 12 members: about \d+\.\d GiB and [\d.]+ (s|min) with the first 8 heads \(a pass "
-                    r"for the heads' sinks, a pass with a gradient, then heads silenced exactly in batches of 16 until 16 "
+                    r"for the heads' sinks, a pass with a gradient, every head and member silenced at the last position only "
+                    r"\(one row each\), then heads silenced exactly in batches of 16 until 16 "
                     r"in a row are small", err), err
     assert bars[1].total == 2 * model.config.n_layers  # the backward pass advances it too
     for a, b in zip(short.members, e.members):  # the same effects, whatever was recorded
@@ -289,12 +293,13 @@ def test_long_texts_record_the_last_row_and_still_explain(tmp_path):
 
 def test_fewer_heads_silenced_says_so(model):
     e = study.explain(model, TEXT_B, silence_heads=3)
-    assert len(e.heads) == 3 and e.heads_silenced.startswith("3 of 8 heads measured exactly")
-    assert "an untested head may still matter" in e.heads_silenced and e.heads_measured == 3
-    assert e.estimate_missed_by == max(abs(h.silence_estimate - h.silence_effect) for h in e.heads)
-    direct = torch.tensor(e.contributions)
-    best = int(direct.abs().argmax())
-    assert (best // 4, best % 4) in {(h.layer, h.head) for h in e.heads}  # the first candidate is the top direct one
+    every = [h for h in e.heads if h.silence_effect is not None]
+    assert len(every) == 3 and e.heads[:3] == every and e.heads_silenced.startswith("3 of 8 heads measured exactly")
+    assert "all 8 silenced at the last position only" in e.heads_silenced and e.heads_measured == 3
+    assert len(e.heads) == 8 and all(h.silence_effect_last_position is not None for h in e.heads)
+    assert e.estimate_missed_by == max(abs(h.silence_estimate - h.silence_effect) for h in every)
+    last = {(h.layer, h.head): abs(h.silence_effect_last_position) for h in e.heads}
+    assert max(last, key=last.get) in {(h.layer, h.head) for h in every}  # the first candidate: the top at the last position
 
 
 def test_first_order_estimate_is_the_gradient_of_the_gate(model):
@@ -449,7 +454,7 @@ def test_story_uses_the_real_names_and_numbers(analysis, comparison):
     assert f"“{e.predicted.token}” ({render_text.percent(e.predicted.prob)})" in text
     top = e.heads[0]
     assert f"head {top.head} of layer {top.layer}" in text and f"{top.silence_effect:+.3f}" in text
-    assert f"{e.logit_parts.logit:.2f}" in text
+    assert f"{e.logit_gap.logit:+.2f}" in text
     assert any(f"“{c.b.predicted.token}”" in s for s in comparison.story for c in [comparison])
 
 
@@ -509,6 +514,26 @@ def test_story_parts_resolve_every_value_and_name_the_right_member_of_a_repeated
     about = [s for s in d["story_parts"] if s[0].get("about") == "conclusion"]  # the sentence the page retells when silenced
     assert len(about) == 1 and "".join(p["text"] for p in about[0]).startswith("The group concludes that the next word is")
     assert owned >= 3
+
+
+def test_a_member_whose_token_occurs_more_than_once_is_named_with_its_position(model, capsys):
+    """Wherever a sentence names a member whose token occurs more than once, its position follows
+    (“␣tin” (member 3)): in the pieces, the JSON's sentences and the CLI's story."""
+    e = study.explain(model, REPEATED)
+    d = json.loads(e.to_json())
+    repeated = {i for i, t in enumerate(e.tokens) if e.tokens.count(t) > 1}
+    said = []
+    for sentence, line in zip(d["story_parts"], d["story"]):
+        for n, p in enumerate(sentence):
+            if p.get("member") in repeated:
+                assert sentence[n + 1]["text"] == f" (member {p['member']})", sentence
+                said.append(f"“{e.tokens[p['member']]}” (member {p['member']})")
+                assert said[-1] in line
+            elif "member" in p:  # a token the text holds once: its name alone
+                assert not sentence[n + 1]["text"].startswith(" (member"), sentence
+    assert len(said) >= 3 and any(s in " ".join(e.story) for s in said)
+    text = " ".join(render_text.explanation(e).split())  # the terminal wraps its lines
+    assert all(s in text for s in said)
 
 
 def test_the_last_sentence_alone_keeps_the_bos_the_model_adds(tiny_gemma3):
@@ -662,3 +687,115 @@ def test_quiet_run_counts_the_small_effects_at_the_end():
     assert study.quiet_run(torch.tensor([0.5, 0.4])) == 0  # fewer than five: no fifth-largest
     assert study.quiet_run(torch.tensor([1.0, -1.0, 1.0, 1.0, 1.0, 0.1, -0.1, 0.6])) == 0
     assert study.quiet_run(torch.tensor([1.0, -1.0, 1.0, 1.0, 1.0, 0.6, -0.1, 0.4])) == 2
+
+
+# ---- every head and member at the last position, at every length --------------------------------
+def zeroed_at_the_last_member(model, ids, layer, head):
+    """log-probabilities with one head's output row zeroed at the last member alone (a Replacement)."""
+    from studygroup.model.interventions import Replacement
+
+    T = len(ids)
+    zero = Replacement(f"layers.{layer}.output", torch.zeros(1, 1, model.config.d_head), members=(T - 1,), heads=(head,))
+    return effects.log_probs(model.run(ids, record="none", replace=[zero]).last_logits)  # (vocab,)
+
+
+def removed_from_the_last_row(model, ids, j):
+    """log-probabilities with member j's key removed from the last member's questions in every head
+    of every layer: a whole pass with that mask."""
+    T = len(ids)
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    mask[-1, j] = False
+    plan = PassPlan(masks={l: mask[None, None] for l in range(model.config.n_layers)})
+    return effects.log_probs(model.forward(torch.tensor(ids), plan)[0][0, -1])  # (vocab,)
+
+
+def assert_every_last_position_effect(model, ids, e):
+    """Every head's silence_effect_last_position and every member's effect_last_question, each
+    against a run of its own."""
+    c, t = model.config, e.predicted.id
+    lp = float(effects.log_probs(model.run(ids, record="none").last_logits)[t])
+    assert sorted((h.layer, h.head) for h in e.heads) == [(l, h) for l in range(c.n_layers) for h in range(c.n_heads)]
+    for h in e.heads:
+        alone = float(zeroed_at_the_last_member(model, ids, h.layer, h.head)[t]) - lp
+        assert h.silence_effect_last_position == pytest.approx(alone, abs=1e-4), (h.layer, h.head)
+    for m in e.members:
+        alone = float(removed_from_the_last_row(model, ids, m.index)[t]) - lp
+        assert m.effect_last_question == pytest.approx(alone, abs=1e-4), m.index
+
+
+def test_past_the_budget_every_head_and_member_is_measured_at_the_last_position_and_ranks_the_rest(model, monkeypatch):
+    monkeypatch.setattr(study, "HEADS_ALL_MAX_T", 2)
+    monkeypatch.setattr(study, "STOP_AFTER", 1)
+    monkeypatch.setattr(study, "MEMBERS_ALL_MAX_T", 2)
+    monkeypatch.setattr(study, "MEMBERS_TOP", 2)
+    ids = model.ids(TEXT_B)
+    e = study.explain(model, ids, top=3)
+    assert_every_last_position_effect(model, ids, e)
+    every = [h for h in e.heads if h.silence_effect is not None]
+    assert e.heads[:len(every)] == every and e.heads_measured == len(every) < len(e.heads)
+    last = torch.tensor([[next(h.silence_effect_last_position for h in e.heads if (h.layer, h.head) == (l, k))
+                          for k in range(model.config.n_heads)] for l in range(model.config.n_layers)])
+    order = study.candidates(last, torch.tensor(e.silence_estimates), len(e.heads))
+    assert {(h.layer, h.head) for h in every} == set(order[:len(every)])  # candidates by the last-position effect
+    by_last = sorted(e.members, key=lambda m: -abs(m.effect_last_question))
+    assert {m.index for m in e.members if m.effect is not None} == {m.index for m in by_last[:2]}
+    assert e.members_measured == 2 and "top 2 of" in e.members_silenced and "|effect_last_question|" in e.members_silenced
+
+
+def test_past_long_t_every_head_and_member_is_measured_at_the_last_position(model, monkeypatch):
+    monkeypatch.setattr(study, "LONG_T", 4)  # TEXT_B takes the last-question strategy
+    for name, value in (("HEADS_ALL_MAX_T", 2), ("STOP_AFTER", 1), ("MEMBERS_ALL_MAX_T", 2), ("MEMBERS_TOP", 2)):
+        monkeypatch.setattr(study, name, value)  # the budgets of the every-position measures: no bound here
+    ids = model.ids(TEXT_B)
+    e = study.explain(model, ids, top=3)
+    assert e.scope == study.LAST_QUESTIONS and e.heads_measured == len(e.heads) and e.members_measured == len(ids)
+    assert_every_last_position_effect(model, ids, e)
+    sizes = [abs(h.silence_effect_last_position) for h in e.heads]
+    assert sizes == sorted(sizes, reverse=True) and e.heads_silenced.startswith("all 8, each silenced at the last")
+
+
+def test_the_story_tells_the_shares_of_the_gap_to_the_runner_up(model, analysis):
+    """The last sentence splits the gap between the predicted word's logit and the runner-up's (what
+    softmax sees), each share recomputed here from the recorded writes read along the two words'
+    unembedding columns through the final norm's frozen scale."""
+    e = analysis.explanation
+    run = model.run(TEXT_B, record=["embed", "write", "mlp_out", "resid_final"], logits="last")
+    lp = effects.log_probs(run.last_logits)
+    rival = int(lp.topk(2).indices[1])
+    assert e.runner_up.id == rival and e.runner_up.prob == pytest.approx(float(lp[rival].exp()), abs=1e-5)
+    x = run["resid_final"][-1].double()  # (d_model,)
+    read = model.w["final_norm"].double()[:, None] * model.w["unembed"][:, [e.predicted.id, rival]].double()  # (d_model, 2)
+    along = (read[:, 0] - read[:, 1]) / torch.sqrt(x.pow(2).mean() + model.config.rms_eps)  # (d_model,)
+    L = model.config.n_layers
+    heads = sum(float((run["write", l][:, -1].double() @ along).sum()) for l in range(L))
+    mlps = sum(float(run["mlp_out", l][-1].double() @ along) for l in range(L))
+    g = e.logit_gap
+    assert g.logit == pytest.approx(float(run.last_logits[e.predicted.id] - run.last_logits[rival]), abs=1e-4)
+    assert (g.heads, g.mlps, g.embed) == pytest.approx((heads, mlps, float(run["embed"][-1].double() @ along)), abs=1e-4)
+    line = e.story[-1]
+    assert "minus that of" in line and f"{g.heads:+.2f}" in line and f"{g.mlps:+.2f}" in line
+    assert "mostly through" not in " ".join(e.story)  # no conclusion the shares do not carry
+
+
+def test_a_sink_the_head_needs_is_ranked_by_its_effect_and_not_called_a_sink(tmp_path):
+    """Seed 2's most decisive head (0.0) puts 63% of the last question's weight on member 0, its sink
+    by the weights; removing member 0 from that head alone moves log p by most of the head's own
+    effect. The story ranks it first among the members the head heard and does not call it an
+    attention sink; each number it states is a run with that member silenced in that head."""
+    from studygroup.study.sinks import MEANING, QUIET_SHARE
+
+    model = studygroup.load(write_tiny_gguf(tmp_path / "sink.gguf", seed=2).path)
+    e = study.explain(model, TEXT_B)
+    h = e.heads[0]
+    assert h.rests_on_sink and h.sinks == [0]
+    lp = float(effects.log_probs(model.run(TEXT_B, record="none").last_logits)[e.predicted.id])
+    alone = model.run(TEXT_B, record="none", silence_members=[0], member_heads={(h.layer, h.head)})
+    effect = float(effects.log_probs(alone.last_logits)[e.predicted.id]) - lp
+    assert abs(effect) >= QUIET_SHARE * abs(h.silence_effect)  # the head needs it
+    assert h.listened[0].index == 0 and h.listened[0].effect_in_head == pytest.approx(effect, abs=1e-5)
+    told = [s for s in e.story if "head 0 of layer 0" in s or "rests on" in s]
+    assert told and not any("attention sink" in s or MEANING in s for s in told), told
+    best = next(s for s in e.story if "the one that matters most is" in s)
+    assert "its sinks included" in best and f"most is “{e.tokens[0]}”" in best and f"{effect:+.2g}" in best
+    text = render_text.explanation(e)
+    assert "an attention sink (weight the head does not need" not in text.split("which members decided it")[0]

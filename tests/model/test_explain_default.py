@@ -103,3 +103,44 @@ def test_what_a_long_run_keeps_is_known_before_it_starts(model, record):
     run = model.run(ids, record=record)
     kept = sum(t.numel() * t.element_size() for t in run.steps.values())
     assert estimate.recording_bytes(model.config, 300, resolve(record, 300)) == kept
+
+
+LETTER = ["The keeper of the lighthouse wrote a letter to his sister every week.",
+          "He told her about the ships, the gulls and the storms that came in from the west.",
+          "She answered with news of the village, the market and the school where she taught.",
+          "One winter the post did not come for a month, and he worried that she was ill.",
+          "When the boat finally arrived, the postman handed him three letters at once."]
+
+
+def letter(model, T: int) -> str:
+    """The letter's sentences in turn until the text has at least T tokens."""
+    sentences = [LETTER[0]]
+    while len(model.ids(" ".join(sentences))) < T:
+        sentences.append(LETTER[len(sentences) % len(LETTER)])
+    return " ".join(sentences)
+
+
+@pytest.fixture(scope="module")
+def long_letter(model):
+    """The default explain of a 602-token text (past LONG_T: the last-question strategy)."""
+    from studygroup.study import explain
+
+    return explain.explain(model, letter(model, 600))
+
+
+def test_a_long_text_names_its_most_decisive_heads_of_every_head(model, long_letter):
+    """Every head is silenced at the last position: the two most decisive, which rank far down by
+    direct contribution, are named first, each effect that of a run with that head's output row
+    zeroed at the last member (a Replacement)."""
+    from studygroup.model.interventions import Replacement
+    from studygroup.study import explain
+
+    e = long_letter
+    T, t = len(e.token_ids), e.predicted.id
+    assert T == 602 > explain.LONG_T and e.heads_measured == len(e.heads) == 270 and e.members_measured == T
+    lp = float(effects.log_probs(model.run(e.token_ids, record="none").last_logits)[t])
+    for h in e.heads[:2]:
+        zero = Replacement(f"layers.{h.layer}.output", torch.zeros(1, 1, 64), members=(T - 1,), heads=(h.head,))
+        alone = effects.log_probs(model.run(e.token_ids, record="none", replace=[zero]).last_logits)
+        assert h.silence_effect_last_position == pytest.approx(float(alone[t]) - lp, abs=1e-4)
+    assert min(h.rank_by_contribution for h in e.heads[:2]) > 32  # the 32 largest by direct contribution miss both

@@ -65,6 +65,8 @@ def test_every_number_in_the_story_resolves_to_its_field(explained):
 
 
 def test_the_story_names_the_sink_wherever_it_names_a_head_that_rests_on_one(explained):
+    from studygroup.study.sinks import quiet_sinks
+
     story = explained.story
     named = 0
     for h in explained.heads:
@@ -73,7 +75,8 @@ def test_the_story_names_the_sink_wherever_it_names_a_head_that_rests_on_one(exp
             continue
         named += 1
         near = " ".join(story[i] + " " + (story[i + 1] if i + 1 < len(story) else "") for i in said)
-        assert "attention sink" in near and quote(explained.tokens[h.sinks[0]]) in near, h
+        quiet = set(h.sinks[:3]) <= set(quiet_sinks(h))  # removing them from the head matters little beside it
+        assert ("attention sink" in near) == quiet and quote(explained.tokens[h.sinks[0]]) in near, h
         assert f"{100 * h.sink_weight:.0f}%" in near
     assert named >= 1  # head 24.6 rests on “C” and is named
     assert sum("a head puts attention it does not need" in s for s in story) == 1  # explained once
@@ -179,21 +182,24 @@ def test_every_number_in_a_sentence_about_a_head_is_that_heads(explained):
 
 def test_the_story_tells_direct_contribution_from_silencing_and_the_mlps_share(model, explained):
     """The two measures defined once, with why they disagree; the heads' and the MLPs' direct shares
-    ("thinking alone") as a float64 recomputation from the run's writes through the final RMSNorm."""
+    ("thinking alone") of the gap to the runner-up, as a float64 recomputation from the run's writes
+    through the final RMSNorm."""
     story = explained.story
     defined = [s for s in story if "A head's direct contribution is" in s]
     assert len(defined) == 1 and "They can disagree" in defined[0] and "only silencing sees" in defined[0]
     run = model.run(explained.token_ids, record="all")
+    t, r = run.last_logits.double().topk(2).indices.tolist()  # the predicted word and the runner-up
+    assert (t, r) == (explained.predicted.id, explained.runner_up.id)
     x = run["resid_final"][-1].double()  # (d_model,)
-    u = model.w["final_norm"].double() * model.w["unembed"][:, explained.predicted.id].double()
-    u = u / torch.sqrt(x.pow(2).mean() + model.config.rms_eps)  # the logit's direction, the norm's scale held
+    u = model.w["final_norm"].double() * (model.w["unembed"][:, t].double() - model.w["unembed"][:, r].double())
+    u = u / torch.sqrt(x.pow(2).mean() + model.config.rms_eps)  # the gap's direction, the norm's scale held
     L = model.config.n_layers
     heads = sum(float((run["write", l][:, -1].double() @ u).sum()) for l in range(L))
     mlps = sum(float(run["mlp_out", l][-1].double() @ u) for l in range(L))
     embed = float(run["embed"][-1].double() @ u)
-    assert heads + mlps + embed == pytest.approx(float(run.last_logits[explained.predicted.id]), abs=1e-2)
+    assert heads + mlps + embed == pytest.approx(float(run.last_logits[t] - run.last_logits[r]), abs=1e-2)
     line = next(s for s in story if "thinking alone" in s)
-    assert line.startswith("Attention moves information between members")
+    assert line.startswith("Attention moves information between members") and "mostly through" not in line
     assert f"the 270 heads' writes add {heads:+.2f} directly, the 30 MLPs {mlps:+.2f}" in line
 
 

@@ -40,7 +40,7 @@
   sg.mixin(class {
     rankedHeads() {
       const e = this.d.explanation, mv = this.d.modelView;
-      if (e && e.heads.length) return e.heads.map((h) => [h.layer, h.head]);
+      if (e && e.heads.length) return e.heads.slice(0, e.heads_measured).map((h) => [h.layer, h.head]);  // ranked by one measure
       if (!mv) return [];
       const ranked = [];
       mv.heads.forEach((row) => row.forEach((h) => { if (h.rank != null) ranked[h.rank - 1] = [h.layer, h.head]; }));
