@@ -84,6 +84,7 @@
       if (d.positions.length < d.tokens.length) grid.appendChild(el("p", { cls: "sg-hint", text: "Members " + d.positions[0] + "\u2013" +
         d.positions[d.positions.length - 1] + " of " + d.tokens.length + ": the lens shows " + d.positions.length + " at once." }));
       grid.appendChild(table);
+      grid.scrollLeft = grid.scrollWidth; // the last member (the story's) in view where the grid is wider than its card
       for (const s of d.story) story.appendChild(el("p", { text: s }));
     }
 

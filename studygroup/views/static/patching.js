@@ -150,7 +150,7 @@
       const ramp = el("div", { cls: "sg-ramp", attrs: { "aria-hidden": "true" } });
       ramp.style.background = "linear-gradient(to right, " + sg.colours.scores.stops.join(", ") + ")";
       const ticks = el("div", { cls: "sg-patch-ticks", attrs: { "aria-hidden": "true" } });
-      const marks = [[-M, "\u2212" + sig4(M)], [0, "0"], [1, "1"]].concat(M > 1 ? [[M, "+" + sig4(M)]] : []);
+      const marks = [[-M, "\u2212" + sig4(M)], [0, "0"], [1, "1"]].concat(M >= 1.25 ? [[M, "+" + sig4(M)]] : []); // past 1, once there is room
       for (const [v, s] of marks) { const t = el("span", { text: s }); t.style.left = at(v); ticks.appendChild(t); }
       return el("div", { cls: "sg-patch-legend" }, [el("span", { cls: "sg-patch-says", text: "0 = corrupted, 1 = clean" }),
         el("div", { cls: "sg-patch-scale" }, [ramp, ticks]),
