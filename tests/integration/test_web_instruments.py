@@ -30,6 +30,10 @@ def client(model):
         yield c
 
 
+def test_the_endpoints_are_in_the_schema(client):
+    assert {"/api/lens", "/api/patch_cost", "/api/patch"} <= set(client.get("/api/openapi.json").json()["paths"])
+
+
 def test_the_lens_is_the_librarys(client, model):
     for body, kw in (({"text": CLEAN}, {}), ({"text": CLEAN, "top": 2, "rows": [1, 3]}, {"top": 2, "positions": slice(1, 3)})):
         r = client.post("/api/lens", json=body)
