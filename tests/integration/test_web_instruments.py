@@ -1,7 +1,7 @@
 """The logit lens and activation patching through the web API (POST /api/lens, /api/patch_cost,
 /api/patch; docs/web-api.md) on the tiny random model: the JSON is the library's, bad input is a
 400 (or 422) in one line, answers are cached per body, and a patching stops within a layer of a
-cancel."""
+cancel or of its client leaving."""
 from __future__ import annotations
 
 import json
@@ -18,7 +18,7 @@ from studygroup.study.patching import cost, passes, patch
 from studygroup.web import app as server
 from studygroup.web.app import Limits, create_app
 
-from .test_jobs import in_thread, post as post_served, progress, served, until
+from .test_jobs import in_thread, post as post_served, progress, sent_then_left, served, stopped_soon, until
 from .test_web_app import error_of
 
 CLEAN, CORRUPTED = "the tin", "the ton"
@@ -113,3 +113,8 @@ def test_a_cancelled_patching_stops_within_a_layer(base):
     assert p["done"] < p["total"]
     time.sleep(0.3)
     assert progress(base, "patch-stop")["steps"] == p["steps"]  # no layer ran after it stopped
+
+
+def test_a_patching_whose_client_leaves_stops(base):
+    before, left = sent_then_left(base, "patch", {"clean": LONG_CLEAN, "corrupted": LONG_CORRUPTED}, "patch-left")
+    stopped_soon(base, "patch-left", before, left)
