@@ -67,7 +67,9 @@ def _dumps(data) -> bytes:
 
 
 EXAMPLE_BODIES = {"/api/compare": '{"text_a": "I have a lot", "text_b": "Cash or credit card? I have a lot"}',
-                  "/api/head": '{"text": "I have a lot", "layer": 24, "head": 6}'}
+                  "/api/head": '{"text": "I have a lot", "layer": 24, "head": 6}',
+                  "/api/patch": '{"clean": "The cat sat on the", "corrupted": "The dog sat on the"}',
+                  "/api/patch_cost": '{"clean": "The cat sat on the", "corrupted": "The dog sat on the"}'}
 
 
 def _example(path: str) -> str:

@@ -82,6 +82,12 @@ def test_bad_input_is_refused_in_one_line(client, path, body, status, words):
     assert words in message and "\n" not in message, message
 
 
+def test_a_body_that_is_not_json_names_the_patching_body(client):
+    for path in ("/api/patch", "/api/patch_cost"):
+        message = error_of(client.post(path, content=b"{", headers={"content-type": "application/json"}), 422)
+        assert message.startswith("the body is not valid JSON") and '{"clean": ' in message, message
+
+
 def test_the_lens_shows_at_most_its_rows_at_once():
     with pytest.raises(InputError, match=r"rows \[0, 100\] hold 100 members: the lens shows at most 64 at once"):
         server._lens_rows([0, 100], 200)
