@@ -19,6 +19,12 @@ as 256-colour PNGs.
 With --long it opens LONG_TEXT (a paragraph said five times: 435 members) in the page, opens head
 LONG_LAYER.LONG_HEAD, cancels the explain that follows, and saves the head's whole map (one pixel
 a cell) as a 256-colour PNG.
+
+    .venv/bin/python docs/img/make_screenshots.py --instruments   # writes docs/img/lens.png, docs/img/patching.png
+
+With --instruments it reads every layer of the default sentence in the logit lens, and runs
+activation patching on the patching card's own pair (John and Mary: minutes on a CPU), and saves
+each card as a 256-colour PNG.
 """
 from __future__ import annotations
 
@@ -132,9 +138,31 @@ def shoot_long(url: str) -> None:
         browser.close()
 
 
+def shoot_instruments(url: str) -> None:
+    """docs/img/lens.png and docs/img/patching.png: the two cards under the model view, run."""
+    from PIL import Image
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport=SIZE)
+        page.goto(url)
+        wait_idle(page, 600_000)
+        page.click(".sg-lens-go")
+        page.locator(".sg-lens-grid").wait_for(timeout=600_000)
+        page.click(".sg-patch-go")  # the card's own pair of texts
+        page.locator(".sg-patch-grid[data-grid='heads']").wait_for(timeout=1_200_000)
+        page.mouse.move(0, 0)
+        for name, card in (("lens", ".sg-lens"), ("patching", ".sg-patching")):
+            out = HERE / f"{name}.png"
+            page.locator(card).screenshot(path=str(out))
+            Image.open(out).convert("RGB").quantize(256).save(out, optimize=True)
+            print(f"wrote {out}")
+        browser.close()
+
+
 def main() -> None:
-    lesson, long = "--lesson" in sys.argv[1:], "--long" in sys.argv[1:]
-    names = [a for a in sys.argv[1:] if a not in ("--lesson", "--long")]
+    lesson, long, instruments = ("--lesson" in sys.argv[1:], "--long" in sys.argv[1:], "--instruments" in sys.argv[1:])
+    names = [a for a in sys.argv[1:] if a not in ("--lesson", "--long", "--instruments")]
     out = Path(names[0]) if names else HERE / "page.png"
     proc, url = start_server()
     try:
@@ -142,6 +170,8 @@ def main() -> None:
             shoot_lesson(url)
         elif long:
             shoot_long(url)
+        elif instruments:
+            shoot_instruments(url)
         else:
             shoot(url, out)
             print(f"wrote {out}")

@@ -158,20 +158,18 @@ def _grids(model, ids, clean_run, corrupt_run, a, b, on_progress) -> dict[str, t
     """{grid: (L, T) or (L, H) float64 m after each patch}."""
     L, H, T = model.config.n_layers, model.config.n_heads, len(ids)
     out = {g: torch.empty(L, H if g == "heads" else T, dtype=torch.float64) for g in GRIDS}
-    total, done = passes(model, T), 0
-    with Progress(total, "patching") as bar:
+    total = passes(model, T)
+    with Progress(total, "patching, layer by layer") as bar:  # advanced after each layer of each pass
         for l in range(L):
             places = _places(l, T, H)
             per_pass = max(1, ROWS_PER_PASS // T)
             for start in range(0, len(places), per_pass):
                 chunk = places[start:start + per_pass]
-                m = _diff(_patched_logits(model, ids, l, chunk, clean_run, corrupt_run), a, b)  # (copies,)
+                m = _diff(_patched_logits(model, ids, l, chunk, clean_run, corrupt_run, bar.advance), a, b)  # (copies,)
                 for (grid, i), value in zip(chunk, m.tolist()):
                     out[grid][l, i] = value
-                bar.advance(L - l)
-                done += L - l
                 if on_progress is not None:
-                    on_progress(done, total)
+                    on_progress(bar.done, total)
     return out
 
 
@@ -180,9 +178,10 @@ def _places(l: int, T: int, H: int) -> list[tuple[str, int]]:
     return [(g, i) for g in GRIDS for i in range(H if g == "heads" else T)]
 
 
-def _patched_logits(model, ids, l, chunk, clean_run, corrupt_run) -> torch.Tensor:
+def _patched_logits(model, ids, l, chunk, clean_run, corrupt_run, on_layer) -> torch.Tensor:
     """The last member's logits of each copy in `chunk`, the corrupted text from layer l on with
-    that copy's patch: (copies, vocab)."""
+    that copy's patch: (copies, vocab). on_layer: called after each layer of the pass (a Watch set
+    on this thread then follows it layer by layer, and stops it there once cancelled)."""
     B, dev = len(chunk), model.device
     start = corrupt_run["resid_pre", l].to(dev, model.dtype).expand(B, -1, -1).clone()  # (B, T, d_model)
     replace: dict[str, list] = {}
@@ -198,7 +197,7 @@ def _patched_logits(model, ids, l, chunk, clean_run, corrupt_run) -> torch.Tenso
         value = clean_run[name, l][at]  # (N, d_model) rows, or (N, T, d_head) heads
         rows, heads = (None, at) if grid == "heads" else (at, None)
         replace[f"layers.{l}.{name}"] = [CopyReplacement(f"layers.{l}.{name}", value, torch.tensor(copies), rows, heads)]
-    plan = PassPlan(record=NOTHING, start=(l, start), replace=replace, on_layer=lambda: None)
+    plan = PassPlan(record=NOTHING, start=(l, start), replace=replace, on_layer=on_layer)
     logits, _ = model.forward(torch.tensor(ids, device=dev), plan)  # (B, 1, vocab)
     return logits[:, -1].float()
 

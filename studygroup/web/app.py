@@ -22,6 +22,8 @@ from starlette.exceptions import HTTPException
 from studygroup.study import jsonable
 from studygroup.study import page_data
 from studygroup.study import lesson_sections
+from studygroup.study import lens as study_lens
+from studygroup.study import patching as study_patching
 from studygroup.study import overview as study_overview
 from studygroup.study import why as study_why
 from studygroup.study.window import WEB, WindowError
@@ -32,7 +34,8 @@ from studygroup.web import generation
 from studygroup.web.guard import (LRU, UNREADABLE_BODY, BodyLimit, Busy, Gate, HostCheck, SecurityHeaders,
                                   error_response)
 from studygroup.web.bodies import (MAX_TOP, CompareBody, ConclusionBody, ExplainBody, GenerateBody, HeadBody,
-                                   JobBody, LessonBody, ModelViewBody, OverviewBody, WhyBody)
+                                   JobBody, LensBody, LessonBody, ModelViewBody, OverviewBody, PatchBody, PatchTexts,
+                                   WhyBody)
 from studygroup.web.jobs import Jobs, TooManyJobs, watched
 from studygroup.web.passes import InFlight
 
@@ -64,7 +67,9 @@ def _dumps(data) -> bytes:
 
 
 EXAMPLE_BODIES = {"/api/compare": '{"text_a": "I have a lot", "text_b": "Cash or credit card? I have a lot"}',
-                  "/api/head": '{"text": "I have a lot", "layer": 24, "head": 6}'}
+                  "/api/head": '{"text": "I have a lot", "layer": 24, "head": 6}',
+                  "/api/patch": '{"clean": "The cat sat on the", "corrupted": "The dog sat on the"}',
+                  "/api/patch_cost": '{"clean": "The cat sat on the", "corrupted": "The dog sat on the"}'}
 
 
 def _example(path: str) -> str:
@@ -420,6 +425,23 @@ def _routes(app: FastAPI, s: Service) -> None:
                               lambda: study_why.why(model, b.text, b.layer, b.head, b.query, b.key, members,
                                                     heads).to_dict())
 
+    @app.post("/api/lens")
+    async def lens(b: LensBody, request: Request):
+        rows = _lens_rows(b.rows, s.check_text(b.text))
+        return await followed(request, b.job, ("lens", b.text, b.top, rows),
+                              lambda: study_lens.lens(model, b.text, top=b.top, positions=rows and slice(*rows)).to_dict())
+
+    @app.post("/api/patch_cost")
+    async def patch_cost(b: PatchTexts):
+        T = _patch_checked(s, b)
+        return {"members": T, "layer_passes": study_patching.passes(model, T), "cost": study_patching.cost(model, T)}
+
+    @app.post("/api/patch")
+    async def patch(b: PatchBody, request: Request):
+        _patch_checked(s, b)
+        return await followed(request, b.job, ("patch", b.clean, b.corrupted, b.answer, b.wrong),
+                              lambda: study_patching.patch(model, b.clean, b.corrupted, answer=b.answer, wrong=b.wrong).to_dict())
+
     @app.post("/api/generate")
     async def generate(b: GenerateBody):
         ids = generation.prompt(s, b)
@@ -435,3 +457,24 @@ def _routes(app: FastAPI, s: Service) -> None:
         page_data.checked_ids(model, ids + list(b.words))  # the words are ids of the vocabulary
         key = (tuple(ids), kw["sampling"], b.ignore_eos, b.candidates, members, heads)
         return await generation.stream(s, b, ids, key, kw, head)
+
+
+def _lens_rows(rows: list | None, T: int) -> tuple | None:
+    """The lens's rows [A, B] (a slice of a T-member text) as a key, checked: InputError where they
+    hold no member, or more than the lens shows at once."""
+    if rows is None:
+        return None
+    n = len(range(T)[slice(*rows)])
+    if n == 0:
+        raise InputError(f"rows {rows} hold no member of this {T}-member text (a Python slice: members A to B-1)")
+    if n > study_lens.DEFAULT_POSITIONS:
+        raise InputError(f"rows {rows} hold {n} members: the lens shows at most {study_lens.DEFAULT_POSITIONS} at "
+                         "once; give a narrower [A, B]")
+    return tuple(rows)
+
+
+def _patch_checked(s: Service, b: PatchTexts) -> int:
+    """The members of each of the two texts, checked before any pass (the app's limit, then
+    patching's own checks: the same length, metric words of one token)."""
+    s.check_text(b.clean, "clean"), s.check_text(b.corrupted, "corrupted")
+    return len(study_patching.checked(s.model, b.clean, b.corrupted, b.answer, b.wrong)[0])

@@ -89,6 +89,29 @@ class HeadBody(_Followed):
     packed: bool = False  # the vectors as packed_vectors (page_data.packed_vectors), not lists
 
 
+#: Top words each cell of the logit lens keeps at most (a cell per layer and member).
+LENS_MAX_TOP = 10
+
+
+class LensBody(_Body):
+    text: Text
+    top: Annotated[int, Field(ge=1, le=LENS_MAX_TOP)] = 3
+    rows: Ends | None = None  # the members shown (null: every member up to 64, else the last 64)
+    job: JobId | None = None
+
+
+class PatchTexts(_Body):
+    """Two texts of the same length, and the metric's words (each one token; null: the runs' top words)."""
+    clean: Text
+    corrupted: Text
+    answer: Text | None = None
+    wrong: Text | None = None
+
+
+class PatchBody(PatchTexts):
+    job: JobId | None = None
+
+
 class OverviewBody(_Followed):
     text: Text
     layer: Index

@@ -120,5 +120,11 @@
     }
   }
 
-  Object.assign(sg, { Instance, mixin });
+  /** The views that own a card of their own (lens.js, patching.js): each file registers
+   * `make(inst)`, which builds its card (`.section`), asks the server itself and draws it; the page
+   * mounts them in this order under its layout, and hears of each new text as an "sg-text" event. */
+  const views = [];
+  const view = (name, make) => { views.push({ name, make }); };
+
+  Object.assign(sg, { Instance, mixin, views, view });
 })(window.StudyGroup = window.StudyGroup || {});

@@ -44,6 +44,7 @@
       Object.assign(this.ui, { selected: null, hover: null, members: new Set(), headsSilenced: new Set(), headChosen: false, rows: "auto", layer: null, head: null, why: null });
       this.heads.clear();
       this.d = { info: this.d.info, text, other: other || null };
+      this.root.dispatchEvent(new CustomEvent("sg-text", { detail: { text } })); // the views of their own (sg.views)
       this.renderAll();
       let doing = "the text's conclusion"; // what a cancel leaves undone
       try {

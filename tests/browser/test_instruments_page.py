@@ -1,0 +1,86 @@
+"""The page's logit lens and activation patching views in chromium, on the tiny model: the lens
+has a row per layer and names each member's final word, and a click on a row opens that layer's
+heads; patching says its cost, shows its progress, then both grids with the API's numbers; token
+text that looks like markup stays text."""
+from __future__ import annotations
+
+import re
+
+from .test_page import MARKUP_TEXT, assert_no_markup_ran, explain, wait_idle
+
+#: The API's answer to a body, asked from the page (answered from the server's cache when the page asked it first).
+API = """async ([path, body]) => (await fetch('/api/' + path, {method: 'POST',
+  headers: {'Content-Type': 'application/json'}, body: JSON.stringify(body)})).json()"""
+#: Each grid's cells' exact values (data-value), row by row.
+CELLS = """(sel) => [...document.querySelectorAll(sel + ' tbody tr')].map((tr) =>
+  [...tr.querySelectorAll('td')].map((td) => Number(td.dataset.value)))"""
+#: Every text the patching's progress line shows, from now on.
+RECORD_PROGRESS = """() => { const s = document.querySelector('.sg-patch-job .sg-progress-stage'); window.seenProgress = [];
+  new MutationObserver(() => window.seenProgress.push(s.textContent)).observe(s, {childList: true, characterData: true, subtree: true}); }"""
+#: 211 members each on the tiny model (seconds of patching, polled every 0.5 s), the last word
+#: changed for one of as many tokens.
+CLEAN = " ".join(["the tin can"] * 30)
+CORRUPTED = CLEAN[:-1] + "t"
+
+
+def read_lens(page):
+    page.click(".sg-lens-go")
+    page.locator(".sg-lens-grid").wait_for(timeout=60_000)
+
+
+def run_patching(page, clean, corrupted):
+    page.fill(".sg-patch-clean", clean)
+    page.fill(".sg-patch-corrupted", corrupted)
+    page.click(".sg-patch-go")
+    page.locator(".sg-patch-grid[data-grid='heads']").wait_for(timeout=120_000)
+
+
+def test_the_lens_has_a_row_per_layer_and_a_click_on_one_opens_that_layer(page, server_url, screenshots):
+    page.goto(server_url)
+    wait_idle(page)
+    read_lens(page)
+    d = page.evaluate(API, ["lens", {"text": page.input_value(".sg-text"), "top": 5}])
+    assert page.locator(".sg-lens-row").count() == len(d["layers"]) == d["model"]["n_layers"]
+    assert page.evaluate(CELLS, ".sg-lens-grid") == [[c["final_prob"] for c in row] for row in d["layers"]]
+    finals = page.locator(".sg-lens-final td")
+    assert [float(v) for v in finals.evaluate_all("(tds) => tds.map((td) => td.dataset.value)")] == [w["prob"] for w in d["final"]]
+    assert all(w["token"] in t for w, t in zip(d["final"], finals.evaluate_all("(tds) => tds.map((td) => td.title)")))
+    page.locator(".sg-lens").screenshot(path=str(screenshots / "page-lens.png"))
+    page.locator(".sg-lens-row").nth(1).click()
+    page.locator(".sg-thumb.sg-open[data-layer='1']").wait_for()
+    page.locator(".sg-head-title", has_text="of layer 1").wait_for()
+    assert page.watch.errors == []
+
+
+def test_patching_says_its_cost_shows_progress_then_both_grids_with_the_apis_numbers(page, long_server_url, screenshots):
+    page.goto(long_server_url)
+    wait_idle(page)
+    page.fill(".sg-patch-clean", CLEAN)
+    page.fill(".sg-patch-corrupted", CORRUPTED)
+    page.wait_for_function("() => /^Before it runs, 211 members: patching 637 places in each of 2 layers/"
+                           ".test(document.querySelector('.sg-patch-cost').textContent)")
+    page.evaluate(RECORD_PROGRESS)
+    run_patching(page, CLEAN, CORRUPTED)
+    seen = page.evaluate("() => window.seenProgress")
+    assert any(re.fullmatch(r"patched passes, layer by layer: \d+/\d+ \(\d+\.\d s\)", s) for s in seen), seen
+    d = page.evaluate(API, ["patch", {"clean": CLEAN, "corrupted": CORRUPTED}])
+    for kind in ("resid_pre", "heads"):
+        assert page.evaluate(CELLS, f".sg-patch-grid[data-grid='{kind}']") == d["grids"][kind]["normalised"], kind
+    page.click(".sg-patch-kinds button[data-kind='mlp_out']")
+    assert page.evaluate(CELLS, ".sg-patch-grid[data-grid='mlp_out']") == d["grids"]["mlp_out"]["normalised"]
+    assert page.locator(".sg-patch-story p").all_inner_texts() == d["story"]
+    assert "0 = corrupted, 1 = clean" in page.locator(".sg-patch-legend").inner_text()
+    page.locator(".sg-patching").screenshot(path=str(screenshots / "page-patching.png"))
+    assert page.watch.errors == []
+
+
+def test_markup_in_the_lens_and_patching_stays_text(page, server_url):
+    page.goto(server_url)
+    wait_idle(page)
+    explain(page, MARKUP_TEXT)
+    read_lens(page)
+    assert "</script>" in page.locator(".sg-lens-grid thead").inner_text()
+    run_patching(page, MARKUP_TEXT, "b" + MARKUP_TEXT[1:])
+    heading = page.locator(".sg-patch-grid[data-grid='resid_pre'] thead").inner_text()
+    assert "<img\u2423src=x\u2423onerror=alert(1)>" in heading and "</script>" in heading  # ␣ marks its spaces
+    assert_no_markup_ran(page)
