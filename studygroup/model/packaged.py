@@ -152,6 +152,10 @@ def _record_proof(target: Path, spec: Packaged) -> None:
 def _join(name: str, spec: Packaged, target: Path) -> None:
     """Join the parts into `target` (a temporary file renamed into place once its size and sha256
     are the model's), or ModelFileError naming the part's package to reinstall."""
+    missing = tuple(dist for dist, _ in spec.parts if not _installed(dist))
+    if missing:
+        raise ModelFileError(f"{name} comes in {len(spec.parts)} packages and {len(missing)} of them "
+                             f"({', '.join(missing)}) are not installed: run `{spec.install_command(missing)}`")
     parts = [_part(spec, dist, inside) for dist, inside in spec.parts]
     note(f"first use of {name}: joining its {len(parts)} parts into {target} (once)")
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -187,14 +191,18 @@ def _hash(path: Path):
     return digest
 
 
-def _part(spec: Packaged, dist: str, inside: str) -> Path:
-    """One part's path in its installed package, or ModelFileError saying how to (re)install it;
-    a part whose size is not the one its package recorded is damaged."""
+def _installed(dist: str) -> bool:
     try:
-        files = importlib.metadata.distribution(dist)
+        importlib.metadata.distribution(dist)
     except importlib.metadata.PackageNotFoundError:
-        raise ModelFileError(f"{dist}, a part of a packaged model, is not installed: "
-                             f"run `{spec.install_command((dist,))}`") from None
+        return False
+    return True
+
+
+def _part(spec: Packaged, dist: str, inside: str) -> Path:
+    """One part's path in its installed package, or ModelFileError saying how to reinstall it; a
+    part whose size is not the one its package recorded is damaged."""
+    files = importlib.metadata.distribution(dist)
     path, recorded = Path(str(files.locate_file(inside))), _recorded(files, inside)
     if not path.is_file():
         raise ModelFileError(f"{dist} is installed but its part {path} is missing: "
