@@ -97,7 +97,8 @@ def _common(p: argparse.ArgumentParser, top: int, top_help: str) -> None:
 
 def _model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, metavar="MODEL",
-                   help="a GGUF file, ollama:NAME[:TAG], gemma-3-270m, or a name `studygroup models` shows "
+                   help="a GGUF file, ollama:NAME[:TAG], a packaged name (gemma-3-270m, qwen2.5-coder-0.5b, "
+                        "qwen2.5-coder-1.5b) or a name `studygroup models` shows "
                         "(default: SmolLM2-135M-Instruct)")
     p.add_argument("--json", action="store_true", help="print the result as JSON (see docs/json.md)")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda, where available")

@@ -557,9 +557,9 @@ class _Buffers:
 
 def load(path: str | Path | None = None, device: str = "cpu", dtype: str | torch.dtype = torch.float32,
          cache: bool = True, require_native: bool = True, defer_cache_write: bool = False) -> Model:
-    """Load a GGUF file (None: the default SmolLM2-135M-Instruct; "gemma-3-270m": Gemma 3 270M from
-    its packages; "ollama:NAME[:TAG]" or a name `studygroup models` lists: see
-    `studygroup.model.model_names`) as a Model.
+    """Load a GGUF file (None: the default SmolLM2-135M-Instruct; a packaged name such as
+    "gemma-3-270m" or "qwen2.5-coder-1.5b": its file, joined from its packages; "ollama:NAME[:TAG]"
+    or a name `studygroup models` lists: see `studygroup.model.model_names`) as a Model.
 
     dtype: float32 (exact, the default) or bfloat16 (the fast mode: on a CPU only where it
       multiplies bfloat16 natively, AVX512-BF16 or AMX, unless require_native=False).

@@ -30,7 +30,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="address to listen on (default 127.0.0.1: this machine only; others get a warning)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free port)")
     p.add_argument("--model", default=None, metavar="MODEL",
-                   help="a GGUF file, ollama:NAME[:TAG], gemma-3-270m, or a name `studygroup models` shows")
+                   help="a GGUF file, ollama:NAME[:TAG], a packaged name (gemma-3-270m, qwen2.5-coder-0.5b, "
+                        "qwen2.5-coder-1.5b) or a name `studygroup models` shows")
     p.add_argument("--max-tokens", type=int, default=None, metavar="N",
                    help="longest text the app takes, in tokens (default: the model's context; never past it)")
     p.add_argument("--no-warm", dest="warm", action="store_false",

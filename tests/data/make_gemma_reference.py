@@ -46,7 +46,7 @@ PROMPTS = [
 ]
 
 
-def transformers_gemma(path: Path):
+def transformers_from_gguf(path: Path):
     """(tokenizer, model) transformers builds from the GGUF: float32, eager attention."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -68,7 +68,7 @@ def main() -> None:
     llm = llama_cpp_model(path, N_CTX)
     runs, words = llama_cpp_logits(llm, PROMPTS), llama_cpp_words(llm)
     del llm
-    tokenizer, hf = transformers_gemma(path)
+    tokenizer, hf = transformers_from_gguf(path)
     OUT.mkdir(parents=True, exist_ok=True)
     prompts = []
     for index, (text, (ids, ours)) in enumerate(zip(PROMPTS, runs)):
