@@ -14,11 +14,13 @@ Shapes: L = n_layers, P positions shown, vocab.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
 from studygroup.errors import InputError
+from studygroup.model.linear import ONEDNN_MAX_ROWS
 from studygroup.model.record import Record
 from studygroup.study.jsonable import JSONable
 from studygroup.study.results import ModelInfo, model_info
@@ -27,8 +29,9 @@ from studygroup.study.text_ids import checked_ids
 
 #: Positions shown by default: every member up to this many, else the last this many.
 DEFAULT_POSITIONS = 64
-#: Rows put through the unembedding at once (a chunk's logits: CHUNK × vocab floats).
-CHUNK = 256
+#: Rows put through the unembedding at once (a chunk's logits: CHUNK × vocab floats): as many as the
+#: faster multiply of few rows takes (`linear.ONEDNN_MAX_ROWS`).
+CHUNK = ONEDNN_MAX_ROWS
 
 
 @dataclass
@@ -75,13 +78,19 @@ def lens(model, text, *, top: int = 3, positions: slice | None = None) -> Lens:
     ids = checked_ids(model, text)
     shown = _positions(len(ids), positions)
     run = model.run(ids, record=Record(steps=("resid_post",)))
-    L = model.config.n_layers
-    lp = torch.stack([_log_probs(model, run["resid_post", l][shown]) for l in range(L)])  # (L, P, vocab)
+    L, P = model.config.n_layers, len(shown)
+    streams = torch.stack([run["resid_post", l][shown] for l in range(L)]).flatten(0, 1)  # (L·P, d_model)
+    last = _readings(_logits(model, streams[-P:]), None, top)  # the last layer first: it names the final words
     if shown[-1] == len(ids) - 1:  # the last member after the last layer: the model's own conclusion, as it is
-        lp[-1, -1] = torch.log_softmax(run.last_logits.double(), -1)
-    final_ids = lp[-1].argmax(-1)  # (P,): the model's own top-1 at each shown member
-    cells = [[_cell(model, lp[l, p], int(final_ids[p]), top) for p in range(len(shown))] for l in range(L)]
-    final = [LensWord(model.tokenizer.readable(int(i)), int(i), float(lp[-1, p, i].exp())) for p, i in enumerate(final_ids)]
+        own = _readings(run.last_logits.double()[None], None, top)
+        last = [torch.cat([a[:-1], b]) for a, b in zip(last, own)]
+    final_ids = last[0][:, 0]  # (P,): the model's own top-1 at each shown member
+    earlier = _readings(_logits(model, streams[:-P]), final_ids.repeat(L - 1), top) if L > 1 else None
+    read = [torch.cat([a, b]) for a, b in zip(earlier, last)] if earlier else last
+    top_ids, top_lp, final_lp, rank = (t.view(L, P, *t.shape[1:]) for t in read)
+    cells = [[LensCell([_word(model, i, v) for i, v in zip(top_ids[l, p].tolist(), top_lp[l, p].tolist())],
+                       float(final_lp[l, p].exp()), int(rank[l, p])) for p in range(P)] for l in range(L)]
+    final = [_word(model, int(i), float(final_lp[-1, p])) for p, i in enumerate(final_ids)]
     first_top, top_from = _when_top([row[-1] for row in cells])
     result = Lens(model_info(model), run.tokens, shown, final, cells, first_top, top_from, [])
     result.story = story(result)
@@ -97,18 +106,25 @@ def _positions(T: int, chosen: slice | None) -> list[int]:
 
 
 @torch.inference_mode()
-def _log_probs(model, x: torch.Tensor) -> torch.Tensor:
-    """log softmax of the model's final norm and unembedding of each row, in float64 at the end:
-    (N, d_model) -> (N, vocab), CHUNK rows at a time."""
-    return torch.cat([torch.log_softmax(model.final_logits(x[i:i + CHUNK]).double(), -1)
-                      for i in range(0, x.shape[0], CHUNK)])
+def _logits(model, x: torch.Tensor) -> torch.Tensor:
+    """The model's final norm and unembedding of each row, CHUNK rows at a time: (N, d_model) -> (N, vocab)."""
+    return torch.cat([model.final_logits(x[i:i + CHUNK]) for i in range(0, x.shape[0], CHUNK)])
 
 
-def _cell(model, lp: torch.Tensor, final: int, top: int) -> LensCell:
-    """lp (vocab,) log-probabilities after one layer at one member; final: its final word's id."""
-    best = lp.topk(min(top, lp.shape[0]))
-    words = [LensWord(model.tokenizer.readable(int(i)), int(i), float(v.exp())) for v, i in zip(best.values, best.indices)]
-    return LensCell(words, float(lp[final].exp()), int((lp > lp[final]).sum()) + 1)
+def _readings(logits: torch.Tensor, final: torch.Tensor | None, top: int) -> list[torch.Tensor]:
+    """What the lens reads from each row of logits (N, vocab): the top ids (N, k), their log-probabilities
+    (N, k) float64, the final word's log-probability (N,) float64 and its rank (N,). final: (N,) ids,
+    or None where each row's final word is its own top-1. The normaliser log Σ exp is taken in the
+    logits' dtype, then every log-probability in float64."""
+    best = logits.topk(min(top, logits.shape[-1]))
+    lse = torch.logsumexp(logits, -1).double()[:, None]  # (N, 1)
+    final = best.indices[:, 0] if final is None else final
+    f = logits.gather(1, final[:, None])  # (N, 1)
+    return [best.indices, best.values.double() - lse, (f.double() - lse)[:, 0], (logits > f).sum(-1) + 1]
+
+
+def _word(model, i: int, lp: float) -> LensWord:
+    return LensWord(model.tokenizer.readable(i), i, math.exp(lp))
 
 
 def _when_top(column: list[LensCell]) -> tuple[int | None, int]:
