@@ -2,15 +2,44 @@
  *
  * sg_matvec: one row times a matrix kept as a GGUF file's quantized blocks, without dequantizing it.
  * y (rows,) = W (rows, cols) · x (cols,): W's rows are the file's rows (one output each), each a run
- * of blocks of 32 weights. A weight is rebuilt in float32 exactly as gguf's dequantizer computes it
- * (Q4_0: d·(q − 8); Q4_1: d·q + m, one rounding as the dequantizer's; Q8_0: d·q), then multiplied
- * and summed in float32: the same weights as the float32 matrix, a summation order of its own.
- * The step reads 5 (Q4_1) or 8.5 (Q8_0) bits a weight instead of float32's 32: a step of generation
- * is bound by memory bandwidth, not arithmetic.
+ * of blocks (32 weights, or super-blocks of 256 for the K-quants and IQ4_XS). A weight is rebuilt in
+ * float32 exactly as gguf's dequantizer (gguf/quants.py, numpy float32) computes it, with its
+ * groupings: d·q, d·q + m, (d·sc)·q, (d·sc)·q − (dmin·m); then multiplied and summed in float32: the
+ * same weights as the float32 matrix, a summation order of its own. The step reads 4.5 to 8.5 bits a
+ * weight instead of float32's 32: a step of generation is bound by memory bandwidth, not arithmetic.
+ *
+ * Float operations: this file is built with -std=c11, so a*b + c is two roundings, never fused, as in
+ * numpy. A fused multiply-add builds a weight only where the product is exact in float32 (Q4_1's
+ * d·q: 11 significant bits times 4): its one rounding then equals numpy's two.
+ *
+ * Block layouts (ggml's, little-endian; f16 = IEEE half; "nibbles" of 16 bytes hold 32 codes:
+ * code j < 16 is qs[j] & 15, code j ≥ 16 is qs[j − 16] >> 4):
+ *   Q4_0   (32, 18 bytes)  {f16 d; u8 qs[16]}                      w = d·(q − 8)
+ *   Q4_1   (32, 20)        {f16 d, m; u8 qs[16]}                   w = d·q + m
+ *   Q5_0   (32, 22)        {f16 d; u32 qh; u8 qs[16]}              q = nibble | bit j of qh << 4; w = d·(q − 16)
+ *   Q5_1   (32, 24)        {f16 d, m; u32 qh; u8 qs[16]}           w = d·q + m
+ *   Q8_0   (32, 34)        {f16 d; i8 qs[32]}                      w = d·q
+ *   IQ4_NL (32, 18)        {f16 d; u8 qs[16]}                      w = d·KVALUES[nibble]
+ *   Q2_K   (256, 84)       {u8 scales[16]; u8 qs[64]; f16 d, dmin}
+ *          weight i = 128g + 32s + k (g < 2, s < 4, k < 32): q = qs[32g + k] >> 2s & 3; sub-block i / 16
+ *          has sc = scales & 15, m = scales >> 4;  w = (d·sc)·q − (dmin·m)
+ *   Q3_K   (256, 110)      {u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d}
+ *          low 2 bits as Q2_K's; high bit = hmask[i % 32] >> (i / 32) & 1, and q = low − 4 where it is 0;
+ *          16 signed 6-bit scales (i / 16): low 4 bits scales[n % 8] >> 4(n / 8), high 2 bits
+ *          scales[8 + n % 4] >> 2(n / 4), minus 32;  w = (d·sc)·q
+ *   Q4_K   (256, 144)      {f16 d, dmin; u8 scales[12]; u8 qs[128]}
+ *          sub-block j of 32 (j < 8): nibble j % 2 of qs[32(j / 2) + k]; 6-bit sc, m packed as
+ *          j < 4: s[j] & 63, s[j + 4] & 63;  j ≥ 4: s[j + 4] & 15 | s[j − 4] >> 6 << 4, s[j + 4] >> 4 | s[j] >> 6 << 4
+ *          w = (d·sc)·q − (dmin·m)
+ *   Q5_K   (256, 176)      {f16 d, dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}  Q4_K's with bit j of qh[k] << 4
+ *   Q6_K   (256, 210)      {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}
+ *          weight i = 128g + r: low 4 bits ql[64g + r % 64] >> 4(r / 64), high 2 bits qh[32g + r % 32] >> 2(r / 32);
+ *          q − 32;  w = (d·scales[i / 16])·q
+ *   IQ4_XS (256, 136)      {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}
+ *          sub-block j of 32: nibbles qs[16j ..]; sc = (scales_l[j / 2] >> 4(j % 2) & 15 | (scales_h >> 2j & 3) << 4) − 32;
+ *          w = (d·sc)·KVALUES[code]
  *
  * Rows are split among the OpenMP threads of the process (torch's, once torch is loaded).
- * Block layouts (ggml): Q4_0 {f16 d; u8 qs[16]}, Q4_1 {f16 d, m; u8 qs[16]}, Q8_0 {f16 d; i8 qs[32]};
- * in the 4-bit types weight j is qs[j] & 15 and weight j + 16 is qs[j] >> 4.
  *
  * sg_attend_row: one question row's attention over the key/value cache, every head in one call.
  */
@@ -21,10 +50,28 @@
 #include <immintrin.h>
 #endif
 
-enum { Q4_0 = 2, Q4_1 = 3, Q8_0 = 8 };  /* GGML's type numbers */
+enum { Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13,
+       Q6_K = 14, IQ4_NL = 20, IQ4_XS = 23 };  /* GGML's type numbers */
 
-static int block_bytes(int qtype) {
-    return qtype == Q4_0 ? 18 : qtype == Q4_1 ? 20 : qtype == Q8_0 ? 34 : 0;
+/* IQ4_NL's and IQ4_XS's one table: a 4-bit code's value, non-linear. */
+static const int8_t KVALUES[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+/* Weights a block holds (0: a type not read), and its bytes in *bytes. */
+static int block_layout(int qtype, int *bytes) {
+    switch (qtype) {
+    case Q4_0: case IQ4_NL: *bytes = 18; return 32;
+    case Q4_1: *bytes = 20; return 32;
+    case Q5_0: *bytes = 22; return 32;
+    case Q5_1: *bytes = 24; return 32;
+    case Q8_0: *bytes = 34; return 32;
+    case Q2_K: *bytes = 84; return 256;
+    case Q3_K: *bytes = 110; return 256;
+    case Q4_K: *bytes = 144; return 256;
+    case Q5_K: *bytes = 176; return 256;
+    case Q6_K: *bytes = 210; return 256;
+    case IQ4_XS: *bytes = 136; return 256;
+    default: *bytes = 0; return 0;
+    }
 }
 
 /* IEEE half -> float, exact (F16C's instruction where the CPU has it). */
@@ -46,21 +93,127 @@ static float half(const uint8_t *p) {
     return f;
 }
 
-/* The 32 weights of one block, as gguf dequantizes them. */
-static void block_weights(int qtype, const uint8_t *b, float *w) {
-    float d = half(b);
+/* Code j (< 32) of 16 bytes of nibbles. */
+static inline int nibble(const uint8_t *qs, int j) { return j < 16 ? qs[j] & 15 : qs[j - 16] >> 4; }
+
+static inline uint32_t u32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+
+/* The 32-weight types: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL. */
+static void small_block(int qtype, const uint8_t *b, float *w) {
+    const float d = half(b);
     if (qtype == Q8_0) {
         for (int j = 0; j < 32; j++) w[j] = d * (float)(int8_t)b[2 + j];
-        return;
+    } else if (qtype == Q4_0 || qtype == IQ4_NL) {
+        for (int j = 0; j < 32; j++)
+            w[j] = d * (float)(qtype == Q4_0 ? nibble(b + 2, j) - 8 : KVALUES[nibble(b + 2, j)]);
+    } else if (qtype == Q4_1) {
+        const float m = half(b + 2);
+        for (int j = 0; j < 32; j++) w[j] = d * (float)nibble(b + 4, j) + m;
+    } else {  /* Q5_0, Q5_1: a fifth bit per weight in qh */
+        const int one = qtype == Q5_1;
+        const uint32_t qh = u32(b + 2 + 2 * one);
+        const uint8_t *qs = b + 6 + 2 * one;
+        const float m = one ? half(b + 2) : 0.0f;
+        for (int j = 0; j < 32; j++) {
+            const int q = nibble(qs, j) | (int)((qh >> j & 1) << 4);
+            w[j] = one ? d * (float)q + m : d * (float)(q - 16);
+        }
     }
-    const uint8_t *qs = b + (qtype == Q4_1 ? 4 : 2);
-    float m = qtype == Q4_1 ? half(b + 2) : 0.0f;
-    int off = qtype == Q4_0 ? 8 : 0;
-    for (int j = 0; j < 16; j++) {
-        float lo = (float)((qs[j] & 15) - off), hi = (float)((qs[j] >> 4) - off);
-        w[j] = qtype == Q4_1 ? __builtin_fmaf(d, lo, m) : d * lo;
-        w[j + 16] = qtype == Q4_1 ? __builtin_fmaf(d, hi, m) : d * hi;
+}
+
+/* Q2_K: 16 sub-blocks of 16, 2-bit codes, 4-bit scale and min each. */
+static void q2_k(const uint8_t *b, float *w) {
+    const uint8_t *scales = b, *qs = b + 16;
+    const float d = half(b + 80), dmin = half(b + 82);
+    for (int i = 0; i < 256; i++) {
+        const int g = i / 128, s = i % 128 / 32, k = i % 32, sc = scales[i / 16];
+        const float dl = d * (float)(sc & 15), ml = dmin * (float)(sc >> 4);
+        w[i] = dl * (float)(qs[32 * g + k] >> 2 * s & 3) - ml;
     }
+}
+
+/* Q3_K: 16 sub-blocks of 16, 3-bit signed codes (2 low bits, a high bit whose absence subtracts 4),
+ * signed 6-bit scales. */
+static void q3_k(const uint8_t *b, float *w) {
+    const uint8_t *hmask = b, *qs = b + 32, *s = b + 96;
+    const float d = half(b + 108);
+    for (int i = 0; i < 256; i++) {
+        const int n = i / 16, g = i / 128, sh = i % 128 / 32, k = i % 32;
+        const int sc = ((s[n % 8] >> 4 * (n / 8) & 15) | (s[8 + n % 4] >> 2 * (n / 4) & 3) << 4) - 32;
+        const int q = (qs[32 * g + k] >> 2 * sh & 3) - (hmask[k] >> (i / 32) & 1 ? 0 : 4);
+        w[i] = (d * (float)sc) * (float)q;
+    }
+}
+
+/* Q4_K's and Q5_K's 6-bit scale and min of sub-block j (< 8), from their 12 packed bytes. */
+static void scale_min(const uint8_t *s, int j, int *sc, int *m) {
+    if (j < 4) {
+        *sc = s[j] & 63, *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4, *m = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+    }
+}
+
+/* Q4_K (qh NULL) and Q5_K: 8 sub-blocks of 32, 4- or 5-bit codes, 6-bit scale and min each. */
+static void q45_k(const uint8_t *b, const uint8_t *qh, const uint8_t *qs, float *w) {
+    const float d = half(b), dmin = half(b + 2);
+    for (int j = 0; j < 8; j++) {
+        int sc, m;
+        scale_min(b + 4, j, &sc, &m);
+        const float ds = d * (float)sc, dm = dmin * (float)m;
+        for (int k = 0; k < 32; k++) {
+            const int q = (qs[32 * (j / 2) + k] >> 4 * (j % 2) & 15) | (qh ? (qh[k] >> j & 1) << 4 : 0);
+            w[32 * j + k] = ds * (float)q - dm;
+        }
+    }
+}
+
+/* Q6_K: 16 sub-blocks of 16, 6-bit signed codes, signed 8-bit scales. (d·sc)·q may round: as numpy. */
+static void q6_k(const uint8_t *b, float *w) {
+    const uint8_t *ql = b, *qh = b + 128;
+    const int8_t *scales = (const int8_t *)(b + 192);
+    const float d = half(b + 208);
+    for (int i = 0; i < 256; i++) {
+        const int g = i / 128, r = i % 128;
+        const int q = ((ql[64 * g + r % 64] >> 4 * (r / 64) & 15) | (qh[32 * g + r % 32] >> 2 * (r / 32) & 3) << 4) - 32;
+        w[i] = (d * (float)scales[i / 16]) * (float)q;
+    }
+}
+
+/* IQ4_XS: 8 sub-blocks of 32, 4-bit codes into KVALUES, signed 6-bit scales. */
+static void iq4_xs(const uint8_t *b, float *w) {
+    const float d = half(b);
+    const unsigned scales_h = b[2] | b[3] << 8;
+    for (int j = 0; j < 8; j++) {
+        const int sc = ((b[4 + j / 2] >> 4 * (j % 2) & 15) | (scales_h >> 2 * j & 3) << 4) - 32;
+        const float dl = d * (float)sc;
+        for (int k = 0; k < 32; k++) w[32 * j + k] = dl * (float)KVALUES[nibble(b + 8 + 16 * j, k)];
+    }
+}
+
+/* The weights of one block (32 or 256), as gguf dequantizes them. */
+static void block_weights(int qtype, const uint8_t *b, float *w) {
+    switch (qtype) {
+    case Q2_K: q2_k(b, w); break;
+    case Q3_K: q3_k(b, w); break;
+    case Q4_K: q45_k(b, NULL, b + 16, w); break;
+    case Q5_K: q45_k(b, b + 16, b + 48, w); break;
+    case Q6_K: q6_k(b, w); break;
+    case IQ4_XS: iq4_xs(b, w); break;
+    default: small_block(qtype, b, w);
+    }
+}
+
+/* A row of nb blocks times x, each block's weights rebuilt by block_weights: every type's plain path. */
+static float row_dot_plain(int qtype, const uint8_t *b, const float *x, int nb) {
+    int size;
+    const int n = block_layout(qtype, &size);
+    float acc = 0.0f, w[256];
+    for (int i = 0; i < nb; i++, b += size, x += n) {
+        block_weights(qtype, b, w);
+        for (int j = 0; j < n; j++) acc += w[j] * x[j];
+    }
+    return acc;
 }
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -77,8 +230,10 @@ static inline float hsum(__m256 v) {
 #define U8_PS(v) _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v))
 #define I8_PS(v) _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v))
 
-static float row_dot(int qtype, const uint8_t *b, const float *x, int nb) {
-    const int size = block_bytes(qtype);
+/* Q4_0, Q4_1, Q8_0: each block's weights built in registers. */
+static float row_dot_32(int qtype, const uint8_t *b, const float *x, int nb) {
+    int size;
+    block_layout(qtype, &size);
     const __m128i low = _mm_set1_epi8(15), eight = _mm_set1_epi8(8);
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, w0, w1, w2, w3;
     for (int i = 0; i < nb; i++, b += size, x += 32) {
@@ -114,26 +269,42 @@ static float row_dot(int qtype, const uint8_t *b, const float *x, int nb) {
     return hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
 }
 
+/* The other types: each block's weights rebuilt by block_weights into a buffer, then multiplied 8 at a time. */
+static float row_dot_buffered(int qtype, const uint8_t *b, const float *x, int nb) {
+    int size;
+    const int n = block_layout(qtype, &size);
+    float w[256] __attribute__((aligned(32)));
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int i = 0; i < nb; i++, b += size, x += n) {
+        block_weights(qtype, b, w);
+        for (int j = 0; j < n; j += 32) {
+            a0 = _mm256_fmadd_ps(_mm256_load_ps(w + j), _mm256_loadu_ps(x + j), a0);
+            a1 = _mm256_fmadd_ps(_mm256_load_ps(w + j + 8), _mm256_loadu_ps(x + j + 8), a1);
+            a2 = _mm256_fmadd_ps(_mm256_load_ps(w + j + 16), _mm256_loadu_ps(x + j + 16), a2);
+            a3 = _mm256_fmadd_ps(_mm256_load_ps(w + j + 24), _mm256_loadu_ps(x + j + 24), a3);
+        }
+    }
+    return hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+}
+
+static float row_dot(int qtype, const uint8_t *b, const float *x, int nb) {
+    if (qtype == Q4_0 || qtype == Q4_1 || qtype == Q8_0) return row_dot_32(qtype, b, x, nb);
+    return row_dot_buffered(qtype, b, x, nb);
+}
+
 int sg_vectorized(void) { return 1; }
 #else
-static float row_dot(int qtype, const uint8_t *b, const float *x, int nb) {
-    const int size = block_bytes(qtype);
-    float acc = 0.0f, w[32];
-    for (int i = 0; i < nb; i++, b += size, x += 32) {
-        block_weights(qtype, b, w);
-        for (int j = 0; j < 32; j++) acc += w[j] * x[j];
-    }
-    return acc;
-}
+static float row_dot(int qtype, const uint8_t *b, const float *x, int nb) { return row_dot_plain(qtype, b, x, nb); }
 
 int sg_vectorized(void) { return 0; }
 #endif
 
-/* y (rows,) = W · x; returns 0, or -1 for a type it does not read or cols not a multiple of 32. */
+/* y (rows,) = W · x; returns 0, or -1 for a type it does not read or cols not a multiple of its block. */
 int sg_matvec(int qtype, const uint8_t *W, const float *x, float *y, int64_t rows, int64_t cols) {
-    const int size = block_bytes(qtype);
-    if (!size || cols % 32) return -1;
-    const int64_t nb = cols / 32;
+    int size;
+    const int n = block_layout(qtype, &size);
+    if (!n || cols % n) return -1;
+    const int64_t nb = cols / n;
     #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; r++) y[r] = row_dot(qtype, W + r * nb * size, x, (int)nb);
     return 0;
@@ -141,9 +312,10 @@ int sg_matvec(int qtype, const uint8_t *W, const float *x, float *y, int64_t row
 
 /* out (rows, cols) = W's weights in float32, as gguf dequantizes them (a check of the reading). */
 int sg_dequantize(int qtype, const uint8_t *W, float *out, int64_t rows, int64_t cols) {
-    const int size = block_bytes(qtype);
-    if (!size || cols % 32) return -1;
-    for (int64_t i = 0; i < rows * cols / 32; i++) block_weights(qtype, W + i * size, out + i * 32);
+    int size;
+    const int n = block_layout(qtype, &size);
+    if (!n || cols % n) return -1;
+    for (int64_t i = 0; i < rows * cols / n; i++) block_weights(qtype, W + i * size, out + i * n);
     return 0;
 }
 
