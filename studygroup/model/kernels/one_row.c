@@ -204,18 +204,6 @@ static void block_weights(int qtype, const uint8_t *b, float *w) {
     }
 }
 
-/* A row of nb blocks times x, each block's weights rebuilt by block_weights: every type's plain path. */
-static float row_dot_plain(int qtype, const uint8_t *b, const float *x, int nb) {
-    int size;
-    const int n = block_layout(qtype, &size);
-    float acc = 0.0f, w[256];
-    for (int i = 0; i < nb; i++, b += size, x += n) {
-        block_weights(qtype, b, w);
-        for (int j = 0; j < n; j++) acc += w[j] * x[j];
-    }
-    return acc;
-}
-
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 
@@ -269,32 +257,174 @@ static float row_dot_32(int qtype, const uint8_t *b, const float *x, int nb) {
     return hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
 }
 
-/* The other types: each block's weights rebuilt by block_weights into a buffer, then multiplied 8 at a time. */
-static float row_dot_buffered(int qtype, const uint8_t *b, const float *x, int nb) {
-    int size;
-    const int n = block_layout(qtype, &size);
-    float w[256] __attribute__((aligned(32)));
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (int i = 0; i < nb; i++, b += size, x += n) {
-        block_weights(qtype, b, w);
-        for (int j = 0; j < n; j += 32) {
-            a0 = _mm256_fmadd_ps(_mm256_load_ps(w + j), _mm256_loadu_ps(x + j), a0);
-            a1 = _mm256_fmadd_ps(_mm256_load_ps(w + j + 8), _mm256_loadu_ps(x + j + 8), a1);
-            a2 = _mm256_fmadd_ps(_mm256_load_ps(w + j + 16), _mm256_loadu_ps(x + j + 16), a2);
-            a3 = _mm256_fmadd_ps(_mm256_load_ps(w + j + 24), _mm256_loadu_ps(x + j + 24), a3);
+/* The other types' codes are built 16 at a time as signed bytes, then turned into weights. Every
+ * weight's product d·sc·q is exact in float32 (see the header), so a fused d·q + m is numpy's value. */
+
+/* a[0], a[1] += w · x for 16 weights w = d·c + m (d·c where !with_m); c: 16 signed bytes. */
+static inline void acc16(__m128i c, float d, float m, int with_m, const float *x, __m256 *a) {
+    const __m256 dv = _mm256_set1_ps(d), mv = _mm256_set1_ps(m);
+    __m256 w0 = I8_PS(c), w1 = I8_PS(_mm_srli_si128(c, 8));
+    w0 = with_m ? _mm256_fmadd_ps(dv, w0, mv) : _mm256_mul_ps(dv, w0);
+    w1 = with_m ? _mm256_fmadd_ps(dv, w1, mv) : _mm256_mul_ps(dv, w1);
+    a[0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x), a[0]);
+    a[1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + 8), a[1]);
+}
+
+/* 0x10 in byte j where bit j of 16 bits is set, else 0. */
+static inline __m128i bit_bytes(unsigned bits) {
+    const __m128i spread = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const __m128i select = _mm_setr_epi8(1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128);
+    __m128i v = _mm_shuffle_epi8(_mm_cvtsi32_si128((int)bits), spread);
+    return _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(v, select), select), _mm_set1_epi8(0x10));
+}
+
+/* 0xFF in byte k where bytes[k] has the bit `bit` set, else 0. */
+static inline __m128i has_bit(__m128i bytes, int bit) {
+    const __m128i b = _mm_set1_epi8((char)bit);
+    return _mm_cmpeq_epi8(_mm_and_si128(bytes, b), b);
+}
+
+static inline __m128i shr_bits(__m128i v, int n, int mask) {  /* (byte >> n) & mask, per byte */
+    return _mm_and_si128(_mm_srl_epi16(v, _mm_cvtsi32_si128(n)), _mm_set1_epi8((char)mask));
+}
+
+static void block_q5(int qtype, const uint8_t *b, const float *x, __m256 *a) {
+    const int one = qtype == Q5_1;
+    const float d = half(b), m = one ? half(b + 2) : 0.0f;
+    const uint32_t qh = u32(b + 2 + 2 * one);
+    const __m128i raw = _mm_loadu_si128((const __m128i *)(b + 6 + 2 * one)), off = _mm_set1_epi8(one ? 0 : 16);
+    const __m128i c0 = _mm_or_si128(shr_bits(raw, 0, 15), bit_bytes(qh & 0xFFFF));
+    const __m128i c1 = _mm_or_si128(shr_bits(raw, 4, 15), bit_bytes(qh >> 16));
+    acc16(_mm_sub_epi8(c0, off), d, m, one, x, a);
+    acc16(_mm_sub_epi8(c1, off), d, m, one, x + 16, a + 2);
+}
+
+static void block_iq4_nl(const uint8_t *b, const float *x, __m256 *a) {
+    const __m128i table = _mm_loadu_si128((const __m128i *)KVALUES), raw = _mm_loadu_si128((const __m128i *)(b + 2));
+    const float d = half(b);
+    acc16(_mm_shuffle_epi8(table, shr_bits(raw, 0, 15)), d, 0.0f, 0, x, a);
+    acc16(_mm_shuffle_epi8(table, shr_bits(raw, 4, 15)), d, 0.0f, 0, x + 16, a + 2);
+}
+
+static void block_q2_k(const uint8_t *b, const float *x, __m256 *a) {
+    const float d = half(b + 80), dmin = half(b + 82);
+    for (int g = 0; g < 2; g++) {
+        const __m128i q0 = _mm_loadu_si128((const __m128i *)(b + 16 + 32 * g)), q1 = _mm_loadu_si128((const __m128i *)(b + 32 + 32 * g));
+        for (int s = 0; s < 4; s++) {
+            const int n = 8 * g + 2 * s;  /* the sub-block of 16 */
+            acc16(shr_bits(q0, 2 * s, 3), d * (float)(b[n] & 15), -(dmin * (float)(b[n] >> 4)), 1, x + 16 * n, a);
+            acc16(shr_bits(q1, 2 * s, 3), d * (float)(b[n + 1] & 15), -(dmin * (float)(b[n + 1] >> 4)), 1, x + 16 * n + 16, a + 2);
         }
     }
-    return hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+}
+
+static void block_q3_k(const uint8_t *b, const float *x, __m256 *a) {
+    const uint8_t *s = b + 96;
+    const float d = half(b + 108);
+    const __m128i h0 = _mm_loadu_si128((const __m128i *)b), h1 = _mm_loadu_si128((const __m128i *)(b + 16)), four = _mm_set1_epi8(4);
+    for (int g = 0; g < 2; g++) {
+        const __m128i q0 = _mm_loadu_si128((const __m128i *)(b + 32 + 32 * g)), q1 = _mm_loadu_si128((const __m128i *)(b + 48 + 32 * g));
+        for (int sh = 0; sh < 4; sh++) {
+            const int n = 8 * g + 2 * sh, bit = 1 << (4 * g + sh);
+            const int sc0 = ((s[n % 8] >> 4 * (n / 8) & 15) | (s[8 + n % 4] >> 2 * (n / 4) & 3) << 4) - 32;
+            const int sc1 = ((s[(n + 1) % 8] >> 4 * (n / 8) & 15) | (s[8 + (n + 1) % 4] >> 2 * (n / 4) & 3) << 4) - 32;
+            acc16(_mm_sub_epi8(shr_bits(q0, 2 * sh, 3), _mm_andnot_si128(has_bit(h0, bit), four)), d * (float)sc0, 0.0f, 0, x + 16 * n, a);
+            acc16(_mm_sub_epi8(shr_bits(q1, 2 * sh, 3), _mm_andnot_si128(has_bit(h1, bit), four)), d * (float)sc1, 0.0f, 0, x + 16 * n + 16, a + 2);
+        }
+    }
+}
+
+/* Q4_K (qh NULL) and Q5_K. */
+static void block_q45_k(const uint8_t *b, const uint8_t *qh, const uint8_t *qs, const float *x, __m256 *a) {
+    const float d = half(b), dmin = half(b + 2);
+    const __m128i zero = _mm_setzero_si128();
+    const __m128i h0 = qh ? _mm_loadu_si128((const __m128i *)qh) : zero, h1 = qh ? _mm_loadu_si128((const __m128i *)(qh + 16)) : zero;
+    const __m128i sixteen = _mm_set1_epi8(16);
+    for (int j = 0; j < 8; j++) {
+        int sc, m;
+        scale_min(b + 4, j, &sc, &m);
+        const __m128i r0 = _mm_loadu_si128((const __m128i *)(qs + 32 * (j / 2))), r1 = _mm_loadu_si128((const __m128i *)(qs + 32 * (j / 2) + 16));
+        __m128i c0 = shr_bits(r0, 4 * (j % 2), 15), c1 = shr_bits(r1, 4 * (j % 2), 15);
+        if (qh) {
+            c0 = _mm_or_si128(c0, _mm_and_si128(has_bit(h0, 1 << j), sixteen));
+            c1 = _mm_or_si128(c1, _mm_and_si128(has_bit(h1, 1 << j), sixteen));
+        }
+        const float ds = d * (float)sc, dm = dmin * (float)m;
+        acc16(c0, ds, -dm, 1, x + 32 * j, a);
+        acc16(c1, ds, -dm, 1, x + 32 * j + 16, a + 2);
+    }
+}
+
+static void block_q6_k(const uint8_t *b, const float *x, __m256 *a) {
+    const int8_t *sc = (const int8_t *)(b + 192);
+    const float d = half(b + 208);
+    const __m128i off = _mm_set1_epi8(32);
+    for (int g = 0; g < 2; g++) {
+        const uint8_t *ql = b + 64 * g, *qh = b + 128 + 32 * g;
+        const __m128i h0 = _mm_loadu_si128((const __m128i *)qh), h1 = _mm_loadu_si128((const __m128i *)(qh + 16));
+        for (int s = 0; s < 4; s++) {  /* weights 128g + 32s .. + 31: low bits from ql[32(s % 2) ..] >> 4(s / 2) */
+            const __m128i l0 = _mm_loadu_si128((const __m128i *)(ql + 32 * (s % 2))), l1 = _mm_loadu_si128((const __m128i *)(ql + 32 * (s % 2) + 16));
+            const __m128i c0 = _mm_or_si128(shr_bits(l0, 4 * (s / 2), 15), _mm_slli_epi16(shr_bits(h0, 2 * s, 3), 4));
+            const __m128i c1 = _mm_or_si128(shr_bits(l1, 4 * (s / 2), 15), _mm_slli_epi16(shr_bits(h1, 2 * s, 3), 4));
+            const int n = 8 * g + 2 * s;
+            acc16(_mm_sub_epi8(c0, off), d * (float)sc[n], 0.0f, 0, x + 16 * n, a);
+            acc16(_mm_sub_epi8(c1, off), d * (float)sc[n + 1], 0.0f, 0, x + 16 * n + 16, a + 2);
+        }
+    }
+}
+
+static void block_iq4_xs(const uint8_t *b, const float *x, __m256 *a) {
+    const __m128i table = _mm_loadu_si128((const __m128i *)KVALUES);
+    const float d = half(b);
+    const unsigned scales_h = b[2] | b[3] << 8;
+    for (int j = 0; j < 8; j++) {
+        const int sc = ((b[4 + j / 2] >> 4 * (j % 2) & 15) | (scales_h >> 2 * j & 3) << 4) - 32;
+        const __m128i raw = _mm_loadu_si128((const __m128i *)(b + 8 + 16 * j));
+        acc16(_mm_shuffle_epi8(table, shr_bits(raw, 0, 15)), d * (float)sc, 0.0f, 0, x + 32 * j, a);
+        acc16(_mm_shuffle_epi8(table, shr_bits(raw, 4, 15)), d * (float)sc, 0.0f, 0, x + 32 * j + 16, a + 2);
+    }
+}
+
+/* The other types: a block at a time into four accumulators. */
+static float row_dot_codes(int qtype, const uint8_t *b, const float *x, int nb) {
+    int size;
+    const int n = block_layout(qtype, &size);
+    __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int i = 0; i < nb; i++, b += size, x += n) {
+        switch (qtype) {
+        case Q5_0: case Q5_1: block_q5(qtype, b, x, a); break;
+        case IQ4_NL: block_iq4_nl(b, x, a); break;
+        case Q2_K: block_q2_k(b, x, a); break;
+        case Q3_K: block_q3_k(b, x, a); break;
+        case Q4_K: block_q45_k(b, NULL, b + 16, x, a); break;
+        case Q5_K: block_q45_k(b, b + 16, b + 48, x, a); break;
+        case Q6_K: block_q6_k(b, x, a); break;
+        case IQ4_XS: block_iq4_xs(b, x, a); break;
+        }
+    }
+    return hsum(_mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3])));
 }
 
 static float row_dot(int qtype, const uint8_t *b, const float *x, int nb) {
     if (qtype == Q4_0 || qtype == Q4_1 || qtype == Q8_0) return row_dot_32(qtype, b, x, nb);
-    return row_dot_buffered(qtype, b, x, nb);
+    return row_dot_codes(qtype, b, x, nb);
 }
 
 int sg_vectorized(void) { return 1; }
 #else
-static float row_dot(int qtype, const uint8_t *b, const float *x, int nb) { return row_dot_plain(qtype, b, x, nb); }
+/* A row of nb blocks times x, each block's weights rebuilt by block_weights: every type's
+ * plain path, for a CPU without AVX2. */
+static float row_dot(int qtype, const uint8_t *b, const float *x, int nb) {
+    int size;
+    const int n = block_layout(qtype, &size);
+    float acc = 0.0f, w[256];
+    for (int i = 0; i < nb; i++, b += size, x += n) {
+        block_weights(qtype, b, w);
+        for (int j = 0; j < n; j++) acc += w[j] * x[j];
+    }
+    return acc;
+}
+
 
 int sg_vectorized(void) { return 0; }
 #endif
