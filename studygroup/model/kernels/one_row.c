@@ -8,9 +8,11 @@
  * same weights as the float32 matrix, a summation order of its own. The step reads 4.5 to 8.5 bits a
  * weight instead of float32's 32: a step of generation is bound by memory bandwidth, not arithmetic.
  *
- * Float operations: this file is built with -std=c11, so a*b + c is two roundings, never fused, as in
- * numpy. A fused multiply-add builds a weight only where the product is exact in float32 (Q4_1's
- * d·q: 11 significant bits times 4): its one rounding then equals numpy's two.
+ * Float operations: every product d·sc·q is exact in float32 (d, a half, has 11 significant bits; the
+ * integers sc·q at most 13: Q6_K's |sc| ≤ 128 times |q| ≤ 32), so the order of the multiplications
+ * cannot change a weight, and the one rounding is that of + m or − dmin·m (dmin·m exact too). The
+ * plain path writes numpy's operations as they are (-std=c11: a*b + c is two roundings, never fused);
+ * the vectorized paths fuse d·q + m, whose one rounding equals numpy's two because d·q is exact.
  *
  * Block layouts (ggml's, little-endian; f16 = IEEE half; "nibbles" of 16 bytes hold 32 codes:
  * code j < 16 is qs[j] & 15, code j ≥ 16 is qs[j − 16] >> 4):
@@ -121,28 +123,32 @@ static void small_block(int qtype, const uint8_t *b, float *w) {
     }
 }
 
-/* Q2_K: 16 sub-blocks of 16, 2-bit codes, 4-bit scale and min each. */
+/* Q2_K: 16 sub-blocks of 16, 2-bit codes, 4-bit scale and min each. Weight 128g + 32s + k. */
 static void q2_k(const uint8_t *b, float *w) {
     const uint8_t *scales = b, *qs = b + 16;
     const float d = half(b + 80), dmin = half(b + 82);
-    for (int i = 0; i < 256; i++) {
-        const int g = i / 128, s = i % 128 / 32, k = i % 32, sc = scales[i / 16];
-        const float dl = d * (float)(sc & 15), ml = dmin * (float)(sc >> 4);
-        w[i] = dl * (float)(qs[32 * g + k] >> 2 * s & 3) - ml;
-    }
+    for (int g = 0; g < 2; g++)
+        for (int s = 0; s < 4; s++, w += 32)
+            for (int k = 0; k < 32; k++) {
+                const int sc = scales[8 * g + 2 * s + k / 16];
+                const float dl = d * (float)(sc & 15), ml = dmin * (float)(sc >> 4);
+                w[k] = dl * (float)(qs[32 * g + k] >> 2 * s & 3) - ml;
+            }
 }
 
 /* Q3_K: 16 sub-blocks of 16, 3-bit signed codes (2 low bits, a high bit whose absence subtracts 4),
- * signed 6-bit scales. */
+ * signed 6-bit scales. Weight 128g + 32s + k. */
 static void q3_k(const uint8_t *b, float *w) {
-    const uint8_t *hmask = b, *qs = b + 32, *s = b + 96;
+    const uint8_t *hmask = b, *qs = b + 32, *p = b + 96;
     const float d = half(b + 108);
-    for (int i = 0; i < 256; i++) {
-        const int n = i / 16, g = i / 128, sh = i % 128 / 32, k = i % 32;
-        const int sc = ((s[n % 8] >> 4 * (n / 8) & 15) | (s[8 + n % 4] >> 2 * (n / 4) & 3) << 4) - 32;
-        const int q = (qs[32 * g + k] >> 2 * sh & 3) - (hmask[k] >> (i / 32) & 1 ? 0 : 4);
-        w[i] = (d * (float)sc) * (float)q;
-    }
+    float dl[16];
+    for (int n = 0; n < 16; n++) dl[n] = d * (float)(((p[n % 8] >> 4 * (n / 8) & 15) | (p[8 + n % 4] >> 2 * (n / 4) & 3) << 4) - 32);
+    for (int g = 0; g < 2; g++)
+        for (int s = 0; s < 4; s++, w += 32)
+            for (int k = 0; k < 32; k++) {
+                const int q = (qs[32 * g + k] >> 2 * s & 3) - (hmask[k] >> (4 * g + s) & 1 ? 0 : 4);
+                w[k] = dl[8 * g + 2 * s + k / 16] * (float)q;
+            }
 }
 
 /* Q4_K's and Q5_K's 6-bit scale and min of sub-block j (< 8), from their 12 packed bytes. */
@@ -168,16 +174,18 @@ static void q45_k(const uint8_t *b, const uint8_t *qh, const uint8_t *qs, float 
     }
 }
 
-/* Q6_K: 16 sub-blocks of 16, 6-bit signed codes, signed 8-bit scales. (d·sc)·q may round: as numpy. */
+/* Q6_K: 16 sub-blocks of 16, 6-bit signed codes, signed 8-bit scales. Weight 128g + 32s + k. */
 static void q6_k(const uint8_t *b, float *w) {
-    const uint8_t *ql = b, *qh = b + 128;
     const int8_t *scales = (const int8_t *)(b + 192);
     const float d = half(b + 208);
-    for (int i = 0; i < 256; i++) {
-        const int g = i / 128, r = i % 128;
-        const int q = ((ql[64 * g + r % 64] >> 4 * (r / 64) & 15) | (qh[32 * g + r % 32] >> 2 * (r / 32) & 3) << 4) - 32;
-        w[i] = (d * (float)scales[i / 16]) * (float)q;
-    }
+    for (int g = 0; g < 2; g++)
+        for (int s = 0; s < 4; s++, w += 32) {
+            const uint8_t *ql = b + 64 * g + 32 * (s % 2), *qh = b + 128 + 32 * g;
+            for (int k = 0; k < 32; k++) {
+                const int q = ((ql[k] >> 4 * (s / 2) & 15) | (qh[k] >> 2 * s & 3) << 4) - 32;
+                w[k] = (d * (float)scales[8 * g + 2 * s + k / 16]) * (float)q;
+            }
+        }
 }
 
 /* IQ4_XS: 8 sub-blocks of 32, 4-bit codes into KVALUES, signed 6-bit scales. */
