@@ -1,7 +1,7 @@
 """The generation kernels on real files' tensors: every matrix of the default model (Q4_1, Q8_0) and
 of Gemma 3 270M (Q4_K_M: Q4_K, Q6_K, Q5_0, Q8_0) held in a block type the kernel reads, its weights
 gguf's dequantization bit for bit and a row times it a float64 product within float32 rounding;
-Gemma's generation step multiplies its float32 model's weights."""
+Gemma's generation step multiplies its float32 model's weights and generates the words the float32 multiply does."""
 from __future__ import annotations
 
 import numpy as np
@@ -54,3 +54,14 @@ def test_gemmas_step_multiplies_its_float32_weights():
     assert {Q(B.blocks.qtype).name for B in blocks.values()} == {"Q4_K", "Q6_K", "Q5_0", "Q8_0"}
     for name, B in blocks.items():
         assert torch.equal(B.weights(), gemma.w[name]), name
+
+
+def test_gemma_generates_the_same_words_without_the_kernels(monkeypatch):
+    gemma = studygroup.load("gemma-3-270m")
+    ids = gemma.tokenize("The capital of France is")
+    kernels = gemma.generate(ids, 12, ignore_eos=True)
+    monkeypatch.setenv(row_kernels.SWITCH, "off")
+    plain = gemma.generate(ids, 12, ignore_eos=True)
+    assert kernels.ids == plain.ids
+    for a, b in zip(kernels.words, plain.words):
+        assert abs(a.logit - b.logit) < 1e-4 * max(1.0, abs(b.logit))  # float32 sums in another order
