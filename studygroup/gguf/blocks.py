@@ -1,4 +1,4 @@
-"""A matrix as the file's quantized blocks of 32 weights, its rows in our order, for a kernel that
+"""A matrix as the file's quantized blocks (32 weights, or 256 for the K-quants and IQ4_XS), its rows in our order, for a kernel that
 multiplies one row by it without dequantizing it (`studygroup.model.row_kernels`).
 
 Each row of a file's matrix is one output of the layer (the (out, in) of `torch.nn.Linear`), a run
@@ -11,25 +11,39 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import gguf
 import numpy as np
 import torch
 from gguf import GGMLQuantizationType as Q
 
+from studygroup.errors import ModelFileError
 from studygroup.gguf import layout as gguf_layout
 from studygroup.gguf.config import Config
 from studygroup.gguf.container import read_gguf
 
-#: The block types read: blocks of 32 weights whose layouts the kernel knows (kernels/one_row.c).
-BLOCK_TYPES = frozenset({Q.Q4_0, Q.Q4_1, Q.Q8_0})
+#: Where each block type the kernel reads (kernels/one_row.c names each layout) keeps its float16
+#: numbers (d, and m or dmin), as byte offsets in a block: the only bytes that can make a block's
+#: weights infinite or NaN (the others are codes and integer scales).
+HALF_OFFSETS = {Q.Q4_0: (0,), Q.Q4_1: (0, 2), Q.Q5_0: (0,), Q.Q5_1: (0, 2), Q.Q8_0: (0,), Q.Q2_K: (80, 82),
+                Q.Q3_K: (108,), Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (208,), Q.IQ4_NL: (0,), Q.IQ4_XS: (0,)}
+#: The block types read: blocks of 32 weights, or super-blocks of 256 (the K-quants, IQ4_XS).
+BLOCK_TYPES = frozenset(HALF_OFFSETS)
 
 
 @dataclass(frozen=True)
 class Blocks:
-    """qtype: ggml's type number; rows (out, in / 32 · bytes per block) uint8; n_in: weights a row."""
+    """qtype: ggml's type number; rows (out, in / weights per block · bytes per block) uint8; n_in:
+    weights a row, a whole number of blocks."""
 
     qtype: int
     rows: torch.Tensor
     n_in: int
+
+    def __post_init__(self):
+        n, size = gguf.GGML_QUANT_SIZES[Q(self.qtype)]
+        assert self.n_in % n == 0 and self.rows.dtype == torch.uint8 and self.rows.dim() == 2 \
+            and self.rows.shape[1] == self.n_in // n * size, \
+            f"{Q(self.qtype).name} rows of {tuple(self.rows.shape)} bytes cannot hold {self.n_in} weights each"
 
     @property
     def n_out(self) -> int:
@@ -61,10 +75,26 @@ def read_blocks(path: str | Path, config: Config, groups: dict[str, list[str]]) 
         if (any(i is None or len(i.shape) != 2 for i in infos) or len({(i.qtype, i.shape[1]) for i in infos}) != 1
                 or infos[0].qtype not in BLOCK_TYPES):
             continue
+        for i in infos:
+            row_bytes(i.name, i.qtype, i.shape[1])
         rows = np.concatenate([np.take(file.raw(i), _row_order(name, i.shape[0], config), axis=0)
                                for name, i in zip(parts, infos)])  # (Σ out, bytes per row), one copy
         found[group] = Blocks(int(infos[0].qtype), torch.from_numpy(rows), infos[0].shape[1])
     return found
+
+
+def row_bytes(name: str, qtype: int, n_in: int) -> int:
+    """The bytes of one row of `n_in` weights of the tensor `name` stored as `qtype`; ModelFileError
+    where the row is not a whole number of that type's blocks.
+
+    >>> row_bytes("blk.0.ffn_down.weight", Q.Q4_K, 8960)  # 35 super-blocks of 256 weights, 144 bytes each
+    5040
+    """
+    n, size = gguf.GGML_QUANT_SIZES[Q(qtype)]
+    if n_in % n:
+        raise ModelFileError(f"tensor {name} ({Q(qtype).name}) has rows of {n_in} weights, not a whole number "
+                             f"of its {n}-weight blocks: the file is damaged")
+    return n_in // n * size
 
 
 def _row_order(name: str, n_rows: int, config: Config) -> np.ndarray:

@@ -3,20 +3,26 @@ type's weights equal gguf's dequantizer bit for bit, a row times its blocks equa
 product, and one question row's attention equals the float64 formula. A library built wrongly
 (or from altered code) computes other numbers; it is then refused before it writes a word.
 
-Shapes: a matrix of ROWS outputs × COLS inputs kept as blocks; attention with H query heads over
-H_KV key/value heads of width D, S cache rows used from START.
+The blocks are random bytes with their float16 fields set to finite numbers (`random_blocks`): every
+code and integer scale a block can hold is then valid, and gguf's `quants.quantize` writes only some
+of the types. One row's blocks are all zeros and one row's all ones (0xFF: the largest codes and scales).
+
+Shapes: a matrix of ROWS outputs × COLS inputs kept as blocks (COLS a whole number of 256-weight
+super-blocks); attention with H query heads over H_KV key/value heads of width D, S cache rows used
+from START.
 """
 from __future__ import annotations
 
 import ctypes
 
+import gguf
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 from gguf import quants
 
-from studygroup.gguf.blocks import BLOCK_TYPES
+from studygroup.gguf.blocks import BLOCK_TYPES, HALF_OFFSETS
 
-ROWS, COLS = 8, 64
+ROWS, COLS = 8, 512
 H, H_KV, D, CAPACITY, START, S = 4, 2, 8, 10, 2, 6
 RTOL = 1e-5  # float32 sums against float64, relative to the largest term
 
@@ -31,11 +37,35 @@ def first_wrong(lib: ctypes.CDLL) -> str:
     return _attention_wrong(lib, rng)
 
 
+def random_blocks(qtype: Q, rows: int, cols: int, rng: np.random.Generator, fill: int | None = None,
+                  halves=None) -> np.ndarray:
+    """(rows, bytes a row) uint8: blocks of `qtype` of random bytes (or every byte `fill`), their float16
+    fields then set to `halves` (broadcast to (rows, blocks a row, fields)), by default drawn uniformly
+    from (−1, 1): negative scales and mins included.
+
+    >>> b = random_blocks(Q.Q4_K, 2, 512, np.random.default_rng(0))
+    >>> b.shape, bool(np.isfinite(quants.dequantize(b, Q.Q4_K)).all())  # 2 super-blocks of 144 bytes a row
+    ((2, 288), True)
+    """
+    n, size = gguf.GGML_QUANT_SIZES[qtype]
+    blocks = (rng.integers(0, 256, (rows, cols // n, size), dtype=np.uint8) if fill is None
+              else np.full((rows, cols // n, size), fill, np.uint8))
+    offsets = HALF_OFFSETS[qtype]
+    if halves is None:
+        halves = rng.uniform(-1, 1, (rows, cols // n, len(offsets)))
+    halves = np.broadcast_to(np.asarray(halves, np.float16), (rows, cols // n, len(offsets))).view(np.uint8)
+    for f, offset in enumerate(offsets):
+        blocks[..., offset:offset + 2] = halves[..., 2 * f:2 * f + 2]
+    return blocks.reshape(rows, -1)
+
+
 def _matrix_wrong(lib: ctypes.CDLL, qtype: Q, rng: np.random.Generator) -> str:
-    blocks = np.ascontiguousarray(quants.quantize(rng.standard_normal((ROWS, COLS)).astype(np.float32), qtype))
+    blocks = random_blocks(qtype, ROWS, COLS, rng)
+    blocks[:2] = [random_blocks(qtype, 1, COLS, rng, fill)[0] for fill in (0, 255)]  # the least and largest codes
     want = quants.dequantize(blocks, qtype).astype(np.float32)  # (ROWS, COLS)
+    # bit for bit: the same float32 numbers, −0 and +0 told apart
     got = np.full((ROWS, COLS), np.nan, np.float32)
-    if lib.sg_dequantize(int(qtype), blocks.ctypes.data, got.ctypes.data, ROWS, COLS) != 0 or not np.array_equal(got, want):
+    if lib.sg_dequantize(int(qtype), blocks.ctypes.data, got.ctypes.data, ROWS, COLS) != 0 or not np.array_equal(got.view(np.uint32), want.view(np.uint32)):
         return f"its {qtype.name} weights differ from gguf's dequantizer"
     x = rng.standard_normal(COLS).astype(np.float32)  # (COLS,)
     y = np.full(ROWS, np.nan, np.float32)  # (ROWS,)

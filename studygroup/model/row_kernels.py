@@ -4,7 +4,8 @@ key/value cache.
 
 A step of generation multiplies one row by every weight matrix, so its time is the time to read
 them: 0.54 GB as float32 for the default model, 0.1 GB as the file's Q4_1 and Q8_0 blocks. The
-kernel rebuilds each weight in float32 exactly as the dequantizer does and multiplies in float32,
+kernel reads the block types of `studygroup.gguf.blocks.BLOCK_TYPES` (Q4_0 … Q8_0, the K-quants,
+IQ4_NL, IQ4_XS; kernels/one_row.c names each layout) and rebuilds each weight in float32 exactly as the dequantizer does and multiplies in float32,
 so the weights are the float32 model's; only the order of the sums differs. It is compiled once per machine with the system's C compiler and kept in the cache folder,
 loaded only as this user built it and after a check of its numbers (`kernel_build`,
 `kernel_self_check`); without a compiler, or for a type it does not read, the
@@ -12,7 +13,8 @@ float32 multiply is used instead (`project`), with the same weights. The attenti
 a handful of small operations in torch (two batched multiplies, a softmax, copies), whose fixed
 costs outweigh their arithmetic; in one call it is the same formula in float32.
 
-Shapes: a matrix W (in, out) of the paper, kept as out rows of in / 32 blocks.
+Shapes: a matrix W (in, out) of the paper, kept as out rows of in / n blocks (n = 32, or 256 for the
+K-quants and IQ4_XS).
 """
 from __future__ import annotations
 

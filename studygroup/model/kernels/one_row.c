@@ -2,15 +2,46 @@
  *
  * sg_matvec: one row times a matrix kept as a GGUF file's quantized blocks, without dequantizing it.
  * y (rows,) = W (rows, cols) · x (cols,): W's rows are the file's rows (one output each), each a run
- * of blocks of 32 weights. A weight is rebuilt in float32 exactly as gguf's dequantizer computes it
- * (Q4_0: d·(q − 8); Q4_1: d·q + m, one rounding as the dequantizer's; Q8_0: d·q), then multiplied
- * and summed in float32: the same weights as the float32 matrix, a summation order of its own.
- * The step reads 5 (Q4_1) or 8.5 (Q8_0) bits a weight instead of float32's 32: a step of generation
- * is bound by memory bandwidth, not arithmetic.
+ * of blocks (32 weights, or super-blocks of 256 for the K-quants and IQ4_XS). A weight is rebuilt in
+ * float32 exactly as gguf's dequantizer (gguf/quants.py, numpy float32) computes it, with its
+ * groupings: d·q, d·q + m, (d·sc)·q, (d·sc)·q − (dmin·m); then multiplied and summed in float32: the
+ * same weights as the float32 matrix, a summation order of its own. The step reads 4.5 to 8.5 bits a
+ * weight instead of float32's 32: a step of generation is bound by memory bandwidth, not arithmetic.
+ *
+ * Float operations: every product d·sc·q is exact in float32 (d, a half, has 11 significant bits; the
+ * integers sc·q at most 13: Q6_K's |sc| ≤ 128 times |q| ≤ 32), so the order of the multiplications
+ * cannot change a weight, and the one rounding is that of + m or − dmin·m (dmin·m exact too). The
+ * plain path writes numpy's operations as they are (-std=c11: a*b + c is two roundings, never fused);
+ * the vectorized paths fuse d·q + m, whose one rounding equals numpy's two because d·q is exact.
+ *
+ * Block layouts (ggml's, little-endian; f16 = IEEE half; "nibbles" of 16 bytes hold 32 codes:
+ * code j < 16 is qs[j] & 15, code j ≥ 16 is qs[j − 16] >> 4):
+ *   Q4_0   (32, 18 bytes)  {f16 d; u8 qs[16]}                      w = d·(q − 8)
+ *   Q4_1   (32, 20)        {f16 d, m; u8 qs[16]}                   w = d·q + m
+ *   Q5_0   (32, 22)        {f16 d; u32 qh; u8 qs[16]}              q = nibble | bit j of qh << 4; w = d·(q − 16)
+ *   Q5_1   (32, 24)        {f16 d, m; u32 qh; u8 qs[16]}           w = d·q + m
+ *   Q8_0   (32, 34)        {f16 d; i8 qs[32]}                      w = d·q
+ *   IQ4_NL (32, 18)        {f16 d; u8 qs[16]}                      w = d·KVALUES[nibble]
+ *   Q2_K   (256, 84)       {u8 scales[16]; u8 qs[64]; f16 d, dmin}
+ *          weight i = 128g + 32s + k (g < 2, s < 4, k < 32): q = qs[32g + k] >> 2s & 3; sub-block i / 16
+ *          has sc = scales & 15, m = scales >> 4;  w = (d·sc)·q − (dmin·m)
+ *   Q3_K   (256, 110)      {u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d}
+ *          low 2 bits as Q2_K's; high bit = hmask[i % 32] >> (i / 32) & 1, and q = low − 4 where it is 0;
+ *          16 signed 6-bit scales (i / 16): low 4 bits scales[n % 8] >> 4(n / 8), high 2 bits
+ *          scales[8 + n % 4] >> 2(n / 4), minus 32;  w = (d·sc)·q
+ *   Q4_K   (256, 144)      {f16 d, dmin; u8 scales[12]; u8 qs[128]}
+ *          sub-block j of 32 (j < 8): nibble j % 2 of qs[32(j / 2) + k]; 6-bit sc, m packed as
+ *          j < 4: s[j] & 63, s[j + 4] & 63;  j ≥ 4: s[j + 4] & 15 | s[j − 4] >> 6 << 4, s[j + 4] >> 4 | s[j] >> 6 << 4
+ *          w = (d·sc)·q − (dmin·m)
+ *   Q5_K   (256, 176)      {f16 d, dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}  Q4_K's with bit j of qh[k] << 4
+ *   Q6_K   (256, 210)      {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}
+ *          weight i = 128g + r: low 4 bits ql[64g + r % 64] >> 4(r / 64), high 2 bits qh[32g + r % 32] >> 2(r / 32);
+ *          q − 32;  w = (d·scales[i / 16])·q
+ *   IQ4_XS (256, 136)      {f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]}
+ *          sub-block j of 32: nibbles qs[16j ..]; sc = (scales_l[j / 2] >> 4(j % 2) & 15 | (scales_h >> 2j & 3) << 4) − 32;
+ *          w = (d·sc)·KVALUES[code]
  *
  * Rows are split among the OpenMP threads of the process (torch's, once torch is loaded).
- * Block layouts (ggml): Q4_0 {f16 d; u8 qs[16]}, Q4_1 {f16 d, m; u8 qs[16]}, Q8_0 {f16 d; i8 qs[32]};
- * in the 4-bit types weight j is qs[j] & 15 and weight j + 16 is qs[j] >> 4.
  *
  * sg_attend_row: one question row's attention over the key/value cache, every head in one call.
  */
@@ -21,10 +52,28 @@
 #include <immintrin.h>
 #endif
 
-enum { Q4_0 = 2, Q4_1 = 3, Q8_0 = 8 };  /* GGML's type numbers */
+enum { Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13,
+       Q6_K = 14, IQ4_NL = 20, IQ4_XS = 23 };  /* GGML's type numbers */
 
-static int block_bytes(int qtype) {
-    return qtype == Q4_0 ? 18 : qtype == Q4_1 ? 20 : qtype == Q8_0 ? 34 : 0;
+/* IQ4_NL's and IQ4_XS's one table: a 4-bit code's value, non-linear. */
+static const int8_t KVALUES[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+/* Weights a block holds (0: a type not read), and its bytes in *bytes. */
+static int block_layout(int qtype, int *bytes) {
+    switch (qtype) {
+    case Q4_0: case IQ4_NL: *bytes = 18; return 32;
+    case Q4_1: *bytes = 20; return 32;
+    case Q5_0: *bytes = 22; return 32;
+    case Q5_1: *bytes = 24; return 32;
+    case Q8_0: *bytes = 34; return 32;
+    case Q2_K: *bytes = 84; return 256;
+    case Q3_K: *bytes = 110; return 256;
+    case Q4_K: *bytes = 144; return 256;
+    case Q5_K: *bytes = 176; return 256;
+    case Q6_K: *bytes = 210; return 256;
+    case IQ4_XS: *bytes = 136; return 256;
+    default: *bytes = 0; return 0;
+    }
 }
 
 /* IEEE half -> float, exact (F16C's instruction where the CPU has it). */
@@ -46,20 +95,120 @@ static float half(const uint8_t *p) {
     return f;
 }
 
-/* The 32 weights of one block, as gguf dequantizes them. */
-static void block_weights(int qtype, const uint8_t *b, float *w) {
-    float d = half(b);
+/* Code j (< 32) of 16 bytes of nibbles. */
+static inline int nibble(const uint8_t *qs, int j) { return j < 16 ? qs[j] & 15 : qs[j - 16] >> 4; }
+
+static inline uint32_t u32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+
+/* The 32-weight types: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL. */
+static void small_block(int qtype, const uint8_t *b, float *w) {
+    const float d = half(b);
     if (qtype == Q8_0) {
         for (int j = 0; j < 32; j++) w[j] = d * (float)(int8_t)b[2 + j];
-        return;
+    } else if (qtype == Q4_0 || qtype == IQ4_NL) {
+        for (int j = 0; j < 32; j++)
+            w[j] = d * (float)(qtype == Q4_0 ? nibble(b + 2, j) - 8 : KVALUES[nibble(b + 2, j)]);
+    } else if (qtype == Q4_1) {
+        const float m = half(b + 2);
+        for (int j = 0; j < 32; j++) w[j] = d * (float)nibble(b + 4, j) + m;
+    } else {  /* Q5_0, Q5_1: a fifth bit per weight in qh */
+        const int one = qtype == Q5_1;
+        const uint32_t qh = u32(b + 2 + 2 * one);
+        const uint8_t *qs = b + 6 + 2 * one;
+        const float m = one ? half(b + 2) : 0.0f;
+        for (int j = 0; j < 32; j++) {
+            const int q = nibble(qs, j) | (int)((qh >> j & 1) << 4);
+            w[j] = one ? d * (float)q + m : d * (float)(q - 16);
+        }
     }
-    const uint8_t *qs = b + (qtype == Q4_1 ? 4 : 2);
-    float m = qtype == Q4_1 ? half(b + 2) : 0.0f;
-    int off = qtype == Q4_0 ? 8 : 0;
-    for (int j = 0; j < 16; j++) {
-        float lo = (float)((qs[j] & 15) - off), hi = (float)((qs[j] >> 4) - off);
-        w[j] = qtype == Q4_1 ? __builtin_fmaf(d, lo, m) : d * lo;
-        w[j + 16] = qtype == Q4_1 ? __builtin_fmaf(d, hi, m) : d * hi;
+}
+
+/* Q2_K: 16 sub-blocks of 16, 2-bit codes, 4-bit scale and min each. Weight 128g + 32s + k. */
+static void q2_k(const uint8_t *b, float *w) {
+    const uint8_t *scales = b, *qs = b + 16;
+    const float d = half(b + 80), dmin = half(b + 82);
+    for (int g = 0; g < 2; g++)
+        for (int s = 0; s < 4; s++, w += 32)
+            for (int k = 0; k < 32; k++) {
+                const int sc = scales[8 * g + 2 * s + k / 16];
+                const float dl = d * (float)(sc & 15), ml = dmin * (float)(sc >> 4);
+                w[k] = dl * (float)(qs[32 * g + k] >> 2 * s & 3) - ml;
+            }
+}
+
+/* Q3_K: 16 sub-blocks of 16, 3-bit signed codes (2 low bits, a high bit whose absence subtracts 4),
+ * signed 6-bit scales. Weight 128g + 32s + k. */
+static void q3_k(const uint8_t *b, float *w) {
+    const uint8_t *hmask = b, *qs = b + 32, *p = b + 96;
+    const float d = half(b + 108);
+    float dl[16];
+    for (int n = 0; n < 16; n++) dl[n] = d * (float)(((p[n % 8] >> 4 * (n / 8) & 15) | (p[8 + n % 4] >> 2 * (n / 4) & 3) << 4) - 32);
+    for (int g = 0; g < 2; g++)
+        for (int s = 0; s < 4; s++, w += 32)
+            for (int k = 0; k < 32; k++) {
+                const int q = (qs[32 * g + k] >> 2 * s & 3) - (hmask[k] >> (4 * g + s) & 1 ? 0 : 4);
+                w[k] = dl[8 * g + 2 * s + k / 16] * (float)q;
+            }
+}
+
+/* Q4_K's and Q5_K's 6-bit scale and min of sub-block j (< 8), from their 12 packed bytes. */
+static void scale_min(const uint8_t *s, int j, int *sc, int *m) {
+    if (j < 4) {
+        *sc = s[j] & 63, *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4, *m = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+    }
+}
+
+/* Q4_K (qh NULL) and Q5_K: 8 sub-blocks of 32, 4- or 5-bit codes, 6-bit scale and min each. */
+static void q45_k(const uint8_t *b, const uint8_t *qh, const uint8_t *qs, float *w) {
+    const float d = half(b), dmin = half(b + 2);
+    for (int j = 0; j < 8; j++) {
+        int sc, m;
+        scale_min(b + 4, j, &sc, &m);
+        const float ds = d * (float)sc, dm = dmin * (float)m;
+        for (int k = 0; k < 32; k++) {
+            const int q = (qs[32 * (j / 2) + k] >> 4 * (j % 2) & 15) | (qh ? (qh[k] >> j & 1) << 4 : 0);
+            w[32 * j + k] = ds * (float)q - dm;
+        }
+    }
+}
+
+/* Q6_K: 16 sub-blocks of 16, 6-bit signed codes, signed 8-bit scales. Weight 128g + 32s + k. */
+static void q6_k(const uint8_t *b, float *w) {
+    const int8_t *scales = (const int8_t *)(b + 192);
+    const float d = half(b + 208);
+    for (int g = 0; g < 2; g++)
+        for (int s = 0; s < 4; s++, w += 32) {
+            const uint8_t *ql = b + 64 * g + 32 * (s % 2), *qh = b + 128 + 32 * g;
+            for (int k = 0; k < 32; k++) {
+                const int q = ((ql[k] >> 4 * (s / 2) & 15) | (qh[k] >> 2 * s & 3) << 4) - 32;
+                w[k] = (d * (float)scales[8 * g + 2 * s + k / 16]) * (float)q;
+            }
+        }
+}
+
+/* IQ4_XS: 8 sub-blocks of 32, 4-bit codes into KVALUES, signed 6-bit scales. */
+static void iq4_xs(const uint8_t *b, float *w) {
+    const float d = half(b);
+    const unsigned scales_h = b[2] | b[3] << 8;
+    for (int j = 0; j < 8; j++) {
+        const int sc = ((b[4 + j / 2] >> 4 * (j % 2) & 15) | (scales_h >> 2 * j & 3) << 4) - 32;
+        const float dl = d * (float)sc;
+        for (int k = 0; k < 32; k++) w[32 * j + k] = dl * (float)KVALUES[nibble(b + 8 + 16 * j, k)];
+    }
+}
+
+/* The weights of one block (32 or 256), as gguf dequantizes them. */
+static void block_weights(int qtype, const uint8_t *b, float *w) {
+    switch (qtype) {
+    case Q2_K: q2_k(b, w); break;
+    case Q3_K: q3_k(b, w); break;
+    case Q4_K: q45_k(b, NULL, b + 16, w); break;
+    case Q5_K: q45_k(b, b + 16, b + 48, w); break;
+    case Q6_K: q6_k(b, w); break;
+    case IQ4_XS: iq4_xs(b, w); break;
+    default: small_block(qtype, b, w);
     }
 }
 
@@ -77,8 +226,10 @@ static inline float hsum(__m256 v) {
 #define U8_PS(v) _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v))
 #define I8_PS(v) _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v))
 
-static float row_dot(int qtype, const uint8_t *b, const float *x, int nb) {
-    const int size = block_bytes(qtype);
+/* Q4_0, Q4_1, Q8_0: each block's weights built in registers. */
+static float row_dot_32(int qtype, const uint8_t *b, const float *x, int nb) {
+    int size;
+    block_layout(qtype, &size);
     const __m128i low = _mm_set1_epi8(15), eight = _mm_set1_epi8(8);
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, w0, w1, w2, w3;
     for (int i = 0; i < nb; i++, b += size, x += 32) {
@@ -114,26 +265,184 @@ static float row_dot(int qtype, const uint8_t *b, const float *x, int nb) {
     return hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
 }
 
+/* The other types' codes are built 16 at a time as signed bytes, then turned into weights. Every
+ * weight's product d·sc·q is exact in float32 (see the header), so a fused d·q + m is numpy's value. */
+
+/* a[0], a[1] += w · x for 16 weights w = d·c + m (d·c where !with_m); c: 16 signed bytes. */
+static inline void acc16(__m128i c, float d, float m, int with_m, const float *x, __m256 *a) {
+    const __m256 dv = _mm256_set1_ps(d), mv = _mm256_set1_ps(m);
+    __m256 w0 = I8_PS(c), w1 = I8_PS(_mm_srli_si128(c, 8));
+    w0 = with_m ? _mm256_fmadd_ps(dv, w0, mv) : _mm256_mul_ps(dv, w0);
+    w1 = with_m ? _mm256_fmadd_ps(dv, w1, mv) : _mm256_mul_ps(dv, w1);
+    a[0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x), a[0]);
+    a[1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + 8), a[1]);
+}
+
+/* 0x10 in byte j where bit j of 16 bits is set, else 0. */
+static inline __m128i bit_bytes(unsigned bits) {
+    const __m128i spread = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const __m128i select = _mm_setr_epi8(1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128);
+    __m128i v = _mm_shuffle_epi8(_mm_cvtsi32_si128((int)bits), spread);
+    return _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(v, select), select), _mm_set1_epi8(0x10));
+}
+
+/* 0xFF in byte k where bytes[k] has the bit `bit` set, else 0. */
+static inline __m128i has_bit(__m128i bytes, int bit) {
+    const __m128i b = _mm_set1_epi8((char)bit);
+    return _mm_cmpeq_epi8(_mm_and_si128(bytes, b), b);
+}
+
+static inline __m128i shr_bits(__m128i v, int n, int mask) {  /* (byte >> n) & mask, per byte */
+    return _mm_and_si128(_mm_srl_epi16(v, _mm_cvtsi32_si128(n)), _mm_set1_epi8((char)mask));
+}
+
+static void block_q5(int qtype, const uint8_t *b, const float *x, __m256 *a) {
+    const int one = qtype == Q5_1;
+    const float d = half(b), m = one ? half(b + 2) : 0.0f;
+    const uint32_t qh = u32(b + 2 + 2 * one);
+    const __m128i raw = _mm_loadu_si128((const __m128i *)(b + 6 + 2 * one)), off = _mm_set1_epi8(one ? 0 : 16);
+    const __m128i c0 = _mm_or_si128(shr_bits(raw, 0, 15), bit_bytes(qh & 0xFFFF));
+    const __m128i c1 = _mm_or_si128(shr_bits(raw, 4, 15), bit_bytes(qh >> 16));
+    acc16(_mm_sub_epi8(c0, off), d, m, one, x, a);
+    acc16(_mm_sub_epi8(c1, off), d, m, one, x + 16, a + 2);
+}
+
+static void block_iq4_nl(const uint8_t *b, const float *x, __m256 *a) {
+    const __m128i table = _mm_loadu_si128((const __m128i *)KVALUES), raw = _mm_loadu_si128((const __m128i *)(b + 2));
+    const float d = half(b);
+    acc16(_mm_shuffle_epi8(table, shr_bits(raw, 0, 15)), d, 0.0f, 0, x, a);
+    acc16(_mm_shuffle_epi8(table, shr_bits(raw, 4, 15)), d, 0.0f, 0, x + 16, a + 2);
+}
+
+static void block_q2_k(const uint8_t *b, const float *x, __m256 *a) {
+    const float d = half(b + 80), dmin = half(b + 82);
+    for (int g = 0; g < 2; g++) {
+        const __m128i q0 = _mm_loadu_si128((const __m128i *)(b + 16 + 32 * g)), q1 = _mm_loadu_si128((const __m128i *)(b + 32 + 32 * g));
+        for (int s = 0; s < 4; s++) {
+            const int n = 8 * g + 2 * s;  /* the sub-block of 16 */
+            acc16(shr_bits(q0, 2 * s, 3), d * (float)(b[n] & 15), -(dmin * (float)(b[n] >> 4)), 1, x + 16 * n, a);
+            acc16(shr_bits(q1, 2 * s, 3), d * (float)(b[n + 1] & 15), -(dmin * (float)(b[n + 1] >> 4)), 1, x + 16 * n + 16, a + 2);
+        }
+    }
+}
+
+static void block_q3_k(const uint8_t *b, const float *x, __m256 *a) {
+    const uint8_t *s = b + 96;
+    const float d = half(b + 108);
+    const __m128i h0 = _mm_loadu_si128((const __m128i *)b), h1 = _mm_loadu_si128((const __m128i *)(b + 16)), four = _mm_set1_epi8(4);
+    for (int g = 0; g < 2; g++) {
+        const __m128i q0 = _mm_loadu_si128((const __m128i *)(b + 32 + 32 * g)), q1 = _mm_loadu_si128((const __m128i *)(b + 48 + 32 * g));
+        for (int sh = 0; sh < 4; sh++) {
+            const int n = 8 * g + 2 * sh, bit = 1 << (4 * g + sh);
+            const int sc0 = ((s[n % 8] >> 4 * (n / 8) & 15) | (s[8 + n % 4] >> 2 * (n / 4) & 3) << 4) - 32;
+            const int sc1 = ((s[(n + 1) % 8] >> 4 * (n / 8) & 15) | (s[8 + (n + 1) % 4] >> 2 * (n / 4) & 3) << 4) - 32;
+            acc16(_mm_sub_epi8(shr_bits(q0, 2 * sh, 3), _mm_andnot_si128(has_bit(h0, bit), four)), d * (float)sc0, 0.0f, 0, x + 16 * n, a);
+            acc16(_mm_sub_epi8(shr_bits(q1, 2 * sh, 3), _mm_andnot_si128(has_bit(h1, bit), four)), d * (float)sc1, 0.0f, 0, x + 16 * n + 16, a + 2);
+        }
+    }
+}
+
+/* Q4_K (qh NULL) and Q5_K. */
+static void block_q45_k(const uint8_t *b, const uint8_t *qh, const uint8_t *qs, const float *x, __m256 *a) {
+    const float d = half(b), dmin = half(b + 2);
+    const __m128i zero = _mm_setzero_si128();
+    const __m128i h0 = qh ? _mm_loadu_si128((const __m128i *)qh) : zero, h1 = qh ? _mm_loadu_si128((const __m128i *)(qh + 16)) : zero;
+    const __m128i sixteen = _mm_set1_epi8(16);
+    for (int j = 0; j < 8; j++) {
+        int sc, m;
+        scale_min(b + 4, j, &sc, &m);
+        const __m128i r0 = _mm_loadu_si128((const __m128i *)(qs + 32 * (j / 2))), r1 = _mm_loadu_si128((const __m128i *)(qs + 32 * (j / 2) + 16));
+        __m128i c0 = shr_bits(r0, 4 * (j % 2), 15), c1 = shr_bits(r1, 4 * (j % 2), 15);
+        if (qh) {
+            c0 = _mm_or_si128(c0, _mm_and_si128(has_bit(h0, 1 << j), sixteen));
+            c1 = _mm_or_si128(c1, _mm_and_si128(has_bit(h1, 1 << j), sixteen));
+        }
+        const float ds = d * (float)sc, dm = dmin * (float)m;
+        acc16(c0, ds, -dm, 1, x + 32 * j, a);
+        acc16(c1, ds, -dm, 1, x + 32 * j + 16, a + 2);
+    }
+}
+
+static void block_q6_k(const uint8_t *b, const float *x, __m256 *a) {
+    const int8_t *sc = (const int8_t *)(b + 192);
+    const float d = half(b + 208);
+    const __m128i off = _mm_set1_epi8(32);
+    for (int g = 0; g < 2; g++) {
+        const uint8_t *ql = b + 64 * g, *qh = b + 128 + 32 * g;
+        const __m128i h0 = _mm_loadu_si128((const __m128i *)qh), h1 = _mm_loadu_si128((const __m128i *)(qh + 16));
+        for (int s = 0; s < 4; s++) {  /* weights 128g + 32s .. + 31: low bits from ql[32(s % 2) ..] >> 4(s / 2) */
+            const __m128i l0 = _mm_loadu_si128((const __m128i *)(ql + 32 * (s % 2))), l1 = _mm_loadu_si128((const __m128i *)(ql + 32 * (s % 2) + 16));
+            const __m128i c0 = _mm_or_si128(shr_bits(l0, 4 * (s / 2), 15), _mm_slli_epi16(shr_bits(h0, 2 * s, 3), 4));
+            const __m128i c1 = _mm_or_si128(shr_bits(l1, 4 * (s / 2), 15), _mm_slli_epi16(shr_bits(h1, 2 * s, 3), 4));
+            const int n = 8 * g + 2 * s;
+            acc16(_mm_sub_epi8(c0, off), d * (float)sc[n], 0.0f, 0, x + 16 * n, a);
+            acc16(_mm_sub_epi8(c1, off), d * (float)sc[n + 1], 0.0f, 0, x + 16 * n + 16, a + 2);
+        }
+    }
+}
+
+static void block_iq4_xs(const uint8_t *b, const float *x, __m256 *a) {
+    const __m128i table = _mm_loadu_si128((const __m128i *)KVALUES);
+    const float d = half(b);
+    const unsigned scales_h = b[2] | b[3] << 8;
+    for (int j = 0; j < 8; j++) {
+        const int sc = ((b[4 + j / 2] >> 4 * (j % 2) & 15) | (scales_h >> 2 * j & 3) << 4) - 32;
+        const __m128i raw = _mm_loadu_si128((const __m128i *)(b + 8 + 16 * j));
+        acc16(_mm_shuffle_epi8(table, shr_bits(raw, 0, 15)), d * (float)sc, 0.0f, 0, x + 32 * j, a);
+        acc16(_mm_shuffle_epi8(table, shr_bits(raw, 4, 15)), d * (float)sc, 0.0f, 0, x + 32 * j + 16, a + 2);
+    }
+}
+
+/* The other types: a block at a time into four accumulators. */
+static float row_dot_codes(int qtype, const uint8_t *b, const float *x, int nb) {
+    int size;
+    const int n = block_layout(qtype, &size);
+    __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int i = 0; i < nb; i++, b += size, x += n) {
+        switch (qtype) {
+        case Q5_0: case Q5_1: block_q5(qtype, b, x, a); break;
+        case IQ4_NL: block_iq4_nl(b, x, a); break;
+        case Q2_K: block_q2_k(b, x, a); break;
+        case Q3_K: block_q3_k(b, x, a); break;
+        case Q4_K: block_q45_k(b, NULL, b + 16, x, a); break;
+        case Q5_K: block_q45_k(b, b + 16, b + 48, x, a); break;
+        case Q6_K: block_q6_k(b, x, a); break;
+        case IQ4_XS: block_iq4_xs(b, x, a); break;
+        }
+    }
+    return hsum(_mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3])));
+}
+
+static float row_dot(int qtype, const uint8_t *b, const float *x, int nb) {
+    if (qtype == Q4_0 || qtype == Q4_1 || qtype == Q8_0) return row_dot_32(qtype, b, x, nb);
+    return row_dot_codes(qtype, b, x, nb);
+}
+
 int sg_vectorized(void) { return 1; }
 #else
+/* A row of nb blocks times x, each block's weights rebuilt by block_weights: every type's
+ * plain path, for a CPU without AVX2. */
 static float row_dot(int qtype, const uint8_t *b, const float *x, int nb) {
-    const int size = block_bytes(qtype);
-    float acc = 0.0f, w[32];
-    for (int i = 0; i < nb; i++, b += size, x += 32) {
+    int size;
+    const int n = block_layout(qtype, &size);
+    float acc = 0.0f, w[256];
+    for (int i = 0; i < nb; i++, b += size, x += n) {
         block_weights(qtype, b, w);
-        for (int j = 0; j < 32; j++) acc += w[j] * x[j];
+        for (int j = 0; j < n; j++) acc += w[j] * x[j];
     }
     return acc;
 }
 
+
 int sg_vectorized(void) { return 0; }
 #endif
 
-/* y (rows,) = W · x; returns 0, or -1 for a type it does not read or cols not a multiple of 32. */
+/* y (rows,) = W · x; returns 0, or -1 for a type it does not read or cols not a multiple of its block. */
 int sg_matvec(int qtype, const uint8_t *W, const float *x, float *y, int64_t rows, int64_t cols) {
-    const int size = block_bytes(qtype);
-    if (!size || cols % 32) return -1;
-    const int64_t nb = cols / 32;
+    int size;
+    const int n = block_layout(qtype, &size);
+    if (!n || cols % n) return -1;
+    const int64_t nb = cols / n;
     #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; r++) y[r] = row_dot(qtype, W + r * nb * size, x, (int)nb);
     return 0;
@@ -141,9 +450,10 @@ int sg_matvec(int qtype, const uint8_t *W, const float *x, float *y, int64_t row
 
 /* out (rows, cols) = W's weights in float32, as gguf dequantizes them (a check of the reading). */
 int sg_dequantize(int qtype, const uint8_t *W, float *out, int64_t rows, int64_t cols) {
-    const int size = block_bytes(qtype);
-    if (!size || cols % 32) return -1;
-    for (int64_t i = 0; i < rows * cols / 32; i++) block_weights(qtype, W + i * size, out + i * 32);
+    int size;
+    const int n = block_layout(qtype, &size);
+    if (!n || cols % n) return -1;
+    for (int64_t i = 0; i < rows * cols / n; i++) block_weights(qtype, W + i * size, out + i * n);
     return 0;
 }
 
