@@ -13,6 +13,7 @@ stderr with exit status 2.
     studygroup why [TEXT] --layer L --head H --key J [--query I] [--silence-member J] [--silence-head L.H]
     studygroup lens [TEXT] [--rows A:B]   (the logit lens)
     studygroup patch CLEAN CORRUPTED [--answer WORD] [--wrong WORD] [--full]   (activation patching)
+    studygroup ablate [TEXT] [--head L.H] [--reference FILE ...] [--from TEXT]   (zero, mean, resample)
     studygroup roles [TEXT]
     studygroup models [--full]   (the GGUF models on this disk)
     studygroup generate TEXT -n N [--temperature T] [--top-k K] [--top-p P] [--seed S] [--ignore-eos]
@@ -263,6 +264,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--full", action="store_true", help="print every grid (default: resid_pre and the heads)")
     _model_options(p)
     p.set_defaults(handler=_patch)
+    p = sub.add_parser("ablate", help="each head's effect under zero, mean and resample ablation")
+    p.add_argument("text", nargs="?", default=DEFAULT_TEXT)
+    p.add_argument("--head", type=_layer_head, action="append", default=None, metavar="L.H",
+                   help="a head to measure (repeatable; default every head)")
+    p.add_argument("--reference", nargs="+", default=None, metavar="FILE",
+                   help="text files whose members' mean output the mean ablation puts in (default: the text's own members)")
+    p.add_argument("--from", dest="resample_from", default=None, metavar="TEXT",
+                   help="resample: each head's output taken from this text (of the same number of tokens)")
+    _common(p, 10, "how many heads to list (default 10, by |zero ablation effect|)")
+    p.set_defaults(handler=_ablate)
     p = sub.add_parser("roles", help="what each head does: previous, duplicate, induction, sink, local, broad")
     p.add_argument("text", nargs="?", default=None, help="a text (default: the standard probe, 50 tokens twice)")
     _common(p, 5, "how many heads to list per role (default 5)")
@@ -474,6 +485,27 @@ def _patch(args) -> str:
     say(cost(model, len(checked(model, args.clean, args.corrupted, args.answer, args.wrong)[0])))
     p = patch(model, args.clean, args.corrupted, answer=args.answer, wrong=args.wrong)
     return p.to_json(indent=2) if args.json else instruments_text.patching(p, full=args.full)
+
+
+def _ablate(args) -> str:
+    from studygroup.study.ablation import head_effects
+    from studygroup.views import instruments_text
+
+    reference = None if args.reference is None else [_read_text(f) for f in args.reference]
+    a = head_effects(_load(args), args.text, args.head, reference=reference, resample_from=args.resample_from)
+    return a.to_json(indent=2) if args.json else instruments_text.ablations(a, shown=args.top)
+
+
+def _read_text(path: str) -> str:
+    """A reference file's text: InputError (one line) where it cannot be read as UTF-8 text."""
+    from pathlib import Path
+
+    from studygroup.errors import InputError
+
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"cannot read {path} as UTF-8 text: {getattr(e, 'strerror', None) or e}") from None
 
 
 def _roles(args) -> str:

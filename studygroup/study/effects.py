@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import torch
 
 from studygroup.formulas import masks as masks_
-from studygroup.model.interventions import PassPlan
+from studygroup.model.interventions import CopyReplacement, PassPlan
 from studygroup.model.model import Model
 from studygroup.model.record import Record
 from studygroup.model.interventions import Interventions, each_added
@@ -193,8 +193,12 @@ def added_log_probs(model: Model, ids: list[int], token: int, base: Intervention
 
 def head_log_probs(model: Model, ids: list[int], token: int, heads: Sequence[tuple[int, int]],
                    resid_pre: dict[int, torch.Tensor] | None = None, bar=None, past=None,
-                   per_pass: int | None = None) -> torch.Tensor:
+                   per_pass: int | None = None, values: torch.Tensor | None = None) -> torch.Tensor:
     """log p(token) with each head silenced alone: (len(heads),) float64.
+
+    values: None silences by zeroing the head's write (zero ablation); else (n_layers, n_heads, R,
+    d_head), what each head's output is replaced by at every row of the pass (R = 1: the same row
+    at every member; else one per row): mean or resample ablation (`studygroup.study.ablation`).
 
     Silencing a head of layer l changes nothing before l, so its copy of the text joins a batched
     pass at layer l, entering it with the clean residual stream: each layer's weights are read once
@@ -208,8 +212,14 @@ def head_log_probs(model: Model, ids: list[int], token: int, heads: Sequence[tup
         g = torch.ones(joined, model.config.n_heads, device=device)  # (B by layer l, H)
         g[[b for b, _ in copies], [heads[i][1] for _, i in copies]] = 0
         return g
-    return _joined_log_probs(model, ids, token, [l for l, _ in heads], resid_pre, bar, gates=gates, past=past,
-                             per_pass=per_pass)
+
+    def replacements(copies, joined, device):
+        l, at = heads[copies[0][1]][0], torch.tensor([heads[i][1] for _, i in copies])
+        value = values[l, at].expand(-1, len(ids), -1)  # (B_l, T, d_head)
+        return CopyReplacement(f"layers.{l}.output", value, torch.tensor([b for b, _ in copies]), heads=at)
+    change = {"gates": gates} if values is None else {"replace": replacements}
+    return _joined_log_probs(model, ids, token, [l for l, _ in heads], resid_pre, bar, past=past,
+                             per_pass=per_pass, **change)
 
 
 def last_position_head_log_probs(model: Model, run: Run, token: int, heads: Sequence[tuple[int, int]],
@@ -251,12 +261,12 @@ def member_in_head_log_probs(model: Model, ids: list[int], token: int, silenced:
 
 
 def _joined_log_probs(model: Model, ids: list[int], token: int, layers: Sequence[int],
-                      resid_pre: dict[int, torch.Tensor] | None, bar, gates=None, masks=None,
+                      resid_pre: dict[int, torch.Tensor] | None, bar, gates=None, masks=None, replace=None,
                       past=None, per_pass: int | None = None) -> torch.Tensor:
     """log p(token) for copies of the text that each change one layer, layers[b], and join a
-    batched pass there. gates / masks(copies, joined, device): the layer's (B, H) gates or
-    (B, H, T, T) masks for the `joined` copies in the pass by then, `copies` the (row, index)
-    pairs of those joining at it. past: {layer: (k, v)}, each (1, H_kv, P, d), the keys and values
+    batched pass there. gates / masks / replace(copies, joined, device): the layer's (B, H) gates,
+    (B, H, T, T) masks or CopyReplacement for the `joined` copies in the pass by then, `copies` the
+    (row, index) pairs of those joining at it. past: {layer: (k, v)}, each (1, H_kv, P, d), the keys and values
     of P earlier members that every copy shares (then `ids` and resid_pre's rows are the members
     after them). per_pass: copies a pass (None: ROWS_PER_PASS rows). -> (len(layers),) float64."""
     if not layers:
@@ -277,9 +287,10 @@ def _joined_log_probs(model: Model, ids: list[int], token: int, layers: Sequence
             for l in sorted({layers[b] for b in group}):
                 copies = [(r, b) for r, b in enumerate(group) if layers[b] == l]
                 joined = sum(1 for b in group if layers[b] <= l)
-                changes[l] = (gates or masks)(copies, joined, model.device)
+                changes[l] = (gates or masks or replace)(copies, joined, model.device)
+            kind = "gates" if gates else "masks" if masks else "replace"
             finals[group] = _joined_final(model, ids_t, [layers[b] for b in group], resid_pre, changes,
-                                          "gates" if gates else "masks", on_layer, past or {})
+                                          kind, on_layer, past or {})
         logits = model.final_logits(finals)  # (B, vocab): the family's final norm, then W_U
     return log_probs(logits)[:, token]
 
@@ -287,12 +298,14 @@ def _joined_log_probs(model: Model, ids: list[int], token: int, layers: Sequence
 def _joined_final(model: Model, ids_t: torch.Tensor, layers: list[int], resid_pre: dict[int, torch.Tensor],
                   changes: dict[int, torch.Tensor], kind: str, on_layer=None, past=None) -> torch.Tensor:
     """One pass, one copy per entry of `layers` (sorted), each joining at its layer with the clean
-    residual stream; changes {layer: gates or masks} as `kind` says. Returns the last layer's
+    residual stream; changes {layer: gates, masks or a CopyReplacement} as `kind` says. Returns the last layer's
     residual stream at the last position: (B, d_model)."""
     c, last = model.config, model.config.n_layers - 1
     joining = {l: resid_pre[l].to(model.dtype)[None].expand(layers.count(l), -1, -1)  # (B_l, T, d_model)
                for l in sorted(set(layers))}
     first = layers[0]
+    if kind == "replace":  # {layer: CopyReplacement} -> the plan's {name: [replacements]}
+        changes = {r.name: [r] for r in changes.values()}
     plan = PassPlan(start=(first, joining.pop(first)), joining=joining,
                     record=Record(steps=("resid_post",), rows="last", layers=(last,)), stop_after=last,
                     on_layer=on_layer, past=past or {}, **{kind: changes})

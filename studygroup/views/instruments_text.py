@@ -62,3 +62,17 @@ def _largest(p, name: str, member: list[str]) -> list[str]:
     cells.sort(key=lambda c: -abs(c[0]))
     listed = ", ".join(f"layer {l} at {member[j]}: {v:+.2f}" for v, l, j in cells[:PATCH_CELLS_LISTED])
     return [f"{name}, the largest cells (--full: the grid): {listed or 'none'}"]
+
+
+def ablations(a, shown: int = 10) -> str:
+    """The heads with the largest zero-ablation effects, each under the ablations measured."""
+    header = ["layer", "head", "zero", "mean", *(["resample"] if a.resample_from else [])]
+    rows = [[h.layer, h.head, *(round(x, 4) + 0.0 for x in (h.zero, h.mean, *([h.resample] if a.resample_from else [])))]
+            for h in a.heads[:shown]]  # + 0.0: no "-0"
+    lines = [f"members ({len(a.tokens)}): " + " | ".join(a.tokens), "",
+             f"each head taken out at every member (model {a.model.label}): the change in log p({a.predicted}), "
+             f"{percent(a.prob)} in the run;",
+             f"zero: its write zeroed; mean: its output replaced by its mean over {a.reference}"
+             + ("; resample: its output taken from the other text" if a.resample_from else ""),
+             table(header, rows), "", "the story:"]
+    return "\n".join(lines + [wrap(s) for s in a.story])

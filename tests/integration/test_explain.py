@@ -22,6 +22,7 @@ from studygroup.errors import InputError, NotationError
 from studygroup.study.lesson_sections import lesson_sections
 from studygroup.model.interventions import PassPlan
 from studygroup.model.record import Record
+from studygroup.study.ablation import head_effects
 from studygroup.study.lens import lens
 from studygroup.study.model_view import model_view
 from studygroup.study.patching import patch
@@ -591,7 +592,7 @@ def test_json_round_trips_with_exactly_the_documented_keys(model, analysis, comp
                model_view(model.run(TEXT_B), analysis.explanation), lesson_sections(model, TEXT_B, 1, 2),
                studygroup.why(model, TEXT_B, 1, 2, 4, 1), studygroup.roles(model, TEXT_B),
                study.explain(model, TWO_SENTENCES, silence_heads=2, silence_members=2), lens(model, TEXT_B),
-               patch(model, TEXT_B, TEXT_B)]
+               patch(model, TEXT_B, TEXT_B), head_effects(model, TEXT_B, [(0, 1)], resample_from=TEXT_B)]
     for result in results:
         round_trip(result)
         check_documented(result, docs, seen)

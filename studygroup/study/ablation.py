@@ -1,0 +1,140 @@
+"""Three ways to take a head out, and what each says about it.
+
+- zero: the head's write is zeroed (what silencing does everywhere else). A head that rests on an
+  attention sink writes nearly the same vector on every text; zeroing removes that constant too,
+  so its effect mixes "what the head adds on this text" with "the constant every text gets".
+- mean: the head's output (its weighted sum of answers, before W_O) is replaced, at every member,
+  by its mean over a reference set: the text's own members by default, or every member of the
+  reference texts given. What is removed is only how this text's output differs from the usual one.
+- resample: the head's output is taken, member by member, from another text of the same length.
+
+`head_effects` measures each head's effect on log p of the conclusion under one ablation, at every
+position, in the batched passes explain uses (each copy joins at its head's layer).
+Shapes: L = n_layers, H = n_heads, T members, d = d_head.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from studygroup.errors import InputError
+from studygroup.model.record import Record
+from studygroup.study import effects
+from studygroup.study.jsonable import JSONable
+from studygroup.study.results import ModelInfo, model_info
+from studygroup.study.story import quote, signed
+from studygroup.study.text_ids import checked_ids
+
+KINDS = ("zero", "mean", "resample")
+
+
+@dataclass
+class HeadAblations(JSONable):
+    """One head's effect on log p of the conclusion under each ablation measured (None: not asked)."""
+
+    layer: int
+    head: int
+    zero: float
+    mean: float | None
+    resample: float | None
+
+
+@dataclass
+class Ablations(JSONable):
+    """A text's heads under zero, mean and resample ablation. See docs/json.md."""
+
+    model: ModelInfo
+    tokens: list[str]
+    predicted: str  # the conclusion whose log p is followed
+    prob: float
+    reference: str  # what the mean is taken over, in words
+    resample_from: list[str] | None  # the other text's members, where resample was asked
+    heads: list[HeadAblations]
+    story: list[str]
+
+
+def output_means(model, reference: Sequence[list[int]]) -> torch.Tensor:
+    """Each head's output averaged over every member of the reference texts: (L, H, 1, d)."""
+    total, n = None, 0
+    for ids in reference:
+        run = model.run(ids, record=Record(steps=("output",)))
+        out = torch.stack([run["output", l] for l in range(model.config.n_layers)])  # (L, H, T, d)
+        total = out.sum(2, keepdim=True) if total is None else total + out.sum(2, keepdim=True)
+        n += out.shape[2]
+    return (total / n).to(model.dtype)
+
+
+def output_of(model, ids: list[int]) -> torch.Tensor:
+    """Each head's output at every member of a text: (L, H, T, d)."""
+    run = model.run(ids, record=Record(steps=("output",)))
+    return torch.stack([run["output", l] for l in range(model.config.n_layers)]).to(model.dtype)
+
+
+def head_effects(model, text, heads: Sequence[tuple[int, int]] | None = None, *, reference=None,
+                 resample_from=None) -> Ablations:
+    """Each head's effect on log p of the conclusion under zero and mean ablation (and resample where
+    `resample_from` is given): the change in log p(t) when the head is taken out at every member.
+
+    heads: (layer, head) pairs (default every head). reference: texts whose members' mean output the
+    mean ablation puts in (default: this text's own members). resample_from: a text of the same
+    number of members.
+
+    >>> a = head_effects(model, "Cash or credit card? I have a lot", [(24, 6)])
+    >>> h = a.heads[0]
+    >>> abs(h.mean) < abs(h.zero)   # a head resting on a sink: most of its zero effect is its constant
+    True
+    """
+    ids = checked_ids(model, text)
+    c = model.config
+    heads = [model.check_head(l, h) for l, h in (heads if heads is not None else
+                                                 [(l, h) for l in range(c.n_layers) for h in range(c.n_heads)])]
+    refs = [ids] if reference is None else [checked_ids(model, r) for r in _texts(reference)]
+    other = None if resample_from is None else _same_length(model, ids, resample_from)
+    run = model.run(ids, record=Record(steps=("resid_pre",)))
+    lp = effects.log_probs(run.last_logits[None].double())[0]
+    t = int(lp.argmax())
+    resid_pre = {l: run["resid_pre", l] for l in range(c.n_layers)}
+    measure = lambda values: (effects.head_log_probs(model, ids, t, heads, resid_pre, values=values) - lp[t]).tolist()  # noqa: E731
+    zero, mean = measure(None), measure(output_means(model, refs))
+    resample = None if other is None else measure(output_of(model, other))
+    rows = [HeadAblations(l, h, z, m, None if resample is None else resample[i])
+            for i, ((l, h), z, m) in enumerate(zip(heads, zero, mean))]
+    rows.sort(key=lambda r: -abs(r.zero))
+    result = Ablations(model_info(model), run.tokens, model.tokenizer.readable(t), float(lp[t].exp()),
+                       "this text's own members" if reference is None else f"every member of {len(refs)} reference texts",
+                       None if other is None else [model.tokenizer.readable(i) for i in other], rows, [])
+    result.story = story(result)
+    return result
+
+
+def _texts(reference) -> list:
+    texts = [reference] if isinstance(reference, str) else list(reference)
+    if not texts:
+        raise InputError("the reference set holds no text: give at least one, or none for this text's own members")
+    return texts
+
+
+def _same_length(model, ids: list[int], text) -> list[int]:
+    other = checked_ids(model, text)
+    if len(other) != len(ids):
+        raise InputError(f"the resample text is {len(other)} members and this text {len(ids)}: resampling takes each "
+                         "member's output from the same member of the other text, so give a text of the same number "
+                         "of tokens")
+    return other
+
+
+def story(a: Ablations) -> list[str]:
+    """What the three ablations say about the head zero ablation ranks first."""
+    if not a.heads:
+        return []
+    h = a.heads[0]
+    said = [f"Zeroing head {h.layer}.{h.head} changes log p({quote(a.predicted)}) by {signed(h.zero, 3)}; replacing its "
+            f"output by its mean over {a.reference} changes it by {signed(h.mean, 3)}."]
+    if abs(h.mean) < abs(h.zero) / 2:
+        said.append(f"Most of what zeroing it removes is its usual output (its mean over {a.reference}), not what it "
+                    "adds on this text: zero ablation overstates what it does here.")
+    if h.resample is not None:
+        said.append(f"Taking its output from the other text instead changes log p by {signed(h.resample, 3)}.")
+    return said
