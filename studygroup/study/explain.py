@@ -142,6 +142,7 @@ def analyse(model, text, *, top: int = 10, silence_heads: int | str | None = Non
                     members_measured=_measured([m.effect for m in members], [m.effect_last_question for m in members]),
                     estimate_missed_by=missed,
                     logit_parts=_logit_sum(parts), contributions=parts.heads.tolist(),
+                    mlp_contributions=parts.mlps.tolist(),
                     silence_estimates=[] if estimate is None else estimate.tolist(),
                     model=model_info(model), scope=strategy.scope, generated_from=generated_from, **chosen.silenced())
     e.runner_up, e.logit_gap = _against_runner_up(run, lp, token, parts)

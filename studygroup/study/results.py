@@ -146,6 +146,7 @@ class Explanation(JSONable):
     estimate_missed_by: float | None  # the largest |silence_estimate - silence_effect| over the heads measured
     logit_parts: LogitSum
     contributions: list[list[float]]  # (n_layers, n_heads) direct contribution of every head
+    mlp_contributions: list[float]  # (n_layers,) direct contribution of every layer's MLP
     silence_estimates: list[list[float]]  # (n_layers, n_heads) first-order silence effect of every head
     model: ModelInfo
     story: list[str] = field(default_factory=list)

@@ -21,7 +21,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from studygroup.views import colours
-from studygroup.views.figures_bars import (SHIFT_SHOWN, conclusion_bars, conclusion_figure, head_changes, listening_bars,
+from studygroup.views.figures_bars import (SHIFT_SHOWN, conclusion_bars, conclusion_figure, head_changes, listening_bars, residual_stream,
                                      shift_bars)
 from studygroup.views.figures_grid import (DECISIVE_SHOWN, contribution_grid, decisive_pairs, model_view_figure, thumbnails,
                                           view_reasons)
@@ -51,7 +51,10 @@ def explain_figure(explanation: dict, view: dict | None = None) -> Figure:
         else:
             head_ax.set_axis_off()
         model, decisive = e["model"], decisive_pairs(e["heads"])
-        group_size, grid_ax = model["n_heads"] // model["n_kv_heads"], right.subplots()
+        grid_ax, stream_ax = right.subplots(2, 1, height_ratios=[2.4, 1.0])
+        group_size = model["n_heads"] // model["n_kv_heads"]
+        residual_stream(stream_ax, e["contributions"], e["mlp_contributions"], e["logit_parts"]["embed"],
+                        e["predicted"]["token"])
         if view is None:
             contribution_grid(right, grid_ax, np.array(e["contributions"], dtype=float), decisive, group_size,
                                e["predicted"]["token"])

@@ -13,6 +13,7 @@ from studygroup.views.text import percent
 
 RAISES, LOWERS = colours.SCORES[-2], colours.SCORES[1]  # the scores scale's ends, as in the contribution grid
 SHIFT_SHOWN = 10  # words in a compare figure
+ATTENTION, THINKING = "#E69F00", "#56B4E9"  # the residual stream's two writers (neither "for" nor "against")
 
 
 def conclusion_figure(top: list[dict] | None, shift: list[dict] | None = None,
@@ -114,3 +115,20 @@ def listening_bars(ax, head: dict, asker: str, shown: int = 20, generated_from: 
     ax.legend(handles=handles, loc="upper right", frameon=False, fontsize=10)
     ax.set_title(f"Layer {head['layer']}, head {head['head']} (most decisive): the question of “{label(asker)}”",
                  loc="left")
+
+
+def residual_stream(ax, contributions: list[list[float]], mlps: list[float], embed: float, word: str) -> None:
+    """The residual stream along the predicted word's unembedding direction at the last member: per
+    layer the heads' direct contributions (summed) and the MLP's, side by side, and the logit built
+    so far (the embedding's share, then each layer's added) as a line."""
+    heads = np.array(contributions, dtype=float).sum(1)  # (n_layers,)
+    mlp = np.array(mlps, dtype=float)  # (n_layers,)
+    x = np.arange(len(mlp))
+    ax.bar(x - 0.2, heads, width=0.4, color=ATTENTION, label="attention: the layer's heads")
+    ax.bar(x + 0.2, mlp, width=0.4, color=THINKING, label="thinking alone: the layer's MLP")
+    ax.plot(x, embed + np.cumsum(heads + mlp), color="black", linewidth=1.2, marker=".", label="the logit so far")
+    ax.axhline(0, color="black", linewidth=0.6)
+    ax.set_xlabel("layer")
+    ax.set_ylabel(f"logit of “{label(word)}”")
+    ax.set_title("The residual stream at the last member", loc="left", fontsize=11)
+    ax.legend(fontsize=8, loc="upper left", frameon=False)

@@ -349,3 +349,18 @@ def test_figures_leave_matplotlib_settings_alone(tmp_path):
     before = dict(matplotlib.rcParams)
     figures.save(figures.head_figure(synthetic_head(["$a$", "b"])), tmp_path / "h.svg")
     assert dict(matplotlib.rcParams) == before
+
+
+def test_the_explain_figure_draws_the_residual_stream_layer_by_layer(analysis, model):
+    """Its bars are each layer's heads (summed) and MLP along the conclusion's direction, and its line
+    ends at the logit the direct parts add up to (embedding + every head + every MLP)."""
+    e = analysis.explanation.to_dict()
+    ax = next(a for a in figures.explain_figure(e).axes if a.get_title(loc="left").startswith("The residual stream"))
+    heads, mlps = ax.containers[0], ax.containers[1]
+    np.testing.assert_allclose([b.get_height() for b in heads], np.array(e["contributions"]).sum(1), rtol=1e-6)
+    np.testing.assert_allclose([b.get_height() for b in mlps], e["mlp_contributions"], rtol=1e-6)
+    line = ax.lines[0].get_ydata()
+    parts = e["logit_parts"]
+    assert abs(line[-1] - (parts["embed"] + parts["heads"] + parts["mlps"])) < 1e-3
+    assert len(e["mlp_contributions"]) == model.config.n_layers
+    assert abs(sum(e["mlp_contributions"]) - parts["mlps"]) < 1e-4
