@@ -129,6 +129,13 @@ def _interventions(p: argparse.ArgumentParser, shown: str) -> None:
                    help=f"{shown} in a run where head H of layer L writes nothing (repeatable)")
 
 
+def _ablation_sources(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--reference", nargs="+", default=None, metavar="FILE",
+                   help="text files whose members' mean output the mean ablation puts in (default: the text's own members)")
+    p.add_argument("--from", dest="resample_from", default=None, metavar="TEXT",
+                   help="resample: each head's output taken from this text (of the same number of tokens)")
+
+
 def _generate_parser(sub) -> None:
     p = sub.add_parser("generate", help="the group keeps talking: words after the text, each a new member")
     p.add_argument("text")
@@ -192,6 +199,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--html", default=None, metavar="FILE", help="also write a self-contained HTML report")
     p.add_argument("--full", action="store_true", help="list every measured head and member (default: the most decisive)")
     _interventions(p, "explain the conclusion")
+    p.add_argument("--ablation", default="zero", choices=("zero", "mean", "resample"),
+                   help="how each head measured is taken out: zero (its write zeroed, the default), mean (its output "
+                        "replaced by its mean over the members, or over --reference files), resample (its output "
+                        "taken from --from TEXT)")
+    _ablation_sources(p)
     p.add_argument("--generate", type=_whole(1), default=None, metavar="N",
                    help="generate N words (greedy) and explain one of them (--word)")
     p.add_argument("--word", type=_whole(1), default=None, metavar="K",
@@ -268,10 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("text", nargs="?", default=DEFAULT_TEXT)
     p.add_argument("--head", type=_layer_head, action="append", default=None, metavar="L.H",
                    help="a head to measure (repeatable; default every head)")
-    p.add_argument("--reference", nargs="+", default=None, metavar="FILE",
-                   help="text files whose members' mean output the mean ablation puts in (default: the text's own members)")
-    p.add_argument("--from", dest="resample_from", default=None, metavar="TEXT",
-                   help="resample: each head's output taken from this text (of the same number of tokens)")
+    _ablation_sources(p)
     _common(p, 10, "how many heads to list (default 10, by |zero ablation effect|)")
     p.set_defaults(handler=_ablate)
     p = sub.add_parser("roles", help="what each head does: previous, duplicate, induction, sink, local, broad")
@@ -334,7 +343,8 @@ def _explain(args) -> str:
     text, word, generated_from = _generated_word(model, args, _prompt(model, args))
     e = explain(model, text, top=args.top, silence_heads=args.silence_heads,
                 silence_members=args.silence_members, silenced_members=args.silence_member,
-                silenced_heads=args.silence_head, word=word, generated_from=generated_from)
+                silenced_heads=args.silence_head, word=word, generated_from=generated_from,
+                ablation=_ablation(args))
     _save_figures(args, lambda figures: figures.explain_figure(e.to_dict()))
     if args.html is not None:
         from studygroup.study import page_data
@@ -494,6 +504,14 @@ def _ablate(args) -> str:
     reference = None if args.reference is None else [_read_text(f) for f in args.reference]
     a = head_effects(_load(args), args.text, args.head, reference=reference, resample_from=args.resample_from)
     return a.to_json(indent=2) if args.json else instruments_text.ablations(a, shown=args.top)
+
+
+def _ablation(args):
+    """explain's --ablation with its --reference files or --from text, checked (one line where they do not go together)."""
+    from studygroup.study.ablation import Ablation
+
+    reference = () if args.reference is None else tuple(_read_text(f) for f in args.reference)
+    return Ablation(args.ablation, reference, args.resample_from)
 
 
 def _read_text(path: str) -> str:

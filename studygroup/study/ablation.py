@@ -55,6 +55,38 @@ class Ablations(JSONable):
     story: list[str]
 
 
+@dataclass(frozen=True)
+class Ablation:
+    """How a head is taken out: kind "zero", "mean" (over `reference` texts; none: the text's own
+    members) or "resample" (from `source`, a text of the same number of members)."""
+
+    kind: str = "zero"
+    reference: tuple = ()
+    source: object = None
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise InputError(f"ablation {self.kind!r} is not one of {', '.join(KINDS)}")
+        if self.kind == "resample" and self.source is None:
+            raise InputError("resample ablation takes each head's output from another text: give it (--from TEXT)")
+        if self.kind != "resample" and self.source is not None:
+            raise InputError("a text to resample from goes with the resample ablation (--ablation resample)")
+        if self.kind != "mean" and self.reference:
+            raise InputError("reference texts go with the mean ablation (--ablation mean)")
+
+    def values(self, model, ids: list[int]) -> torch.Tensor | None:
+        """What each head's output becomes, (L, H, 1 or T, d); None for zero ablation (the write zeroed)."""
+        if self.kind == "zero":
+            return None
+        if self.kind == "mean":
+            refs = [ids] if not self.reference else [checked_ids(model, r) for r in self.reference]
+            return output_means(model, refs)
+        return output_of(model, _same_length(model, ids, self.source))
+
+
+ZERO = Ablation()
+
+
 def output_means(model, reference: Sequence[list[int]]) -> torch.Tensor:
     """Each head's output averaged over every member of the reference texts: (L, H, 1, d)."""
     total, n = None, 0

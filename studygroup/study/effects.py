@@ -223,7 +223,7 @@ def head_log_probs(model: Model, ids: list[int], token: int, heads: Sequence[tup
 
 
 def last_position_head_log_probs(model: Model, run: Run, token: int, heads: Sequence[tuple[int, int]],
-                                 bar=None) -> torch.Tensor:
+                                 bar=None, values: torch.Tensor | None = None) -> torch.Tensor:
     """log p(token) with each head's write zeroed at the last position only: (len(heads),) float64.
 
     Only the last row changes (no earlier member hears the last), and only from the head's layer
@@ -236,7 +236,7 @@ def last_position_head_log_probs(model: Model, run: Run, token: int, heads: Sequ
     resid_pre = {l: run[f"layers.{l}.resid_pre"][-1:] for l in range(model.config.n_layers)}  # {layer: (1, d_model)}
     heads = [model.check_head(l, h) for l, h in heads]
     return head_log_probs(model, run.token_ids[-1:], token, heads, resid_pre, bar, past=past,
-                          per_pass=last_question.COPIES_PER_PASS)
+                          per_pass=last_question.COPIES_PER_PASS, values=None if values is None else values[:, :, -1:])
 
 
 def member_in_head_log_probs(model: Model, ids: list[int], token: int, silenced: Sequence[tuple[int, int, int]],

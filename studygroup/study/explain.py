@@ -38,6 +38,7 @@ from studygroup.model.interventions import Interventions
 from studygroup.model.record import KEY_STEPS, Record
 from studygroup.progress import Progress, say
 from studygroup.study import attribution, effects, last_question, story
+from studygroup.study.ablation import ZERO, Ablation
 from studygroup.study.last_sentence import last_sentence
 from studygroup.study.roles import head_sinks
 from studygroup.study.text_ids import check_generated_from, checked_ids
@@ -82,7 +83,7 @@ __all__ = ["Analysis", "Explanation", "HeadEffect", "Listened", "LogitSum", "Mem
 def explain(model, text, *, top: int = 10, silence_heads: int | str | None = None,
             silence_members: int | str | None = None, silenced_members: Sequence[int] = (),
             silenced_heads: Sequence[tuple[int, int]] = (), word: int | None = None,
-            generated_from: int | None = None) -> Explanation:
+            generated_from: int | None = None, ablation: Ablation = ZERO) -> Explanation:
     """Explain the next-word prediction for `text` (or token ids).
 
     top: how many next words to list. Every head is silenced at the last position only and every
@@ -98,6 +99,8 @@ def explain(model, text, *, top: int = 10, silence_heads: int | str | None = Non
     word: the id of the next word to explain (a generated word, sampled or not); None: the most
     likely one. generated_from: with text the ids of a prompt and of words generated after it, the
     index of the first generated member (len(prompt ids)), kept in the result; None: a plain text.
+    ablation: how each head measured is taken out (`studygroup.study.ablation.Ablation`: zero, the
+    default, zeroes its write; mean or resample replace its output); members are silenced.
 
     >>> e = explain(model, "Cash or credit card? I have a lot")
     >>> e.predicted.token, e.members[-1].token
@@ -105,13 +108,13 @@ def explain(model, text, *, top: int = 10, silence_heads: int | str | None = Non
     """
     return analyse(model, text, top=top, silence_heads=silence_heads, silence_members=silence_members,
                    silenced_members=silenced_members, silenced_heads=silenced_heads, word=word,
-                   generated_from=generated_from).explanation
+                   generated_from=generated_from, ablation=ablation).explanation
 
 
 def analyse(model, text, *, top: int = 10, silence_heads: int | str | None = None,
             silence_members: int | str | None = None, silenced_members: Sequence[int] = (),
             silenced_heads: Sequence[tuple[int, int]] = (), word: int | None = None,
-            generated_from: int | None = None) -> Analysis:
+            generated_from: int | None = None, ablation: Ablation = ZERO) -> Analysis:
     """explain(), keeping the run: one recorded pass, then the strategy's silencing passes."""
     _check_count("top", top, allow_all=False)
     _check_count("silence_heads", silence_heads)
@@ -122,7 +125,12 @@ def analyse(model, text, *, top: int = 10, silence_heads: int | str | None = Non
     if chosen != Interventions() and len(ids) > LONG_T:
         raise InputError(f"explain silences members or heads in texts of up to {LONG_T} members; this one has "
                          f"{len(ids)}: shorten it, or explain it without --silence-member/--silence-head")
+    if chosen != Interventions() and ablation.kind != "zero":
+        raise InputError(f"{ablation.kind} ablation measures the heads of the run as it is: give no "
+                         "--silence-member/--silence-head with it")
     strategy = (LastQuestion if len(ids) > LONG_T else EveryQuestion)(model, ids, chosen)
+    strategy.values = ablation.values(model, list(ids))
+    strategy.taken_out = "silenced" if ablation.kind == "zero" else f"taken out ({story.TAKEN_OUT[ablation.kind]})"
     strategy.announce(silence_heads, silence_members)
     found = strategy.sinks()  # before the base run: its pass never runs beside the base run's keys and values
     run, estimate = strategy.base_run()
@@ -144,7 +152,8 @@ def analyse(model, text, *, top: int = 10, silence_heads: int | str | None = Non
                     logit_parts=_logit_sum(parts), contributions=parts.heads.tolist(),
                     mlp_contributions=parts.mlps.tolist(),
                     silence_estimates=[] if estimate is None else estimate.tolist(),
-                    model=model_info(model), scope=strategy.scope, generated_from=generated_from, **chosen.silenced())
+                    model=model_info(model), scope=strategy.scope, generated_from=generated_from,
+                    ablation=ablation.kind, **chosen.silenced())
     e.runner_up, e.logit_gap = _against_runner_up(run, lp, token, parts)
     if chosen == Interventions():  # the last sentence alone is a clean run: compared with the clean run only
         e.last_sentence = last_sentence(model, list(ids), run.tokens, token)
@@ -161,6 +170,8 @@ class EveryQuestion:
 
     def __init__(self, model, ids: list[int], chosen: Interventions = Interventions()):
         self.model, self.ids, self.chosen = model, ids, chosen  # chosen: what the explained run silences
+        self.values = None  # what a head's output becomes when it is taken out (None: its write zeroed)
+        self.taken_out = "silenced"  # how a head is taken out, in words
         self.show = len(ids) > FULL_RECORD_MAX_T  # long enough to say what it will need, and show progress
 
     def announce(self, silence_heads, silence_members, stream=None) -> None:
@@ -195,14 +206,14 @@ class EveryQuestion:
         resid_pre = {l: run[f"layers.{l}.resid_pre"] for l in range(c.n_layers)} if "layers.0.resid_pre" in run else None
         clean = self.chosen == Interventions()  # the last-position and in-head measures reuse the clean run
         with Progress(1, f"silencing every head at the last position, layer by layer", show=self.show and clean) as bar:
-            last = every_head_last_position(run, token, bar) if clean else {}  # {(layer, head): log p(t)}
+            last = every_head_last_position(run, token, bar, self.values) if clean else {}  # {(layer, head): log p(t)}
         order = candidates(direct if not last else _grid(last, c) - float(lp_t), estimate, c.n_layers * c.n_heads)
 
         def measure(chosen, bar=None):
             if not clean:  # on top of the explained run's silencing
                 added = [Interventions(silenced_heads=frozenset({p})) for p in chosen]
                 return effects.added_log_probs(run.model, run.token_ids, token, self.chosen, added, bar)  # (n,)
-            return effects.head_log_probs(run.model, run.token_ids, token, chosen, resid_pre, bar)  # (n,)
+            return effects.head_log_probs(run.model, run.token_ids, token, chosen, resid_pre, bar, values=self.values)  # (n,)
         n = _count(silence_heads, c.n_layers * c.n_heads, run.T)
         label = (f"silencing {n} heads" if silence_heads is not None or run.T <= HEADS_ALL_MAX_T else
                  f"silencing candidate heads in batches of {STOP_AFTER}")
@@ -215,7 +226,7 @@ class EveryQuestion:
         first = "|silence_effect_last_position|" if last else "|direct contribution|"
         how = f"alternately by {first} and by |first-order estimate of the silence effect|"
         return out, _heads_said(len(chosen), c.n_layers * c.n_heads, silence_heads, how, "at every position",
-                                _estimate_missed_by(out), bool(last))
+                                _estimate_missed_by(out), bool(last), self.taken_out)
 
     def members(self, run, token: int, lp_t, silence_members) -> tuple[list[MemberEffect], str]:
         T = run.T
@@ -239,13 +250,14 @@ class EveryQuestion:
         return _member_effects(run, lp_t, shares, dict(zip(chosen, lps)), last), said
 
 
-def every_head_last_position(run, token: int, bar=None) -> dict[tuple[int, int], float]:
+def every_head_last_position(run, token: int, bar=None, values=None) -> dict[tuple[int, int], float]:
     """log p(t) with each head of the model silenced at the last position only, every head exactly:
     {(layer, head): log p(t)}. One row per copy joins the pass at its head's layer, over the run's
-    keys and values (`effects.last_position_head_log_probs`)."""
+    keys and values (`effects.last_position_head_log_probs`). values: as `effects.head_log_probs`
+    takes them (None: the write zeroed)."""
     c = run.model.config
     heads = [(l, h) for l in range(c.n_layers) for h in range(c.n_heads)]
-    return dict(zip(heads, effects.last_position_head_log_probs(run.model, run, token, heads, bar).tolist()))
+    return dict(zip(heads, effects.last_position_head_log_probs(run.model, run, token, heads, bar, values).tolist()))
 
 
 def every_member_last_question(run, token: int, bar=None) -> dict[int, float]:
@@ -269,6 +281,8 @@ class LastQuestion:
 
     def __init__(self, model, ids: list[int], chosen: Interventions = Interventions()):
         self.model, self.ids = model, ids
+        self.values = None  # what a head's output becomes when it is taken out (None: its write zeroed)
+        self.taken_out = "silenced"  # how a head is taken out, in words
 
     def announce(self, silence_heads, silence_members, stream=None) -> None:
         """Print what the run will need before a large run starts."""
@@ -296,10 +310,10 @@ class LastQuestion:
         total = c.n_layers * c.n_heads
         chosen = heads_largest_first(direct)[:_last_count(silence_heads, total)]
         with Progress(1, f"silencing {len(chosen)} heads at the last position, layer by layer") as bar:
-            lps = effects.last_position_head_log_probs(run.model, run, token, chosen, bar) if chosen else []
+            lps = effects.last_position_head_log_probs(run.model, run, token, chosen, bar, self.values) if chosen else []
         out = _head_effects(run, token, lp_t, direct, {}, dict(zip(chosen, [float(x) for x in lps])), None)
         return out, _heads_said(len(chosen), total, silence_heads, "by |direct contribution|",
-                                "at the last position only", None)
+                                "at the last position only", None, taken_out=self.taken_out)
 
     def members(self, run, token: int, lp_t, silence_members) -> tuple[list[MemberEffect], str]:
         """Every member (by default) silenced for the last member's questions only; with a number,
@@ -362,20 +376,20 @@ def quiet_run(effects_in_order: torch.Tensor) -> int:
 
 
 def _heads_said(n: int, total: int, setting, how: str, where: str, missed: float | None,
-                last_too: bool = False) -> str:
+                last_too: bool = False, taken_out: str = "silenced") -> str:
     """Which heads were measured, how, and what is known of the rest, in words. last_too: every head
-    was also silenced at the last position only."""
-    also = f"; all {total} silenced at the last position only" if last_too and n < total else ""
+    was also silenced at the last position only. taken_out: how each head was taken out."""
+    also = f"; all {total} {taken_out} at the last position only" if last_too and n < total else ""
     if n == 0:
         return "none" + (f" {where}" if also else "") + also
     if n == total:
-        return f"all {total}, each silenced {where}"
+        return f"all {total}, each {taken_out} {where}"
     chose = (f"candidates in order ({how}) until {STOP_AFTER} in a row were each below half the fifth-largest effect"
              if setting is None else f"the top {n} candidates ({how})")
     known = ("" if missed is None else f"; the first-order estimate missed by up to {missed:.3g} on the heads it was "
              f"checked against")
     rest = "" if also else ", so an untested head may still matter"
-    return f"{n} of {total} heads measured exactly, each silenced {where}: {chose}{known}{rest}{also}"
+    return f"{n} of {total} heads measured exactly, each {taken_out} {where}: {chose}{known}{rest}{also}"
 
 
 def _measured(every: list, last: list) -> int:

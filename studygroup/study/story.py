@@ -224,7 +224,7 @@ def _decisive_head(e, explained: list) -> list[list[dict]]:
     name, where = _head_measure(e)
     total = e.model.n_layers * e.model.n_heads
     which = "of all heads" if e.heads_measured == total else "of the heads measured"
-    lines = [[_t(f"The most decisive head {which} is {_head_name(h)}: silencing it{where} "), *_moved(e, h, 0, name),
+    lines = [[_t(f"The most decisive head {which} is {_head_name(h)}: {_taking_out(e)}{where} "), *_moved(e, h, 0, name),
               _t(", while its write adds "), _v(h.logit_contribution, "heads[0].logit_contribution", signed(h.logit_contribution, 2)),
               _t(f" directly to the logit of {quote(e.predicted.token)}.")]]
     lines += _listening(e, h, 0, explained)
@@ -232,7 +232,7 @@ def _decisive_head(e, explained: list) -> list[list[dict]]:
     if first is not None and first is not h and first.shown_effect is not None:
         line = [_t(f"By direct contribution alone, {_head_name(first)} comes first ("),
                 _v(first.logit_contribution, f"heads[{k}].logit_contribution", signed(first.logit_contribution, 2)),
-                _t(" to the logit), yet silencing it changes log p by "),
+                _t(f" to the logit), yet {_taking_out(e)} changes log p by "),
                 _v(first.shown_effect, f"heads[{k}].{name}", signed(first.shown_effect, 3))]
         if first.rests_on_sink:
             line += [_t("; ")] + _sink_clause(e, first, k, explained)
@@ -353,12 +353,23 @@ def explain_story(e, norm_after_attention: bool = False) -> list[str]:
     return joined(explain_parts(e, norm_after_attention))
 
 
+#: What each ablation (`studygroup.study.ablation`) does to a head, in words.
+TAKEN_OUT = {"zero": "its write zeroed", "mean": "its output replaced by its mean output",
+             "resample": "its output taken from the other text"}
+
+
+def _taking_out(e) -> str:
+    """What the story calls taking a head out: "silencing it", or its ablation (TAKEN_OUT)."""
+    return "silencing it" if e.ablation == "zero" else f"taking it out ({TAKEN_OUT[e.ablation]})"
+
+
 def _coverage(e) -> str:
     """How many heads and members were measured exactly, how, and what is known of the rest."""
     total = e.model.n_layers * e.model.n_heads
     _, where = _head_measure(e)
-    heads = (f"All {total} heads were measured exactly (each silenced{where})" if e.heads_measured == total else
-             f"{e.heads_measured} of {total} heads were measured exactly (each silenced{where})")
+    how = "silenced" if e.ablation == "zero" else f"with {TAKEN_OUT[e.ablation]}"
+    heads = (f"All {total} heads were measured exactly (each {how}{where})" if e.heads_measured == total else
+             f"{e.heads_measured} of {total} heads were measured exactly (each {how}{where})")
     if e.heads_measured < total:
         if e.estimate_missed_by is not None:
             heads += (f"; the first-order estimate that chose them missed by up to {e.estimate_missed_by:.3g} on the "

@@ -11,7 +11,7 @@ import textwrap
 from studygroup.gguf.config import size_text
 from studygroup.study.mask_reasons import OUTSIDE_WINDOW
 from studygroup.study.sinks import REST_WEIGHT, quiet_sinks
-from studygroup.study.story import percent, signed
+from studygroup.study.story import TAKEN_OUT, percent, signed
 from studygroup.views.colours import generated_line, generated_mark
 
 __all__ = ["bounded", "comparison", "explanation", "head_view", "models", "percent", "roles", "table", "why"]
@@ -83,8 +83,8 @@ def explanation(e, full: bool = False) -> str:
              f"the group's conclusion (next word; model {model}):",
              *_conclusion(e.top), ""]
     lines += ["which heads decided it:", wrap(f"(measured one at a time: {e.heads_silenced})"),
-              "  silence_effect: the head's write zeroed at every position; silence_effect_last_position: at the "
-              "last position only (· = not measured)",
+              f"  silence_effect: the head taken out ({TAKEN_OUT[e.ablation]}) at every position; "
+              "silence_effect_last_position: at the last position only (· = not measured)",
               table(["rank", "layer", "head", "direct contribution to logit", "silence_effect",
                      "silence_effect_last_position", f"p({w}) silenced", "rank by contribution"],
                     [[r + 1, h.layer, h.head, h.logit_contribution, h.silence_effect, h.silence_effect_last_position,

@@ -11,7 +11,7 @@ from integration.test_every_family import FAMILIES, _pair, ids_of
 from integration.test_patching import modules
 from studygroup.cli import main
 from studygroup.errors import InputError
-from studygroup.study.ablation import head_effects
+from studygroup.study.ablation import Ablation, head_effects
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -89,3 +89,28 @@ def test_bad_input_is_refused_in_one_line(tiny_model, tmp_path, capsys):
     assert main(["ablate", "the tin", "--model", str(tiny_model.path), "--reference", str(binary)]) == 2
     err = capsys.readouterr().err
     assert "cannot read" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("T", [6, 40])
+def test_explain_with_mean_and_resample_ablation_measures_heads_as_head_effects_does(tiny_model, T):
+    """explain's silence_effect of each head under an ablation equals ablation.head_effects' (an
+    independent path: its own passes), and the story and the JSON name the ablation."""
+    model = studygroup.load(tiny_model.path, cache=False)
+    ids, other = ids_of(model, T, seed=1), ids_of(model, T, seed=2)
+    for kind, source in (("mean", None), ("resample", other)):
+        e = studygroup.explain(model, ids, silence_heads="all", ablation=Ablation(kind, source=source))
+        a = head_effects(model, ids, resample_from=other)
+        want = {(h.layer, h.head): getattr(h, kind) for h in a.heads}
+        assert e.ablation == kind and all(abs(h.silence_effect - want[(h.layer, h.head)]) < 1e-5 for h in e.heads)
+        assert "taken out (its output" in e.heads_silenced and "taking it out" in " ".join(e.story)
+
+
+def test_explain_refuses_an_ablation_beside_a_silencing_and_sources_that_do_not_fit(tiny_model, capsys):
+    model = studygroup.load(tiny_model.path, cache=False)
+    with pytest.raises(InputError, match="give no --silence-member"):
+        studygroup.explain(model, ids_of(model, 5), silenced_heads=[(0, 1)], ablation=Ablation("mean"))
+    for argv, words in ((["--ablation", "resample"], "give it (--from TEXT)"),
+                        (["--ablation", "mean", "--from", "the tin"], "goes with the resample ablation")):
+        assert main(["explain", "the tin", "--model", str(tiny_model.path), *argv]) == 2
+        err = capsys.readouterr().err
+        assert words in err and err.count("\n") == 1
