@@ -34,7 +34,7 @@ def test_explain_prints_members_conclusion_heads_members_and_story(capsys, tiny)
 
 
 def test_explain_json(capsys, tiny):
-    code, out, _ = cli(capsys, "explain", "the tin", "--model", tiny, "--top", 4, "--silence-heads", 2, "--json")
+    code, out, _ = cli(capsys, "explain", "the tin", "--model", tiny, "--top", 4, "--measure-heads", 2, "--json")
     data = json.loads(out)
     assert code == 0 and len(data["top"]) == 4 and len(data["heads"]) == 2
     assert data["tokens"] == ["t", "he", "␣t", "in"] and data["heads_silenced"].startswith("2 of 8 heads measured exactly")
@@ -125,7 +125,17 @@ def test_lesson_on_a_long_text_stays_within_100_lines(capsys, tmp_path):
     (["lesson", "the tin", "--section", "9"], "section 9 does not exist"),
     (["lesson", "the tin", "--head", "2.0"], "layer 2 does not exist"),
     (["explain", "the tin", "--top", "0"], "--top"),
-    (["explain", "the tin", "--silence-heads", "some"], "--silence-heads"),
+    (["explain", "the tin", "--measure-heads", "some"], "--measure-heads"),
+    (["explain", "the tin", "--silence-members", "1"],
+     "--silence-members is not an option: did you mean --silence-member J (nobody hears member J) or "
+     "--measure-members N|all (how many members are measured)?"),
+    (["explain", "--silence-heads=1.2"], "did you mean --silence-head L.H (head H of layer L writes nothing) or "
+                                         "--measure-heads N|all"),
+    (["compare", "the tin", "an ear the tin", "--silence-members", "1"], "--silence-member J"),
+    (["head", "the tin", "--layer", "0", "--head", "0", "--silence-members", "1"],
+     "--silence-members is not an option: did you mean --silence-member J (nobody hears member J)? "),
+    (["explain", "the tin", "--silence-mem", "1"], "unrecognized arguments: --silence-mem"),
+    (["explain", "the tin", "--measure-h", "1"], "unrecognized arguments: --measure-h"),
     (["frobnicate"], "invalid choice"),
     ([], "required"),
     (["explain", "ab\udcffcd"], "lone surrogate"),  # how Python passes bytes that are not UTF-8
