@@ -270,7 +270,7 @@ def _window(v) -> list[str]:
 def head_view(v, full: bool = False) -> str:
     """One head over its window: each member's question, key and answer in short, the grids, the
     notation check. Within 100 lines of at most 400 characters, unless `full`."""
-    sums = "each column of weights sums to 1" if v.notation == "columns" else "each row of weights sums to 1"
+    sums = _weight_sums(v)
     name = lambda i: _member_name(v, i, full)  # noqa: E731
     lines = [_head_members(v.tokens, full, v.generated_from), *generated_line(v.generated_from, len(v.tokens)), "",
              f"layer {v.layer} head {v.head} (key/value head {v.kv_head}, shared by heads {v.shares_keys_with})",
@@ -294,6 +294,19 @@ def head_view(v, full: bool = False) -> str:
                   *_grid(v, v.weights, f"weights ({sums})", full)]
     lines += ["", wrap(v.check.statement, indent="")]
     return "\n".join(lines)
+
+
+def _weight_sums(v) -> str:
+    """What each question's weights in the window add up to: 1 where the window holds every answer
+    its questions hear, else the range of the sums shown, the rest lying outside the window."""
+    line = "column" if v.notation == "columns" else "row"
+    sums = [sum(x or 0.0 for x in r) for r in (v.weights if line == "row" else zip(*v.weights))]
+    if all(abs(x - 1) < 1e-3 for x in sums):
+        return f"each {line} of weights sums to 1"
+    low, high = min(sums), max(sums)
+    shown = f"{low:.2g}" if f"{low:.2g}" == f"{high:.2g}" else f"{low:.2g} to {high:.2g}"
+    return (f"each {line} would sum to 1 over every answer its question hears; the {line}s of this window sum to "
+            f"{shown}, the rest of the weight lies on answers outside it")
 
 
 def _outside_window(v) -> list[str]:
