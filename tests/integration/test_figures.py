@@ -186,6 +186,32 @@ def test_long_texts_show_the_last_question_row():
     np.testing.assert_allclose(five.filled(0), np.array(head["weights"])[-5:].T)
 
 
+def caption_boxes(fig):
+    """{name: window extent} of every caption: titles, axis captions (colour bars' too), the sum notes."""
+    fig.canvas.draw()
+    texts = {"suptitle": fig._suptitle}
+    for k, ax in enumerate(fig.axes):
+        texts |= {f"axes {k} title": ax.title, f"axes {k} x caption": ax.xaxis.label, f"axes {k} y caption": ax.yaxis.label}
+        texts |= {f"axes {k} note {n}": t for n, t in enumerate(ax.texts) if "sums to 1" in t.get_text()}
+    return {name: t.get_window_extent() for name, t in texts.items() if t is not None and t.get_text()}
+
+
+@pytest.mark.parametrize("notation", ["paper", "columns"])
+@pytest.mark.parametrize("tokens", [["I", "␣have", "␣a", "␣lot"], [f"␣w{i}" for i in range(12)],
+                                    [f"␣w{i}" for i in range(40)]])
+def test_no_caption_runs_into_another(notation, tokens):
+    head = synthetic_head(tokens, notation=notation) | {"sinks": [0]}  # a sink: the answers' longest caption
+    fig = figures.head_figure(head, notation)
+    boxes = caption_boxes(fig)
+    assert any("x caption" in name for name in boxes) and any("note" in name for name in boxes)
+    names = sorted(boxes)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            assert not boxes[a].overlaps(boxes[b]), f"{a} runs into {b}"
+        grids = [ax.get_window_extent() for ax in fig.axes if ax.images and not a.startswith(f"axes {fig.axes.index(ax)} ")]
+        assert not any(boxes[a].overlaps(g) for g in grids), f"{a} runs into a grid"
+
+
 def test_bad_head_data_is_refused():
     with pytest.raises(InputError, match="notation"):
         figures.head_figure(synthetic_head(["A"]), "rows")
@@ -228,7 +254,7 @@ def test_the_head_figure_and_text_name_its_attention_sinks(model, layer, head, n
     ax = figures.head_view_figure(v.to_dict()).axes[0]
     labels = answer_labels(ax, notation)
     assert labels == [figures.label(t) + (" (attention sink)" if j in v.sinks else "") for j, t in enumerate(v.tokens)]
-    axis = ax.get_xlabel() if notation == "paper" else ax.get_ylabel()
+    axis = " ".join((ax.get_xlabel() if notation == "paper" else ax.get_ylabel()).split())  # wrapped to the grid
     assert "an attention sink takes weight the head does not need" in axis
     out = " ".join(render.head_view(v).split())
     assert "attention sinks of this head: " + figures.label(v.tokens[0]) in out and "does not need" in out
