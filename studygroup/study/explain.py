@@ -32,7 +32,7 @@ from studygroup.model.estimate import long_explain as long_explain_needs
 from studygroup.model.interventions import Interventions
 from studygroup.model.record import KEY_STEPS, Record
 from studygroup.progress import Progress, say
-from studygroup.study import attribution, effects, last_question, story
+from studygroup.study import attribution, byte_pieces, effects, last_question, story
 from studygroup.study.last_sentence import last_sentence
 from studygroup.study.roles import head_sinks
 from studygroup.study.text_ids import check_generated_from, checked_ids
@@ -407,7 +407,10 @@ def top_words(run, lp: torch.Tensor, k: int) -> list[Word]:
 
 def _word(run, lp: torch.Tensor, i: int) -> Word:
     """Next word i as a Word: lp (vocab,) log-probabilities."""
-    return Word(run.model.tokenizer.readable(i), i, float(lp[i].exp()), float(run.last_logits[i]))
+    tok = run.model.tokenizer
+    before = b"".join(tok.token_bytes(j) for j in run.token_ids[-3:])  # enough for an unfinished character
+    return Word(tok.readable(i), i, float(lp[i].exp()), float(run.last_logits[i]),
+                byte_pieces.reads_as(before, tok.token_bytes(i)))
 
 
 def _logit_sum(p: attribution.LogitParts) -> LogitSum:

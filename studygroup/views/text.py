@@ -9,6 +9,7 @@ import math
 import textwrap
 
 from studygroup.gguf.config import size_text
+from studygroup.study import byte_pieces
 from studygroup.study.mask_reasons import OUTSIDE_WINDOW
 from studygroup.study.sinks import REST_WEIGHT
 from studygroup.study.story import percent, signed
@@ -67,7 +68,13 @@ def _members(tokens: list[str]) -> str:
 
 
 def _conclusion(words) -> list[str]:
-    return [f"  {w.token:>16}  {percent(w.prob):>6}  {bar(w.prob)}" for w in words]
+    """The words as bars, each byte piece with what it stands for, and a note saying what a byte piece
+    or a lone space is where one is shown."""
+    lines = [f"  {w.token:>16}  {percent(w.prob):>6}  {bar(w.prob)}" + (f"  ({w.reads_as})" if w.reads_as else "")
+             for w in words]
+    notes = [note for note, shown in ((byte_pieces.BYTE_PIECE, any("<0x" in w.token for w in words)),
+                                      (byte_pieces.LONE_SPACE, any(set(w.token) == {"␣"} for w in words))) if shown]
+    return lines + [wrap(f"({note})") for note in notes]
 
 
 def explanation(e, full: bool = False) -> str:
