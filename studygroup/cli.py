@@ -285,6 +285,12 @@ def _save_figures(args, make_figure) -> None:
         for path in (args.png, args.svg):
             if path is not None:
                 figures.save(fig, path)
+                _wrote(path)
+
+
+def _wrote(path) -> None:
+    """One line on stderr per file written (stdout keeps the result alone, e.g. the JSON)."""
+    print(f"studygroup: wrote {path}", file=sys.stderr)
 
 
 def _explain(args) -> str:
@@ -310,6 +316,7 @@ def _explain(args) -> str:
         from studygroup.views import report
 
         report.write_report(page_data.report_data(model, args.text, top=args.top, explained=e), args.html)
+        _wrote(args.html)
     return e.to_json(indent=2) if args.json else render_text.explanation(e, full=args.full)
 
 

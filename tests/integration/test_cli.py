@@ -229,6 +229,7 @@ def test_explain_writes_png_svg_and_a_report(capsys, tiny, tmp_path):
     png, svg, html = tmp_path / "e.png", tmp_path / "e.svg", tmp_path / "e.html"
     code, out, err = cli(capsys, "explain", "the tin", "--model", tiny, "--png", png, "--svg", svg, "--html", html)
     assert code == 0, err
+    assert err.splitlines() == [f"studygroup: wrote {png}", f"studygroup: wrote {svg}", f"studygroup: wrote {html}"]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "<svg" in svg.read_text()
     report = html.read_text()
     assert "<script" in report and "he" in report and "http://" not in report.replace("http://www.w3.org", "")
@@ -239,7 +240,7 @@ def test_compare_and_head_write_figures(capsys, tiny, tmp_path):
     assert code == 0, err and (tmp_path / "c.png").stat().st_size > 1000
     code, out, err = cli(capsys, "head", "the tin", "--layer", 0, "--head", 1, "--model", tiny,
                          "--svg", tmp_path / "h.svg", "--json")
-    assert code == 0, err
+    assert code == 0 and err == f"studygroup: wrote {tmp_path / 'h.svg'}\n", err
     assert json.loads(out)["notation"] == "paper" and "he" in (tmp_path / "h.svg").read_text()
 
 
