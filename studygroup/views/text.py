@@ -393,6 +393,9 @@ def models(listed, skipped: list[str], full: bool = False) -> str:
     lines = [f"GGUF models on this disk ({len(listed)}); --model takes the name, ollama:NAME[:TAG] or a path:",
              table(["name", "where", "model", "family", "params", "quant", "context", "size", "reads"], rows)]
     lines += _more(len(listed) - len(shown), "models")
+    if full:
+        lines += ["", "files and tensor types:"]
+        lines += [f"  {m.name}: {m.path or '(no file yet: joined on first use)'}; " + _tensor_types(m.summary.tensor_types) for m in shown]
     notes = [m for m in shown if m.summary.reason]
     if notes:
         lines += ["", "why not, and notes:"]
@@ -402,6 +405,11 @@ def models(listed, skipped: list[str], full: bool = False) -> str:
         lines += [f"  {_short(s, REASON_CHARS) if not full else s}" for s in (skipped if full else skipped[:SKIPPED_SHOWN])]
         lines += _more(len(skipped) - SKIPPED_SHOWN if not full else 0, "folders skipped")
     return "\n".join(lines)
+
+
+def _tensor_types(types: dict[str, int]) -> str:
+    """'tensors: 61 F32, 210 Q4_1, 1 Q8_0' (or that they are unknown)."""
+    return "tensors: " + (", ".join(f"{n} {name}" for name, n in types.items()) if types else "unknown")
 
 
 def _count(n: int | None) -> str:
