@@ -33,6 +33,7 @@ HEADS_LISTENING = 3
 # explain: the rows its tables show (--full shows all)
 HEADS_SHOWN = 6
 MEMBERS_SHOWN = 10
+COMPARE_MEMBERS = 8  # compare: the members its table shows
 
 
 def bar(p: float, width: int = 40) -> str:
@@ -186,9 +187,21 @@ def comparison(c) -> str:
              f"members of text {c.longer} by the effect of silencing them on log p({c.word}):",
              table(["index", "member", "effect", "effect_last_question", "p silenced"],
                    [[m.index, m.token, m.effect, m.effect_last_question,
-                     None if m.prob_silenced is None else percent(m.prob_silenced)] for m in c.members[:8]]), "",
-             "the story:", *[wrap(s) for s in c.story]]
+                     None if m.prob_silenced is None else percent(m.prob_silenced)] for m in c.members[:COMPARE_MEMBERS]]),
+             *_members_left_out(c), "", "the story:", *[wrap(s) for s in c.story]]
     return "\n".join(lines)
+
+
+def _members_left_out(c) -> list[str]:
+    """Lines counting the longer text's members the table does not show: measured but smaller, or not measured."""
+    T = len((c.a if c.longer == "a" else c.b).tokens)
+    smaller, unmeasured = len(c.members) - COMPARE_MEMBERS, T - len(c.members)
+    lines = []
+    if smaller > 0:
+        lines.append(f"  … and {smaller} more members measured, each with a smaller effect: --json gives every number")
+    if unmeasured > 0:
+        lines.append(f"  ({unmeasured} of the {T} members not measured: --measure-members all measures every one)")
+    return lines
 
 
 def _gap_table(c) -> list[str]:

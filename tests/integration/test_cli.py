@@ -49,6 +49,20 @@ def test_compare_text_and_json(capsys, tiny):
     assert code == 0 and {"a", "b", "shift"} <= set(data) and data["prefix"]["text"] == "an ear "
 
 
+def test_compare_says_which_members_its_table_leaves_out(capsys, tiny):
+    argv = ["compare", "the tin", "an ear of tea the tin", "--model", tiny, "--top", 2]
+    data = json.loads(cli(capsys, *argv, "--measure-members", 10, "--json")[1])
+    T, measured = len(data["b"]["tokens"]), len(data["members"])
+    assert T > measured == 10 > 8  # 8 rows shown, 2 measured beside them, the rest not measured
+    code, out, _ = cli(capsys, *argv, "--measure-members", 10)
+    table = out.split("by the effect of silencing them")[1].split("the story:")[0]
+    assert code == 0 and len([l for l in table.splitlines() if l.strip()[:1].isdigit()]) == 8
+    assert "… and 2 more members measured, each with a smaller effect: --json gives every number" in table
+    assert f"({T - 10} of the {T} members not measured: --measure-members all measures every one)" in table
+    code, out, _ = cli(capsys, *argv, "--measure-members", "all")
+    assert "not measured" not in out.split("by the effect of silencing them")[1].split("the story:")[0]
+
+
 @pytest.mark.parametrize("notation", ["paper", "columns"])
 def test_head_text_and_json(capsys, tiny, notation):
     code, out, _ = cli(capsys, "head", "the tin", "--layer", 1, "--head", 2, "--notation", notation, "--model", tiny)
