@@ -336,7 +336,7 @@ def _estimate_missed_by(heads: list[HeadEffect]) -> float | None:
 
 def _measure_in_head(run, token: int, lp_t, heads: list[HeadEffect], resid_pre, bar=None) -> None:
     """Fill effect_in_head for the first LISTENED_MEASURED members each of `heads` listened to, and
-    member 0 (every head's sink); then list those measured first, largest |effect_in_head| first.
+    member 0 (the commonest sink); then list those measured first, largest |effect_in_head| first.
     bar: a Progress advanced after each layer of each pass."""
     cells = [(h, x) for h in heads for x in h.listened if x in h.listened[:LISTENED_MEASURED] or x.index == 0]
     silenced = [(h.layer, h.head, x.index) for h, x in cells]

@@ -131,7 +131,9 @@ def _sink_line(e, h) -> list[str]:
 
 
 def _head_sinks(v) -> list[str]:
-    """The head's attention sinks, in words, and the last question's weight on them."""
+    """The head's attention sinks, in words, and the last question's weight on them (nothing if it has none)."""
+    if not v.sinks:
+        return []
     named = ", ".join(f"{_short(v.tokens[j], 24)} (member {j})" for j in v.sinks[:SINKS_NAMED])
     named += f" and {len(v.sinks) - SINKS_NAMED} more" if len(v.sinks) > SINKS_NAMED else ""
     rests = ": it rests on them" if v.sink_weight >= REST_WEIGHT else ""
