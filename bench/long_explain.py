@@ -44,7 +44,7 @@ def main() -> None:
     script = Path(sys.executable).with_name("studygroup")
     argv = [str(script), "explain", text_of(args.T), "--json"]  # ~40 kB: one argument is allowed 128 kB
     if args.all:
-        argv += ["--silence-members", "all", "--silence-heads", "all"]
+        argv += ["--measure-members", "all", "--measure-heads", "all"]
     start = time.perf_counter()
     done = subprocess.run(argv, capture_output=True, text=True)
     wall = time.perf_counter() - start

@@ -39,6 +39,9 @@ class ArgumentError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):  # no prefixes: "--silence-mem" is no option, whatever it starts
+        super().__init__(*args, allow_abbrev=False, **kwargs)
+
     def error(self, message: str):  # argparse would print the usage too: keep it to one line
         raise ArgumentError(f"{message} (see: {self.prog} --help)")
 
@@ -113,10 +116,10 @@ def _figures(p: argparse.ArgumentParser) -> None:
 
 
 def _silencing(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--measure-heads", "--silence-heads", dest="silence_heads", type=_count_or_all, default=None,
+    p.add_argument("--measure-heads", dest="silence_heads", type=_count_or_all, default=None,
                    metavar="N|all", help="how many heads to measure exactly, each silenced alone (default: every head "
                    "up to 10 tokens, else candidates until 16 in a row are small; all: every head, slower)")
-    p.add_argument("--measure-members", "--silence-members", dest="silence_members", type=_count_or_all, default=None,
+    p.add_argument("--measure-members", dest="silence_members", type=_count_or_all, default=None,
                    metavar="N|all", help="measure every member up to N tokens, else the N with the largest direct "
                    "shares (default: every member up to 24 tokens, else 24)")
 
@@ -325,6 +328,12 @@ def _save_figures(args, make_figure) -> None:
         for path in (args.png, args.svg):
             if path is not None:
                 figures.save(fig, path)
+                _wrote(path)
+
+
+def _wrote(path) -> None:
+    """One line on stderr per file written (stdout keeps the result alone, e.g. the JSON)."""
+    print(f"studygroup: wrote {path}", file=sys.stderr)
 
 
 def _explain(args) -> str:
@@ -351,6 +360,7 @@ def _explain(args) -> str:
         from studygroup.views import report
 
         report.write_report(page_data.report_data(model, args.text, top=args.top, explained=e), args.html)
+        _wrote(args.html)
     return e.to_json(indent=2) if args.json else render_text.explanation(e, full=args.full)
 
 
@@ -627,9 +637,28 @@ class OutputError(Exception):
 def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
     """parse_args, but an argument no command knows is blamed on the command it followed."""
     args, extras = parser.parse_known_args(_joined_slices(sys.argv[1:] if argv is None else argv))
+    for extra in extras:
+        _refuse_near_miss(extra.split("=")[0], args)
     if extras:
         raise ArgumentError(f"unrecognized arguments: {' '.join(extras)} (see: {parser.prog} {args.command} --help)")
     return args
+
+
+# Flags one letter from two options that mean different things: {flag: ((dest, the option, what it does), ...)}.
+NEAR_MISSES = {
+    "--silence-members": (("silence_member", "--silence-member J", "nobody hears member J"),
+                          ("silence_members", "--measure-members N|all", "how many members are measured")),
+    "--silence-heads": (("silence_head", "--silence-head L.H", "head H of layer L writes nothing"),
+                        ("silence_heads", "--measure-heads N|all", "how many heads are measured")),
+}
+
+
+def _refuse_near_miss(flag: str, args: argparse.Namespace) -> None:
+    """An error naming the options `flag` may have meant, those the command has."""
+    meant = [f"{option} ({does})" for dest, option, does in NEAR_MISSES.get(flag, ()) if hasattr(args, dest)]
+    if meant:
+        raise ArgumentError(f"{flag} is not an option: did you mean {' or '.join(meant)}? "
+                            f"(see: studygroup {args.command} --help)")
 
 
 def _joined_slices(argv: list[str]) -> list[str]:

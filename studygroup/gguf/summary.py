@@ -8,7 +8,8 @@ experts, a model split into several files.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +34,7 @@ class Summary:
     size: int | None  # bytes on disk, all parts
     readable: bool  # whether studygroup reads it
     reason: str  # why not (readable: "" or a note)
+    tensor_types: dict[str, int] = field(default_factory=dict)  # {type name: tensors of that type}, by name
 
 
 def summarize(paths: tuple[Path, ...]) -> Summary:
@@ -53,7 +55,8 @@ def summarize(paths: tuple[Path, ...]) -> Summary:
     except ModelFileError as e:
         return Summary("", None, None, None, None, size, False, " ".join(str(e).split()))
     parameters = sum(int(np.prod(t.dims, dtype=np.int64)) for t in tensors)
-    return Summary(title, arch, parameters, quantization_of(fields, tensors), context, size, readable, reason)
+    types = dict(sorted(Counter(t.qtype.name for t in tensors).items()))
+    return Summary(title, arch, parameters, quantization_of(fields, tensors), context, size, readable, reason, types)
 
 
 def _readable(fields, arch: str | None, tensors, n_files: int) -> tuple[bool, str]:

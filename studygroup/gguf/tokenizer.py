@@ -10,7 +10,9 @@ applied within each piece. We build it with Hugging Face `tokenizers` from
 `tokenizer.ggml.tokens` and `tokenizer.ggml.merges`.
 
 Like llama.cpp by default, special-token text typed by a user (`<|im_start|>`) is tokenized as
-plain text: control tokens are not matched in text. User-defined tokens are, as in llama.cpp.
+plain text: control tokens are not matched in text. User-defined tokens are, as in llama.cpp. Which
+entries are which is the file's `tokenizer.ggml.token_type` with llama.cpp's overrides by text
+(token_types.py: `</s>`, `<|endoftext|>`, ... are control tokens in every family).
 """
 from __future__ import annotations
 
@@ -28,13 +30,15 @@ from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
 from studygroup.errors import InputError, ModelFileError
 from studygroup.gguf.metadata import lookup
 from studygroup.gguf.sentencepiece import SPACE, SentencePiece, byte_token_value, escape
+from studygroup.gguf.token_types import (NAMED_ENDS, TOKEN_BYTE, TOKEN_CONTROL, TOKEN_NORMAL, TOKEN_UNKNOWN,
+                                         TOKEN_USER_DEFINED, FILL_IN_THE_MIDDLE, llama_cpp_token_types)
 
-FORMAT = "studygroup-tokenizer-6"  # what a cached tokenizer JSON holds; change it when that changes
-TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED, TOKEN_BYTE = 1, 2, 3, 4, 5, 6
+FORMAT = "studygroup-tokenizer-7"  # what a cached tokenizer JSON holds; change it when that changes
 PLAIN_TEXT_TYPES = (TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNKNOWN)  # stored as the text they stand for
 MODELS = ("gpt2", "llama")  # tokenizer.ggml.model values studygroup reads
 # llama.cpp's defaults for a SentencePiece vocabulary that does not name them.
 SPM_DEFAULTS = {"bos_id": 1, "eos_id": 2, "add_bos": True, "add_space_prefix": True}
+BPE_DEFAULT_EOS_ID = 11  # llama.cpp's end of sentence for a byte-level BPE file that names none
 
 # llama.cpp's pre-tokenizer regexes (llama-vocab.cpp), applied in order; each keeps both its
 # matches and the text between them as pieces (tokenizers' "isolated" Split).
@@ -146,7 +150,7 @@ class Tokenizer:
         if not tokens or not merges:
             raise ModelFileError("the file lacks tokenizer.ggml.tokens or tokenizer.ggml.merges")
         _check_merges(merges, set(tokens))
-        return cls(tokens, merges, _types(fields, len(tokens)),
+        return cls(tokens, merges, _types(fields, tokens, BPE_DEFAULT_EOS_ID),
                    pre=lookup(fields, "tokenizer.ggml.pre", str) or "default",
                    bos_id=lookup(fields, "tokenizer.ggml.bos_token_id", int),
                    eos_id=lookup(fields, "tokenizer.ggml.eos_token_id", int),
@@ -160,7 +164,7 @@ class Tokenizer:
         scores = lookup(fields, "tokenizer.ggml.scores", list, items=float)
         if not tokens or scores is None:
             raise ModelFileError("the file lacks tokenizer.ggml.tokens or tokenizer.ggml.scores")
-        return cls(tokens, [], _types(fields, len(tokens)), pre="", model="llama",
+        return cls(tokens, [], _types(fields, tokens, SPM_DEFAULTS["eos_id"]), pre="", model="llama",
                    scores=[float(x) for x in scores],
                    bos_id=lookup(fields, "tokenizer.ggml.bos_token_id", int, SPM_DEFAULTS["bos_id"]),
                    eos_id=lookup(fields, "tokenizer.ggml.eos_token_id", int, SPM_DEFAULTS["eos_id"]),
@@ -189,7 +193,7 @@ class Tokenizer:
 
         >>> Tokenizer.from_json({"format": "other"})
         Traceback (most recent call last):
-        ValueError: not a studygroup-tokenizer-6 tokenizer
+        ValueError: not a studygroup-tokenizer-7 tokenizer
         """
         if data.get("format") != FORMAT:
             raise ValueError(f"not a {FORMAT} tokenizer")
@@ -452,9 +456,15 @@ def _check_model(model: Any) -> None:
                              "SmolLM2, Llama 3) and SentencePiece ('llama': Llama 2, TinyLlama, Mistral)")
 
 
-def _types(fields: Mapping[str, Any], n: int) -> list[int]:
+def _types(fields: Mapping[str, Any], tokens: list[str], default_eos_id: int) -> list[int]:
+    """Each entry's type as llama.cpp reads it: the file's (normal where it gives none), overridden by text."""
     types = lookup(fields, "tokenizer.ggml.token_type", list, items=int)
-    return types if types is not None else [TOKEN_NORMAL] * n
+    if types is not None and len(types) != len(tokens):
+        return types  # refused by Tokenizer, which names both lengths
+    named = {key: lookup(fields, f"tokenizer.ggml.{key}", int)
+             for key in {*NAMED_ENDS, *(key for keys, _ in FILL_IN_THE_MIDDLE for key in keys)}}
+    named["eos_token_id"] = default_eos_id if named["eos_token_id"] is None else named["eos_token_id"]
+    return llama_cpp_token_types(tokens, types if types is not None else [TOKEN_NORMAL] * len(tokens), named)
 
 
 def _check_merges(merges: list[str], vocabulary: set[str]) -> None:

@@ -40,7 +40,8 @@ class Listed:
         s = self.summary
         return {"name": self.name, "store": self.store, "path": self.path, "title": s.title,
                 "architecture": s.architecture, "parameters": s.parameters, "quantization": s.quantization,
-                "context_length": s.context_length, "size": s.size, "readable": s.readable, "reason": s.reason}
+                "context_length": s.context_length, "size": s.size, "readable": s.readable, "reason": s.reason,
+                "tensor_types": s.tensor_types}
 
 
 def listing() -> tuple[list[Listed], list[str]]:
@@ -62,8 +63,9 @@ def _packaged():
         if path.is_file() and path.stat().st_size == spec.size:
             yield Listed(name, "packaged", str(path), summarize((path,)))
         else:
-            yield Listed(name, "packaged", "", Summary("", None, None, None, None, spec.size, True,
-                                                        "joined from its packages on first use"))
+            yield Listed(name, "packaged", "", Summary(
+                spec.title, spec.architecture, spec.parameters, spec.quantization, spec.context_length, spec.size,
+                True, "joined from its packages on first use", dict(spec.tensor_types)))
 
 
 def _listed(f: stores.Found) -> Listed:

@@ -37,8 +37,12 @@ from studygroup.model.estimate import long_explain as long_explain_needs
 from studygroup.model.interventions import Interventions
 from studygroup.model.record import KEY_STEPS, Record
 from studygroup.progress import Progress, say
+<<<<<<< HEAD
 from studygroup.study import attribution, effects, last_question, story
 from studygroup.study.ablation import ZERO, Ablation
+=======
+from studygroup.study import attribution, byte_pieces, effects, last_question, story
+>>>>>>> smallfixes
 from studygroup.study.last_sentence import last_sentence
 from studygroup.study.roles import head_sinks
 from studygroup.study.text_ids import check_generated_from, checked_ids
@@ -408,7 +412,7 @@ def _estimate_missed_by(heads: list[HeadEffect]) -> float | None:
 
 def _measure_in_head(run, token: int, lp_t, heads: list[HeadEffect], resid_pre, bar=None) -> None:
     """Fill effect_in_head for the first LISTENED_MEASURED members each of `heads` listened to, and
-    member 0 (every head's sink); then list those measured first, largest |effect_in_head| first.
+    member 0 (the commonest sink); then list those measured first, largest |effect_in_head| first.
     bar: a Progress advanced after each layer of each pass."""
     cells = [(h, x) for h in heads for x in h.listened if x in h.listened[:LISTENED_MEASURED] or x.index == 0]
     silenced = [(h.layer, h.head, x.index) for h, x in cells]
@@ -473,7 +477,10 @@ def top_words(run, lp: torch.Tensor, k: int) -> list[Word]:
 
 def _word(run, lp: torch.Tensor, i: int) -> Word:
     """Next word i as a Word: lp (vocab,) log-probabilities."""
-    return Word(run.model.tokenizer.readable(i), i, float(lp[i].exp()), float(run.last_logits[i]))
+    tok = run.model.tokenizer
+    before = b"".join(tok.token_bytes(j) for j in run.token_ids[-3:])  # enough for an unfinished character
+    return Word(tok.readable(i), i, float(lp[i].exp()), float(run.last_logits[i]),
+                byte_pieces.reads_as(before, tok.token_bytes(i)))
 
 
 def _logit_sum(p: attribution.LogitParts) -> LogitSum:

@@ -25,7 +25,7 @@ from studygroup.formulas.softmax_example import softmax_example
 from studygroup.model.record import Record
 from studygroup.study.explain import top_words
 from studygroup.study.jsonable import JSONable
-from studygroup.study.sinks import MAX_QUESTIONS, REST_WEIGHT, head_sinks_of, sink_weight
+from studygroup.study.sinks import MAX_QUESTIONS, REST_WEIGHT, SINK_SHARE, SINK_WEIGHT, head_sinks_of, sink_weight
 from studygroup.study.story import brief, clipped, members_line, percent, quote
 from studygroup.study.text_ids import checked_ids, checked_pair
 
@@ -115,9 +115,9 @@ def followed(run, layer: int, head: int, i: int) -> Followed:
 def sink_share(h: Followed, i: int) -> tuple[list[int], float]:
     """The head's sinks and the weight question i gives them.
 
-    >>> run = model.run("I have a lot")
-    >>> members, weight = sink_share(followed(run, 0, 0, 3), 3)
-    >>> members, round(weight, 4) == round(float(run.head(0, 0).weights[3, members].sum()), 4)
+    >>> run = model.run("Cash or credit card? I have a lot")
+    >>> members, weight = sink_share(followed(run, 24, 6, 9), 9)
+    >>> members, round(weight, 4) == round(float(run.head(24, 6).weights[9, members].sum()), 4)
     ([0], True)
     """
     s = h.sinks()
@@ -267,6 +267,15 @@ def shown_members(T: int, i: int, j: int, n: int | None = None) -> list[int]:
     return sorted(chosen)
 
 
+def _sinks_said(members: list[int], share: float, i: int, rests: bool) -> str:
+    """The sentence on the head's attention sinks and question i's weight on them."""
+    if not members:
+        return (f"This head has no attention sink: no member takes {SINK_WEIGHT} of the weight of "
+                f"{SINK_SHARE:.0%} of its questions.")
+    return (f"This head's sinks ({_members_named(members)}) take {share:.4g} of question {i}'s weight"
+            + (": the head rests on a sink, and its weights say little about meaning." if rests else "."))
+
+
 def _members_named(members: list[int]) -> str:
     """"member 0", "members 0 and 3", "members 0, 3 and 5".
 
@@ -330,8 +339,7 @@ def _softmax(model, run, h, i, j, text, top) -> dict:
             f"{ex.after_question.said(-1)}. "
             + ("The real scores are far smaller, so the weights are less extreme." if float(row_s[seen].abs().max()) < 50
                else "The real scores are as large as the article's."),
-            f"This head's sinks ({_members_named(sink_members)}) take {share:.4g} of question {i}'s weight"
-            + (": the head rests on a sink, and its weights say little about meaning." if rests else ".")]
+            _sinks_said(sink_members, share, i, rests)]
     example = [{"context": g.context, "members": list(g.members), "scores": list(g.scores), "weights": list(g.weights)}
                for g in (ex.alone, ex.after_question)]
     return _section(

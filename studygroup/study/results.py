@@ -11,12 +11,14 @@ from studygroup.study.story import brief, clipped, percent, quote, signed
 
 @dataclass
 class Word(JSONable):
-    """A candidate next word: readable token, id, probability (softmax in float64) and logit."""
+    """A candidate next word: readable token, id, probability (softmax in float64) and logit, and
+    what its bytes stand for where they are not whole characters (study.byte_pieces; '' otherwise)."""
 
     token: str
     id: int
     prob: float
     logit: float
+    reads_as: str = ""
 
 
 @dataclass

@@ -6,8 +6,8 @@ For question i (i >= 1) and its row of weights w_i (summing to 1 over the member
 - duplicate: the weight on earlier members j < i with i's token;
 - induction: the weight on j+1 for every earlier copy j of i's token with j+1 < i (the member that
   followed the token last time: what an induction head copies forward);
-- sink: the weight on the head's sinks: member 0, and every member that takes >= 0.3 of the weight
-  of >= 80 % of the questions scored;
+- sink: the weight on the head's sinks: every member (the first one too) that takes >= 0.3 of the
+  weight of >= 80 % of the questions scored;
 - local: the weight on members i−8 … i;
 - broad: the row's entropy over log(i+1), 0 for a row on one member, 1 for a uniform row.
 
@@ -43,7 +43,7 @@ DEFINITIONS = {
     "previous": "weight on the member just before",
     "duplicate": "weight on earlier members with the same token",
     "induction": "weight on the member after an earlier copy of the same token",
-    "sink": f"weight on attention sinks (member 0, or a member with >= {SINK_WEIGHT} of >= {SINK_SHARE:.0%} of rows)",
+    "sink": f"weight on attention sinks (members with >= {SINK_WEIGHT} of >= {SINK_SHARE:.0%} of rows)",
     "local": f"weight on the last {LOCAL_WINDOW + 1} members (i-{LOCAL_WINDOW} … i)",
     "broad": "entropy of the row over log(i+1): 1 when spread evenly",
 }
@@ -191,7 +191,7 @@ def roles(model, text=None) -> Roles:
 class HeadSinks:
     """One head's attention sinks on a text, the last question's weight on them, and its role scores."""
 
-    sinks: list[int]  # the members that are sinks for this head (member 0 always)
+    sinks: list[int]  # the members that are sinks for this head (study.sinks; may be none)
     sink_weight: float  # the weight the last question gives them
     roles: RoleScores | None  # None past MAX_QUESTIONS members
 

@@ -5,9 +5,9 @@ the text fits their question, put that weight on one member (most often the firs
 they write on every text alike: an *attention sink*. A large weight on a sink says nothing about
 what the question asks.
 
-Member j is a sink for head h when it is the first member (the BOS where the model adds one), or
-when it takes >= SINK_WEIGHT of the weight of >= SINK_SHARE of the questions scored (the last
-min(T, MAX_QUESTIONS)). A head *rests on a sink* for a question when its sinks take >= REST_WEIGHT
+Member j is a sink for head h when it takes >= SINK_WEIGHT of the weight of >= SINK_SHARE of the
+questions scored (the last min(T, MAX_QUESTIONS)): the first member too (the BOS, where the model
+adds one), which is a sink only where the head puts real weight on it. A head *rests on a sink* for a question when its sinks take >= REST_WEIGHT
 of that question's weight.
 """
 from __future__ import annotations
@@ -48,12 +48,12 @@ def quiet_sinks(head) -> list[int]:
 
 
 def sinks(weights: torch.Tensor) -> list[int]:
-    """Member 0 and the members taking >= SINK_WEIGHT of the weight of >= SINK_SHARE of these rows.
+    """The members taking >= SINK_WEIGHT of the weight of >= SINK_SHARE of these rows.
 
     weights: (R, T), the rows of the questions scored.
 
     >>> sinks(torch.tensor([[0.5, 0.5, 0.0], [0.2, 0.4, 0.4]]))
-    [0, 1]
+    [1]
     """
     return sink_mask(weights).nonzero()[:, 0].tolist()
 
@@ -62,11 +62,9 @@ def sink_mask(weights: torch.Tensor) -> torch.Tensor:
     """`sinks` of every head at once, as a mask: weights (…, R, T) -> (…, T) bool, True at a sink.
 
     >>> sink_mask(torch.tensor([[[0.5, 0.5, 0.0], [0.2, 0.4, 0.4]]]))
-    tensor([[ True,  True, False]])
+    tensor([[False,  True, False]])
     """
-    heavy = (weights >= SINK_WEIGHT).double().mean(-2) >= SINK_SHARE  # (…, T)
-    heavy[..., 0] = True
-    return heavy
+    return (weights >= SINK_WEIGHT).double().mean(-2) >= SINK_SHARE  # (…, T)
 
 
 def head_sinks_of(rows: torch.Tensor) -> list[int]:
@@ -74,7 +72,7 @@ def head_sinks_of(rows: torch.Tensor) -> list[int]:
     hears only itself, so it says nothing of the rule).
 
     >>> head_sinks_of(torch.tensor([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.2, 0.4, 0.4]]))
-    [0, 1]
+    [1]
     """
     R, T = rows.shape
     asked = rows[1:] if R == T else rows

@@ -8,6 +8,8 @@ question(s) only.
 """
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib
 import numpy as np
 from matplotlib.colors import TwoSlopeNorm
@@ -127,7 +129,39 @@ def head_figure(head: dict, notation: str = "paper", last_rows: int | None = Non
             _head_grid(fig, axes[1], S, mask, reasons, members, questions, notation, "scores")
         _legend(fig, reasons, members.generated_from is not None and members.generated_from < T)
         fig.suptitle(_head_title(head, shown, T), fontsize=14, fontweight="bold")
+        _fit_captions(fig)
         return fig
+
+
+def _fit_captions(fig: Figure) -> None:
+    """Wrap each axis caption that is longer than its side of the grid (or of the colour bar), so
+    that no caption runs into the next panel's; the layout then makes room for the extra lines."""
+    original: dict = {}
+    for _ in range(3):  # wrapping changes the layout, which changes the room: settles in one or two rounds
+        fig.canvas.draw()
+        too_long = [(text, room) for text, room in _captions(fig) if _length(text) > room + 1]
+        if not too_long:
+            return
+        for text, room in too_long:
+            whole = original.setdefault(text, text.get_text().replace("\n", " "))
+            chars = max(12, int(len(whole) * room / _length(text, whole)) - 2)
+            text.set_text(textwrap.fill(whole, chars))
+
+
+def _captions(fig: Figure):
+    """(caption, the length in pixels of the side it labels) for every axis caption of the figure."""
+    for ax in fig.axes:
+        box = ax.get_window_extent()
+        for text, room in ((ax.xaxis.label, box.width), (ax.yaxis.label, box.height)):
+            if text.get_text():
+                yield text, room
+
+
+def _length(text, whole: str | None = None) -> float:
+    """A caption's extent along its own direction, in pixels (of `whole` on one line, when given)."""
+    box = text.get_window_extent()
+    along = box.height if text.get_rotation() % 180 == 90 else box.width
+    return along if whole is None else along * len(whole) / max(map(len, text.get_text().split("\n")))
 
 
 def _head_title(head: dict, shown: int, T: int) -> str:

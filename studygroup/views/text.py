@@ -9,6 +9,7 @@ import math
 import textwrap
 
 from studygroup.gguf.config import size_text
+from studygroup.study import byte_pieces
 from studygroup.study.mask_reasons import OUTSIDE_WINDOW
 from studygroup.study.sinks import REST_WEIGHT, quiet_sinks
 from studygroup.study.story import TAKEN_OUT, percent, signed
@@ -32,6 +33,7 @@ HEADS_LISTENING = 3
 # explain: the rows its tables show (--full shows all)
 HEADS_SHOWN = 6
 MEMBERS_SHOWN = 10
+COMPARE_MEMBERS = 8  # compare: the members its table shows
 
 
 def bar(p: float, width: int = 40) -> str:
@@ -67,7 +69,13 @@ def _members(tokens: list[str]) -> str:
 
 
 def _conclusion(words) -> list[str]:
-    return [f"  {w.token:>16}  {percent(w.prob):>6}  {bar(w.prob)}" for w in words]
+    """The words as bars, each byte piece with what it stands for, and a note saying what a byte piece
+    or a lone space is where one is shown."""
+    lines = [f"  {w.token:>16}  {percent(w.prob):>6}  {bar(w.prob)}" + (f"  ({w.reads_as})" if w.reads_as else "")
+             for w in words]
+    notes = [note for note, shown in ((byte_pieces.BYTE_PIECE, any("<0x" in w.token for w in words)),
+                                      (byte_pieces.LONE_SPACE, any(set(w.token) == {"␣"} for w in words))) if shown]
+    return lines + [wrap(f"({note})") for note in notes]
 
 
 def explanation(e, full: bool = False) -> str:
@@ -125,7 +133,9 @@ def _sink_line(e, h) -> list[str]:
 
 
 def _head_sinks(v) -> list[str]:
-    """The head's attention sinks, in words, and the last question's weight on them."""
+    """The head's attention sinks, in words, and the last question's weight on them (nothing if it has none)."""
+    if not v.sinks:
+        return []
     named = ", ".join(f"{_short(v.tokens[j], 24)} (member {j})" for j in v.sinks[:SINKS_NAMED])
     named += f" and {len(v.sinks) - SINKS_NAMED} more" if len(v.sinks) > SINKS_NAMED else ""
     rests = ": it rests on them" if v.sink_weight >= REST_WEIGHT else ""
@@ -181,9 +191,21 @@ def comparison(c) -> str:
              f"members of text {c.longer} by the effect of silencing them on log p({c.word}):",
              table(["index", "member", "effect", "effect_last_question", "p silenced"],
                    [[m.index, m.token, m.effect, m.effect_last_question,
-                     None if m.prob_silenced is None else percent(m.prob_silenced)] for m in c.members[:8]]), "",
-             "the story:", *[wrap(s) for s in c.story]]
+                     None if m.prob_silenced is None else percent(m.prob_silenced)] for m in c.members[:COMPARE_MEMBERS]]),
+             *_members_left_out(c), "", "the story:", *[wrap(s) for s in c.story]]
     return "\n".join(lines)
+
+
+def _members_left_out(c) -> list[str]:
+    """Lines counting the longer text's members the table does not show: measured but smaller, or not measured."""
+    T = len((c.a if c.longer == "a" else c.b).tokens)
+    smaller, unmeasured = len(c.members) - COMPARE_MEMBERS, T - len(c.members)
+    lines = []
+    if smaller > 0:
+        lines.append(f"  … and {smaller} more members measured, each with a smaller effect: --json gives every number")
+    if unmeasured > 0:
+        lines.append(f"  ({unmeasured} of the {T} members not measured: --measure-members all measures every one)")
+    return lines
 
 
 def _gap_table(c) -> list[str]:
@@ -272,7 +294,7 @@ def _window(v) -> list[str]:
 def head_view(v, full: bool = False) -> str:
     """One head over its window: each member's question, key and answer in short, the grids, the
     notation check. Within 100 lines of at most 400 characters, unless `full`."""
-    sums = "each column of weights sums to 1" if v.notation == "columns" else "each row of weights sums to 1"
+    sums = _weight_sums(v)
     name = lambda i: _member_name(v, i, full)  # noqa: E731
     lines = [_head_members(v.tokens, full, v.generated_from), *generated_line(v.generated_from, len(v.tokens)), "",
              f"layer {v.layer} head {v.head} (key/value head {v.kv_head}, shared by heads {v.shares_keys_with})",
@@ -296,6 +318,19 @@ def head_view(v, full: bool = False) -> str:
                   *_grid(v, v.weights, f"weights ({sums})", full)]
     lines += ["", wrap(v.check.statement, indent="")]
     return "\n".join(lines)
+
+
+def _weight_sums(v) -> str:
+    """What each question's weights in the window add up to: 1 where the window holds every answer
+    its questions hear, else the range of the sums shown, the rest lying outside the window."""
+    line = "column" if v.notation == "columns" else "row"
+    sums = [sum(x or 0.0 for x in r) for r in (v.weights if line == "row" else zip(*v.weights))]
+    if all(abs(x - 1) < 1e-3 for x in sums):
+        return f"each {line} of weights sums to 1"
+    low, high = min(sums), max(sums)
+    shown = f"{low:.2g}" if f"{low:.2g}" == f"{high:.2g}" else f"{low:.2g} to {high:.2g}"
+    return (f"each {line} would sum to 1 over every answer its question hears; the {line}s of this window sum to "
+            f"{shown}, the rest of the weight lies on answers outside it")
 
 
 def _outside_window(v) -> list[str]:
@@ -375,6 +410,9 @@ def models(listed, skipped: list[str], full: bool = False) -> str:
     lines = [f"GGUF models on this disk ({len(listed)}); --model takes the name, ollama:NAME[:TAG] or a path:",
              table(["name", "where", "model", "family", "params", "quant", "context", "size", "reads"], rows)]
     lines += _more(len(listed) - len(shown), "models")
+    if full:
+        lines += ["", "files and tensor types:"]
+        lines += [f"  {m.name}: {m.path or '(no file yet: joined on first use)'}; " + _tensor_types(m.summary.tensor_types) for m in shown]
     notes = [m for m in shown if m.summary.reason]
     if notes:
         lines += ["", "why not, and notes:"]
@@ -384,6 +422,11 @@ def models(listed, skipped: list[str], full: bool = False) -> str:
         lines += [f"  {_short(s, REASON_CHARS) if not full else s}" for s in (skipped if full else skipped[:SKIPPED_SHOWN])]
         lines += _more(len(skipped) - SKIPPED_SHOWN if not full else 0, "folders skipped")
     return "\n".join(lines)
+
+
+def _tensor_types(types: dict[str, int]) -> str:
+    """'tensors: 61 F32, 210 Q4_1, 1 Q8_0' (or that they are unknown)."""
+    return "tensors: " + (", ".join(f"{n} {name}" for name, n in types.items()) if types else "unknown")
 
 
 def _count(n: int | None) -> str:

@@ -34,7 +34,7 @@ def test_explain_prints_members_conclusion_heads_members_and_story(capsys, tiny)
 
 
 def test_explain_json(capsys, tiny):
-    code, out, _ = cli(capsys, "explain", "the tin", "--model", tiny, "--top", 4, "--silence-heads", 2, "--json")
+    code, out, _ = cli(capsys, "explain", "the tin", "--model", tiny, "--top", 4, "--measure-heads", 2, "--json")
     data = json.loads(out)
     assert code == 0 and len(data["top"]) == 4 and data["heads_measured"] == 2
     assert sum(h["silence_effect"] is not None for h in data["heads"]) == 2  # the others at the last position only
@@ -48,6 +48,20 @@ def test_compare_text_and_json(capsys, tiny):
     code, out, _ = cli(capsys, "compare", "the tin", "an ear the tin", "--model", tiny, "--json")
     data = json.loads(out)
     assert code == 0 and {"a", "b", "shift"} <= set(data) and data["prefix"]["text"] == "an ear "
+
+
+def test_compare_says_which_members_its_table_leaves_out(capsys, tiny):
+    argv = ["compare", "the tin", "an ear of tea the tin", "--model", tiny, "--top", 2]
+    data = json.loads(cli(capsys, *argv, "--measure-members", 10, "--json")[1])
+    T, measured = len(data["b"]["tokens"]), len(data["members"])
+    assert T > measured == 10 > 8  # 8 rows shown, 2 measured beside them, the rest not measured
+    code, out, _ = cli(capsys, *argv, "--measure-members", 10)
+    table = out.split("by the effect of silencing them")[1].split("the story:")[0]
+    assert code == 0 and len([l for l in table.splitlines() if l.strip()[:1].isdigit()]) == 8
+    assert "… and 2 more members measured, each with a smaller effect: --json gives every number" in table
+    assert f"({T - 10} of the {T} members not measured: --measure-members all measures every one)" in table
+    code, out, _ = cli(capsys, *argv, "--measure-members", "all")
+    assert "not measured" not in out.split("by the effect of silencing them")[1].split("the story:")[0]
 
 
 @pytest.mark.parametrize("notation", ["paper", "columns"])
@@ -126,7 +140,17 @@ def test_lesson_on_a_long_text_stays_within_100_lines(capsys, tmp_path):
     (["lesson", "the tin", "--section", "9"], "section 9 does not exist"),
     (["lesson", "the tin", "--head", "2.0"], "layer 2 does not exist"),
     (["explain", "the tin", "--top", "0"], "--top"),
-    (["explain", "the tin", "--silence-heads", "some"], "--silence-heads"),
+    (["explain", "the tin", "--measure-heads", "some"], "--measure-heads"),
+    (["explain", "the tin", "--silence-members", "1"],
+     "--silence-members is not an option: did you mean --silence-member J (nobody hears member J) or "
+     "--measure-members N|all (how many members are measured)?"),
+    (["explain", "--silence-heads=1.2"], "did you mean --silence-head L.H (head H of layer L writes nothing) or "
+                                         "--measure-heads N|all"),
+    (["compare", "the tin", "an ear the tin", "--silence-members", "1"], "--silence-member J"),
+    (["head", "the tin", "--layer", "0", "--head", "0", "--silence-members", "1"],
+     "--silence-members is not an option: did you mean --silence-member J (nobody hears member J)? "),
+    (["explain", "the tin", "--silence-mem", "1"], "unrecognized arguments: --silence-mem"),
+    (["explain", "the tin", "--measure-h", "1"], "unrecognized arguments: --measure-h"),
     (["frobnicate"], "invalid choice"),
     ([], "required"),
     (["explain", "ab\udcffcd"], "lone surrogate"),  # how Python passes bytes that are not UTF-8
@@ -220,6 +244,7 @@ def test_explain_writes_png_svg_and_a_report(capsys, tiny, tmp_path):
     png, svg, html = tmp_path / "e.png", tmp_path / "e.svg", tmp_path / "e.html"
     code, out, err = cli(capsys, "explain", "the tin", "--model", tiny, "--png", png, "--svg", svg, "--html", html)
     assert code == 0, err
+    assert err.splitlines() == [f"studygroup: wrote {png}", f"studygroup: wrote {svg}", f"studygroup: wrote {html}"]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "<svg" in svg.read_text()
     report = html.read_text()
     assert "<script" in report and "he" in report and "http://" not in report.replace("http://www.w3.org", "")
@@ -230,7 +255,7 @@ def test_compare_and_head_write_figures(capsys, tiny, tmp_path):
     assert code == 0, err and (tmp_path / "c.png").stat().st_size > 1000
     code, out, err = cli(capsys, "head", "the tin", "--layer", 0, "--head", 1, "--model", tiny,
                          "--svg", tmp_path / "h.svg", "--json")
-    assert code == 0, err
+    assert code == 0 and err == f"studygroup: wrote {tmp_path / 'h.svg'}\n", err
     assert json.loads(out)["notation"] == "paper" and "he" in (tmp_path / "h.svg").read_text()
 
 

@@ -652,7 +652,7 @@ def test_effect_in_head_equals_a_run_with_the_member_silenced_in_that_head(model
     e = analysis.explanation
     lp = effects.log_probs(model.run(TEXT_B, record="none").last_logits)[e.predicted.id]
     measured = [(h, x) for h in e.heads for x in h.listened if x.effect_in_head is not None]
-    for h in e.heads[:study.HEADS_WITH_MEMBERS]:  # the first five by contribution, and member 0 (every head's sink)
+    for h in e.heads[:study.HEADS_WITH_MEMBERS]:  # the first five by contribution, and member 0 (the commonest sink)
         by_contribution = sorted(h.listened, key=lambda x: -x.contribution)[:study.LISTENED_MEASURED]
         expected = {x.index for x in by_contribution} | {0}
         assert {x.index for x in h.listened if x.effect_in_head is not None} == expected

@@ -128,6 +128,22 @@ def test_text_output_follows_the_100_line_rule(wide, capsys, extra):
         assert "more answers hold" in out and "--full" in out
 
 
+@pytest.mark.parametrize("notation, line", [("paper", "row"), ("columns", "column")])
+def test_the_weights_say_what_the_window_sums_to(wide, capsys, notation, line):
+    path, model = wide
+    v = head_view(model, SHORT, 1, 2, notation, rows=slice(10, 14), keys=slice(2, 5))
+    sums = grid(v.weights, notation).sum(-1)  # (4,): each question's weights within keys 2:5
+    assert sums.max() < 0.9  # the rest of each question's weight lies outside the window
+    code, out, _ = cli(capsys, "head", SHORT, "--layer", 1, "--head", 2, "--model", path, "--notation", notation,
+                       "--rows", "10:14", "--keys", "2:5")
+    assert code == 0 and f"weights (each {line} of weights sums to 1)" not in out
+    assert (f"the {line}s of this window sum to {sums.min():.2g} to {sums.max():.2g}, the rest of the weight lies "
+            "on answers outside it") in " ".join(out.split())
+    code, out, _ = cli(capsys, "head", SHORT, "--layer", 1, "--head", 2, "--model", path, "--notation", notation,
+                       "--rows", "10:14", "--keys", ":14", "--silence-member", "3")
+    assert code == 0 and f"weights (each {line} of weights sums to 1)" in out  # every answer they hear is shown
+
+
 def test_full_prints_the_whole_window(wide, capsys):
     path, _ = wide
     code, out, _ = cli(capsys, "head", LONG, "--layer", 1, "--head", 2, "--model", path, "--rows", "-1:", "--full")

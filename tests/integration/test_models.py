@@ -247,3 +247,29 @@ def test_store_roots_follow_the_environment(tmp_path):
     found = stores.roots(tmp_path / "nohome", env)
     assert [(s, p.relative_to(tmp_path).as_posix()) for s, p in found if tmp_path in p.parents] == [
         ("ollama", "om"), ("hugging face", "hc"), ("hugging face", "hf/hub"), ("llama.cpp", "lc")]
+
+
+def test_a_packaged_model_not_yet_joined_is_listed_with_its_facts(capsys, home, tmp_path, monkeypatch):
+    monkeypatch.setenv("STUDYGROUP_CACHE_DIR", str(tmp_path / "fresh-cache"))  # nothing joined yet
+    spec = packaged.PACKAGED["gemma-3-270m"]
+    gemma = listed(capsys)["by_name"]["gemma-3-270m"]
+    assert gemma["path"] == "" and gemma["reason"] == "joined from its packages on first use"
+    assert (gemma["title"], gemma["architecture"], gemma["parameters"], gemma["quantization"],
+            gemma["context_length"], gemma["size"]) == ("gemma-3 270M", "gemma3", 268_098_176, "Q4_K_M", 32_768, spec.size)
+    assert gemma["tensor_types"] == dict(spec.tensor_types)
+    assert main(["models"]) == 0
+    row = next(l for l in capsys.readouterr().out.splitlines() if l.split()[:1] == ["gemma-3-270m"])
+    assert "?" not in row and "268M" in row
+
+
+def test_full_lists_each_models_file_and_tensor_types(capsys, home, tiny_model):
+    assert main(["models"]) == 0
+    plain = capsys.readouterr().out
+    assert main(["models", "--full"]) == 0
+    full = capsys.readouterr().out
+    tiny = listed(capsys)["by_name"]["tiny-lms"]
+    assert "files and tensor types:" in full and "files and tensor types:" not in plain
+    types = ", ".join(f"{n} {name}" for name, n in tiny["tensor_types"].items())
+    theirs = gguf.GGUFReader(str(tiny_model.path)).tensors  # gguf's own reader of the same file
+    assert tiny["tensor_types"] == {"F32": len(theirs)} and {t.tensor_type.name for t in theirs} == {"F32"}
+    assert f"  tiny-lms: {tiny['path']}; tensors: {types}" in full

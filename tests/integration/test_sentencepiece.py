@@ -100,6 +100,20 @@ def test_user_defined_tokens_are_found_and_followed_by_a_space_prefix(files):
     assert tok.tokens[after].startswith(SPACE)  # llama.cpp: a fragment after a special token gets the prefix
 
 
+def test_end_of_generation_text_is_plain_text_even_when_the_file_says_user_defined(tmp_path):
+    """As llama.cpp reads the file, `<end_of_turn>` is a control token, never matched in text: the
+    ids are those of a vocabulary without it; `<start_of_turn>` (on no list) is found."""
+    typed = "x<end_of_turn>y<start_of_turn>z"
+    with_it = Tokenizer.from_gguf(write_tiny_gguf(tmp_path / "with.gguf", tokenizer="llama",
+                                                  user_tokens=("<start_of_turn>", "<end_of_turn>")).path)
+    without = Tokenizer.from_gguf(write_tiny_gguf(tmp_path / "without.gguf", tokenizer="llama",
+                                                  user_tokens=("<start_of_turn>",)).path)
+    start = with_it.tokens.index("<start_of_turn>")
+    assert with_it.encode(typed) == without.encode(typed)
+    assert start in without.encode(typed) and with_it.tokens.index("<end_of_turn>") not in with_it.encode(typed)
+    assert with_it.decode(with_it.encode(typed)) == typed
+
+
 def test_without_space_prefix(files):
     tok = Tokenizer.from_gguf(files["no_space_prefix"].path)
     assert not tok.add_space_prefix

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from studygroup.errors import InputError, ModelFileError
-from studygroup.gguf.tokenizer import Tokenizer, _readable, byte_alphabet, token_text_to_bytes
+from studygroup.gguf.tokenizer import TOKEN_CONTROL, Tokenizer, _readable, byte_alphabet, token_text_to_bytes
 from studygroup.model.weights_cache import load_tokenizer
 
 
@@ -72,6 +72,19 @@ def test_user_defined_tokens_are_found_in_text(tmp_path):
     tool = tok.tokens.index("<tool>")
     assert tool in tok.encode("a<tool>b") and tok.decode(tok.encode("a<tool>b")) == "a<tool>b"
     assert tok.token_bytes(tool) == b"<tool>"
+
+
+def test_end_of_generation_text_is_plain_text_even_when_the_file_says_user_defined(tmp_path):
+    """llama.cpp makes `</s>`, `<|im_end|>`, ... control tokens whatever the file says, and text never
+    matches a control token: the ids are those of a vocabulary without these entries (appended last,
+    they move no other id), while `<s>`, on no list, is still found."""
+    typed = "a</s>b<s>c<|im_end|>"
+    with_them = Tokenizer.from_gguf(write_tiny_gguf(tmp_path / "with.gguf", user_tokens=("<s>", "</s>")).path)
+    without = Tokenizer.from_gguf(write_tiny_gguf(tmp_path / "without.gguf", user_tokens=("<s>",)).path)
+    s = with_them.tokens.index("<s>")
+    assert with_them.encode(typed) == without.encode(typed) == [*without.encode("a</s>b"), s, *without.encode("c<|im_end|>")]
+    assert with_them.token_types[with_them.tokens.index("</s>")] == TOKEN_CONTROL
+    assert with_them.decode(with_them.encode(typed)) == typed
 
 
 def test_token_bytes(tok):

@@ -66,6 +66,17 @@ def test_a_prompt_types_special_token_text():
     assert typed and all(p["token_ids"] != p["hf_token_ids"] for p in typed)  # transformers reads it as markup
 
 
+def test_typed_end_of_sentence_is_plain_text_as_in_llama_cpp(gemma):
+    """`</s>` (212) and `<s>` (203) are both user-defined in the file; llama.cpp's loader makes `</s>`
+    a control token (an end of generation), which text never matches, so it is spelled in plain
+    pieces, '▁</' 's' '>', while `<s>` is found whole."""
+    tok = gemma.tokenizer
+    assert tok.tokens[212] == "</s>" and tok.tokens[203] == "<s>"
+    ids = gemma.tokenize("a </s> b <s> c")
+    assert [tok.tokens[i] for i in ids] == ["<bos>", "a", "▁</", "s", ">", "▁b", "▁", "<s>", "▁c"]
+    assert ids == [2, 236746, 1454, 236751, 236813, 518, 236743, 203, 505]
+
+
 @pytest.mark.parametrize("prompt", PROMPTS, ids=lambda p: f"prompt{p['index']:02d}")
 def test_ids_equal_llama_cpp(gemma, prompt):
     assert gemma.tokenize(prompt["text"]) == prompt["token_ids"]
@@ -100,6 +111,15 @@ def test_a_local_layer_masks_members_outside_its_window(gemma):
     local, global_ = run["layers.0.weights"][:, -1], run["layers.5.weights"][:, -1]  # (H, T)
     assert (local[:, :T - 512] == 0).all() and (local[:, T - 512:].sum(-1) - 1).abs().max() < 1e-5
     assert (global_[:, :T - 512] > 0).any()
+
+
+def test_what_models_shows_before_the_file_is_joined_is_the_files_own(gemma):
+    from studygroup.gguf.summary import summarize
+
+    spec, read = PACKAGED["gemma-3-270m"], summarize((gemma.path,))
+    assert (spec.title, spec.architecture, spec.parameters, spec.quantization, spec.context_length, spec.size) == (
+        read.title, read.architecture, read.parameters, read.quantization, read.context_length, read.size)
+    assert dict(spec.tensor_types) == read.tensor_types
 
 
 def test_gemma_is_named_with_its_quantization_and_file_size(gemma):

@@ -83,3 +83,13 @@ def test_last_logits_match_transformers(qwen):
         hf = np.load(REFERENCE / f"{name}_{t['index']:02d}_hf.npy")
         assert np.abs(logits - hf).max() <= 2e-3, f"text {t['index']}"
         assert int(logits.argmax()) == int(hf.argmax()) == t["hf_top1"], f"text {t['index']}"
+
+
+def test_what_models_shows_before_the_file_is_joined_is_the_files_own(qwen):
+    from studygroup.gguf.summary import summarize
+
+    name, model = qwen
+    spec, read = PACKAGED[name], summarize((model.path,))
+    assert (spec.title, spec.architecture, spec.parameters, spec.quantization, spec.context_length, spec.size) == (
+        read.title, read.architecture, read.parameters, read.quantization, read.context_length, read.size)
+    assert dict(spec.tensor_types) == read.tensor_types
