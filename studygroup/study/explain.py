@@ -37,12 +37,8 @@ from studygroup.model.estimate import long_explain as long_explain_needs
 from studygroup.model.interventions import Interventions
 from studygroup.model.record import KEY_STEPS, Record
 from studygroup.progress import Progress, say
-<<<<<<< HEAD
-from studygroup.study import attribution, effects, last_question, story
-from studygroup.study.ablation import ZERO, Ablation
-=======
 from studygroup.study import attribution, byte_pieces, effects, last_question, story
->>>>>>> smallfixes
+from studygroup.study.ablation import ZERO, Ablation
 from studygroup.study.last_sentence import last_sentence
 from studygroup.study.roles import head_sinks
 from studygroup.study.text_ids import check_generated_from, checked_ids
