@@ -261,7 +261,7 @@ def write_tiny_gemma3_gguf(path, *, seed: int = 0, n_layers: int = 6, n_heads: i
                            d_model: int = 64, d_head: int = 32, d_mlp: int = 96, context: int = 64,
                            sliding_window: int = 4, rope_base: float = 1e6, rms_eps: float = 1e-6,
                            tensor_type: Q = Q.F32, rope_scale: float | None = None,
-                           extra_tensors: dict | None = None, drop=(), reshape=()) -> TinyModel:
+                           extra_tensors: dict | None = None, drop=(), reshape=(), metadata=None) -> TinyModel:
     """Write a tiny random Gemma 3 to `path` as llama.cpp's converter (Gemma3Model) would, and return it.
 
     Unlike a Llama: no Q/K row permutation (llama.cpp applies Gemma's RoPE rotate-half style); every
@@ -272,7 +272,8 @@ def write_tiny_gemma3_gguf(path, *, seed: int = 0, n_layers: int = 6, n_heads: i
     `rope_scale`: linear RoPE scaling as the 4B and larger files carry it (rope.scaling.type "linear"
     and rope.scaling.factor), in hf_config on the global layers' RoPE only, as transformers applies it.
     `extra_tensors`: {GGUF name: float32 array} written besides the model's (a vision encoder's v.*, mm.*).
-    `drop`: GGUF names left out of the file; `reshape`: GGUF names written one row short (bad files).
+    `drop`: GGUF names left out of the file; `reshape`: GGUF names written one row short (bad files);
+    `metadata`: metadata keys overridden ({key: value}).
     """
     path, rng = Path(path), np.random.default_rng(seed)
     tokens, types, scores = spm_vocab()
@@ -309,6 +310,7 @@ def write_tiny_gemma3_gguf(path, *, seed: int = 0, n_layers: int = 6, n_heads: i
              "tokenizer.ggml.add_space_prefix": False}
     if rope_scale is not None:
         keys |= {"gemma3.rope.scaling.type": "linear", "gemma3.rope.scaling.factor": float(rope_scale)}
+    keys |= metadata or {}
     for key, value in keys.items():
         _add_value(writer, key, value)
     for name, t in (extra_tensors or {}).items():

@@ -2,7 +2,9 @@
 
 The template is Jinja, rendered in jinja2's immutable sandbox with what chat templates expect
 (`messages`, `add_generation_prompt`, `bos_token`, `eos_token`, `raise_exception`, `strftime_now`,
-the `tojson` filter; trim_blocks and lstrip_blocks), as transformers renders it.
+the `tojson` filter; trim_blocks and lstrip_blocks), as transformers renders it; the rendering runs
+in a child process bounded in time, memory and output (`studygroup.gguf.template_sandbox`), since
+the template is code from the model file.
 
 The template's markup and the messages' text are told apart, so that a user who types
 "<|im_end|>" writes text, not markup: the template is rendered once with a placeholder for each
@@ -19,15 +21,15 @@ template writes.
 """
 from __future__ import annotations
 
-import json
 import re
 import secrets
-from datetime import datetime
 
 from studygroup.errors import InputError, ModelFileError
+from studygroup.gguf.template_sandbox import TemplateLimitError, render_bounded
 
 #: Whitespace around each placeholder, which `trim` removes and no template writes (U+2029, paragraph separator).
 PAD = "\u2029"
+MAX_MARKUP_CHARS = 1_000_000  # what a template may write besides the messages' text (real ones: a few thousand)
 
 
 def messages(text: str, system: str | None = None) -> list[dict[str, str]]:
@@ -70,7 +72,7 @@ def _pieces(tokenizer, template: str, chat, add_generation_prompt: bool) -> list
     message's text as the template wrote it."""
     marks = [f"\x02{secrets.token_hex(8)}\x03" for _ in chat]
     spaced = [{**m, "content": f"{PAD}{mark}{PAD}"} for m, mark in zip(chat, marks)]  # a trimming template drops the pads
-    rendered = render(tokenizer, template, spaced, add_generation_prompt)
+    rendered, real = render(tokenizer, template, [spaced, chat], add_generation_prompt)
     pieces, at = [], 0
     for m, mark in zip(chat, marks):
         found = rendered.find(mark, at)
@@ -82,42 +84,25 @@ def _pieces(tokenizer, template: str, chat, add_generation_prompt: bool) -> list
         pieces.append((content, False))
         at = found + len(mark) + right
     pieces.append((rendered[at:], True))
-    if "".join(p for p, _ in pieces) != render(tokenizer, template, chat, add_generation_prompt):
+    if "".join(p for p, _ in pieces) != real:
         raise ModelFileError("this model's chat template changes the message's text (beyond trimming it): "
                              "studygroup cannot tell its markup from your text; leave out --chat")
     return pieces
 
 
-def render(tokenizer, template: str, chat, add_generation_prompt: bool = True) -> str:
-    """The template rendered on `chat`, as text."""
-    from jinja2 import TemplateError
-    from jinja2.ext import loopcontrols
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
-    env.filters["tojson"] = _tojson
-    env.globals["raise_exception"] = _raise
-    env.globals["strftime_now"] = lambda format: datetime.now().strftime(format)
+def render(tokenizer, template: str, chats: list, add_generation_prompt: bool = True) -> list[str]:
+    """The template rendered on each chat of `chats`, as texts, within `template_sandbox`'s limits:
+    at most MAX_MARKUP_CHARS beyond twice the chat's text (a template may write a message twice)."""
     names = {name: _token_text(tokenizer, getattr(tokenizer, f"{name}_id")) for name in ("bos", "eos")}
+    limit = MAX_MARKUP_CHARS + 2 * max(sum(len(m["content"]) for m in chat) for chat in chats)
     try:
-        return env.from_string(template).render(messages=chat, add_generation_prompt=add_generation_prompt,
-                                                bos_token=names["bos"], eos_token=names["eos"])
-    except TemplateError as e:
-        raise ModelFileError(f"this model's chat template cannot be rendered: {e}") from None
+        return render_bounded(template, chats, add_generation_prompt, names["bos"], names["eos"], limit)
+    except TemplateLimitError as e:
+        raise ModelFileError(f"this model's chat template {e}; leave out --chat") from None
 
 
 def _token_text(tokenizer, id: int | None) -> str:
     return "" if id is None else tokenizer.tokens[id]
-
-
-def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False) -> str:
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-
-def _raise(message: str):
-    from jinja2 import TemplateError
-
-    raise TemplateError(message)
 
 
 def _split_controls(tokenizer, markup: str) -> list[tuple[str, int | None]]:

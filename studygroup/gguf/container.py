@@ -26,6 +26,7 @@ from gguf import GGMLQuantizationType, GGUFValueType
 from studygroup.errors import ModelFileError
 from studygroup.gguf.layout import numpy_shape
 from studygroup.gguf.metadata import lookup
+from studygroup.gguf.model_path import open_regular
 
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)  # version 1 used 32-bit counts and predates every model we read
@@ -135,7 +136,7 @@ def _alignment(fields: dict[str, Any], path: Path) -> int:
 def _map(path: Path) -> mmap.mmap:
     """Memory-map the file read-only, after checking it is a GGUF file at all."""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             magic = f.read(len(MAGIC))
             if magic != MAGIC:
                 raise ModelFileError(f"{path} is not a GGUF file (it starts with {magic!r}, not {MAGIC!r}): "

@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import importlib.metadata
+import os
+import stat
 from pathlib import Path
+from typing import BinaryIO
 
 from studygroup.errors import ModelFileError
 
@@ -52,3 +55,18 @@ def resolve_model_path(path: str | Path | None) -> Path:
     if not path.is_file():
         raise ModelFileError(f"{path} is not a regular file (a device, pipe or socket): pass the path of a .gguf file")
     return path
+
+
+def open_regular(path: str | Path) -> BinaryIO:
+    """`path` opened for reading, when it is a regular file (links followed); ModelFileError for a
+    pipe, device or socket, which is never waited on (opened without blocking, then looked at).
+
+    >>> open_regular("/dev/null")
+    Traceback (most recent call last):
+    studygroup.errors.ModelFileError: /dev/null is not a regular file (a device, pipe or socket)
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a pipe with no writer opens at once
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ModelFileError(f"{path} is not a regular file (a device, pipe or socket)")
+    return os.fdopen(fd, "rb")

@@ -10,15 +10,22 @@ writes anywhere.
   llama.cpp    $LLAMA_CACHE, ~/.cache/llama.cpp: <file>.gguf
 
 A model split into `<name>-00001-of-0000N.gguf` … is one model. What cannot be walked (an
-unreadable folder, a link back to a folder already walked) is skipped with the reason.
+unreadable folder, a link back to a folder already walked, a link to a folder outside the store's
+folder) is skipped with the reason. Only regular files are opened (a pipe, device or socket is
+listed with the reason, never opened), a manifest only up to MAX_MANIFEST_BYTES; a link to a file
+outside the store is followed (LM Studio's `lms import --symbolic-link` makes them).
 """
 from __future__ import annotations
 
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
+
+from studygroup.errors import ModelFileError
+from studygroup.gguf.model_path import open_regular
 
 OLLAMA_SERVICE = Path("/usr/share/ollama/.ollama/models")  # the Linux service's store
 OLLAMA_REGISTRY = "registry.ollama.ai"
@@ -30,6 +37,7 @@ OLLAMA_GGUF_LAYERS = {"application/vnd.ollama.image.model": "",
 SPLIT = re.compile(r"^(?P<base>.+)-(?P<part>\d{5})-of-(?P<total>\d{5})\.gguf$", re.IGNORECASE)
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 MAX_DEPTH = 8  # deeper than any store's layout: a deeper folder is not one of its models
+MAX_MANIFEST_BYTES = 1 << 20  # an Ollama manifest is a few hundred bytes of JSON
 
 
 @dataclass(frozen=True)
@@ -100,16 +108,19 @@ def _real(path: Path) -> str:
         return str(path)
 
 
-def _walk(root: Path, skipped: list[str]):
-    """Every file under `root` (following links to folders, each real folder once), as
-    (path, problem) where problem is why the file cannot be reached ("" if it can)."""
-    seen = set()
+def _walk(root: Path, skipped: list[str], store: Path | None = None):
+    """Every file under `root` (following links to folders inside `store`, default `root`, each real
+    folder once), as (path, problem) where problem is why the file cannot be read ("" if it can)."""
+    seen, inside = set(), os.path.realpath(store or root)
 
     def visit(folder: Path, depth: int):
         try:
             st = folder.stat()
         except OSError as e:
             skipped.append(f"{folder}: {e.strerror or e}")
+            return
+        if os.path.commonpath([inside, os.path.realpath(folder)]) != inside:
+            skipped.append(f"{folder}: a link to a folder outside {store or root} (not followed)")
             return
         if (st.st_dev, st.st_ino) in seen:
             skipped.append(f"{folder}: a link to a folder already walked (a loop or a second name)")
@@ -133,10 +144,11 @@ def _walk(root: Path, skipped: list[str]):
                 yield from visit(path, depth + 1)
                 continue
             try:
-                os.stat(path)
-                yield path, ""
+                regular = stat.S_ISREG(os.stat(path).st_mode)
             except OSError as e:  # a dangling link, or a loop of links
                 yield path, f"a link that leads nowhere ({e.strerror or e})"
+                continue
+            yield path, "" if regular else "not a regular file (a device, pipe or socket)"
 
     yield from visit(root, 0)
 
@@ -169,7 +181,7 @@ def _ollama(root: Path, skipped: list[str]) -> list[Found]:
     """One Found per GGUF layer (model, projector, adapter) of each manifest under `root`."""
     manifests = root / "manifests"
     out = []
-    for path, problem in _walk(manifests, skipped) if manifests.is_dir() else ():
+    for path, problem in _walk(manifests, skipped, root) if manifests.is_dir() else ():
         name = ollama_name(path.relative_to(manifests).parts)
         if problem:
             out.append(Found("ollama", name, (), f"manifest: {problem}"))
@@ -196,11 +208,13 @@ def ollama_name(parts: tuple[str, ...]) -> str:
 
 def _ollama_layers(root: Path, manifest: Path, name: str) -> list[Found]:
     try:
-        layers = json.loads(manifest.read_text(encoding="utf-8"))["layers"]
+        layers = json.loads(_read_manifest(manifest))["layers"]
         wanted = [(OLLAMA_GGUF_LAYERS[l["mediaType"]], l["digest"]) for l in layers
                   if l.get("mediaType") in OLLAMA_GGUF_LAYERS]
     except OSError as e:
         return [Found("ollama", name, (), f"cannot read its manifest {manifest}: {e.strerror or e}")]
+    except ModelFileError as e:
+        return [Found("ollama", name, (), f"its manifest {e}")]
     except (ValueError, KeyError, TypeError, AttributeError):
         return [Found("ollama", name, (), f"its manifest {manifest} is not the JSON Ollama writes (a layers "
                                          "list with mediaType and digest)")]
@@ -218,3 +232,12 @@ def _ollama_layers(root: Path, manifest: Path, name: str) -> list[Found]:
         else:
             out.append(Found("ollama", name + suffix, (), f"its blob {blob.name} is missing (run `ollama pull {name}`)"))
     return out
+
+
+def _read_manifest(manifest: Path) -> bytes:
+    """A manifest's bytes: a regular file of at most MAX_MANIFEST_BYTES (ModelFileError otherwise)."""
+    with open_regular(manifest) as f:
+        data = f.read(MAX_MANIFEST_BYTES + 1)
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise ModelFileError(f"{manifest} is larger than {MAX_MANIFEST_BYTES >> 20} MiB, not the JSON Ollama writes")
+    return data

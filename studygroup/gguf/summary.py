@@ -19,7 +19,7 @@ from studygroup.gguf.architectures import ARCHITECTURES
 from studygroup.gguf.config import VISION_NOTE, VISION_PREFIXES, config_from_gguf, display_name, quantization_of
 from studygroup.gguf.container import read_gguf
 from studygroup.gguf.metadata import lookup
-from studygroup.gguf.weights import SUPPORTED_NAMES, SUPPORTED_TYPES
+from studygroup.gguf.weights import SUPPORTED_NAMES, SUPPORTED_TYPES, check_vocabulary
 
 
 @dataclass(frozen=True)
@@ -73,8 +73,9 @@ def _readable(fields, arch: str | None, tensors, n_files: int) -> tuple[bool, st
         return False, f"its architecture {arch!r} is not one studygroup reads ({', '.join(ARCHITECTURES)})"
     if n_files > 1:
         return False, split_advice(n_files, "FIRST-PART")
-    try:  # what the metadata alone refuses: a RoPE scaling not implemented, Gemma 3 27B's query scale, …
-        config_from_gguf(fields)
+    try:  # what the metadata alone refuses (a RoPE scaling not implemented, Gemma 3 27B's query scale, …),
+        config_from_gguf(fields)  # and a vocabulary that does not fit the embedding
+        check_vocabulary(fields, tensors)
     except ModelFileError as e:
         return False, " ".join(str(e).split())
     unread = sorted({t.qtype.name for t in tensors if t.qtype not in SUPPORTED_TYPES and not t.name.startswith(VISION_PREFIXES)})

@@ -55,6 +55,7 @@ def read_weights(path: str | Path, before_reading=None) -> tuple[Config, dict[st
                                      rope_freqs="rope_freqs.weight" in file.tensors, arch=config.arch)
         _check_no_longrope(file.tensors)
         _check_tensor_names(text_tensors, names, config.architecture)
+        check_vocabulary(file.fields, file.tensors.values())
         if before_reading is not None:
             before_reading(config)
         weights = {ours: _load_tensor(file, file.tensors[name], ours, config) for name, ours in names.items()}
@@ -84,6 +85,31 @@ def _check_layers_fit(config: Config, n_tensors: int) -> None:
     if config.n_layers * per_layer > n_tensors:
         raise ModelFileError(f"block_count = {config.n_layers} layers would need at least "
                              f"{config.n_layers * per_layer} tensors; the file holds {n_tensors}")
+
+
+#: The tensors with one row per token id: the tokenizer's token count must equal their rows.
+VOCABULARY_TENSORS = ("token_embd.weight", "output.weight")
+
+
+def check_vocabulary(fields: Mapping[str, Any], tensors) -> None:
+    """The tokenizer's token count (tokenizer.ggml.tokens) must equal the rows of the embedding and
+    the output matrix (TensorInfos among `tensors`), as llama.cpp requires: more rows would give ids
+    that decode to nothing, fewer would leave tokens without a row.
+
+    >>> from studygroup.gguf.container import TensorInfo
+    >>> from gguf import GGMLQuantizationType as Q
+    >>> check_vocabulary({"tokenizer.ggml.tokens": ["a", "b"]}, [TensorInfo("token_embd.weight", (4, 3), Q.F32, 0, 48)])
+    Traceback (most recent call last):
+    studygroup.errors.ModelFileError: the tokenizer has 2 tokens (tokenizer.ggml.tokens) but tensor token_embd.weight has 3 rows, one per token id: they must be equal (llama.cpp refuses such a file too); the file is damaged or was converted wrongly
+    """
+    tokens = lookup(fields, "tokenizer.ggml.tokens", list)
+    if tokens is None:  # no vocabulary: the tokenizer says so
+        return
+    for t in tensors:
+        if t.name in VOCABULARY_TENSORS and t.shape[0] != len(tokens):
+            raise ModelFileError(f"the tokenizer has {len(tokens)} tokens (tokenizer.ggml.tokens) but tensor {t.name} "
+                                 f"has {t.shape[0]} rows, one per token id: they must be equal (llama.cpp refuses "
+                                 "such a file too); the file is damaged or was converted wrongly")
 
 
 def _check_tensor_names(found: set[str], expected: Mapping[str, str], arch: str = "llama") -> None:

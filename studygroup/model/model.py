@@ -134,7 +134,11 @@ class Model:
         for t in (text, system):
             if t is not None:
                 self.tokenize(t)  # checked as any text is: a string, not empty, bytes the vocabulary spells
-        return self.ids(chat_ids(self.tokenizer, messages(text, system)))
+        try:
+            ids = chat_ids(self.tokenizer, messages(text, system))
+        except ModelFileError as e:  # the template is the file's: name it
+            raise ModelFileError(f"{self.path or _file_name(None)}: {e}") from None
+        return self.ids(ids)
 
     # ---- the story ---------------------------------------------------------------------------
     @heap.then_return_freed_memory(lambda self, ids, plan: plan.batch * ids.numel() * self.config.d_model * self.dtype.itemsize)

@@ -13,14 +13,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import tiny_vocab, write_tiny_gguf
+from conftest import spm_vocab, tiny_vocab, write_tiny_gemma3_gguf, write_tiny_gguf
 from gguf import GGMLQuantizationType as Q
 from gguf import GGUFValueType as V
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from integration.test_cli import cli
+from integration.test_qwen_mistral import write_tiny
 from studygroup.errors import ModelFileError
 from studygroup.gguf.container import read_gguf
+from studygroup.gguf.summary import summarize
 from studygroup.gguf.tokenizer import Tokenizer
 from studygroup.gguf.weights import read_weights
 
@@ -163,3 +166,45 @@ def _tensors(data: bytes):
         f.write(data)
         f.flush()
         return read_gguf(f.name).tensors
+
+
+# ---- the vocabulary against the embedding's rows (issue 33, A2) ------------------------------------
+def vocabulary_changed(family: str, path: Path, change: int) -> Path:
+    """A tiny file of `family` whose tokenizer lists `change` more tokens (fewer when negative) than
+    the embedding has rows, every other key as written."""
+    if family == "gemma3":
+        tokens, types, scores = spm_vocab()
+    else:
+        tokens, types, scores = *tiny_vocab()[:2], None
+    if change > 0:
+        tokens, types = tokens + [f"<extra_{i}>" for i in range(change)], types + [1] * change
+        scores = scores and scores + [0.0] * change
+    else:
+        tokens, types, scores = tokens[:change], types[:change], scores and scores[:change]
+    metadata = {"tokenizer.ggml.tokens": tokens, "tokenizer.ggml.token_type": types}
+    if family == "gemma3":
+        return write_tiny_gemma3_gguf(path, metadata=metadata | {"tokenizer.ggml.scores": scores}).path
+    if family == "llama":
+        return write_tiny_gguf(path, metadata=metadata).path
+    return write_tiny(path, family, metadata=metadata)
+
+
+@pytest.mark.parametrize("family, change", [("gemma3", -20), ("gemma3", 50), ("qwen2", 50), ("qwen3", 50),
+                                            ("phi3", 50), ("llama", 50), ("llama", -20)])
+def test_a_vocabulary_that_does_not_fit_the_embedding_is_refused_at_load(tmp_path, family, change):
+    path = vocabulary_changed(family, tmp_path / f"{family}.gguf", change)
+    rows = read_gguf(path).tensors["token_embd.weight"].shape[0]
+    with pytest.raises(ModelFileError) as e:
+        read_weights(path)
+    assert str(e.value).startswith(f"{path}: the tokenizer has {rows + change} tokens (tokenizer.ggml.tokens) "
+                                   f"but tensor token_embd.weight has {rows} rows")
+    summary = summarize((path,))
+    assert not summary.readable and f"has {rows} rows" in summary.reason
+
+
+@pytest.mark.parametrize("top", [3, 50])
+def test_gemma3_with_20_tokens_fewer_than_rows_is_one_line_whatever_the_top(capsys, tmp_path, top):
+    path = vocabulary_changed("gemma3", tmp_path / "gemma3.gguf", -20)
+    code, out, err = cli(capsys, "explain", "the tin", "--model", path, "--top", top, "--measure-heads", 0)
+    assert code == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err
+    assert f"{path}: the tokenizer has" in err and "token_embd.weight" in err

@@ -5,7 +5,11 @@ an unreadable folder, split models, a projector, an adapter and a mixture of exp
 import hashlib
 import json
 import os
+import resource
 import shutil
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import gguf
@@ -16,6 +20,7 @@ from studygroup.cli import main
 from studygroup.errors import ModelFileError
 from studygroup.gguf import stores
 from studygroup.gguf.architectures import ARCHITECTURES
+from studygroup.gguf.container import read_gguf
 from studygroup.model import model_names, packaged
 
 STORE_VARS = ("OLLAMA_MODELS", "HF_HOME", "HF_HUB_CACHE", "LLAMA_CACHE")
@@ -273,3 +278,71 @@ def test_full_lists_each_models_file_and_tensor_types(capsys, home, tiny_model):
     theirs = gguf.GGUFReader(str(tiny_model.path)).tensors  # gguf's own reader of the same file
     assert tiny["tensor_types"] == {"F32": len(theirs)} and {t.tensor_type.name for t in theirs} == {"F32"}
     assert f"  tiny-lms: {tiny['path']}; tensors: {types}" in full
+
+
+# ---- what discovery never opens (issue 33, M1) ---------------------------------------------------
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def hostile_stores(tmp_path: Path, tiny: Path) -> dict:
+    """A home whose stores hold a pipe named *.gguf (LM Studio), a pipe and a link to /dev/zero as
+    Ollama manifests beside a good one, and a second Ollama store whose manifests are /proc/self:
+    the environment a `studygroup` process takes them from."""
+    h, other = tmp_path / "home", tmp_path / "ollama-models"
+    lms = h / ".lmstudio/models/pub/repo"
+    lms.mkdir(parents=True)
+    os.mkfifo(lms / "pipe.gguf")
+    ollama = h / ".ollama/models"
+    ollama_manifest(ollama, "registry.ollama.ai/library/tiny/latest", [("model", tiny)])
+    for name in ("other", "zero"):
+        (ollama / "manifests/registry.ollama.ai/library" / name).mkdir(parents=True)
+    os.mkfifo(ollama / "manifests/registry.ollama.ai/library/other/latest")
+    (ollama / "manifests/registry.ollama.ai/library/zero/latest").symlink_to("/dev/zero")
+    other.mkdir()
+    (other / "manifests").symlink_to("/proc/self")
+    env = {k: v for k, v in os.environ.items() if k not in STORE_VARS}
+    return env | {"HOME": str(h), "OLLAMA_MODELS": str(other), "STUDYGROUP_CACHE_DIR": str(tmp_path / "cache")}
+
+
+def studygroup_bounded(env: dict, *argv: str) -> subprocess.CompletedProcess:
+    """The CLI in a process of its own, within 2 GiB and 60 s (a hang or a runaway read fails the test)."""
+    limit = lambda: resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))  # noqa: E731
+    return subprocess.run([sys.executable, "-m", "studygroup.cli", *argv], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=60, preexec_fn=limit)
+
+
+def test_discovery_opens_only_regular_files_within_the_store(tmp_path, tiny_model):
+    env = hostile_stores(tmp_path, tiny_model.path)
+    done = studygroup_bounded(env, "models", "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads(done.stdout)
+    by_name = {m["name"]: m for m in data["models"]}
+    for name in ("pipe", "other:latest", "zero:latest"):
+        assert not by_name[name]["readable"] and "not a regular file" in by_name[name]["reason"], name
+    assert by_name["tiny:latest"]["readable"]
+    manifests = tmp_path / "ollama-models/manifests"
+    assert f"{manifests}: a link to a folder outside {manifests.parent} (not followed)" in data["skipped"]
+
+
+def test_an_ollama_name_beside_a_pipe_manifest_is_one_line(tmp_path, tiny_model):
+    env = hostile_stores(tmp_path, tiny_model.path)
+    done = studygroup_bounded(env, "explain", "the tin", "--model", "ollama:other", "--measure-heads", "0")
+    assert done.returncode == 2 and done.stdout == "" and done.stderr.count("\n") == 1
+    assert "other:latest (ollama) cannot be read: manifest: not a regular file" in done.stderr
+
+
+def test_a_pipe_or_device_given_as_the_model_is_never_waited_on(tmp_path):
+    os.mkfifo(tmp_path / "pipe.gguf")
+    errors = {}
+
+    def read(path):
+        try:
+            read_gguf(path)
+        except ModelFileError as e:
+            errors[path] = str(e)
+
+    for path in (tmp_path / "pipe.gguf", Path("/dev/zero")):
+        reader = threading.Thread(target=read, args=(path,), daemon=True)  # a wait on the pipe fails, not hangs
+        reader.start()
+        reader.join(20)
+        assert errors.get(path) == f"{path} is not a regular file (a device, pipe or socket)"

@@ -56,8 +56,9 @@ def phi3_fused(w: dict) -> dict:
 
 
 def write_tiny(path: Path, arch: str, *, seed=0, drop=(), reshape=(), tokens=None, merges=None, types=None,
-               pre="qwen2", extra=None) -> Path:
-    """A tiny random `arch` model (2 layers, 4 heads, 2 kv heads, d_head 8), rows as they are."""
+               pre="qwen2", extra=None, metadata=None) -> Path:
+    """A tiny random `arch` model (2 layers, 4 heads, 2 kv heads, d_head 8), rows as they are;
+    `metadata` overrides metadata keys ({key: value})."""
     rng = np.random.default_rng(seed)
     if tokens is None:
         tokens, types, merges = tiny_vocab()
@@ -80,6 +81,7 @@ def write_tiny(path: Path, arch: str, *, seed=0, drop=(), reshape=(), tokens=Non
         keys["phi3.attention.sliding_window"] = 4
     keys |= {"general.name": f"tiny-random-{arch}", f"{arch}.attention.key_length": 8,
              f"{arch}.attention.value_length": 8}
+    keys |= metadata or {}
     for key, value in keys.items():
         _add_value(writer, key, value)
     for hf_name, t in w.items():
