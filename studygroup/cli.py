@@ -295,7 +295,7 @@ def _survey_parser(sub) -> None:
     p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
                    help="run on Ray: alone, a Ray started on this machine; auto or HOST:PORT, a running cluster")
     p.add_argument("--workers", type=_whole(1), default=None, metavar="N",
-                   help="the local pool's processes (default: one per core)")
+                   help="the processes on this machine: the local pool's, or a local Ray's CPUs (default: one per core)")
     p.add_argument("--shard-size", type=_whole(1), default=10, metavar="N", help="sequences per shard (default 10)")
     p.add_argument("--seed", type=_whole(0), default=0, metavar="S", help="the probe's and the bootstrap's seed")
     p.add_argument("--report", nargs="+", default=None, metavar="DIR",

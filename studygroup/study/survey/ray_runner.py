@@ -18,19 +18,23 @@ from studygroup.study.survey.workers import RETRIES, ShardWorker, SurveyWorkerEr
 
 #: How long the driver waits for an address to answer before saying nothing listens there.
 CONNECT_TIMEOUT_S = 5
+#: Ray reads it when imported: "0" gives its nodes the loopback address (no multi-node cluster).
+LOOPBACK_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
 @contextmanager
-def connected(address: str | None):
-    """Ray, started here on this machine (address None; stopped at the end) or joined at `address`
+def connected(address: str | None, cpus: int = 1):
+    """Ray, started here on this machine with `cpus` CPUs (address None; stopped at the end) or joined at `address`
     ("auto": the cluster this machine belongs to; HOST:PORT: its head's GCS). InputError when Ray is
     not installed, nothing listens at the address, or Ray cannot join it."""
+    if address is None:  # Ray's own switch: a single-machine Ray on the loopback address, not the network's
+        os.environ.setdefault(LOOPBACK_ONLY, "0")
     ray = _ray()
     if address is not None and address != "auto":
         _check_listening(address)
     try:
-        if address is None:  # a local Ray on loopback, one CPU per core
-            ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, _node_ip_address="127.0.0.1",
+        if address is None:  # a local Ray on loopback
+            ray.init(address="local", num_cpus=cpus, include_dashboard=False, _node_ip_address="127.0.0.1",
                      logging_level="ERROR", log_to_driver=False)
         else:
             ray.init(address=address, logging_level="ERROR", log_to_driver=False)

@@ -30,7 +30,8 @@ def survey(out, files=(), corpus: str | None = None, n: int | None = None, token
     `files`), written to the folder `out`, and their summary.
 
     ray: None for the local pool of `workers` processes (default: one per core); "local" to start
-    a Ray on this machine; "auto" or "HOST:PORT" to join a running Ray cluster.
+    a Ray on this machine (with `workers` CPUs, default one per core); "auto" or "HOST:PORT" to join
+    a running Ray cluster (one worker per CPU it has).
 
     >>> s = survey("s", corpus="probe", n=2, tokens=16, workers=1)
     >>> s.sequences, s.top("induction", 1)[0].n
@@ -52,7 +53,7 @@ def survey(out, files=(), corpus: str | None = None, n: int | None = None, token
     else:
         from studygroup.study.survey.ray_runner import connected, run_ray
 
-        with connected(None if ray == "local" else ray) as r:  # joined before anything is written
+        with connected(None if ray == "local" else ray, workers or _cores()) as r:  # joined before anything is written
             _score(out, plan, c, lambda todo: run_ray(r, todo, *work))
     return summarize(out, plan)
 
@@ -62,8 +63,8 @@ def check_runner(ray, workers, shard_size) -> None:
         raise InputError(f"workers={workers}: give at least 1 worker process")
     if not isinstance(shard_size, int) or shard_size < 1:
         raise InputError(f"shard_size={shard_size}: give at least 1 sequence per shard")
-    if ray is not None and workers is not None:
-        raise InputError("--workers sets the local pool's processes: with --ray, Ray runs one worker per CPU")
+    if ray not in (None, "local") and workers is not None:
+        raise InputError("--workers sets the processes on this machine: a Ray cluster runs one worker per CPU it has")
 
 
 def _score(out, plan: store.Plan, c, run) -> None:

@@ -123,7 +123,9 @@ def run_local(shards: list[Shard], model_path: str, model_key: str, fault: str |
     died after scoring shards is started again for the shards not yet done (RETRIES times at most);
     one that scored none is not (its workers cannot start)."""
     todo = {s.k: s for s in shards}
-    for _ in range(RETRIES + 1 if todo else 0):
+    if not todo:
+        return
+    for _ in range(RETRIES + 1):
         before = len(todo)
         try:
             yield from _pool(list(todo.values()), model_path, model_key, workers, fault, todo)
