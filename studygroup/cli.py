@@ -306,6 +306,11 @@ def _survey_parser(sub) -> None:
 
 def _survey(args) -> str:
     from studygroup.errors import InputError
+
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        raise InputError("studygroup survey writes Parquet files: pip install 'studygroup[survey]' (pyarrow)") from None
     from studygroup.study.survey.survey import load_survey, survey
 
     if args.report is not None:

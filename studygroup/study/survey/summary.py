@@ -38,7 +38,7 @@ def bootstrap(x: np.ndarray, seed: int, resamples: int = RESAMPLES) -> tuple[np.
     NaN (not scored on that sequence) is left out. -> mean, low, high (K,) float64 and n (K,) int.
 
     >>> mean, low, high, n = bootstrap(np.array([[0.0], [1.0], [np.nan]]), seed=0)
-    >>> float(mean[0]), int(n[0]), 0.0 <= low[0] <= high[0] <= 1.0
+    >>> float(mean[0]), int(n[0]), bool(0.0 <= low[0] <= high[0] <= 1.0)
     (0.5, 2, True)
     """
     S = x.shape[0]
