@@ -86,7 +86,7 @@ class Memory:
 
 def _is_worker(p: psutil.Process) -> bool:
     line = " ".join(p.cmdline())
-    return "multiprocessing" in line or p.name().startswith("ray::ShardWorker") or "ShardWorker" in line
+    return "spawn_main" in line or "ShardWorker" in p.name() or "ShardWorker" in line
 
 
 if __name__ == "__main__":
