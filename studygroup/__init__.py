@@ -25,6 +25,8 @@ _LAZY = {
     "model_view": ("studygroup.study.model_view", "model_view"),
     "why": ("studygroup.study.why", "why"),
     "roles": ("studygroup.study.roles", "roles"),
+    "survey": ("studygroup.study.survey.survey", "survey"),
+    "load_survey": ("studygroup.study.survey.survey", "load_survey"),
 }
 #: Modules reachable as attributes (`studygroup.attention.paper(...)`), by their short names.
 _MODULES = {"attention": "formulas.attention", "masks": "formulas.masks", "rope": "formulas.rope",

@@ -15,6 +15,9 @@ stderr with exit status 2.
     studygroup patch CLEAN CORRUPTED [--answer WORD] [--wrong WORD] [--full]   (activation patching)
     studygroup ablate [TEXT] [--head L.H] [--reference FILE ...] [--from TEXT]   (zero, mean, resample)
     studygroup roles [TEXT]
+    studygroup survey [FILES…] --out DIR [--corpus probe|pydoc] [--n N] [--tokens N] [--ray [ADDRESS]]
+                    [--workers N] [--shard-size N] [--seed S]   (every head's roles over a corpus)
+    studygroup survey --report DIR [DIR2]   (HTML and PNGs; two surveys side by side)
     studygroup models [--full]   (the GGUF models on this disk)
     studygroup generate TEXT -n N [--temperature T] [--top-k K] [--top-p P] [--seed S] [--ignore-eos]
                     [--candidates K] [--chat [--system TEXT]] [--silence-member J] [--silence-head L.H]
@@ -290,6 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("text", nargs="?", default=None, help="a text (default: the standard probe, 50 tokens twice)")
     _common(p, 5, "how many heads to list per role (default 5)")
     p.set_defaults(handler=_roles)
+    _survey_parser(sub)
     p = sub.add_parser("models", help="the GGUF models on this disk (Ollama, LM Studio, Hugging Face, llama.cpp) "
                        "and whether studygroup reads them")
     p.add_argument("--json", action="store_true", help="print the list as JSON (see docs/json.md)")
@@ -300,6 +304,53 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve.add_parser(sub)
     return parser
+
+
+def _survey_parser(sub) -> None:
+    p = sub.add_parser("survey", help="every head's roles over a corpus, into Parquet files, with intervals "
+                       "(local processes, or Ray)")
+    p.add_argument("files", nargs="*", metavar="FILES", help="text files or folders of them (or --corpus)")
+    p.add_argument("--out", default=None, metavar="DIR", help="the survey's folder (a rerun resumes it)")
+    p.add_argument("--corpus", default=None, choices=("probe", "pydoc"),
+                   help="probe: repeated random tokens (--n sequences, seeded); pydoc: Python's help topics")
+    p.add_argument("--n", type=_whole(1), default=None, metavar="N",
+                   help="how many sequences (probe: default 200; files, pydoc: default all)")
+    p.add_argument("--tokens", type=_integer, default=64, metavar="N", help="tokens per sequence (default 64)")
+    p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                   help="run on Ray: alone, a Ray started on this machine; auto or HOST:PORT, a running cluster")
+    p.add_argument("--workers", type=_whole(1), default=None, metavar="N",
+                   help="the processes on this machine: the local pool's, or a local Ray's CPUs (default: one per core)")
+    p.add_argument("--shard-size", type=_whole(1), default=10, metavar="N", help="sequences per shard (default 10)")
+    p.add_argument("--seed", type=_whole(0), default=0, metavar="S", help="the probe's and the bootstrap's seed")
+    p.add_argument("--report", nargs="+", default=None, metavar="DIR",
+                   help="write DIR/report/ (HTML and PNGs) from a finished survey; two folders side by side")
+    _common(p, 5, "how many heads the report lists per role (default 5)")
+    p.set_defaults(handler=_survey)
+
+
+def _survey(args) -> str:
+    from studygroup.errors import InputError
+
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        raise InputError("studygroup survey writes Parquet files: pip install 'studygroup[survey]' (pyarrow)") from None
+    from studygroup.study.survey.survey import load_survey, survey
+
+    if args.report is not None:
+        if args.out is not None or args.files or args.corpus is not None or len(args.report) > 2:
+            raise InputError("--report DIR [DIR2] reads one or two finished surveys: give nothing else")
+        from studygroup.views.survey_report import write_report
+
+        surveys = [load_survey(d) for d in args.report]
+        path = write_report(surveys, top=args.top)
+        return "\n".join([*(line for s in surveys for line in [f"{s.folder}:", *s.story()]),
+                          f"studygroup: wrote the report to {path}"])
+    if args.out is None:
+        raise InputError("give --out DIR, the folder the survey writes (or --report DIR)")
+    s = survey(args.out, args.files, args.corpus, args.n, args.tokens, args.model, args.ray, args.workers,
+               args.shard_size, args.seed)
+    return s.to_json(indent=2) if args.json else "\n".join([*s.story(), f"studygroup: wrote {args.out}"])
 
 
 def _load(args):

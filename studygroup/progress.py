@@ -135,3 +135,35 @@ def watching(watch: Watch):
         yield watch
     finally:
         _local.watch = before
+
+
+class ShardProgress:
+    """`survey [#####.....] 12/40 shards, 3.1 sequences/s, 0:42 left` on stderr (at a terminal).
+    The rate counts the sequences scored since the bar began (a resumed survey's finished shards
+    are in `done` and not in the rate)."""
+
+    def __init__(self, total: int, done: int, sequences_left: int, stream=None):
+        self.total, self.done, self.left, self.scored = total, done, sequences_left, 0
+        self.stream = stream or sys.stderr
+        self.enabled = _shown and getattr(self.stream, "isatty", lambda: False)()
+        self.start = time.perf_counter()
+        self._draw()
+
+    def advance(self, sequences: int) -> None:
+        self.done, self.scored, self.left = self.done + 1, self.scored + sequences, self.left - sequences
+        self._draw()
+
+    def _draw(self) -> None:
+        if not self.enabled:
+            return
+        rate = self.scored / max(1e-9, time.perf_counter() - self.start)
+        left = f"{int(self.left / rate) // 60}:{int(self.left / rate) % 60:02d} left" if rate else "time left: after a shard"
+        filled = round(30 * self.done / max(1, self.total))
+        self.stream.write(f"\rsurvey [{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} shards, "
+                          f"{rate:.1f} sequences/s, {left}  ")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.stream.write("\n")
+            self.stream.flush()

@@ -138,6 +138,30 @@ def heads_role_scores(weights: torch.Tensor, token_ids: list[int]) -> list[RoleS
     return [RoleScores(*map(float, s)) for s in scores.T.tolist()]
 
 
+def first_weight(weights: torch.Tensor) -> torch.Tensor:
+    """Each head's mean weight on member 0 over the questions scored (i >= 1): Gu et al.'s
+    importance score of the first token. weights (N, R, T) -> (N,) float64.
+
+    >>> first_weight(torch.tensor([[[1.0, 0.0], [0.25, 0.75]]]))
+    tensor([0.2500], dtype=torch.float64)
+    """
+    N, R, T = weights.shape
+    asked = torch.arange(T - R, T) >= 1  # (R,)
+    return weights[:, asked, 0].double().mean(1)  # (N,)
+
+
+def layer_roles(model, ids: list[int]):
+    """Every head's role scores and weight on member 0 on token ids, layer by layer: yields
+    (layer, [RoleScores] * n_heads, first_weight (n_heads,)). What `roles` and the survey both compute.
+
+    >>> layer, scores, first = next(layer_roles(model, model.ids("I have a lot")))
+    >>> layer, len(scores), tuple(first.shape)
+    (0, 9, (9,))
+    """
+    for layer, rows in last_rows(model, ids):  # (n_heads, R, T)
+        yield layer, heads_role_scores(rows, ids), first_weight(rows)
+
+
 def _masked(x: torch.Tensor, questions: torch.Tensor) -> torch.Tensor:
     """x (N, Q) with the questions not scored (questions (Q,) False) as NaN, which nanmean leaves out."""
     return x.masked_fill(~questions, math.nan)
@@ -182,7 +206,7 @@ def roles(model, text=None) -> Roles:
     if T < 2:
         raise InputError("roles need at least 2 members: the first member's question hears only itself")
     R = min(T, MAX_QUESTIONS)
-    heads = [HeadRoles(l, h, role_scores(w, ids)) for l, rows in last_rows(model, ids) for h, w in enumerate(rows)]
+    heads = [HeadRoles(l, h, s) for l, scores, _ in layer_roles(model, ids) for h, s in enumerate(scores)]
     tokens = [model.tokenizer.readable(i) for i in ids]
     return Roles(text if isinstance(text, str) else None, probe, tokens, list(ids), [max(1, T - R), T - 1], heads)
 
