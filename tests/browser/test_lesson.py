@@ -249,3 +249,36 @@ def test_escape_from_the_lesson_leaves_the_url_on_the_head_explore_shows(page, s
     wait_section(page, "members")
     assert url_head(page) == lesson
     assert page.watch.errors == []
+
+
+#: What the page shows, as a user sees it: the address, the mode, the text, the members, the conclusion,
+#: the head open and what the lesson's card holds.
+SHOWN = """() => {
+  const r = document.querySelector('.sg-root'), s = r.studygroup, txt = (sel) => [...r.querySelectorAll(sel)].map((n) => n.textContent);
+  const card = r.querySelector('.sg-lesson');
+  return { hash: location.hash, lessonClass: r.classList.contains('sg-mode-lesson'),
+    pressed: txt('.sg-modes button[aria-pressed=true]'), text: r.querySelector('.sg-text').value,
+    chips: txt('.sg-chip .sg-chip-main'), bars: txt('.sg-bars .sg-barrow'), head: [s.ui.layer, s.ui.head],
+    title: r.querySelector('.sg-head-title').textContent, lessonShown: card.checkVisibility(),
+    lessonBody: card.checkVisibility() ? r.querySelector('.sg-lesson-body').textContent : null,
+    lessonSection: s.lesson.on ? s.lesson.section : null, lessonData: s.lesson.on && s.lesson.data ? s.lesson.data.text : null };
+}"""
+
+
+def test_changing_only_the_hash_shows_what_a_fresh_load_of_the_new_address_shows(page, server_url):
+    page.goto(server_url + "#text=Cash+or+credit+card%3F+I+have+a+lot&mode=lesson&section=softmax&head=1.0")
+    wait_section(page, "softmax")
+    settled(page)
+    new = "#text=The+cat+sat+on+the&mode=explore&head=1.3"
+    page.evaluate(f"() => {{ location.hash = {json.dumps(new)}; }}")
+    page.wait_for_function("() => document.querySelector('.sg-text').value === 'The cat sat on the'")
+    settled(page)
+    page.wait_for_function("() => /mode=explore/.test(location.hash)")
+
+    fresh = page.context.new_page()
+    fresh.goto(server_url + new)
+    settled(fresh)
+    after, expected = page.evaluate(SHOWN), fresh.evaluate(SHOWN)
+    assert expected["head"] == [1, 3] and expected["pressed"] == ["Explore"] and not expected["lessonShown"]
+    assert after == expected
+    assert page.watch.errors == []

@@ -110,10 +110,15 @@
       return this.asked ? this.asked.head : null;
     }
 
+    /** A hash changed by hand in an open tab: the page becomes what a fresh load of the new address
+     * shows (its mode at once, nothing of the old lesson left drawn). */
     restoreHash() {
       const s = readHash(location.hash);
       this.applyHash(s);
-      if (s.text != null) { this.q(".sg-text").value = s.text; this.submit(); } else this.showMode();
+      Object.assign(this.lesson, { asked: null, gen: this.lesson.gen + 1 }); // an old lesson's answer is dropped
+      clear(this.q(".sg-lesson-body"));
+      this.showMode();
+      if (s.text != null) { this.q(".sg-text").value = s.text; this.submit(); } else if (this.lesson.on) this.loadLesson();
     }
 
     /** Called by submit (session.js) around the explore view's work: the URL's text and silencing first. */
