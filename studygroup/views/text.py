@@ -345,6 +345,8 @@ def roles(r, shown: int = ROLE_HEADS_SHOWN) -> str:
     lines = [wrap(f"what each of the {len(r.heads)} heads does, on {what}; mean over questions "
                   f"{r.questions[0]}-{r.questions[1]} (duplicate, induction: those with an earlier copy of their token)",
                   indent=""), ""]
+    if r.untold:
+        lines[1:1] = ["", wrap(f"no head's role is named: {r.untold}. The highest scores follow, as scores only.", indent="")]
     for role in ROLES:
         top = r.top(role, shown)
         lines.append(f"{role}: {DEFINITIONS[role]}")

@@ -446,3 +446,18 @@ def test_the_model_view_colours_and_labels_heads_by_their_strongest_role(page, s
     page.click(".sg-colour-by button[data-colour-by='weight']")
     page.locator(".sg-colour-by button[data-colour-by='weight'][aria-pressed='true']").wait_for()
     assert page.locator(".sg-thumb .sg-role").count() == 0 and page.locator(".sg-mv-legend .sg-role-key").count() == 0
+
+
+def test_colour_by_role_on_a_text_too_short_to_tell_says_so_instead_of_a_label(page, server_url, screenshots):
+    page.goto(server_url)
+    wait_idle(page)
+    explain(page, "I have a lot of")
+    page.click(".sg-colour-by button[data-colour-by='role']")
+    page.locator(".sg-colour-by button[data-colour-by='role'][aria-pressed='true']").wait_for()
+    untold = page.evaluate("() => document.querySelector('.sg-root').studygroup.d.modelView.roles_untold")
+    assert untold and "too few to name a role" in untold
+    assert page.locator(".sg-thumb .sg-role").count() == 0 and page.locator(".sg-mv-legend .sg-role-key").count() == 0
+    said = page.locator(".sg-mv-legend .sg-role-untold").inner_text()
+    assert said.startswith("No head's role is named on this text") and untold in said
+    assert "strongest role" not in page.locator(".sg-thumb").first.get_attribute("title")
+    page.locator(".sg-modelview").screenshot(path=str(screenshots / "roles-untold.png"))
