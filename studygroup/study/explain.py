@@ -35,6 +35,7 @@ from studygroup.progress import Progress, say
 from studygroup.study import attribution, effects, last_question, story
 from studygroup.study.last_sentence import last_sentence
 from studygroup.study.roles import head_sinks
+from studygroup.study.sinks import first_not_resting
 from studygroup.study.text_ids import check_generated_from, checked_ids
 from studygroup.study.ranking import as_heads, heads_largest_first, largest_first
 from studygroup.study.results import (Analysis, Explanation, HeadEffect, Listened, LogitSum, MemberEffect,
@@ -131,7 +132,8 @@ def analyse(model, text, *, top: int = 10, silence_heads: int | str | None = Non
                     members_measured=sum(m.shown_effect is not None for m in members), estimate_missed_by=missed,
                     logit_parts=_logit_sum(parts), contributions=parts.heads.tolist(),
                     silence_estimates=[] if estimate is None else estimate.tolist(),
-                    model=model_info(model), scope=strategy.scope, generated_from=generated_from, **chosen.silenced())
+                    model=model_info(model), scope=strategy.scope, generated_from=generated_from,
+                    first_head=first_not_resting(heads), **chosen.silenced())
     if chosen == Interventions():  # the last sentence alone is a clean run: compared with the clean run only
         e.last_sentence = last_sentence(model, list(ids), run.tokens, token)
     e.story_parts = story.explain_parts(e, norm_after_attention="post_attn_norm" in model.config.arch.layer_names)

@@ -25,7 +25,7 @@ from studygroup.formulas.softmax_example import softmax_example
 from studygroup.model.record import Record
 from studygroup.study.explain import top_words
 from studygroup.study.jsonable import JSONable
-from studygroup.study.sinks import MAX_QUESTIONS, REST_WEIGHT, head_sinks_of, sink_weight
+from studygroup.study.sinks import MAX_QUESTIONS, REST_WEIGHT, head_sinks_of, rests_on_sink, sink_weight
 from studygroup.study.story import brief, clipped, members_line, percent, quote
 from studygroup.study.text_ids import checked_ids, checked_pair
 
@@ -130,7 +130,7 @@ def default_head(model, text: str, ranked: list[tuple[int, int]], i: int = -1) -
     run = model.run(checked_ids(model, text), record="none")
     i = i % run.T
     for l, h in ranked:
-        if sink_share(followed(run, l, h, i), i)[1] < REST_WEIGHT:
+        if not rests_on_sink(sink_share(followed(run, l, h, i), i)[1]):
             return l, h
     return ranked[0]
 

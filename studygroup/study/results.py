@@ -155,6 +155,7 @@ class Explanation(JSONable):
     silenced_heads: list[list[int]] = field(default_factory=list)  # [layer, head] pairs writing nothing in it
     last_sentence: LastSentence | None = None  # the conclusion without the earlier sentences (one sentence: None)
     generated_from: int | None = None  # the first generated member (explain --generate N --word K); None: a text
+    first_head: list[int] | None = None  # [layer, head] shown first: the most decisive not resting on a sink (sinks.first_not_resting)
 
     def __repr__(self) -> str:
         """<Explanation of “I have a lot” (4 members): next word “␣of” (87%); most decisive head …>"""

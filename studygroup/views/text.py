@@ -128,7 +128,8 @@ def _head_sinks(v) -> list[str]:
     named += f" and {len(v.sinks) - SINKS_NAMED} more" if len(v.sinks) > SINKS_NAMED else ""
     rests = ": it rests on them" if v.sink_weight >= REST_WEIGHT else ""
     return [wrap(f"attention sinks of this head: {named} ({SINK_SAID}); the last question gives them "
-                 f"{percent(v.sink_weight)} of its weight{rests}", indent="")]
+                 f"{percent(v.sink_weight)} of its weight{rests}", indent="")] \
+        + ([wrap(v.sink_write.said, indent="")] if v.sink_write else [])
 
 
 def bounded(text: str, full: bool = False, rest: str = "--full shows them all, --json gives every number") -> str:

@@ -464,3 +464,27 @@ def test_colour_by_role_on_a_text_too_short_to_tell_says_so_instead_of_a_label(p
     assert said.startswith("No head's role is named on this text") and untold in said
     assert "strongest role" not in page.locator(".sg-thumb").first.get_attribute("title")
     page.locator(".sg-modelview").screenshot(path=str(screenshots / "roles-untold.png"))
+
+
+def test_explore_opens_on_the_first_head_not_resting_on_a_sink_with_the_sink_head_one_click_away(page, server_url):
+    """The explanation's first_head opens (the most decisive head not resting on a sink). The tiny
+    model has no head resting on a sink, so the explanation is answered as one where the most
+    decisive head rests on one: that head is one click away, named with its weight on its sinks."""
+    def rested(route):
+        e = route.fetch().json()
+        e["heads"][0]["sink_weight"] = 0.99
+        e["first_head"] = [e["heads"][1]["layer"], e["heads"][1]["head"]]
+        route.fulfill(json=e)
+
+    page.route("**/api/explain", rested)
+    page.goto(server_url + "#text=I%20have%20a%20lot")
+    wait_idle(page)
+    e = page.evaluate("() => document.querySelector('.sg-root').studygroup.d.explanation")
+    top, first = e["heads"][0], e["first_head"]
+    page.locator(f".sg-thumb.sg-open[data-layer='{first[0]}'][data-head='{first[1]}']").wait_for()
+    said = page.locator(".sg-head-title .sg-sink-first")
+    assert f"The most decisive head, {top['layer']}.{top['head']}, rests on a sink (99% of its last question's weight)" in said.inner_text()
+    said.locator("button").click()
+    page.locator(f".sg-thumb.sg-open[data-layer='{top['layer']}'][data-head='{top['head']}']").wait_for()
+    assert page.locator(".sg-head-title .sg-sink-first").count() == 0
+    assert page.watch.errors == []

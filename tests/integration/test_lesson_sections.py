@@ -161,6 +161,7 @@ def test_default_head_is_decisive_and_not_resting_on_a_sink(client, model):
         resting.append(w[-1, heavy].sum() >= 0.5)
     expected = ranked[resting.index(False)] if False in resting else ranked[0]
     assert (d["layer"], d["head"]) == expected
+    assert client.post("/api/explain", json={"text": TEXT}).json()["first_head"] == list(expected)  # the page's first head
     assert d["query"] == len(d["tokens"]) - 1
 
 
