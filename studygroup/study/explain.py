@@ -41,6 +41,7 @@ from studygroup.study import attribution, byte_pieces, effects, last_question, s
 from studygroup.study.ablation import ZERO, Ablation
 from studygroup.study.last_sentence import last_sentence
 from studygroup.study.roles import head_sinks
+from studygroup.study.sinks import first_not_resting
 from studygroup.study.text_ids import check_generated_from, checked_ids
 from studygroup.study.ranking import as_heads, heads_largest_first, largest_first
 from studygroup.study.results import (Analysis, Explanation, HeadEffect, Listened, LogitSum, MemberEffect,
@@ -153,7 +154,7 @@ def analyse(model, text, *, top: int = 10, silence_heads: int | str | None = Non
                     mlp_contributions=parts.mlps.tolist(),
                     silence_estimates=[] if estimate is None else estimate.tolist(),
                     model=model_info(model), scope=strategy.scope, generated_from=generated_from,
-                    ablation=ablation.kind, **chosen.silenced())
+                    ablation=ablation.kind, first_head=first_not_resting(heads), **chosen.silenced())
     e.runner_up, e.logit_gap = _against_runner_up(run, lp, token, parts)
     if chosen == Interventions():  # the last sentence alone is a clean run: compared with the clean run only
         e.last_sentence = last_sentence(model, list(ids), run.tokens, token)

@@ -20,7 +20,8 @@ from studygroup.errors import InputError, NotationError
 from studygroup.study.jsonable import JSONable
 from studygroup.study.mask_reasons import mask_reasons
 from studygroup.study.text_ids import check_generated_from, checked_ids
-from studygroup.study.sinks import MAX_QUESTIONS, head_sinks_of, sink_weight
+from studygroup.study.sink_write import SinkWrite, sink_write
+from studygroup.study.sinks import MAX_QUESTIONS, head_sinks_of, rests_on_sink, sink_weight
 from studygroup.study.story import brief
 from studygroup.study.window import Window, window
 
@@ -107,6 +108,7 @@ class HeadView(JSONable):
     silenced_members: list[int] = field(default_factory=list)  # whose answers nobody heard in this run
     silenced_heads: list[list[int]] = field(default_factory=list)  # [layer, head] pairs that wrote nothing
     generated_from: int | None = None  # the first member the model generated (prompt ids + generated ids); None: none
+    sink_write: SinkWrite | None = None  # where the last question rests on a sink: its write compared across texts
 
     @property
     def is_whole(self) -> bool:
@@ -200,6 +202,8 @@ def head_view(model, text, layer: int, head: int, notation: str = "paper", large
     R, K = slice(w.rows.start, w.rows.stop), slice(w.keys.start, w.keys.stop)
     c = model.config
     kv = c.kv_head_of(head)
+    sinks = _sinks(vec, run.head_mask(layer, head))
+    resting = sink_write(model, run, layer, head) if rests_on_sink(sinks["sink_weight"]) else None
     return HeadView(
         text=text if isinstance(text, str) else None, tokens=run.tokens, token_ids=list(ids), layer=layer, head=head,
         kv_head=kv, shares_keys_with=c.query_heads_of(kv), notation=notation, orientation=ORIENTATION[notation],
@@ -210,8 +214,8 @@ def head_view(model, text, layer: int, head: int, notation: str = "paper", large
         q=t(vec["q"][R]).tolist(), k=t(vec["k"][K]).tolist(), v=t(vec["v"][K]).tolist(),
         q_pre_rope=t(vec["q_pre_rope"][R]).tolist(), k_pre_rope=t(vec["k_pre_rope"][K]).tolist(),
         output=(g.cols_output if notation == "columns" else g.output).tolist(),
-        members=_members(vec, g, w.rows, run.tokens, largest), **_sinks(vec, run.head_mask(layer, head)),
-        check=g.check(), generated_from=generated_from, **run.interventions.silenced())
+        members=_members(vec, g, w.rows, run.tokens, largest), **sinks,
+        check=g.check(), generated_from=generated_from, sink_write=resting, **run.interventions.silenced())
 
 
 def _sinks(vec: dict[str, torch.Tensor], mask: torch.Tensor) -> dict:

@@ -25,7 +25,8 @@ from studygroup.formulas.softmax_example import softmax_example
 from studygroup.model.record import Record
 from studygroup.study.explain import top_words
 from studygroup.study.jsonable import JSONable
-from studygroup.study.sinks import MAX_QUESTIONS, REST_WEIGHT, SINK_SHARE, SINK_WEIGHT, head_sinks_of, sink_weight
+from studygroup.study.sinks import (MAX_QUESTIONS, REST_WEIGHT, SINK_SHARE, SINK_WEIGHT, head_sinks_of, rests_on_sink,
+                                     sink_weight)
 from studygroup.study.story import brief, clipped, members_line, percent, quote
 from studygroup.study.text_ids import checked_ids, checked_pair
 
@@ -130,7 +131,7 @@ def default_head(model, text: str, ranked: list[tuple[int, int]], i: int = -1) -
     run = model.run(checked_ids(model, text), record="none")
     i = i % run.T
     for l, h in ranked:
-        if sink_share(followed(run, l, h, i), i)[1] < REST_WEIGHT:
+        if not rests_on_sink(sink_share(followed(run, l, h, i), i)[1]):
             return l, h
     return ranked[0]
 
@@ -238,7 +239,8 @@ def _qkv(model, run, h, i, j, text, top) -> dict:
          f"is a vector of d_head = {d} numbers.",
          f"Member {i}'s question q_{i} has norm {float(h.q[i].norm()):.4g}; member {j}'s key k_{j} "
          f"{float(h.k[j].norm()):.4g} and answer v_{j} {float(h.v[j].norm()):.4g}.", *_rows_left_out(shown, T)],
-        d_head=d, members=shown, q=_floats(h.q[shown]), k=_floats(h.k[shown]), v=_floats(h.v[shown]))
+        d_head=d, members=shown, q=_floats(h.q[shown]), k=_floats(h.k[shown]), v=_floats(h.v[shown]),
+        scales={n: float(getattr(h, n)[shown].abs().max()) for n in ("q", "k", "v")})  # each drawing's colour scale: ±this
 
 
 def member_row(qkv: dict, name: str, m: int) -> list[float]:
@@ -331,9 +333,15 @@ def _softmax(model, run, h, i, j, text, top) -> dict:
     ex = softmax_example()
     sink_members, share = sink_share(h, i)
     rests = share >= REST_WEIGHT
+    top = float(row_s[seen].max())
+    exps = torch.where(seen, (row_s.double() - top).exp(), 0.0)  # (T,) exp(s_j − max): the same ratios as exp(s_j)
     says = [f"Softmax turns question {i}'s scores into weights between 0 and 1 that sum to 1 "
             f"(here {float(row_w.sum()):.6f}). Its scores run from {float(row_s[seen].min()):.4g} to "
-            f"{float(row_s[seen].max()):.4g}; member {j} gets weight {float(row_w[j]):.4g}.",
+            f"{top:.4g}; member {j} gets weight {float(row_w[j]):.4g}.",
+            f"Each weight is exp(s_j) / Σ_k exp(s_k). Subtracting the largest score first ({top:.4g}) changes no "
+            f"weight (e^−{top:.4g} cancels above and below) and keeps exp from overflowing: for member {j}, "
+            f"exp({float(row_s[j]) - top:.4g}) = {float(exps[j]):.4g}, divided by the sum of all {int(seen.sum())} "
+            f"exps {float(exps.sum()):.4g}, is {float(exps[j] / exps.sum()):.4g}.",
             f"The article's example: scores 1, 1, 1, 100 give “lot” weight {ex.alone.said(-1)}; with four "
             f"members scoring 1,000 in front, each of those gets {ex.after_question.said(0)} and “lot” "
             f"{ex.after_question.said(-1)}. "
@@ -346,7 +354,8 @@ def _softmax(model, run, h, i, j, text, top) -> dict:
         "Softmax of one question's scores", "softmax per row: row i of the weights sums to 1",
         "softmax per column: column i of the weights sums to 1", says,
         scores=[float(x) if m else None for x, m in zip(row_s, seen)], weights=_floats(row_w),
-        sinks=sink_members, sink_weight=share, rests_on_sink=rests, example=example)
+        sinks=sink_members, sink_weight=share, rests_on_sink=rests, example=example,
+        shift=top, exps=[float(x) if m else None for x, m in zip(exps, seen)], exp_sum=float(exps.sum()))
 
 
 def _weighted_sum(model, run, h, i, j, text, top) -> dict:
@@ -355,6 +364,9 @@ def _weighted_sum(model, run, h, i, j, text, top) -> dict:
     W_O_h = model.W_O_head(h.layer, h.head).float()  # (d_head, d_model)
     sizes = (h.v @ W_O_h).norm(dim=-1)  # (T,)
     Q, K, V = h.q.mT[None], h.k.mT[None], h.v.mT[None]  # (1, d_head, T): the video's columns
+    t = int(h.row("output", i).abs().argmax())  # the coordinate worked out: the output's largest
+    seen = h.row("mask", i)
+    terms = w.double() * h.v[:, t].double()  # (T,) w_j · v_j[t]
     return _section(
         "The weighted sum of the answers", "output_i = Σ_j w_ij v_j: output = weights · V (T × d_head)",
         "output_i = Σ_j v_j w_ji: output = V · weights (d_head × T), so V softmax(KᵀQ/√d_k)",
@@ -362,9 +374,14 @@ def _weighted_sum(model, run, h, i, j, text, top) -> dict:
          f"differs from the model's own by {float((by_hand - h.row('output', i).double()).abs().max()):.1e}.",
          f"Member {j}'s part is w·v_{j} with w = {float(w[j]):.4g}; through the output projection W_O "
          f"its size is w × ‖v_{j}·W_O‖ = {float(w[j] * sizes[j]):.4g}.",
+         f"One coordinate worked out: t = {t}, the output's largest. output_{i}[{t}] = Σ_j w_j · v_j[{t}], one term per "
+         f"member it hears ({int(seen.sum())}), sums to {float(terms[seen].sum()):.4g}; the model's own: "
+         f"{float(h.row('output', i)[t]):.4g}.",
          "In columns the answers stand as V (d_head × T) and must multiply the weights from the left: the video's "
          "drawn softmax(KᵀQ/√d_k)·V does not fit the shapes. The library's own check says: " + _drawn_form_error(Q, K, V)],
-        output=_floats(h.row("output", i)), contributions=_floats(w * sizes))
+        output=_floats(h.row("output", i)), contributions=_floats(w * sizes), t=t,
+        v_t=[float(x) if m else None for x, m in zip(h.v[:, t].double(), seen)],
+        terms=[float(x) if m else None for x, m in zip(terms, seen)], terms_sum=float(terms[seen].sum()))
 
 
 def _conclusion(model, run, h, i, j, text, top) -> dict:

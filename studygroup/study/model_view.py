@@ -15,7 +15,7 @@ from studygroup.study import attribution
 from studygroup.study.jsonable import JSONable
 from studygroup.study.mask_reasons import reasons_of_head
 from studygroup.study.ranking import heads_largest_first
-from studygroup.study.roles import RoleScores, heads_role_scores
+from studygroup.study.roles import RoleScores, heads_role_scores, strongest, untold
 from studygroup.study.story import brief, quote
 from studygroup.model.record import Record
 
@@ -34,6 +34,7 @@ class HeadMap(JSONable):
     rank: int | None  # 1 = most decisive; None outside the ranked heads
     mask_reasons: list[list[int]] | None = None  # this head's own, where it differs from ModelView.mask_reasons
     roles: RoleScores | None = None  # role scores on this text (studygroup.study.roles); None with rows "last"
+    role: str | None = None  # its highest score's role; None without roles or where ModelView.roles_untold says why
 
 
 @dataclass
@@ -57,6 +58,7 @@ class ModelView(JSONable):
     ranked_by: str
     heads: list[list[HeadMap]] = field(default_factory=list)  # [layer][head]
     mask_reasons: list[list[int]] = field(default_factory=list)  # (R, T) every head's, unless its own is given
+    roles_untold: str | None = None  # why no head's role is named on this text (roles.untold); None where they are
 
     def __repr__(self) -> str:
         """<ModelView of 30 layers × 9 heads (3 kv heads) on 4 members, rows: all: next word “␣of”; …>"""
@@ -87,11 +89,13 @@ def model_view(run, explanation=None, decimals: int | None = None, weights: bool
     shared, own = _mask_reasons(run, rows)
     maps = thumbnails(run, decimals).tolist() if weights else [[[] for _ in range(c.n_heads)] for _ in range(c.n_layers)]
     roles = _roles(run, rows)
+    reason = untold(run.T, 0) if roles[0][0] is not None else None
+    named = lambda r: None if r is None or reason else strongest(r)  # noqa: E731
     heads = [[HeadMap(l, h, c.kv_head_of(h), maps[l][h], float(direct[l, h]), ranks.get((l, h)), own.get((l, h)),
-                      roles[l][h]) for h in range(c.n_heads)] for l in range(c.n_layers)]
+                      roles[l][h], named(roles[l][h])) for h in range(c.n_heads)] for l in range(c.n_layers)]
     groups = [KVGroup(g, [h for h in range(c.n_heads) if h // c.group_size == g]) for g in range(c.n_kv_heads)]
     return ModelView(run.tokens, list(run.token_ids), run.model.tokenizer.readable(token), c.n_layers, c.n_heads,
-                     c.n_kv_heads, rows, groups, ranked_by, heads, shared)
+                     c.n_kv_heads, rows, groups, ranked_by, heads, shared, reason)
 
 
 def thumbnails(run, decimals: int | None = None) -> torch.Tensor:

@@ -161,6 +161,7 @@ class Explanation(JSONable):
     runner_up: Word | None = None  # the most likely word other than the predicted one
     logit_gap: LogitSum | None = None  # the predicted word's logit minus the runner-up's, and its direct shares
     ablation: str = "zero"  # how each head measured was taken out: zero (write zeroed), mean or resample (output replaced)
+    first_head: list[int] | None = None  # [layer, head] shown first: the most decisive not resting on a sink (sinks.first_not_resting)
 
     def __repr__(self) -> str:
         """<Explanation of “I have a lot” (4 members): next word “␣of” (87%); most decisive head …>"""

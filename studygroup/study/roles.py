@@ -15,6 +15,11 @@ Each is in [0, 1]. Scored over the last min(T, 512) questions (question 0 has on
 `duplicate` and `induction` over those of them that have such an earlier copy (a question with
 none has nothing to find: counted, it would halve an induction head's score on the probe), null
 where none has.
+A head's role is its highest score, named only where the text can tell: where at least TELLING of
+the questions scored hear a member outside their local window (i > LOCAL_WINDOW). Below that,
+`local` covers nearly every member every question hears, so it is the largest score of almost every
+head by construction (a head that gives 92% to member 0 included): the role is null, and `untold`
+says why.
 Without a text, the standard probe: 50 ordinary tokens repeated twice (after the BOS where the
 model adds one), where a head that copies what followed earlier shows itself.
 """
@@ -36,6 +41,8 @@ from studygroup.study.text_ids import checked_ids
 ROLES = ("previous", "duplicate", "induction", "sink", "local", "broad")
 #: `local`: members i−LOCAL_WINDOW … i.
 LOCAL_WINDOW = 8
+#: A role is named where at least this many questions scored hear a member outside `local`'s window.
+TELLING = 8
 #: The probe: PROBE_LENGTH ordinary tokens drawn with numpy's default_rng(PROBE_SEED), repeated twice.
 PROBE_LENGTH, PROBE_SEED = 50, 0
 
@@ -66,6 +73,7 @@ class HeadRoles(JSONable):
     layer: int
     head: int
     roles: RoleScores
+    role: str | None = None  # its highest score's role; null where the text is too short to tell (Roles.untold)
 
 
 @dataclass
@@ -78,6 +86,7 @@ class Roles(JSONable):
     token_ids: list[int]
     questions: list[int]  # [first, last]: the questions scored
     heads: list[HeadRoles]  # every head, layer by layer
+    untold: str | None = None  # why no head's role is named (a text too short to tell); null where they are
 
     def __repr__(self) -> str:
         top = max(self.heads, key=lambda h: h.roles.induction)
@@ -162,6 +171,33 @@ def layer_roles(model, ids: list[int]):
         yield layer, heads_role_scores(rows, ids), first_weight(rows)
 
 
+def strongest(scores: RoleScores) -> str:
+    """The role whose score is highest (the first of ROLES on a tie; null scores left out).
+
+    >>> strongest(RoleScores(0.9, math.nan, math.nan, 0.1, 0.95, 0.2))
+    'local'
+    """
+    return max((r for r in ROLES if not math.isnan(getattr(scores, r))), key=lambda r: getattr(scores, r))
+
+
+def untold(T: int, first: int) -> str | None:
+    """Why no head's role can be named on T members whose questions first … T−1 are scored, or None
+    where one can: fewer than TELLING of them hear a member outside `local`'s window.
+
+    >>> untold(100, 1) is None
+    True
+    >>> untold(10, 1)
+    '10 members are too few to name a role: 1 question hears a member before its last 9 (8 are needed, from 17 members on), so `local` covers nearly every weight of every row and is the largest score of almost every head whatever it does'
+    """
+    telling = sum(1 for i in range(max(first, 1), T) if i > LOCAL_WINDOW)
+    if telling >= TELLING:
+        return None
+    hears = f"{telling} question{'' if telling == 1 else 's'} hear{'s' if telling == 1 else ''}"
+    return (f"{T} members are too few to name a role: {hears} a member before its last {LOCAL_WINDOW + 1} "
+            f"({TELLING} are needed, from {LOCAL_WINDOW + 1 + TELLING} members on), so `local` covers nearly every "
+            "weight of every row and is the largest score of almost every head whatever it does")
+
+
 def _masked(x: torch.Tensor, questions: torch.Tensor) -> torch.Tensor:
     """x (N, Q) with the questions not scored (questions (Q,) False) as NaN, which nanmean leaves out."""
     return x.masked_fill(~questions, math.nan)
@@ -206,9 +242,11 @@ def roles(model, text=None) -> Roles:
     if T < 2:
         raise InputError("roles need at least 2 members: the first member's question hears only itself")
     R = min(T, MAX_QUESTIONS)
-    heads = [HeadRoles(l, h, s) for l, scores, _ in layer_roles(model, ids) for h, s in enumerate(scores)]
+    first, reason = max(1, T - R), untold(T, T - R)
+    heads = [HeadRoles(l, h, s, None if reason else strongest(s)) for l, scores, _ in layer_roles(model, ids)
+             for h, s in enumerate(scores)]
     tokens = [model.tokenizer.readable(i) for i in ids]
-    return Roles(text if isinstance(text, str) else None, probe, tokens, list(ids), [max(1, T - R), T - 1], heads)
+    return Roles(text if isinstance(text, str) else None, probe, tokens, list(ids), [first, T - 1], heads, reason)
 
 
 @dataclass

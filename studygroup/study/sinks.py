@@ -97,6 +97,19 @@ def rests_on_sink(weight: float | None) -> bool:
     return weight is not None and weight >= REST_WEIGHT
 
 
+def first_not_resting(heads) -> list[int] | None:
+    """[layer, head] of the first of `heads` (most decisive first; each with .layer, .head and
+    .sink_weight, its last question's weight on its sinks) whose last question does not rest on a
+    sink: the head whose weights teach; the first of them where every one rests; None for none.
+
+    >>> from types import SimpleNamespace as H
+    >>> first_not_resting([H(layer=24, head=6, sink_weight=0.99), H(layer=1, head=0, sink_weight=0.01)])
+    [1, 0]
+    """
+    chosen = next((h for h in heads if not rests_on_sink(h.sink_weight)), heads[0] if heads else None)
+    return None if chosen is None else [chosen.layer, chosen.head]
+
+
 def last_rows(model, ids: list[int], on_layer=None):
     """Every head's weights for the last min(T, MAX_QUESTIONS) questions, layer by layer: yields
     (layer, (n_heads, R, T) float32). One pass keeping every member's k and the last R members' q

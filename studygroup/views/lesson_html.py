@@ -74,15 +74,22 @@ def _numbers(d: dict, s: dict) -> str:
                                                    [[t] + row for t, row in zip(tokens, s["grid"])])
         return _vector(f"q_{i}[t] × k_{j}[t], t = 0 … {len(s['terms']) - 1}", s["terms"]) + grid
     if name == "softmax":
-        rows = [[m, t, x, w] for m, (t, x, w) in enumerate(zip(tokens, s["scores"], s["weights"]))]
+        rows = [[m, t, x, e, w] for m, (t, x, e, w) in enumerate(zip(tokens, s["scores"], s["exps"], s["weights"]))]
+        rows.append(["Σ", "", "", s["exp_sum"], ""])
         scenes = "".join(_table(f"the article's example: {g['context']}", ["member", "score", "weight"],
                                 [list(r) for r in zip(g["members"], g["scores"], g["weights"])], weights=2)
                          for g in s["example"])
-        return _table(f"question {i}'s row", ["member", "token", "score", "weight"], rows, weights=3) + scenes
+        return _table(f"question {i}'s row: weight = exp(s − {s['shift']:.4g}) ÷ Σ exp (the largest score subtracted first)",
+                      ["member", "token", "score s", f"exp(s − {s['shift']:.4g})", "weight"], rows, weights=4) + scenes
     if name == "weighted_sum":
         rows = [[m, t, w, c] for m, (t, w, c) in
                 enumerate(zip(tokens, _named(d, "softmax")["weights"], s["contributions"]))]
+        t, w = s["t"], _named(d, "softmax")["weights"]
+        terms = [[m, tok, w[m], v, x] for m, (tok, v, x) in enumerate(zip(tokens, s["v_t"], s["terms"]))] \
+            + [["Σ", "sum of the terms", "", "", s["terms_sum"]], ["", f"the model's output_{i}[{t}]", "", "", s["output"][t]]]
         return _vector(f"Σ_j w_{i}j v_j", s["output"]) \
+            + _table(f"one coordinate, t = {t} (the output's largest): output_{i}[{t}] = Σ_j w_j · v_j[{t}]",
+                     ["member", "token", "w_j", f"v_j[{t}]", "w_j · v_j[t]"], terms, weights=2) \
             + _table("each answer's part", ["member", "token", "weight", "weight × ‖v_j·W_O‖"], rows, weights=2)
     shorter = "" if s["shorter_top"] is None else _words(f"after “{s['shorter_text']}”", s["shorter_top"])
     return _words(f"after “{d['text']}”", s["top"]) + shorter

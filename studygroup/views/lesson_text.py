@@ -59,13 +59,14 @@ def _numbers(l, s: dict) -> list[str]:
             + [f"  sum of the {len(s['terms'])} products {s['dot']:.6g}; ÷ √d_k = {s['sqrt_d_k']:.4g}: score {s['score']:.6g}"]
     if name == "softmax":
         ranked = sorted((m for m, w in enumerate(s["weights"]) if s["scores"][m] is not None), key=lambda m: -s["weights"][m])
-        rows = [[m, tok(m), s["scores"][m], s["weights"][m]] for m in ranked[:ROW_SHOWN]]
+        rows = [[m, tok(m), s["scores"][m], s["exps"][m], s["weights"][m]] for m in ranked[:ROW_SHOWN]]
         return [f"  question {i}'s row, its largest weights (of {len(ranked)} members it hears):",
-                table(["member", "token", "score", "weight"], rows)]
+                table(["member", "token", "score s", f"exp(s − {s['shift']:.4g})", "weight = exp ÷ Σ"], rows),
+                f"  Σ of the {len(ranked)} exps {s['exp_sum']:.6g} (the largest score, {s['shift']:.4g}, subtracted first)"]
     if name == "weighted_sum":
         top = sorted(range(len(s["contributions"])), key=lambda m: -s["contributions"][m])[:ROW_SHOWN]
         return [_vector(f"output_{i} = Σ_j w_{i}j v_j", s["output"]), "  the largest parts, w × ‖v_j·W_O‖:",
-                table(["member", "token", "size"], [[m, tok(m), s["contributions"][m]] for m in top])]
+                table(["member", "token", "size"], [[m, tok(m), s["contributions"][m]] for m in top]), *_coordinate(l, s)]
     if name == "conclusion":
         words = lambda top: ", ".join(f"{quote(w['token'])} {percent(w['prob'])}" for w in top)  # noqa: E731
         lines = [f"  next word: {words(s['top'])}"]
@@ -73,6 +74,19 @@ def _numbers(l, s: dict) -> list[str]:
             lines.append(f"  without the context ({quote(s['shorter_text'])}): {words(s['shorter_top'])}")
         return lines
     return []
+
+
+def _coordinate(l, s: dict) -> list[str]:
+    """The weighted sum's coordinate t worked out: its largest terms w_j · v_j[t], the sum, the model's."""
+    i, t, w = l.query, s["t"], l.sections[SECTIONS.index("softmax")]["weights"]
+    heard = [m for m, x in enumerate(s["terms"]) if x is not None]
+    top = sorted(heard, key=lambda m: -abs(s["terms"][m]))[:ROW_SHOWN]
+    more = len(heard) - len(top)
+    return [f"  one coordinate, t = {t} (the output's largest): output_{i}[{t}] = Σ_j w_j · v_j[{t}], its largest terms:",
+            table(["member", "token", "w_j", f"v_j[{t}]", "w_j · v_j[t]"],
+                  [[m, quote(l.tokens[m]), w[m], s["v_t"][m], s["terms"][m]] for m in top])] \
+        + ([f"  … {more} more terms (--json: all)"] if more > 0 else []) \
+        + [f"  sum of the {len(heard)} terms {s['terms_sum']:.6g}; the model's output_{i}[{t}] {s['output'][t]:.6g}"]
 
 
 def _vector(name: str, xs: list[float]) -> str:

@@ -140,7 +140,8 @@ def _head_sinks(v) -> list[str]:
     named += f" and {len(v.sinks) - SINKS_NAMED} more" if len(v.sinks) > SINKS_NAMED else ""
     rests = ": it rests on them" if v.sink_weight >= REST_WEIGHT else ""
     return [wrap(f"attention sinks of this head: {named} ({SINK_SAID}); the last question gives them "
-                 f"{percent(v.sink_weight)} of its weight{rests}", indent="")]
+                 f"{percent(v.sink_weight)} of its weight{rests}", indent="")] \
+        + ([wrap(v.sink_write.said, indent="")] if v.sink_write else [])
 
 
 def bounded(text: str, full: bool = False, rest: str = "--full shows them all, --json gives every number") -> str:
@@ -382,6 +383,8 @@ def roles(r, shown: int = ROLE_HEADS_SHOWN) -> str:
     lines = [wrap(f"what each of the {len(r.heads)} heads does, on {what}; mean over questions "
                   f"{r.questions[0]}-{r.questions[1]} (duplicate, induction: those with an earlier copy of their token)",
                   indent=""), ""]
+    if r.untold:
+        lines[1:1] = ["", wrap(f"no head's role is named: {r.untold}. The highest scores follow, as scores only.", indent="")]
     for role in ROLES:
         top = r.top(role, shown)
         lines.append(f"{role}: {DEFINITIONS[role]}")

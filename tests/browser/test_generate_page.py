@@ -90,3 +90,40 @@ def test_continue_sits_under_the_members_and_a_word_heard_in_the_head_now_open(p
     heard = word.locator(".sg-gen-heard li").all_inner_texts()
     members = [int(t.split("(member ")[1].split(")")[0].split(",")[0]) for t in heard]
     assert members == record.members[layer, head][:6].tolist()
+
+
+def test_continue_with_a_head_and_a_member_silenced_shows_the_silenced_run_throughout(page, server_url, markup_model):
+    """Silenced first, then Continue: the chips, the slider's candidates and what each word's question
+    heard are the silenced group's; the whole group's words are only the comparison below."""
+    page.goto(server_url)
+    wait_idle(page)
+    explain(page, "I have a lot")
+    page.click(".sg-thumb[data-layer='1'][data-head='3']")
+    page.locator(".sg-thumb.sg-open[data-layer='1'][data-head='3']").wait_for()
+    page.click(".sg-silence-head")
+    page.locator(".sg-bars[data-silenced='true']").wait_for(timeout=60_000)
+    page.locator(".sg-chip .sg-mute").nth(1).click()  # and member 1
+    page.wait_for_function("() => JSON.stringify(document.querySelector('.sg-root').studygroup.d.conclusion.silenced_members) === '[1]'",
+                           timeout=60_000)
+    page.click(".sg-continue")
+    page.locator(".sg-gen-both .sg-gen-part").wait_for(timeout=60_000)
+    model = studygroup.load(markup_model.path)
+    chosen = model.generate("I have a lot", 4, silence_members=[1], silence_heads=[(1, 3)])
+    whole = model.generate("I have a lot", 4)
+    readable = lambda ids: [model.tokenizer.readable(i) for i in ids]  # noqa: E731
+    assert page.locator(".sg-gen-chips .sg-genchip .sg-tok").all_inner_texts() == readable(chosen.ids)
+    assert page.locator(".sg-gen-both .sg-gen-silenced .sg-tok").all_inner_texts() == readable(chosen.ids)
+    assert page.locator(".sg-gen-both .sg-gen-whole .sg-tok").all_inner_texts() == readable(whole.ids)
+    assert chosen.ids != whole.ids  # the check below tells the two runs apart
+    for k in range(1, 5):
+        page.locator(".sg-gen-slider").fill(str(k))
+        word = page.locator(".sg-gen-word")
+        record = chosen.words[k - 1]
+        cands = word.locator(".sg-gen-cand .sg-tok").all_inner_texts()
+        assert cands == readable([i for i, _, _ in record.top]), k
+        page.wait_for_function("s => document.querySelector('.sg-gen-word').textContent.includes(s)", arg="in layer 1 head 3", timeout=60_000)
+        heard = word.locator(".sg-gen-heard li").all_inner_texts()
+        members = [int(t.split("(member ")[1].split(")")[0].split(",")[0]) for t in heard]
+        assert members == record.members[1, 3][:6].tolist(), k
+    assert "silenced group" in page.locator(".sg-gen-word").inner_text()
+    assert_no_markup_ran(page)

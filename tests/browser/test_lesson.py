@@ -249,3 +249,74 @@ def test_escape_from_the_lesson_leaves_the_url_on_the_head_explore_shows(page, s
     wait_section(page, "members")
     assert url_head(page) == lesson
     assert page.watch.errors == []
+
+
+#: What the page shows, as a user sees it: the address, the mode, the text, the members, the conclusion,
+#: the head open and what the lesson's card holds.
+SHOWN = """() => {
+  const r = document.querySelector('.sg-root'), s = r.studygroup, txt = (sel) => [...r.querySelectorAll(sel)].map((n) => n.textContent);
+  const card = r.querySelector('.sg-lesson');
+  return { hash: location.hash, lessonClass: r.classList.contains('sg-mode-lesson'),
+    pressed: txt('.sg-modes button[aria-pressed=true]'), text: r.querySelector('.sg-text').value,
+    chips: txt('.sg-chip .sg-chip-main'), bars: txt('.sg-bars .sg-barrow'), head: [s.ui.layer, s.ui.head],
+    title: r.querySelector('.sg-head-title').textContent, lessonShown: card.checkVisibility(),
+    lessonBody: card.checkVisibility() ? r.querySelector('.sg-lesson-body').textContent : null,
+    lessonSection: s.lesson.on ? s.lesson.section : null, lessonData: s.lesson.on && s.lesson.data ? s.lesson.data.text : null };
+}"""
+
+
+def test_changing_only_the_hash_shows_what_a_fresh_load_of_the_new_address_shows(page, server_url):
+    page.goto(server_url + "#text=Cash+or+credit+card%3F+I+have+a+lot&mode=lesson&section=softmax&head=1.0")
+    wait_section(page, "softmax")
+    settled(page)
+    new = "#text=The+cat+sat+on+the&mode=explore&head=1.3"
+    page.evaluate(f"() => {{ location.hash = {json.dumps(new)}; }}")
+    page.wait_for_function("() => document.querySelector('.sg-text').value === 'The cat sat on the'")
+    settled(page)
+    page.wait_for_function("() => /mode=explore/.test(location.hash)")
+
+    fresh = page.context.new_page()
+    fresh.goto(server_url + new)
+    settled(fresh)
+    after, expected = page.evaluate(SHOWN), fresh.evaluate(SHOWN)
+    assert expected["head"] == [1, 3] and expected["pressed"] == ["Explore"] and not expected["lessonShown"]
+    assert after == expected
+    assert page.watch.errors == []
+
+
+def shown_paths(page):
+    return page.eval_on_selector_all(f"{BODY} [data-path]", "ns => ns.map(n => n.dataset.path)")
+
+
+@pytest.mark.parametrize("notation", ["paper", "columns"])
+def test_qkv_softmax_and_weighted_sum_are_worked_out_with_labels_apart_and_scales(browser, long_server_url, screenshots, notation):
+    """Q, K and V: every member's label on its own line (a cell at least 15 px across on the labelled
+    side) and a colour scale with its numbers; softmax: exp(s_j − max) and Σ; the weighted sum: one
+    coordinate's terms w_j · v_j[t] and their sum. Every number equals /api/lesson's."""
+    page = browser.new_context(viewport={"width": 1440, "height": 900}).new_page()
+    text = quote("an ear then the tin, " * 12)
+    page.goto(long_server_url + f"#text={text}&mode=lesson&section=qkv&head=1.3" + ("&notation=columns" if notation == "columns" else ""))
+    wait_section(page, "qkv")
+    d = lesson_data(page)
+    n = len(d["sections"][SECTIONS.index("qkv")]["members"])
+    assert n >= 43  # enough members that cells sized by the page's width alone would be under 15 px
+    api = api_lesson(page, long_server_url, d)
+    check_numbers(page, api)
+    q = SECTIONS.index("qkv")
+    assert {f"sections.{q}.scales.{m}" for m in "qkv"} <= set(shown_paths(page))
+    cells = page.eval_on_selector_all(f"{BODY} canvas.sg-matrix", "cs => cs.map(c => [+c.dataset.across, +c.dataset.down, c.dataset.labelled])")
+    assert len(cells) == 3
+    for across, down, labelled in cells:
+        assert (down if "rows" in labelled else across) >= 15, (across, down, labelled)
+    page.screenshot(path=str(screenshots / "lesson" / f"qkv-{notation}-long.png"), full_page=False)
+    page.locator(BODY).click(position={"x": 2, "y": 2})
+    for name, wanted in (("scores", None), ("softmax", ("exps.", "exp_sum", "shift")), ("weighted_sum", ("terms.", "terms_sum", "v_t."))):
+        page.keyboard.press("ArrowRight")
+        wait_section(page, name)
+        if wanted:
+            check_numbers(page, api)
+            paths = shown_paths(page)
+            k = SECTIONS.index(name)
+            assert all(any(p.startswith(f"sections.{k}.{w}") for p in paths) for w in wanted), (name, wanted)
+    t = api["sections"][SECTIONS.index("weighted_sum")]["t"]
+    assert f"output_{d['query']}[{t}] = Σ_j w_j · v_j[{t}]" in page.locator(BODY).inner_text()

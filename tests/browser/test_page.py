@@ -419,6 +419,12 @@ def test_what_a_head_listened_to_names_its_attention_sinks(page, server_url):
         assert page.locator(".sg-member .sg-sink-note").count() == ((layer, head) == first)
 
 
+def colour_by(page, what):
+    """Presses the model view's "colour by" button `what` (weight or role) and waits until it is on."""
+    page.click(f".sg-colour-by button[data-colour-by='{what}']")
+    page.locator(f".sg-colour-by button[data-colour-by='{what}'][aria-pressed='true']").wait_for()
+
+
 ROLE_NAMES = ("previous", "duplicate", "induction", "sink", "local", "broad")
 
 
@@ -427,8 +433,7 @@ def test_the_model_view_colours_and_labels_heads_by_their_strongest_role(page, s
     wait_idle(page)
     explain(page, "an ear then the tin, " * 4 + "an ear")  # past 9 members: local, the last 9, is not the whole row
     assert page.locator(".sg-thumb .sg-role").count() == 0  # weights by default
-    page.click(".sg-colour-by button[data-colour-by='role']")
-    page.locator(".sg-colour-by button[data-colour-by='role'][aria-pressed='true']").wait_for()
+    colour_by(page, "role")
     heads = page.evaluate("() => document.querySelector('.sg-root').studygroup.d.modelView.heads")
     labels = []
     for layer, head in [(0, 0), (0, 3), (1, 1), (1, 2)]:
@@ -443,6 +448,43 @@ def test_the_model_view_colours_and_labels_heads_by_their_strongest_role(page, s
     assert len(set(labels)) > 1  # the heads checked do not all share one role
     keys = page.locator(".sg-mv-legend .sg-role-key")
     assert [keys.nth(n).get_attribute("data-role") for n in range(keys.count())] == list(ROLE_NAMES)
-    page.click(".sg-colour-by button[data-colour-by='weight']")
-    page.locator(".sg-colour-by button[data-colour-by='weight'][aria-pressed='true']").wait_for()
+    colour_by(page, "weight")
     assert page.locator(".sg-thumb .sg-role").count() == 0 and page.locator(".sg-mv-legend .sg-role-key").count() == 0
+
+
+def test_colour_by_role_on_a_text_too_short_to_tell_says_so_instead_of_a_label(page, server_url, screenshots):
+    page.goto(server_url)
+    wait_idle(page)
+    explain(page, "I have a lot of")
+    colour_by(page, "role")
+    untold = page.evaluate("() => document.querySelector('.sg-root').studygroup.d.modelView.roles_untold")
+    assert untold and "too few to name a role" in untold
+    assert page.locator(".sg-thumb .sg-role").count() == 0 and page.locator(".sg-mv-legend .sg-role-key").count() == 0
+    said = page.locator(".sg-mv-legend .sg-role-untold").inner_text()
+    assert said.startswith("No head's role is named on this text") and untold in said
+    assert "strongest role" not in page.locator(".sg-thumb").first.get_attribute("title")
+    page.locator(".sg-modelview").screenshot(path=str(screenshots / "roles-untold.png"))
+
+
+def test_explore_opens_on_the_first_head_not_resting_on_a_sink_with_the_sink_head_one_click_away(page, server_url):
+    """The explanation's first_head opens (the most decisive head not resting on a sink). The tiny
+    model has no head resting on a sink, so the explanation is answered as one where the most
+    decisive head rests on one: that head is one click away, named with its weight on its sinks."""
+    def rested(route):
+        e = route.fetch().json()
+        e["heads"][0]["sink_weight"] = 0.99
+        e["first_head"] = [e["heads"][1]["layer"], e["heads"][1]["head"]]
+        route.fulfill(json=e)
+
+    page.route("**/api/explain", rested)
+    page.goto(server_url + "#text=I%20have%20a%20lot")
+    wait_idle(page)
+    e = page.evaluate("() => document.querySelector('.sg-root').studygroup.d.explanation")
+    top, first = e["heads"][0], e["first_head"]
+    page.locator(f".sg-thumb.sg-open[data-layer='{first[0]}'][data-head='{first[1]}']").wait_for()
+    said = page.locator(".sg-head-title .sg-sink-first")
+    assert f"The most decisive head, {top['layer']}.{top['head']}, rests on a sink (99% of its last question's weight)" in said.inner_text()
+    said.locator("button").click()
+    page.locator(f".sg-thumb.sg-open[data-layer='{top['layer']}'][data-head='{top['head']}']").wait_for()
+    assert page.locator(".sg-head-title .sg-sink-first").count() == 0
+    assert page.watch.errors == []

@@ -588,12 +588,15 @@ def round_trip(result) -> dict:
 
 
 def test_json_round_trips_with_exactly_the_documented_keys(model, analysis, comparison):
+    from studygroup.study.sink_write import sink_write
+
     docs, seen = documented_keys(), set()
     results = [analysis.explanation, comparison, study_head.head_view(model, TEXT_B, 0, 1, "columns"),
                model_view(model.run(TEXT_B), analysis.explanation), lesson_sections(model, TEXT_B, 1, 2),
                studygroup.why(model, TEXT_B, 1, 2, 4, 1), studygroup.roles(model, TEXT_B),
                study.explain(model, TWO_SENTENCES, silence_heads=2, silence_members=2), lens(model, TEXT_B),
-               patch(model, TEXT_B, TEXT_B), head_effects(model, TEXT_B, [(0, 1)], resample_from=TEXT_B)]
+               patch(model, TEXT_B, TEXT_B), head_effects(model, TEXT_B, [(0, 1)], resample_from=TEXT_B),
+               sink_write(model, model.before_pass(TEXT_B), 0, 1)]  # a sink head's (none here)
     for result in results:
         round_trip(result)
         check_documented(result, docs, seen)

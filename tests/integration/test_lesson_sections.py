@@ -160,6 +160,7 @@ def test_default_head_is_decisive_and_not_resting_on_a_sink(client, model):
         resting.append(w[-1, heavy].sum() >= 0.5)
     expected = ranked[resting.index(False)] if False in resting else ranked[0]
     assert (d["layer"], d["head"]) == expected
+    assert client.post("/api/explain", json={"text": TEXT}).json()["first_head"] == list(expected)  # the page's first head
     assert d["query"] == len(d["tokens"]) - 1
 
 
@@ -261,3 +262,54 @@ def test_the_terminal_shows_each_sections_numbers(client, capsys, tiny_model):
     conclusion = section(8)
     words = ", ".join(f"{quote(x['token'])} {percent(x['prob'])}" for x in s["conclusion"]["top"])
     assert f"next word: {words}" in conclusion
+
+
+def test_softmax_and_the_weighted_sum_are_worked_out_with_the_runs_numbers(client, model):
+    """The softmax as exp(s_j − max) / Σ exp, one coordinate t of the weighted sum as Σ_j w_j · v_j[t],
+    and each Q/K/V drawing's colour scale: each equal to a float64 numpy recomputation."""
+    layer, head, query = 1, 3, 20
+    d = client.post("/api/lesson", json={"text": TEXT, "layer": layer, "head": head, "query": query}).json()
+    s = {x["name"]: x for x in d["sections"]}
+    q, k, v = (np64(s["qkv"][n]) for n in "qkv")  # (T, d_head) each: every member of this short text
+    scores = q[query] @ k[:query + 1].T / math.sqrt(q.shape[1])  # (query + 1,) the members it hears
+    sm = s["softmax"]
+    assert sm["shift"] == pytest.approx(scores.max(), abs=1e-5)
+    exps = np.exp(np64(sm["scores"][:query + 1]) - sm["shift"])
+    assert sm["exps"][:query + 1] == pytest.approx(list(exps), rel=1e-12) and sm["exps"][query + 1:] == [None] * (len(q) - query - 1)
+    assert sm["exp_sum"] == pytest.approx(exps.sum(), rel=1e-12)
+    assert np.allclose(exps / sm["exp_sum"], sm["weights"][:query + 1], atol=1e-6)
+    assert f"{sm['exp_sum']:.4g}" in " ".join(sm["says"])
+    ws, w = s["weighted_sum"], np64(sm["weights"])
+    t = int(np.argmax(np.abs(ws["output"])))
+    assert ws["t"] == t and ws["v_t"][:query + 1] == pytest.approx(list(v[:query + 1, t]), rel=1e-6)
+    assert ws["terms"][:query + 1] == pytest.approx(list(w[:query + 1] * v[:query + 1, t]), rel=1e-6)
+    assert ws["terms_sum"] == pytest.approx(ws["output"][t], abs=1e-5) and ws["v_t"][query + 1:] == [None] * (len(q) - query - 1)
+    assert f"t = {t}" in " ".join(ws["says"])
+    assert s["qkv"]["scales"] == pytest.approx({n: float(np.abs(x).max()) for n, x in zip("qkv", (q, k, v))}, rel=1e-6)
+
+
+def test_the_terminal_and_the_html_work_out_the_softmax_and_one_coordinate(client, capsys, tiny_model, tmp_path):
+    layer, head = 1, 3
+    d = client.post("/api/lesson", json={"text": TEXT, "layer": layer, "head": head}).json()
+    s, i = {x["name"]: x for x in d["sections"]}, d["query"]
+    argv = ["lesson", TEXT, "--head", f"{layer}.{head}", "--model", str(tiny_model.path)]
+    sm, ws = s["softmax"], s["weighted_sum"]
+    heard = [m for m, x in enumerate(sm["scores"]) if x is not None]
+    assert main([*argv, "--section", "6"]) == 0
+    out = capsys.readouterr().out.replace("\n  ", " ")
+    top = sorted(heard, key=lambda m: -sm["weights"][m])[:8]
+    assert all(f"{sm['exps'][m]:.4g}" in out for m in top) and f"Σ of the {len(heard)} exps {sm['exp_sum']:.6g}" in out
+    assert main([*argv, "--section", "7"]) == 0
+    out = capsys.readouterr().out.replace("\n  ", " ")
+    t = ws["t"]
+    assert f"output_{i}[{t}] = Σ_j w_j · v_j[{t}]" in out
+    largest = sorted(heard, key=lambda m: -abs(ws["terms"][m]))[:8]
+    assert all(f"{ws['terms'][m]:.4g}" in out and f"{ws['v_t'][m]:.4g}" in out for m in largest)
+    assert f"sum of the {len(heard)} terms {ws['terms_sum']:.6g}; the model's output_{i}[{t}] {ws['output'][t]:.6g}" in out
+    page = tmp_path / "lesson.html"
+    assert main([*argv, "--html", str(page)]) == 0
+    html = page.read_text(encoding="utf-8")
+    softmax, weighted = (html[html.index(f'<section id="s{n}">'):html.index(f'<section id="s{n + 1}">')] for n in (6, 7))
+    assert all(f">{sm['exps'][m]:.4g}</td>" in softmax for m in heard) and f">{sm['exp_sum']:.4g}</td>" in softmax
+    assert all(f">{ws['terms'][m]:.4g}</td>" in weighted and f">{ws['v_t'][m]:.4g}</td>" in weighted for m in heard)
+    assert f">{ws['terms_sum']:.4g}</td>" in weighted and f"output_{i}[{t}] = Σ_j w_j · v_j[{t}]" in weighted

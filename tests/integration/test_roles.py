@@ -164,3 +164,33 @@ def test_the_model_view_and_explain_carry_each_heads_roles(roomy_model):
                                    [getattr(view.heads[h.layer][h.head].roles, r) for r in ROLES], atol=1e-6)
     long = explain(roomy_model, [3 + i % 200 for i in range(530)], silence_heads=2, silence_members=2)  # past 512 members
     assert all(h.roles is None and h.sink_weight is not None for h in long.heads)
+
+
+SHORT = "the tin an ear the"  # fewer than 17 members: too few questions reach past local's window
+LONG = "the tin an ear then the tin, " * 3 + "an ear"
+
+
+def test_a_text_too_short_to_tell_names_no_role_and_says_why(model, capsys, tiny_model):
+    from studygroup.study.model_view import model_view
+    from studygroup.study.roles import LOCAL_WINDOW, TELLING, strongest
+
+    short, long = roles(model, SHORT), roles(model, LONG)
+    assert len(short.tokens) < LOCAL_WINDOW + 1 + TELLING <= len(long.tokens)
+    assert short.untold and "too few to name a role" in short.untold and all(h.role is None for h in short.heads)
+    assert long.untold is None and all(h.role == strongest(h.roles) for h in long.heads)
+    assert all(getattr(h.roles, h.role) == max(getattr(h.roles, r) for r in ROLES if not math.isnan(getattr(h.roles, r)))
+               for h in long.heads)
+    view, long_view = model_view(model.run(SHORT, record="all")), model_view(model.run(LONG, record="all"))
+    assert view.roles_untold == short.untold and all(h.role is None for layer in view.heads for h in layer)
+    assert long_view.roles_untold is None and [h.role for layer in long_view.heads for h in layer] == [h.role for h in long.heads]
+
+    import json
+
+    code, out, _ = cli(capsys, "roles", SHORT, "--model", tiny_model.path)
+    assert code == 0 and "no head's role is named: " + short.untold[:40] in " ".join(out.split())
+    code, out, _ = cli(capsys, "roles", SHORT, "--model", tiny_model.path, "--json")
+    data = json.loads(out)
+    assert data["untold"] == short.untold and all(h["role"] is None for h in data["heads"])
+    code, out, _ = cli(capsys, "roles", LONG, "--model", tiny_model.path, "--json")
+    data = json.loads(out)
+    assert data["untold"] is None and [h["role"] for h in data["heads"]] == [h.role for h in long.heads]

@@ -235,3 +235,26 @@ def test_a_member_the_head_barely_weighs_is_no_sink(model):
     assert "attention sink" not in text.head_view(v)
     ax = figures.head_view_figure(v.to_dict()).axes[0]
     assert not any("attention sink" in t.get_text() for t in [*ax.get_xticklabels(), ax.xaxis.label])
+
+
+def test_a_head_resting_on_a_sink_says_what_it_matters_through(model, explained):
+    """Explore and the lesson open on the most decisive head not resting on a sink; the head view of
+    the most decisive head, which rests on one, says its write at the last member is nearly the same
+    on unrelated texts, with the cosines an independent recomputation from each run's recorded write gives."""
+    from studygroup.study.head import head_view
+    from studygroup.study.lesson_sections import default_head
+    from studygroup.study.sink_write import NEARLY_SAME, OTHER_TEXTS
+
+    top = explained.heads[0]
+    assert top.rests_on_sink and explained.first_head != [top.layer, top.head]
+    assert explained.first_head == list(default_head(model, TEXT, [(h.layer, h.head) for h in explained.heads]))
+    first = next(h for h in explained.heads if [h.layer, h.head] == explained.first_head)
+    assert not first.rests_on_sink and head_view(model, TEXT, first.layer, first.head).sink_write is None
+    v = head_view(model, TEXT, top.layer, top.head)
+    write = lambda text: model.run(text, record="all").head(top.layer, top.head).write[-1].double()  # noqa: E731
+    here = write(TEXT)
+    expected = [float(torch.nn.functional.cosine_similarity(here, write(t), dim=0)) for t in OTHER_TEXTS]
+    assert v.sink_write.cosines == pytest.approx(expected, abs=1e-4) and v.sink_write.norm == pytest.approx(float(here.norm()), rel=1e-4)
+    assert min(expected) >= NEARLY_SAME and v.sink_write.said.startswith("What it writes is nearly the same whatever the text")
+    assert f"{min(expected):.3f}" in v.sink_write.said
+    assert v.sink_write.said in " ".join(render_text.head_view(v).split())

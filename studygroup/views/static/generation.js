@@ -1,7 +1,8 @@
 /* The group keeps talking (the page only: it asks POST /api/generate): "Continue" adds words one
  * line at a time, each a member marked as generated; a slider picks a word to show its conclusion
- * (its candidates) and what its question heard in the open head; with members or heads silenced,
- * the silenced group's continuation beside the whole group's, and where they part. */
+ * (its candidates) and what its question heard in the open head. Every word shown is of the run the
+ * user chose: with members or heads silenced, the silenced group's words, candidates and questions,
+ * and below them the whole group's continuation for comparison, and where the two part. */
 (function (sg) {
   "use strict";
 
@@ -25,11 +26,14 @@
       return s;
     }
 
-    /** The words so far for the current text (a new text starts again). */
+    /** The words so far for the current text (a new text starts again): lines, of the silencing
+     * `chosen` (JSON of silencing()); whole: the whole group's words beside them when that silences any. */
     generated() {
-      if (!this.gw || this.gw.text !== this.d.text) this.gw = { text: this.d.text, lines: [], silenced: null, head: null };
+      if (!this.gw || this.gw.text !== this.d.text) this.gw = { text: this.d.text, lines: [], chosen: JSON.stringify(this.silencing()), whole: null, asked: 0 };
       return this.gw;
     }
+
+    silencesAny() { return this.ui.members.size > 0 || this.ui.headsSilenced.size > 0; }
 
     openHeadBody() { return this.ui.layer == null ? {} : { layer: this.ui.layer, head: this.ui.head }; }
 
@@ -54,16 +58,18 @@
       if (g.lines.length && g.lines[g.lines.length - 1].stop) { this.say("The model ended the text.", ""); return; }
       const button = this.q(".sg-continue");
       button.disabled = true;
-      g.head = this.openHeadBody();
       try {
         this.say("The group keeps talking\u2026", "busy");
-        await this.streamWords({ text: g.text, n: STEP, words: g.lines.map((x) => x.id), ...g.head }, (line) => {
+        if (g.chosen !== JSON.stringify(this.silencing())) await this.regenerateChosen(); // words of another silencing
+        const asked = ++g.asked;
+        await this.streamWords({ text: g.text, n: STEP, words: g.lines.map((x) => x.id), ...this.openHeadBody(), ...this.silencing() }, (line) => {
+          if (asked !== g.asked) return;
           g.lines.push(line);
           this.renderGenerated(g.lines.length);
         });
         this.say("", "");
         await this.listenInHead(); // a head opened while the words came
-        if (this.ui.members.size || this.ui.headsSilenced.size) await this.regenerateSilenced();
+        await this.compareWhole();
       } catch (e) { this.say("Generating: " + e.message, "error"); }
       button.disabled = false;
     }
@@ -72,28 +78,45 @@
      * head (the server streams them from the generation it keeps, no word computed again). Words
      * past the last MAX_WORDS keep no record of another head. */
     async listenInHead() {
-      const g = this.gw, head = this.openHeadBody();
+      const g = this.gw, head = this.openHeadBody(), chosen = g && g.chosen;
       const here = (x) => x.listened && x.listened.layer === head.layer && x.listened.head === head.head;
       if (!g || g.text !== this.d.text || head.layer == null || g.lines.every(here)) return;
       const from = Math.max(0, g.lines.length - MAX_WORDS), lines = [];
       try {
-        await this.streamWords({ text: g.text, n: g.lines.length - from, words: g.lines.slice(0, from).map((x) => x.id), ...head }, (line) => lines.push(line));
+        await this.streamWords({ text: g.text, n: g.lines.length - from, words: g.lines.slice(0, from).map((x) => x.id), ...head, ...JSON.parse(chosen) },
+          (line) => lines.push(line));
       } catch (e) { this.say("Generating: " + e.message, "error"); return; }
-      if (this.gw !== g || this.ui.layer !== head.layer || this.ui.head !== head.head) return; // another head or text since
+      if (this.gw !== g || g.chosen !== chosen || this.ui.layer !== head.layer || this.ui.head !== head.head) return; // another head, text or silencing since
       g.lines.forEach((x, i) => { // words that came since keep their own (Continue asks again after them)
         if (i < from) x.listened = null; else if (lines[i - from]) x.listened = lines[i - from].listened;
       });
       this.renderGeneratedWord();
     }
 
-    /** The silenced group's continuation, as long as the whole group's. */
-    async regenerateSilenced() {
-      const g = this.generated();
-      g.silenced = null;
-      if (!g.lines.length || !(this.ui.members.size || this.ui.headsSilenced.size)) { this.renderBoth(); return; }
-      const lines = [];
-      await this.streamWords({ text: g.text, n: g.lines.length, ...this.silencing() }, (line) => lines.push(line));
-      g.silenced = lines;
+    /** The silencing changed: the words so far again, as many, in the run it chooses (with what each
+     * question heard in the open head), then the whole group's beside them. */
+    async regenerateChosen() {
+      const g = this.generated(), chosen = JSON.stringify(this.silencing()), asked = ++g.asked, lines = [];
+      Object.assign(g, { chosen, whole: null });
+      this.renderBoth();
+      if (!g.lines.length) return;
+      await this.streamWords({ text: g.text, n: g.lines.length, ...this.openHeadBody(), ...JSON.parse(chosen) }, (line) => lines.push(line));
+      if (asked !== g.asked || this.gw !== g) return; // another silencing or text since
+      g.lines = lines;
+      this.renderGenerated(Number(this.q(".sg-gen-slider").value));
+      await this.compareWhole();
+    }
+
+    /** The whole group's continuation, as long as the words shown, where those are a silenced group's. */
+    async compareWhole() {
+      const g = this.generated(), chosen = g.chosen, n = g.lines.length;
+      g.whole = null;
+      if (n && JSON.parse(chosen).silence_members.length + JSON.parse(chosen).silence_heads.length) {
+        const lines = [];
+        await this.streamWords({ text: g.text, n }, (line) => lines.push(line));
+        if (this.gw !== g || g.chosen !== chosen || g.lines.length !== n) return;
+        g.whole = lines;
+      }
       this.renderBoth();
     }
 
@@ -115,7 +138,8 @@
       this.q(".sg-gen-k").textContent = line ? " " + k + " of " + g.lines.length : "";
       for (const c of this.qa(".sg-genchip")) c.classList.toggle("sg-selected", Number(c.dataset.word) === k);
       if (!line) return;
-      box.appendChild(el("p", {}, ["Word " + k + ": ", tokenNode(line.token), " (p = " + percent(line.prob) + "). The group's conclusion at that point:"]));
+      const group = g.chosen === JSON.stringify({ silence_members: [], silence_heads: [] }) ? "The group's" : "The silenced group's (the silencing shown above)";
+      box.appendChild(el("p", {}, ["Word " + k + ": ", tokenNode(line.token), " (p = " + percent(line.prob) + "). " + group + " conclusion at that point:"]));
       const bars = el("div", { cls: "sg-gen-top" });
       for (const c of line.top) {
         const bar = el("span", { cls: "sg-genbar" });
@@ -134,17 +158,17 @@
       box.appendChild(list);
     }
 
-    /** Both continuations and the first word where they part. */
+    /** Both continuations (the silenced group's shown above, the whole group's) and the first word where they part. */
     renderBoth() {
       const g = this.generated(), box = clear(this.q(".sg-gen-both"));
-      if (!g.silenced) return;
-      const part = g.lines.findIndex((x, i) => !g.silenced[i] || g.silenced[i].id !== x.id);
+      if (!g.whole) return;
+      const part = g.whole.findIndex((x, i) => !g.lines[i] || g.lines[i].id !== x.id);
       const row = (label, lines, cls) => el("p", { cls }, [el("span", { cls: "sg-label", text: label }),
         ...lines.map((x, i) => tokenNode(x.token, i === part ? "sg-parted" : ""))]);
-      box.appendChild(row("Whole group: ", g.lines, "sg-gen-whole"));
-      box.appendChild(row("Silenced group: ", g.silenced, "sg-gen-silenced"));
+      box.appendChild(row("Silenced group (the words above): ", g.lines, "sg-gen-silenced"));
+      box.appendChild(row("Whole group, for comparison: ", g.whole, "sg-gen-whole"));
       if (part < 0) { box.appendChild(el("p", { cls: "sg-gen-part", text: "The two continuations are the same." })); return; }
-      const whole = g.lines[part], silenced = g.silenced[part], quote = (t) => "\u201c" + t + "\u201d";
+      const whole = g.whole[part], silenced = g.lines[part], quote = (t) => "\u201c" + t + "\u201d";
       box.appendChild(el("p", { cls: "sg-gen-part", text: "They part at word " + (part + 1) + ": " + quote(silenced.token) + " instead of " + quote(whole.token) + "." }));
       // both groups have heard the same words up to here: each word's line holds its group's candidates there
       const both = (line, group) => group + ": " + quote(whole.token) + " " + this.probIn(line, whole.id) + ", " + quote(silenced.token) + " " + this.probIn(line, silenced.id) + ".";

@@ -148,6 +148,7 @@
       title.appendChild(el("p", { cls: "sg-kv", text: "Key/value head " + kv + ": its keys and values are shared with query heads " + mates.join(" and ") +
         " of this layer (grouped-query attention)." + (r >= 0 ? " Ranked " + (r + 1) + " of " + this.rankedHeads().length + " heads by how much they decide the next word" + (lh ? (lh.silence_effect != null ? " (silence_effect, its write zeroed at every position: " + signed(lh.silence_effect, 3)
           : " (silence_effect_last_position, its write zeroed at the last position only: " + signed(lh.silence_effect_last_position, 3)) + " in log p)." : ".") : "") }));
+      this.sinkLines(title, l, h, d);
       for (const b of this.qa(".sg-orient, .sg-save-head")) b.hidden = !d && !this.api;
       const grids = Object.keys(this.d.embeddedHeads || {}).length;
       if (!d && !this.api) {
@@ -158,6 +159,19 @@
       this.drawHeadGrids(width);
       this.renderMap();
       this.renderMemberPanel();
+    }
+
+    /** Under the head's title: where it rests on a sink, what it matters through (its write across
+     * texts, the server's sentence); where it opened first in place of the most decisive head, which
+     * rests on a sink, that head one click away. */
+    sinkLines(title, l, h, d) {
+      if (d && d.sink_write) title.appendChild(el("p", { cls: "sg-sink-write", text: d.sink_write.said }));
+      const e = this.d.explanation, first = e && e.first_head, top = e && e.heads[0];
+      if (!first || first[0] !== l || first[1] !== h || (top.layer === l && top.head === h)) return;
+      title.appendChild(el("p", { cls: "sg-sink-first" }, [
+        "Opened first: the most decisive head whose last question does not rest on a sink. The most decisive head, " + top.layer + "." + top.head +
+        ", rests on a sink (" + sg.percent(top.sink_weight) + " of its last question's weight): ",
+        el("button", { attrs: { type: "button" }, text: "open " + top.layer + "." + top.head, on: { click: () => this.openHead(top.layer, top.head) } })]));
     }
 
     /** The grid as drawn (width: gridWidth()'s, where the caller has read it): rows and columns are member

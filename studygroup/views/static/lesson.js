@@ -13,6 +13,7 @@
   const NAMES = ["members", "embedding", "layer_input", "qkv", "scores", "softmax", "weighted_sum", "conclusion"];
   const SHORT = ["Members", "E, layer 0", "Layer input", "Q, K, V", "Scores", "Softmax", "Weighted sum", "Conclusion"];
   const CELL = 12; // px of one drawn number
+  const LABEL = 15; // px a label of 11px type needs across its line, so that two never overlap
 
   /** The state in a hash such as #mode=lesson&section=scores&head=3.2&text=… (null where absent);
    * member: the member selected in Explore. */
@@ -110,10 +111,15 @@
       return this.asked ? this.asked.head : null;
     }
 
+    /** A hash changed by hand in an open tab: the page becomes what a fresh load of the new address
+     * shows (its mode at once, nothing of the old lesson left drawn). */
     restoreHash() {
       const s = readHash(location.hash);
       this.applyHash(s);
-      if (s.text != null) { this.q(".sg-text").value = s.text; this.submit(); } else this.showMode();
+      Object.assign(this.lesson, { asked: null, gen: this.lesson.gen + 1 }); // an old lesson's answer is dropped
+      clear(this.q(".sg-lesson-body"));
+      this.showMode();
+      if (s.text != null) { this.q(".sg-text").value = s.text; this.submit(); } else if (this.lesson.on) this.loadLesson();
     }
 
     /** Called by submit (session.js) around the explore view's work: the URL's text and silencing first. */
@@ -244,7 +250,8 @@
       const some = all ? "" : ", the rows of " + n + " of the " + d.tokens.length + " members";
       for (const [name, what] of [["q", "Q: each member's question"], ["k", "K: the nature of each member's answer"], ["v", "V: each member's answer"]]) {
         body.appendChild(el("p", { cls: "sg-label", text: what + " (" + (this.lesson.notation === "paper" ? n + " rows \u00d7 " + s.d_head : s.d_head + " rows \u00d7 " + n + " columns") + some + ")" }));
-        body.appendChild(this.matrixCanvas(s[name], labels, null, "scores"));
+        body.appendChild(this.matrixCanvas(s[name], labels, null, "scores", null, s.scales[name]));
+        body.appendChild(this.scaleLegend(s.scales[name], path + "scales." + name));
       }
       for (const [name, j] of [["q", d.query], ["k", d.key], ["v", d.key]]) {
         const row = s.members.indexOf(j);
@@ -278,15 +285,18 @@
     }
 
     lesson_softmax(body, s, d, path) {
-      const t = el("table", { cls: "sg-lesson-row" }, [el("caption", { text: "Question " + d.query + " (" + d.tokens[d.query] + "): " + (this.lesson.notation === "paper" ? "its row" : "its column") }),
-        el("tr", {}, [el("th", { text: "member" }), el("th", { text: "score" }), el("th", { text: "weight" }), el("th", { text: "" })])]);
+      const t = el("table", { cls: "sg-lesson-row" }, [el("caption", { text: "Question " + d.query + " (" + d.tokens[d.query] + "): " + (this.lesson.notation === "paper" ? "its row" : "its column") +
+          ", each weight exp(s_j \u2212 " + sig4(s.shift) + ") / \u03a3 exp (the largest score subtracted: the same weights, no overflow)" }),
+        el("tr", {}, [el("th", { text: "member" }), el("th", { text: "score s_j" }), el("th", { text: "exp(s_j \u2212 max)" }), el("th", { text: "\u00f7 \u03a3 = weight" }), el("th", { text: "" })])]);
       d.tokens.forEach((tok, j) => {
         if (s.scores[j] == null) return;
         const bar = el("span", { cls: "sg-wbar" });
         bar.style.width = (100 * s.weights[j]).toFixed(1) + "%";
-        t.appendChild(el("tr", { cls: s.sinks.includes(j) ? "sg-sink" : "" }, [el("td", {}, [sg.tokenNode(tok)]), num(s.scores[j], path + "scores." + j),
-          num(s.weights[j], path + "weights." + j), el("td", { cls: "sg-wcell" }, [bar])]));
+        t.appendChild(el("tr", { cls: (s.sinks.includes(j) ? "sg-sink" : "") + (j === d.key ? " sg-followed" : "") }, [el("td", {}, [sg.tokenNode(tok)]), num(s.scores[j], path + "scores." + j),
+          num(s.exps[j], path + "exps." + j), num(s.weights[j], path + "weights." + j), el("td", { cls: "sg-wcell" }, [bar])]));
       });
+      t.appendChild(el("tr", { cls: "sg-sum" }, [el("td", { text: "\u03a3 exp" }), el("td", { text: "max " }, [el("span", { cls: "sg-num", text: sig4(s.shift), data: { path: path + "shift", value: s.shift } })]),
+        num(s.exp_sum, path + "exp_sum"), el("td", { text: "" }), el("td", { text: "" })]));
       const ex = el("div", { cls: "sg-lesson-example" }, [el("p", { cls: "sg-label", text: "The article's example (float64)" })]);
       s.example.forEach((g, n) => {
         const et = el("table", {}, [el("caption", { text: g.context }), el("tr", {}, [el("th", { text: "member" }), el("th", { text: "score" }), el("th", { text: "weight" })])]);
@@ -305,7 +315,12 @@
         el("tr", {}, [el("th", { text: "member" }), el("th", { text: "weight" }), el("th", { text: "contribution" })])]);
       const sm = d.sections[NAMES.indexOf("softmax")], sp = "sections." + NAMES.indexOf("softmax") + ".";
       d.tokens.forEach((tok, j) => { if (sm.scores[j] != null) t.appendChild(el("tr", {}, [el("td", {}, [sg.tokenNode(tok)]), num(sm.weights[j], sp + "weights." + j), num(s.contributions[j], path + "contributions." + j)])); });
-      body.appendChild(el("div", { cls: "sg-lesson-scroll" }, [t]));
+      const c = el("table", { cls: "sg-lesson-row sg-lesson-coordinate" }, [el("caption", { text: "One coordinate worked out: output_" + d.query + "[" + s.t + "] = \u03a3_j w_j \u00b7 v_j[" + s.t + "] (t = " + s.t + ", the output's largest)" }),
+        el("tr", {}, [el("th", { text: "member j" }), el("th", { text: "w_j" }), el("th", { text: "v_j[" + s.t + "]" }), el("th", { text: "w_j \u00b7 v_j[" + s.t + "]" })])]);
+      d.tokens.forEach((tok, j) => { if (s.terms[j] != null) c.appendChild(el("tr", {}, [el("td", {}, [sg.tokenNode(tok)]), num(sm.weights[j], sp + "weights." + j), num(s.v_t[j], path + "v_t." + j), num(s.terms[j], path + "terms." + j)])); });
+      c.appendChild(el("tr", { cls: "sg-sum" }, [el("td", { text: "\u03a3 of the terms" }), el("td", { text: "" }), el("td", { text: "" }), num(s.terms_sum, path + "terms_sum")]));
+      c.appendChild(el("tr", { cls: "sg-sum" }, [el("td", { text: "the model's" }), el("td", { text: "" }), el("td", { text: "" }), num(s.output[s.t], path + "output." + s.t)]));
+      body.appendChild(el("div", { cls: "sg-lesson-split" }, [el("div", { cls: "sg-lesson-scroll" }, [c]), el("div", { cls: "sg-lesson-scroll" }, [t])]));
     }
 
     lesson_conclusion(body, s, d, path) {
@@ -328,37 +343,51 @@
       return c;
     }
 
-    /** rows (R × C, null masked) with row labels (and column labels); transposed in the video's notation. */
-    matrixCanvas(rows, rowLabels, colLabels, scale, mark) {
+    /** rows (R × C, null masked) with row labels (and column labels); transposed in the video's notation.
+     * A side labelled by members gets cells at least LABEL px across, so no two labels overlap; a side
+     * numbered by coordinate labels every n-th so the numbers fit. M: the colour scale's ±M (default: the largest |value|). */
+    matrixCanvas(rows, rowLabels, colLabels, scale, mark, M) {
       const paper = this.lesson.notation === "paper";
       const R = paper ? rows.length : rows[0].length, C = paper ? rows[0].length : rows.length;
       const at = (r, c) => (paper ? rows[r][c] : rows[c][r]);
       const left = paper ? rowLabels : colLabels, top = paper ? colLabels : rowLabels;
       const grid = Boolean(colLabels);  // a members × members grid: cells large enough to hold their numbers
-      const cell = Math.max(4, Math.min(grid ? 44 : 16, Math.floor(640 / C))), pad = left ? 90 : 30, head = top ? 70 : 4;
+      const cell = Math.max(4, Math.min(grid ? 44 : 16, Math.floor(640 / C))), pad = left || !paper ? 90 : 30, head = top ? 70 : 4;
+      const cw = top ? Math.max(cell, LABEL) : cell, ch = left ? Math.max(cell, LABEL) : cell;
       const c = el("canvas", { cls: "sg-matrix", attrs: { role: "img" } });
-      c.width = pad + C * cell; c.height = head + R * cell;
+      c.width = pad + C * cw; c.height = head + R * ch;
+      Object.assign(c.dataset, { across: String(cw), down: String(ch), labelled: (left ? "rows " : "") + (top ? "columns" : "") });  // px per cell each way
       const ctx = c.getContext("2d");
-      let M = 0;
-      for (const row of rows) for (const v of row) if (v != null) M = Math.max(M, Math.abs(v));
+      if (M == null) { M = 0; for (const row of rows) for (const v of row) if (v != null) M = Math.max(M, Math.abs(v)); }
       const masked = sg.hatch(ctx, 1);
       for (let r = 0; r < R; r++) for (let k = 0; k < C; k++) {
         const v = at(r, k);
         ctx.fillStyle = v == null ? masked : sg.rgb(scale === "weights" ? sg.weightColor(v) : sg.divergingColor(v, M));
-        ctx.fillRect(pad + k * cell, head + r * cell, cell, cell);
+        ctx.fillRect(pad + k * cw, head + r * ch, cw, ch);
       }
       if (cell >= 36) this.cellNumbers(ctx, R, C, at, (v) => (scale === "weights" ? sg.weightColor(v) : sg.divergingColor(v, M)), pad, head, cell);
       if (mark) { // the pair followed, outlined: [row, column] in the paper's orientation
         const [r, k] = paper ? mark : [mark[1], mark[0]];
-        ctx.strokeStyle = "#111"; ctx.lineWidth = 2; ctx.strokeRect(pad + k * cell + 1, head + r * cell + 1, cell - 2, cell - 2);
+        ctx.strokeStyle = "#111"; ctx.lineWidth = 2; ctx.strokeRect(pad + k * cw + 1, head + r * ch + 1, cw - 2, ch - 2);
       }
       ctx.fillStyle = "#1d2026"; ctx.font = "11px " + sg.MONO; ctx.textBaseline = "middle";
-      const labels = (list, vertical) => (list || []).forEach((t, i) => {
-        if (vertical) { ctx.save(); ctx.translate(pad + i * cell + cell / 2, head - 4); ctx.rotate(-Math.PI / 2); ctx.fillText(sg.short(t, 9), 0, 0); ctx.restore(); }
-        else ctx.fillText(sg.short(t, 11), 2, head + i * cell + cell / 2);
+      const labels = (list, vertical, size) => (list || []).forEach((t, i) => {
+        if (i % Math.ceil(LABEL / size)) return;  // numbered coordinates: every n-th, so that none overlap
+        if (vertical) { ctx.save(); ctx.translate(pad + i * size + size / 2, head - 4); ctx.rotate(-Math.PI / 2); ctx.fillText(sg.short(t, 9), 0, 0); ctx.restore(); }
+        else ctx.fillText(sg.short(t, 11), 2, head + i * size + size / 2);
       });
-      if (cell >= 10) { labels(left || (paper ? null : Array.from({ length: R }, (_, i) => String(i))), false); labels(top, true); }
+      labels(left || (paper ? null : Array.from({ length: R }, (_, i) => "t=" + i)), false, ch); labels(top, true, cw);
       return el("div", { cls: "sg-lesson-scroll" }, [c]);
+    }
+
+    /** The diverging colour scale of a drawing: −M, 0 and +M under a strip of its colours (path: M's place in the API's answer). */
+    scaleLegend(M, path) {
+      const c = el("canvas", { cls: "sg-scale", attrs: { role: "img", "aria-label": "colour scale from \u2212" + sig4(M) + " to +" + sig4(M) } });
+      c.width = 160; c.height = 10;
+      const ctx = c.getContext("2d");
+      for (let x = 0; x < c.width; x++) { ctx.fillStyle = sg.rgb(sg.divergingColor(M * (2 * x / (c.width - 1) - 1), M)); ctx.fillRect(x, 0, 1, c.height); }
+      const m = () => el("span", { cls: "sg-num", text: sig4(M), data: { path, value: M } });
+      return el("p", { cls: "sg-scale-legend sg-hint" }, ["colour: \u2212", m(), " ", c, " +", m(), " (0 in the middle; one scale for every cell of this drawing)"]);
     }
 
     /** Each unmasked cell's number written in it (two significant digits), dark on light colours, light on dark. */

@@ -83,7 +83,7 @@
     afterSilence() {
       this.renderSilencedList(); this.paintMembers(); this.paintThumbs(); this.paintHeadControls(); this.renderStory();
       this.resilence();
-      if (this.api && this.gw && this.gw.lines.length) this.regenerateSilenced().catch((e) => this.say("Generating: " + e.message, "error"));
+      if (this.api && this.gw && this.gw.lines.length) this.regenerateChosen().catch((e) => this.say("Generating: " + e.message, "error"));
     }
 
     select(j) {

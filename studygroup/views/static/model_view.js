@@ -6,12 +6,10 @@
   const { el, clear, sig4, isSilenced, silencedNote, divergingColor, drawLegend, drawThumb, drawStrip, drawFlat, reasonLegend } = sg;
   const ROLES = sg.colours.roles; // colours and short labels, from views/colours.py
 
-  /** A head's strongest role and its score ({name, score}); null without role scores. */
-  function strongestRole(roles) {
-    if (!roles) return null;
-    let best = null;
-    for (const name of Object.keys(ROLES.colours)) if (best == null || roles[name] > best.score) best = { name, score: roles[name] };
-    return best;
+  /** A head's role as the server names it and its score ({name, score}); null where none is named
+   * (no role scores, or a text too short to tell: the model view's roles_untold). */
+  function namedRole(h) {
+    return h.role ? { name: h.role, score: h.roles[h.role] } : null;
   }
   /** The role's colour, mixed with white as its score falls from 1 to 0. */
   function roleTint(role) {
@@ -65,14 +63,15 @@
       const M = contrib ? Math.max(1e-9, ...contrib.flat().map(Math.abs)) : 1;
       const transpose = this.ui.notation === "columns";
       const hasRoles = Boolean(mv && mv.heads[0][0].roles);  // none for a long text's model view (rows "last")
-      const byRole = hasRoles && this.ui.colourBy === "role";
+      const untold = hasRoles && this.ui.colourBy === "role" ? mv.roles_untold : null;  // asked, but too short a text to tell
+      const byRole = hasRoles && this.ui.colourBy === "role" && !untold;
       const group = H / G;
       for (let l = 0; l < L; l++) {
         for (let h = 0; h < H; h++) {
           const b = thumbs[l][h], canvas = b.firstChild, g = Math.floor(h / group);
           const r = rank.get(l + "." + h), shown = Boolean(r && r <= sg.DECISIVE_SHOWN);  // numbered: the decisive ones listed
           const of = r ? " of " + rank.size : "";
-          const role = mv ? strongestRole(mv.heads[l][h].roles) : null;
+          const role = mv ? namedRole(mv.heads[l][h]) : null;
           b.classList.toggle("sg-ranked", shown);
           b.classList.toggle("sg-top", Boolean(r && r <= 3));
           setAttr(b, "aria-label", "layer " + l + " head " + h + " (key/value head " + g + ")" + (r ? ", ranked " + r + of : ""));
@@ -89,6 +88,7 @@
         }
       }
       if (hasRoles) legend.appendChild(this.colourByChoice());
+      if (untold) legend.appendChild(el("p", { cls: "sg-role-untold", text: "No head's role is named on this text, so the heads keep their weights: " + untold + "." }));
       if (byRole) {
         legend.appendChild(el("p", { cls: "sg-role-legend" }, Object.keys(ROLES.colours).map((name) => {
           const swatch = el("span", { cls: "sg-role-swatch" });

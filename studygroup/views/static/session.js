@@ -72,9 +72,9 @@
           this.d.explanation = e;
         }
         this.renderMembers(); this.renderConclusion(); this.renderStory(); this.renderModelView();
-        if (!this.ui.headChosen && this.d.explanation.heads.length) {
-          const h = this.d.explanation.heads[0];
-          await this.openHead(h.layer, h.head, false);
+        const first = this.d.explanation.first_head;  // the most decisive head not resting on a sink
+        if (!this.ui.headChosen && first) {
+          await this.openHead(first[0], first[1], false);
         } else this.renderHead();
         if (live()) { this.say(""); this.completeRanking(); }
       } catch (e) {
@@ -170,7 +170,7 @@
         given.appendChild(el("q", { text: this.d.comparison.a.text }));
       }
       this.renderAll();
-      const first = e && e.heads.length ? [e.heads[0].layer, e.heads[0].head] : this.rankedHeads()[0];
+      const first = e && e.first_head ? e.first_head : this.rankedHeads()[0];
       if (first) this.openHead(first[0], first[1], false);
       this.say(this.d.modelView ? "A saved report: everything here is inside this file; silencing shows the precomputed effects."
         : "A saved explanation: members, conclusion, story, and every head's direct contribution.");
