@@ -269,7 +269,7 @@ def test_a_long_explain_shows_its_progress_and_can_be_cancelled(browser, slow_ur
     page.click(".sg-go")
     running = page.locator(".sg-progress[data-state='running']")
     running.wait_for(timeout=120_000)
-    assert "/" in page.locator(".sg-progress-stage").inner_text()
+    assert "/" in page.locator(".sg-progress .sg-progress-stage").inner_text()
     first = int(running.get_attribute("data-steps"))
     page.wait_for_function(f"() => Number(document.querySelector('.sg-progress').dataset.steps) > {first}")
     page.click(".sg-progress button")
