@@ -33,10 +33,12 @@ def test_estimate_missed_by_is_the_largest_gap_over_the_heads_measured(model, ti
     ids = TEXT_B if ids is None else torch.randint(0, model.config.vocab_size, (ids,),
                                                   generator=torch.Generator().manual_seed(5)).tolist()
     e = study.explain(model, ids, silence_heads=measured, silenced_members=members, silenced_heads=quiet)
-    heads = [(h.layer, h.head) for h in e.heads]
     c = model.config
-    assert len(heads) == (c.n_layers * c.n_heads if measured == "all" else measured)
+    assert e.heads_measured == (c.n_layers * c.n_heads if measured == "all" else measured)
+    exact = e.heads[:e.heads_measured]  # those measured at every position come first
+    assert all(h.silence_effect is not None for h in exact) and all(h.silence_effect is None for h in e.heads[len(exact):])
+    heads = [(h.layer, h.head) for h in exact]
     gaps = reference_gaps(tiny_model, e.token_ids, e.predicted.id, heads, members, quiet)
-    for h in e.heads:
+    for h in exact:
         assert abs(h.silence_estimate - h.silence_effect) == pytest.approx(gaps[h.layer, h.head], abs=2e-4)
     assert e.estimate_missed_by == pytest.approx(max(gaps.values()), abs=2e-4)
