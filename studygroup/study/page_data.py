@@ -27,7 +27,7 @@ from studygroup.study.head import NOTATIONS, head_view
 
 #: Decimals kept in the model view's thumbnails (the head view carries full precision).
 THUMBNAIL_DECIMALS = 3
-#: Past this many members the head view shows the last question by default (UI.md: long texts).
+#: Past this many members the head view shows the last question by default.
 FULL_GRID_MAX_T = 64
 #: The steps a head's view reads: page_run records them for short texts.
 HEAD_VECTORS = ("q_pre_rope", "k_pre_rope", "q", "k", "v")

@@ -11,7 +11,7 @@ from studygroup.study.sinks import MEANING, QUIET_SHARE, quiet_sinks
 
 
 def percent(p: float) -> str:
-    """Probabilities as percentages: one decimal under 10%, none above (see UI.md).
+    """Probabilities as percentages: one decimal under 10%, none above.
 
     >>> percent(0.9526), percent(0.0171), percent(0.0004)
     ('95%', '1.7%', '0.0%')

@@ -1,5 +1,5 @@
 """Every colour the views use, and what each means: one source for the page, the report, the
-notebook, the lesson HTML and the figures (UI.md, "Numbers and colour").
+notebook, the lesson HTML and the figures.
 
 - Weights in [0, 1]: viridis (sequential, colour-blind-safe), always on the absolute 0–1 scale.
 - Scores and other signed values: RdBu reversed (diverging, colour-blind-safe), centred on 0,

@@ -8,7 +8,7 @@ from studygroup.study.continuations import continuations
 
 
 def percent(p: float) -> str:
-    """As the page writes a probability (UI.md): one decimal under 10%, none above."""
+    """As the page writes a probability: one decimal under 10%, none above."""
     return f"{100 * p:.1f}%" if p < 0.1 else f"{100 * p:.0f}%"
 
 

@@ -41,7 +41,7 @@
     return span;
   }
   const short = (t, n) => { const s = Array.from(String(t)); return s.length > n ? s.slice(0, n - 1).join("") + "\u2026" : s.join(""); };
-  /** Probabilities as percentages: one decimal under 10%, none above (UI.md). */
+  /** Probabilities as percentages: one decimal under 10%, none above. */
   const percent = (p) => (p < 0.1 ? (100 * p).toFixed(1) : (100 * p).toFixed(0)) + "%";
   const sig4 = (x) => (x == null ? "\u2014" : Number(x).toPrecision(4));
   const signed = (x, d) => (x >= 0 ? "+" : "\u2212") + Math.abs(x).toFixed(d);
