@@ -30,7 +30,7 @@ from studygroup.study.results import Explanation, MemberEffect
 from studygroup.study.story import brief, clipped, percent, quote, signed
 
 #: How many heads `heads` lists, by |change|.
-HEADS_SHOWN = 10
+CHANGED_HEADS_SHOWN = 10
 
 
 @dataclass
@@ -185,7 +185,7 @@ def _head_shifts(heads_a: torch.Tensor, heads_b: torch.Tensor) -> list[HeadShift
     """heads_a, heads_b: (n_layers, n_heads) direct contributions -> the largest |changes|."""
     change = heads_b - heads_a  # (L, H)
     return [HeadShift(l, h, float(heads_a[l, h]), float(heads_b[l, h]), float(change[l, h]))
-            for l, h in heads_largest_first(change)[:HEADS_SHOWN]]
+            for l, h in heads_largest_first(change)[:CHANGED_HEADS_SHOWN]]
 
 
 def _analysed(model, name: str, text, options: dict):

@@ -19,6 +19,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException
 
+from studygroup.study import DEFAULT_TEXT
 from studygroup.study import jsonable
 from studygroup.study import page_data
 from studygroup.study import lesson_sections
@@ -39,7 +40,6 @@ from studygroup.web.bodies import (MAX_TOP, CompareBody, ConclusionBody, Explain
 from studygroup.web.jobs import Jobs, TooManyJobs, watched
 from studygroup.web.passes import InFlight
 
-DEFAULT_TEXT = "Cash or credit card? I have a lot"
 #: What /static/ serves: the style, and the script joined from its files (views/assets.py).
 STATIC_FILES = {"page.css": "text/css; charset=utf-8", "page.js": "text/javascript; charset=utf-8"}
 
