@@ -27,7 +27,7 @@ from studygroup.study.jsonable import JSONable
 from studygroup.study.explain import analyse
 from studygroup.study.ranking import heads_largest_first
 from studygroup.study.results import Explanation, MemberEffect
-from studygroup.study.story import brief, clipped, percent, quote, signed
+from studygroup.formats import brief, clipped, percent, quote, signed
 
 #: How many heads `heads` lists, by |change|.
 CHANGED_HEADS_SHOWN = 10

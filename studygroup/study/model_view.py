@@ -16,7 +16,7 @@ from studygroup.study.jsonable import JSONable
 from studygroup.study.mask_reasons import reasons_of_head
 from studygroup.study.ranking import heads_largest_first
 from studygroup.study.roles import RoleScores, heads_role_scores, strongest, untold
-from studygroup.study.story import brief, quote
+from studygroup.formats import brief, quote
 from studygroup.model.record import Record
 
 #: Up to this many members every head's whole T×T map is kept and shown: the model view's maps, the

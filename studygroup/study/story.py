@@ -5,9 +5,7 @@ result; nothing is claimed that the result does not hold.
 """
 from __future__ import annotations
 
-import math
-
-from studygroup.formats import brief, clipped, percent, quote, signed  # noqa: F401 (brief, clipped: for study's results)
+from studygroup.formats import clipped, percent, quote, signed
 from studygroup.study.sinks import MEANING, QUIET_SHARE, quiet_sinks
 
 

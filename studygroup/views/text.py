@@ -12,7 +12,8 @@ from studygroup.gguf.config import size_text
 from studygroup.study import byte_pieces
 from studygroup.study.mask_reasons import OUTSIDE_WINDOW
 from studygroup.study.sinks import REST_WEIGHT, quiet_sinks
-from studygroup.study.story import TAKEN_OUT, percent, signed
+from studygroup.formats import percent, signed
+from studygroup.study.story import TAKEN_OUT
 from studygroup.views.colours import generated_line, generated_mark
 
 __all__ = ["bounded", "comparison", "explanation", "head_view", "models", "percent", "roles", "table", "why"]

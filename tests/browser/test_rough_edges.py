@@ -15,7 +15,7 @@ import httpx
 import pytest
 from PIL import Image
 
-from studygroup.study.story import percent
+from studygroup.formats import percent
 from studygroup.views.colours import MASK_FACE, MASK_LINE
 
 from .test_page import DISPLAYED, chip_texts, explain, wait_idle
