@@ -19,9 +19,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException
 
-from studygroup.study import DEFAULT_TEXT
 from studygroup.study import jsonable
 from studygroup.study import page_data
+from studygroup.study import DEFAULT_TEXT
 from studygroup.study import lesson_sections
 from studygroup.study import lens as study_lens
 from studygroup.study import patching as study_patching
