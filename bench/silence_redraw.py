@@ -22,7 +22,7 @@ Printed: each app's p50 and p95 against the target and against the first draw's 
 --avx2 keeps torch's kernels and oneDNN's to AVX2 (ATEN_CPU_CAPABILITY=avx2,
 ONEDNN_MAX_CPU_ISA=AVX2, set before torch starts: the bench runs itself again with them), as on
 a CPU without AVX-512. studygroup's compiled kernel (model/row_kernels.py, built for this CPU)
-multiplies generation's steps only; the bench says whether a redraw loaded it.
+multiplies generation's steps only; the bench says whether the redraws used it.
 
     .venv/bin/python bench/silence_redraw.py                # the default model, 20 rounds
     .venv/bin/python bench/silence_redraw.py --rounds 40 --model FILE.gguf --json out.json
@@ -204,7 +204,8 @@ def main(argv=None) -> dict:
                 figures[name].append(redraw(client, urls[name], args.text, layer, head, silencing))
             if r % 2 == 1:  # the peer: a text's first draw, on the app as `serve` makes it
                 firsts.append(redraw(client, urls["one pass kept"], next(fresh), layer, head, nothing))
-    kernel = "loaded" if "studygroup.model.row_kernels" in sys.modules else "not loaded"
+    kernels = sys.modules.get("studygroup.model.row_kernels")  # imported with generation's modules; built when used
+    kernel = "used" if kernels is not None and kernels._library.cache_info().currsize else "not used"
     print(f"silence_redraw: {model.config.name}, T={T} members, {args.rounds} silencings per app; {cpu()} "
           f"(at the start {load_at_start:.1f}); studygroup's compiled kernel {kernel}")
     first_p50, first_p95 = percentiles([x["sum"] for x in firsts])
