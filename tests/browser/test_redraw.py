@@ -109,3 +109,45 @@ def test_a_silencing_asks_for_the_three_views_at_once_and_draws_each_as_it_comes
     assert page.evaluate("() => document.querySelector('.sg-root').studygroup.d.conclusion.silenced_members") == [1, 2, 3]
     assert page.locator(".sg-status").get_attribute("data-kind") == ""
     assert page.watch.errors == []
+
+
+#: The page's model view: each head's weights as the page holds them, and the heads its last drawing painted.
+PAGE_VIEW = """() => {
+  const grid = document.querySelector('.sg-mv-grid'), mv = document.querySelector('.sg-root').studygroup.d.modelView;
+  return { weights: mv.heads.map((row) => row.map((h) => h.weights.map((r) => [...r]))), painted: grid.__painted };
+}"""
+
+
+def api_view(page, server_url, members=(), heads=()):
+    """The API's whole model view (the lists, not packed): {"l.h": (its weights, its masked cells)}."""
+    body = {"text": TEXT, "silence_members": list(members), "silence_heads": [list(p) for p in heads]}
+    mv = page.request.post(server_url.rstrip("/") + "/api/model_view", data=body).json()
+    return {f"{h['layer']}.{h['head']}": (h["weights"], h.get("mask_reasons") or mv["mask_reasons"])
+            for row in mv["heads"] for h in row}
+
+
+def test_a_silencing_repaints_only_the_thumbnails_that_changed(page, server_url):
+    """A silenced head leaves the thumbnails of its layer and those below it as drawn (their weights
+    are the unsilenced run's): the page paints exactly the heads whose weights or masked cells differ
+    between the API's answers before and after, asks once for each view, and holds the API's numbers."""
+    page.goto(server_url)
+    wait_idle(page)
+    explain(page, TEXT)
+    asked = []
+    page.on("request", lambda r: asked.append(r.url.rsplit("/", 1)[-1]) if "/api/" in r.url else None)
+    before, painted = api_view(page, server_url), []
+    for members, heads in (((), [(0, 1)]), ((2,), [(0, 1)])):
+        asked.clear()
+        page.evaluate(SILENCE, {"member": members[0]} if members else {"head": heads[0]})
+        assert sorted(asked) == ["conclusion", "head", "model_view"]  # each view asked once
+        after, shown = api_view(page, server_url, members, heads), page.evaluate(PAGE_VIEW)
+        changed = {k for k in after if after[k] != before[k]}
+        assert changed and sorted(shown["painted"]) == sorted(changed)
+        assert {f"{l}.{h}": w for l, row in enumerate(shown["weights"]) for h, w in enumerate(row)} == {k: w for k, (w, _) in after.items()}
+        assert_cells_drawn(page.evaluate(CELLS))  # the thumbnails left as drawn show the new answer too
+        painted.append(set(shown["painted"]))
+        before = after
+    assert not any(k.startswith("0.") for k in painted[0])  # the head's own layer and those below: as drawn
+    assert len(painted[1]) == 8  # a silenced member: every head's questions after it hear one member less
+    assert page.evaluate(SHOWN)["silenced_members"] == [2]
+    assert page.watch.errors == []

@@ -20,8 +20,9 @@
     return res.json();
   }
 
-  /** The bytes that base64 text stands for. */
+  /** The bytes that base64 text stands for (the browser's own decoder where it has one). */
   function bytes(base64) {
+    if (Uint8Array.fromBase64) return Uint8Array.fromBase64(base64);
     const text = atob(base64), out = new Uint8Array(text.length);
     for (let i = 0; i < text.length; i++) out[i] = text.charCodeAt(i);
     return out;
@@ -30,22 +31,43 @@
   /** The model view (POST base/model_view) with its thumbnails sent packed (`packed: true`: whole
    * thousandths as little-endian uint16 in base64, about half the lists' bytes and no number to
    * parse per weight) and unpacked into each head's weights [row][column], as the lists give them:
-   * k / scale is the double nearest the three decimals, as JSON's "0.123" reads. */
-  async function modelView(base, body) {
+   * k / scale is the double nearest the three decimals, as JSON's "0.123" reads.
+   * shown: the model view the page shows now (of the same text), or null. A head whose thousandths
+   * equal the shown one's keeps the shown one's weights (the same array: model_view.js then leaves
+   * its thumbnail as drawn), and a row equal to the shown one's keeps that row. */
+  async function modelView(base, body, shown = null) {
     const mv = await post(base, "/model_view", { ...body, packed: true });
-    const p = mv.packed_weights, [L, H, R, T] = p.shape, k = bytes(p.base64);
-    let at = 0;
-    for (let l = 0; l < L; l++) for (let h = 0; h < H; h++) {
-      const rows = new Array(R);
-      for (let i = 0; i < R; i++) {
-        const row = new Array(T);
-        for (let j = 0; j < T; j++, at += 2) row[j] = (k[at] | (k[at + 1] << 8)) / p.scale;
-        rows[i] = row;
-      }
-      mv.heads[l][h].weights = rows;
+    const p = mv.packed_weights, [L, H, R, T] = p.shape;
+    const k = new Uint16Array(R * T * L * H), raw = bytes(p.base64);
+    for (let i = 0, at = 0; i < k.length; i++, at += 2) k[i] = raw[at] | (raw[at + 1] << 8); // little-endian
+    const old = shown && shown[THOUSANDTHS], same = old && old.length === k.length && shown.tokens.length === mv.tokens.length;
+    for (let l = 0, at = 0; l < L; l++) for (let h = 0; h < H; h++, at += R * T) {
+      const before = same ? shown.heads[l][h].weights : null;
+      mv.heads[l][h].weights = before && equalRange(k, old, at, R * T) ? before : unpackRows(k, at, R, T, p.scale, before, old);
     }
     delete mv.packed_weights;
+    Object.defineProperty(mv, THOUSANDTHS, { value: k }); // not enumerable: the saved JSON holds the weights only
     return mv;
+  }
+  /** Where a model view unpacked by `modelView` keeps its thumbnails' thousandths (L·H·R·T, uint16). */
+  const THOUSANDTHS = Symbol("thousandths");
+
+  /** Whether a and b hold the same numbers at [at, at + n). */
+  function equalRange(a, b, at, n) {
+    for (let i = at; i < at + n; i++) if (a[i] !== b[i]) return false;
+    return true;
+  }
+  /** One head's rows [i][j] = k[at + i·T + j] / scale; a row equal to before's (whose thousandths
+   * are old's at the same place) is before's row. */
+  function unpackRows(k, at, R, T, scale, before, old) {
+    const rows = new Array(R);
+    for (let i = 0, a = at; i < R; i++, a += T) {
+      if (before && equalRange(k, old, a, T)) { rows[i] = before[i]; continue; }
+      const row = new Array(T);
+      for (let j = 0; j < T; j++) row[j] = k[a + j] / scale;
+      rows[i] = row;
+    }
+    return rows;
   }
 
   /** A head (POST base/head) with its vectors sent packed (`packed: true`: float32 little-endian in

@@ -47,7 +47,11 @@
 
     /** Draws every head's thumbnail. The thumbnails' elements are built once per model shape and
      * kept: a redraw (a silencing, the explanation's ranks, the orientation) sets their pixels,
-     * classes and words in place and makes no element, so each canvas keeps its backing store. */
+     * classes and words in place and makes no element, so each canvas keeps its backing store.
+     * A thumbnail is drawn again only where what it shows changed (its weights, which are the same
+     * array where they are the same numbers: api.js's modelView; its masked cells, the colouring, the
+     * orientation, the size and the screen's pixels): a silenced head leaves the layers up to its own as they are drawn.
+     * The grid's __painted lists the heads ("layer.head") this call drew. */
     renderModelView() {
       const grid = this.q(".sg-mv-grid");
       const scale = this.q(".sg-mv-legend canvas") || el("canvas", { attrs: { role: "img" } });  // kept, as the thumbnails are
@@ -66,6 +70,7 @@
       const untold = hasRoles && this.ui.colourBy === "role" ? mv.roles_untold : null;  // asked, but too short a text to tell
       const byRole = hasRoles && this.ui.colourBy === "role" && !untold;
       const group = H / G;
+      const shared = mv && mv.mask_reasons ? JSON.stringify(mv.mask_reasons) : null, painted = [];
       for (let l = 0; l < L; l++) {
         for (let h = 0; h < H; h++) {
           const b = thumbs[l][h], canvas = b.firstChild, g = Math.floor(h / group);
@@ -79,14 +84,18 @@
             (role ? "; strongest role: " + role.name + " " + sig4(role.score) : ""));
           badge(b, "sg-rank", shown ? String(r) : null, canvas);
           badge(b, "sg-role", byRole && role ? ROLES.labels[role.name] : null, null, byRole && role ? role.name : null);
+          const own = mv && mv.heads[l][h].mask_reasons, reasons = own || (mv && mv.mask_reasons) || null;
+          const drawn = byRole ? ["role", role ? roleTint(role).join() : "none"] : !mv ? ["contribution", divergingColor(contrib[l][h], M).join()]
+            : [mv.rows === "last" ? "strip" : "thumb", mv.heads[l][h].weights, own ? JSON.stringify(own) : shared];
+          if (!changed(b, [...drawn, size, transpose, window.devicePixelRatio])) continue;  // its pixels are what it would draw
+          painted.push(l + "." + h);
           if (byRole) drawFlat(canvas, role ? roleTint(role) : [236, 236, 236], size);
-          else if (mv && mv.rows === "last") {
-            const reasons = mv.heads[l][h].mask_reasons || mv.mask_reasons || null;
-            drawStrip(canvas, mv.heads[l][h].weights[0], reasons ? reasons[0] : null, size, transpose);
-          } else if (mv) drawThumb(canvas, mv.heads[l][h].weights, mv.heads[l][h].mask_reasons || mv.mask_reasons || null, size, transpose);
+          else if (mv && mv.rows === "last") drawStrip(canvas, mv.heads[l][h].weights[0], reasons ? reasons[0] : null, size, transpose);
+          else if (mv) drawThumb(canvas, mv.heads[l][h].weights, reasons, size, transpose);
           else drawFlat(canvas, divergingColor(contrib[l][h], M), size);
         }
       }
+      grid.__painted = painted;
       if (hasRoles) legend.appendChild(this.colourByChoice());
       if (untold) legend.appendChild(el("p", { cls: "sg-role-untold", text: "No head's role is named on this text, so the heads keep their weights: " + untold + "." }));
       if (byRole) {
@@ -187,6 +196,15 @@
       }
     }
   });
+
+  /** Whether a thumbnail's drawing inputs (an array of strings, numbers and the weights' array, compared
+   * by identity) differ from those it was last drawn with; kept on it for the next call when they do. */
+  function changed(b, inputs) {
+    const last = b.__drawn;
+    if (last && last.length === inputs.length && last.every((x, n) => x === inputs[n])) return false;
+    b.__drawn = inputs;
+    return true;
+  }
 
   /** The masked reasons (codes) the model view's thumbnails hold; the future alone for data without them. */
   function thumbReasons(mv) {

@@ -15,7 +15,8 @@
   sg.mixin(class {
     // -- server mode --
     post(path, body) { return sg.api.post(this.api, path, body); }
-    modelView(body) { return sg.api.modelView(this.api, body); }
+    /** The model view of body's text; shown: the one the page shows (its unchanged heads kept as drawn). */
+    modelView(body, shown = null) { return sg.api.modelView(this.api, body, shown); }
     /** POST path with body as a job whose progress and Cancel show once it runs past SLOW_MS; send: as longPost's. */
     followedPost(path, body, send) { return this.longPost(path, body, { after: SLOW_MS, send }); }
 
@@ -139,7 +140,7 @@
         this.post("/conclusion", { ...body, top: 10 }).then((c) => {
           if (current()) { this.d.conclusion = c; this.renderConclusion(); this.renderStory(); }
         }),
-        this.modelView(body).then((mv) => {
+        this.modelView(body, this.d.modelView).then((mv) => {
           if (current()) { this.d.modelView = mv; this.renderModelView(); }
         }),
         l == null ? null : this.askHead(l, h).then(() => {
