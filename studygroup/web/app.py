@@ -428,8 +428,10 @@ def _routes(app: FastAPI, s: Service) -> None:
     @app.post("/api/lens")
     async def lens(b: LensBody, request: Request):
         rows = _lens_rows(b.rows, s.check_text(b.text))
-        return await followed(request, b.job, ("lens", b.text, b.top, rows),
-                              lambda: study_lens.lens(model, b.text, top=b.top, positions=rows and slice(*rows)).to_dict())
+        every = b.all_positions and rows is None
+        return await followed(request, b.job, ("lens", b.text, b.top, rows, every),
+                              lambda: study_lens.lens(model, b.text, top=b.top, positions=rows and slice(*rows),
+                                                      all_positions=every).to_dict())
 
     @app.post("/api/patch_cost")
     async def patch_cost(b: PatchTexts):

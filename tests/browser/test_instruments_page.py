@@ -39,7 +39,7 @@ def test_the_lens_has_a_row_per_layer_and_a_click_on_one_opens_that_layer(page, 
     page.goto(server_url)
     wait_idle(page)
     read_lens(page)
-    d = page.evaluate(API, ["lens", {"text": page.input_value(".sg-text"), "top": 5}])
+    d = page.evaluate(API, ["lens", {"text": page.input_value(".sg-text"), "top": 5, "all_positions": True}])
     assert page.locator(".sg-lens-row").count() == len(d["layers"]) == d["model"]["n_layers"]
     assert page.evaluate(CELLS, ".sg-lens-grid") == [[c["final_prob"] for c in row] for row in d["layers"]]
     finals = page.locator(".sg-lens-final td")

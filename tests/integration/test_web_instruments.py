@@ -35,7 +35,8 @@ def test_the_endpoints_are_in_the_schema(client):
 
 
 def test_the_lens_is_the_librarys(client, model):
-    for body, kw in (({"text": CLEAN}, {}), ({"text": CLEAN, "top": 2, "rows": [1, 3]}, {"top": 2, "positions": slice(1, 3)})):
+    for body, kw in (({"text": CLEAN}, {}), ({"text": CLEAN, "all_positions": True}, {"all_positions": True}),
+                     ({"text": CLEAN, "top": 2, "rows": [1, 3]}, {"top": 2, "positions": slice(1, 3)})):
         r = client.post("/api/lens", json=body)
         assert r.status_code == 200, r.text
         assert r.json() == json.loads(lens(model, CLEAN, **kw).to_json())
@@ -56,7 +57,7 @@ def test_patching_and_its_cost_are_the_librarys(client, model):
 
 def test_answers_are_cached_per_body(client):
     service = client.app.state.service
-    for path, body, key in (("/api/lens", {"text": "the can", "top": 4}, ("lens", "the can", 4, None)),
+    for path, body, key in (("/api/lens", {"text": "the can", "top": 4}, ("lens", "the can", 4, None, False)),
                             ("/api/patch", {"clean": "the on", "corrupted": "the in", "wrong": "t"},
                              ("patch", "the on", "the in", None, "t"))):
         first = client.post(path, json=body)
