@@ -113,21 +113,30 @@ class HookedCells:
 
 
 def lenses(model, ids: list[int], reps: int) -> dict:
-    """The lens (the default, and every member) and one recorded pass, interleaved rep by rep so
-    that a change of load falls on all three alike: medians in seconds and the ratios."""
+    """The lens (the default, and every member), one recorded pass and one with recording off,
+    interleaved rep by rep so that a change of load falls on all alike: medians of the wall time
+    and of the process's CPU time (the steadier of the two on a loaded machine), in seconds, and
+    the ratios of each."""
     fns = {"ours_lens_s": lambda: lens(model, ids), "ours_lens_grid_s": lambda: lens(model, ids, all_positions=True),
-           "one_recorded_pass_s": lambda: model.run(ids)}
-    times = {k: [] for k in fns}
+           "one_recorded_pass_s": lambda: model.run(ids), "one_pass_recording_off_s": lambda: model.run(ids, record="none")}
+    wall, cpu_s = {k: [] for k in fns}, {k: [] for k in fns}
     for fn in fns.values():
         fn()  # warm-up
     for _ in range(reps):
         for k, fn in fns.items():
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             fn()
-            times[k].append(time.perf_counter() - start)
-    out = {k: statistics.median(v) for k, v in times.items()}
-    one = out["one_recorded_pass_s"]
-    return {**out, "lens_ratio": out["ours_lens_s"] / one, "lens_grid_ratio": out["ours_lens_grid_s"] / one}
+            wall[k].append(time.perf_counter() - start)
+            cpu_s[k].append(time.process_time() - start_cpu)
+    out = {}
+    for tag, times in (("", wall), ("cpu_", cpu_s)):
+        m = {k: statistics.median(v) for k, v in times.items()}
+        one, bare = m["one_recorded_pass_s"], m["one_pass_recording_off_s"]
+        out.update({tag + k: v for k, v in m.items()})
+        out.update({tag + "lens_ratio": m["ours_lens_s"] / one, tag + "lens_grid_ratio": m["ours_lens_grid_s"] / one,
+                    tag + "lens_ratio_recording_off": m["ours_lens_s"] / bare,
+                    tag + "lens_grid_ratio_recording_off": m["ours_lens_grid_s"] / bare})
+    return out
 
 
 def main() -> None:
@@ -147,7 +156,11 @@ def main() -> None:
     print(f"lens of the last member after every layer (the default): {lens_report['ours_lens_s'] * 1000:.0f} ms, "
           f"every one of the {T} members (all_positions): {lens_report['ours_lens_grid_s'] * 1000:.0f} ms, one recorded "
           f"pass {lens_report['one_recorded_pass_s'] * 1000:.0f} ms: {lens_report['lens_ratio']:.2f}× and "
-          f"{lens_report['lens_grid_ratio']:.2f}×   ({cpu()}; load {load_before:.1f} → {os.getloadavg()[0]:.1f})")
+          f"{lens_report['lens_grid_ratio']:.2f}×; one pass with recording off "
+          f"{lens_report['one_pass_recording_off_s'] * 1000:.0f} ms: {lens_report['lens_ratio_recording_off']:.2f}× and "
+          f"{lens_report['lens_grid_ratio_recording_off']:.2f}×; in CPU seconds {lens_report['cpu_lens_ratio']:.2f}×, "
+          f"{lens_report['cpu_lens_grid_ratio']:.2f}×, {lens_report['cpu_lens_ratio_recording_off']:.2f}×, "
+          f"{lens_report['cpu_lens_grid_ratio_recording_off']:.2f}×   ({cpu()}; load {load_before:.1f} → {os.getloadavg()[0]:.1f})")
     if args.lens_only:
         if args.out:
             Path(args.out).write_text(json.dumps({"cpu": cpu(), "load_before": load_before, "load_after": os.getloadavg()[0],

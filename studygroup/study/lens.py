@@ -123,11 +123,14 @@ def _logits(model, x: torch.Tensor) -> torch.Tensor:
 def _readings(logits: torch.Tensor, final: torch.Tensor | None, top: int) -> list[torch.Tensor]:
     """What the lens reads from each row of logits (N, vocab): the top ids (N, k), their log-probabilities
     (N, k) float64, the final word's log-probability (N,) float64 and its rank (N,). final: (N,) ids,
-    or None where each row's final word is its own top-1. The normaliser log Σ exp is taken in the
-    logits' dtype, then every log-probability in float64."""
+    or None where each row's final word is its own top-1 (rank 1). The normaliser log Σ exp is taken
+    in the logits' dtype from each row's largest logit (the top-1's, as logsumexp takes it), then
+    every log-probability in float64."""
     best = logits.topk(min(top, logits.shape[-1]))
-    lse = torch.logsumexp(logits, -1).double()[:, None]  # (N, 1)
-    final = best.indices[:, 0] if final is None else final
+    m = best.values[:, :1]  # (N, 1): each row's largest logit
+    lse = (m + torch.sub(logits, m).exp_().sum(-1, keepdim=True).log_()).double()  # (N, 1)
+    if final is None:
+        return [best.indices, best.values.double() - lse, (m.double() - lse)[:, 0], torch.ones(len(logits), dtype=torch.long)]
     f = logits.gather(1, final[:, None])  # (N, 1)
     return [best.indices, best.values.double() - lse, (f.double() - lse)[:, 0], (logits > f).sum(-1) + 1]
 
