@@ -55,6 +55,12 @@ def test_patching_and_its_cost_are_the_librarys(client, model):
     assert client.post("/api/patch", json={**body, **words}).json() == json.loads(patch(model, CLEAN, CORRUPTED, **words).to_json())
 
 
+def test_the_same_text_twice_is_said_with_null_cells(client):
+    d = client.post("/api/patch", json={"clean": CLEAN, "corrupted": CLEAN}).json()
+    assert d["clean_diff"] == d["corrupted_diff"] and any("same difference" in s for s in d["story"])
+    assert all(v is None for g in d["grids"].values() for row in g["normalised"] for v in row)
+
+
 def test_answers_are_cached_per_body(client):
     service = client.app.state.service
     for path, body, key in (("/api/lens", {"text": "the can", "top": 4}, ("lens", "the can", 4, None, False)),
@@ -77,6 +83,7 @@ def test_answers_are_cached_per_body(client):
     ("/api/lens", {"text": ""}, 422, "text: String should have at least 1 character"),
     ("/api/lens", {"text": CLEAN, "rows": [5, 9]}, 400, "rows [5, 9] hold no member of this 4-member text"),
     ("/api/lens", {"text": CLEAN, "top": 11}, 422, "top: Input should be less than or equal to 10"),
+    ("/api/lens", {"text": CLEAN, "rows": [0, 2], "all_positions": True}, 400, "give rows or all_positions, not both"),
 ])
 def test_bad_input_is_refused_in_one_line(client, path, body, status, words):
     message = error_of(client.post(path, json=body), status)
