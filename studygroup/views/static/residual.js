@@ -95,7 +95,7 @@
     tell(e, story) {
       const word = e.predicted.token, last = e.tokens[e.tokens.length - 1];
       const p1 = el("p", {}, ["Each bar is a direct contribution: what that layer's heads (summed; a tick for each head) or its MLP write at the last member (",
-        tokenNode(last), "), as it stands, read along the unembedding direction of ", tokenNode(word),
+        tokenNode(last), ") of the text with nothing silenced, as it stands, read along the unembedding direction of ", tokenNode(word),
         " with the final norm's scale held at its value in this run. The right column adds them up, from the embedding's share to the logit."]);
       const rival = e.runner_up;
       const p2 = el("p", {}, ["These are shares of a raw logit, and softmax ignores any offset every word's logit shares: a bar that lifts ",
