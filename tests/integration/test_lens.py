@@ -39,14 +39,17 @@ def test_every_cell_equals_transformers_hidden_states_through_its_final_norm_and
 
 
 def same_as_theirs(ours, want: torch.Tensor) -> None:
-    """Every cell of the lens `ours` against their (L, T, vocab) log-probabilities, within 1e-4."""
+    """Every cell of the lens `ours` against their (L, T, vocab) log-probabilities, within 1e-4; the
+    final word's rank up to the words whose log-probability is within 1e-4 of its own (near-ties that
+    float32 rounding orders either way)."""
     for l, row in enumerate(ours.layers):
         for p, cell in zip(ours.positions, row):
             final = ours.final[ours.positions.index(p)].id
             assert abs(cell.final_prob - float(want[l, p, final].exp())) < 1e-4, (l, p)
             for word in cell.top:
                 assert abs(word.prob - float(want[l, p, word.id].exp())) < 1e-4, (l, p, word)
-            assert cell.final_rank == int((want[l, p] > want[l, p, final] + 1e-6).sum()) + 1 or cell.top[0].prob - cell.final_prob < 1e-4
+            f = want[l, p, final]
+            assert int((want[l, p] > f + 1e-4).sum()) + 1 <= cell.final_rank <= int((want[l, p] > f - 1e-4).sum()) + 1, (l, p)
 
 
 @pytest.mark.parametrize("every, rows", [(False, "last"), (True, "all")])
