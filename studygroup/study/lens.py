@@ -8,7 +8,9 @@ rounding of the order of a multiply of another row count). A member's "final
 word" is the model's own top-1 next word at that member; the lens follows its probability and
 rank layer by layer. (The lens reads the stream in the last layer's basis: early layers' streams
 were not trained to be read that way, so a low probability there says "not yet in that basis",
-not "unknown".)
+not "unknown".) By default the lens reads the last member alone, after every layer; the grid of
+every member (`all_positions`) costs a row of the unembedding per layer and member, since each
+cell's probabilities need every logit of its row.
 
 Shapes: L = n_layers, P positions shown, vocab.
 """
