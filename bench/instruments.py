@@ -4,9 +4,10 @@
   against the same grid done with transformers hooks, each cell a full pass of the corrupted text
   (the peer's time per cell is the median of a sample of cells spread over the four grids, times
   the number of cells; `--every-cell` runs them all);
-- the logit lens against one recorded pass (`model.run(text)`, the default recording).
+- the logit lens against one recorded pass (`model.run(text)`, the default recording): the
+  default lens (the last member after every layer) and the grid of every member (`all_positions`).
 
-    .venv/bin/python bench/instruments.py [--tokens 20] [--sample 60] [--reps 5] [--out FILE.json]
+    .venv/bin/python bench/instruments.py [--tokens 20] [--sample 60] [--reps 5] [--lens-only] [--out FILE.json]
 
 Prints medians, ratios (ours / the peer's: below 1, ours is faster), the CPU and the load.
 """
@@ -111,22 +112,62 @@ class HookedCells:
             h.remove()
 
 
+def lenses(model, ids: list[int], reps: int) -> dict:
+    """The lens (the default, and every member), one recorded pass and one with recording off,
+    interleaved rep by rep so that a change of load falls on all alike: medians of the wall time
+    and of the process's CPU time (the steadier of the two on a loaded machine), in seconds, and
+    the ratios of each."""
+    fns = {"ours_lens_s": lambda: lens(model, ids), "ours_lens_grid_s": lambda: lens(model, ids, all_positions=True),
+           "one_recorded_pass_s": lambda: model.run(ids), "one_pass_recording_off_s": lambda: model.run(ids, record="none")}
+    wall, cpu_s = {k: [] for k in fns}, {k: [] for k in fns}
+    for fn in fns.values():
+        fn()  # warm-up
+    for _ in range(reps):
+        for k, fn in fns.items():
+            start, start_cpu = time.perf_counter(), time.process_time()
+            fn()
+            wall[k].append(time.perf_counter() - start)
+            cpu_s[k].append(time.process_time() - start_cpu)
+    out = {}
+    for tag, times in (("", wall), ("cpu_", cpu_s)):
+        m = {k: statistics.median(v) for k, v in times.items()}
+        one, bare = m["one_recorded_pass_s"], m["one_pass_recording_off_s"]
+        out.update({tag + k: v for k, v in m.items()})
+        out.update({tag + "lens_ratio": m["ours_lens_s"] / one, tag + "lens_grid_ratio": m["ours_lens_grid_s"] / one,
+                    tag + "lens_ratio_recording_off": m["ours_lens_s"] / bare,
+                    tag + "lens_grid_ratio_recording_off": m["ours_lens_grid_s"] / bare})
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=20)
     ap.add_argument("--sample", type=int, default=60, help="cells the peer runs (spread over the grids)")
     ap.add_argument("--every-cell", action="store_true", help="the peer runs every cell")
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--lens-only", action="store_true", help="only the lens and the pass (no patching, no transformers)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     load_before = os.getloadavg()[0]
     model = studygroup.load()
     c, T = model.config, args.tokens
     clean, corrupted = cut(model, CLEAN, T), cut(model, CORRUPTED, T)
+    lens_report = lenses(model, clean, args.reps)
+    print(f"lens of the last member after every layer (the default): {lens_report['ours_lens_s'] * 1000:.0f} ms, "
+          f"every one of the {T} members (all_positions): {lens_report['ours_lens_grid_s'] * 1000:.0f} ms, one recorded "
+          f"pass {lens_report['one_recorded_pass_s'] * 1000:.0f} ms: {lens_report['lens_ratio']:.2f}× and "
+          f"{lens_report['lens_grid_ratio']:.2f}×; one pass with recording off "
+          f"{lens_report['one_pass_recording_off_s'] * 1000:.0f} ms: {lens_report['lens_ratio_recording_off']:.2f}× and "
+          f"{lens_report['lens_grid_ratio_recording_off']:.2f}×; in CPU seconds {lens_report['cpu_lens_ratio']:.2f}×, "
+          f"{lens_report['cpu_lens_grid_ratio']:.2f}×, {lens_report['cpu_lens_ratio_recording_off']:.2f}×, "
+          f"{lens_report['cpu_lens_grid_ratio_recording_off']:.2f}×   ({cpu()}; load {load_before:.1f} → {os.getloadavg()[0]:.1f})")
+    if args.lens_only:
+        if args.out:
+            Path(args.out).write_text(json.dumps({"cpu": cpu(), "load_before": load_before, "load_after": os.getloadavg()[0],
+                                                  "T": T, **lens_report, "torch": torch.__version__}, indent=2) + "\n")
+        return
     ours_patch = timed(lambda: patch(model, clean, corrupted), max(1, args.reps // 2))
     result = patch(model, clean, corrupted)
-    ours_lens = timed(lambda: lens(model, clean), args.reps)
-    one_pass = timed(lambda: model.run(clean), args.reps)
     theirs = their_model(default_model_path())
     peer = HookedCells(theirs, clean, corrupted, c.d_head)
     cells = [(g, l, i) for g in GRIDS for l in range(c.n_layers) for i in range(c.n_heads if g == "heads" else T)]
@@ -143,8 +184,7 @@ def main() -> None:
     report = {
         "cpu": cpu(), "load_before": load_before, "load_after": os.getloadavg()[0], "T": T, "cells": len(cells),
         "peer_cells_run": len(chosen), "ours_patch_s": ours_patch, "peer_patch_s": peer_grid,
-        "patch_ratio": ours_patch / peer_grid, "largest_cell_difference": worst,
-        "ours_lens_s": ours_lens, "one_recorded_pass_s": one_pass, "lens_ratio": ours_lens / one_pass,
+        "patch_ratio": ours_patch / peer_grid, "largest_cell_difference": worst, **lens_report,
         "torch": torch.__version__, "threads": torch.get_num_threads(),
     }
     print(json.dumps(report, indent=2))
@@ -152,8 +192,7 @@ def main() -> None:
           f"ours {ours_patch:.1f} s, transformers hooks {peer_grid:.1f} s "
           f"({'every cell' if args.every_cell else f'{len(chosen)} cells sampled, median × {len(cells)}'}): "
           f"{report['patch_ratio']:.2f}×; largest cell difference {worst:.2e}")
-    print(f"lens over {T} members: {ours_lens * 1000:.0f} ms, one recorded pass {one_pass * 1000:.0f} ms: "
-          f"{report['lens_ratio']:.2f}×   ({report['cpu']}; load {load_before:.1f} → {report['load_after']:.1f})")
+    print(f"({report['cpu']}; load {load_before:.1f} → {report['load_after']:.1f})")
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
 

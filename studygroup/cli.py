@@ -11,7 +11,7 @@ stderr with exit status 2.
                     [--chat [--system TEXT]]
     studygroup lesson [TEXT] [--head L.H] [--section N] [--html FILE]   (at a terminal: one section at a time)
     studygroup why [TEXT] --layer L --head H --key J [--query I] [--silence-member J] [--silence-head L.H]
-    studygroup lens [TEXT] [--rows A:B]   (the logit lens)
+    studygroup lens [TEXT] [--all-positions | --rows A:B]   (the logit lens)
     studygroup patch CLEAN CORRUPTED [--answer WORD] [--wrong WORD] [--full]   (activation patching)
     studygroup ablate [TEXT] [--head L.H] [--reference FILE ...] [--from TEXT]   (zero, mean, resample)
     studygroup roles [TEXT]
@@ -266,8 +266,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=_why)
     p = sub.add_parser("lens", help="the logit lens: what the group would conclude after each layer")
     p.add_argument("text", nargs="?", default=DEFAULT_TEXT)
-    p.add_argument("--rows", type=_members_slice, default=None, metavar="A:B",
-                   help="the members shown: A to B-1 (Python slice; default every member up to 64, else the last 64)")
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument("--rows", type=_members_slice, default=None, metavar="A:B",
+                       help="the members shown: A to B-1 (Python slice; default: the last member)")
+    shown.add_argument("--all-positions", action="store_true",
+                       help="every member up to 64, else the last 64 (each a row of the unembedding per layer)")
     _common(p, 3, "how many top words each cell keeps in --json (default 3)")
     p.set_defaults(handler=_lens)
     p = sub.add_parser("patch", help="activation patching: which layer, member and head carry the difference "
@@ -542,7 +545,7 @@ def _lens(args) -> str:
     from studygroup.study.lens import lens
     from studygroup.views import instruments_text
 
-    e = lens(_load(args), args.text, top=args.top, positions=args.rows)
+    e = lens(_load(args), args.text, top=args.top, positions=args.rows, all_positions=args.all_positions)
     return e.to_json(indent=2) if args.json else instruments_text.lens(e)
 
 

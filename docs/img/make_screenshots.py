@@ -25,6 +25,11 @@ a cell) as a 256-colour PNG.
 With --instruments it reads every layer of the default sentence in the logit lens, and runs
 activation patching on the patching card's own pair (John and Mary: minutes on a CPU), and saves
 each card as a 256-colour PNG.
+
+    .venv/bin/python docs/img/make_screenshots.py --residual   # writes docs/img/residual.png
+
+With --residual it saves the residual stream's card of the default sentence, drawn once it is
+explained, as a 256-colour PNG.
 """
 from __future__ import annotations
 
@@ -138,8 +143,9 @@ def shoot_long(url: str) -> None:
         browser.close()
 
 
-def shoot_instruments(url: str) -> None:
-    """docs/img/lens.png and docs/img/patching.png: the two cards under the model view, run."""
+def save_cards(url: str, prepare, cards: tuple[tuple[str, str], ...]) -> None:
+    """Opens the page on the default sentence, runs prepare(page), and saves each (name, selector)
+    card as docs/img/NAME.png in 256 colours."""
     from PIL import Image
 
     with sync_playwright() as p:
@@ -147,12 +153,9 @@ def shoot_instruments(url: str) -> None:
         page = browser.new_page(viewport=SIZE)
         page.goto(url)
         wait_idle(page, 600_000)
-        page.click(".sg-lens-go")
-        page.locator(".sg-lens-grid").wait_for(timeout=600_000)
-        page.click(".sg-patch-go")  # the card's own pair of texts
-        page.locator(".sg-patch-grid[data-grid='heads']").wait_for(timeout=1_200_000)
+        prepare(page)
         page.mouse.move(0, 0)
-        for name, card in (("lens", ".sg-lens"), ("patching", ".sg-patching")):
+        for name, card in cards:
             out = HERE / f"{name}.png"
             page.locator(card).screenshot(path=str(out))
             Image.open(out).convert("RGB").quantize(256).save(out, optimize=True)
@@ -160,9 +163,28 @@ def shoot_instruments(url: str) -> None:
         browser.close()
 
 
+def shoot_residual(url: str) -> None:
+    """docs/img/residual.png: the residual stream's card of the default sentence."""
+    save_cards(url, lambda page: page.locator(".sg-res-layer").first.wait_for(), (("residual", ".sg-residual"),))
+
+
+def run_instruments(page) -> None:
+    """Reads every layer in the lens and runs patching on the card's own pair of texts."""
+    page.click(".sg-lens-go")
+    page.locator(".sg-lens-grid").wait_for(timeout=600_000)
+    page.click(".sg-patch-go")
+    page.locator(".sg-patch-grid[data-grid='heads']").wait_for(timeout=1_200_000)
+
+
+def shoot_instruments(url: str) -> None:
+    """docs/img/lens.png and docs/img/patching.png: the two cards under the model view, run."""
+    save_cards(url, run_instruments, (("lens", ".sg-lens"), ("patching", ".sg-patching")))
+
+
 def main() -> None:
     lesson, long, instruments = ("--lesson" in sys.argv[1:], "--long" in sys.argv[1:], "--instruments" in sys.argv[1:])
-    names = [a for a in sys.argv[1:] if a not in ("--lesson", "--long", "--instruments")]
+    residual = "--residual" in sys.argv[1:]
+    names = [a for a in sys.argv[1:] if a not in ("--lesson", "--long", "--instruments", "--residual")]
     out = Path(names[0]) if names else HERE / "page.png"
     proc, url = start_server()
     try:
@@ -172,6 +194,8 @@ def main() -> None:
             shoot_long(url)
         elif instruments:
             shoot_instruments(url)
+        elif residual:
+            shoot_residual(url)
         else:
             shoot(url, out)
             print(f"wrote {out}")

@@ -8,7 +8,9 @@ rounding of the order of a multiply of another row count). A member's "final
 word" is the model's own top-1 next word at that member; the lens follows its probability and
 rank layer by layer. (The lens reads the stream in the last layer's basis: early layers' streams
 were not trained to be read that way, so a low probability there says "not yet in that basis",
-not "unknown".)
+not "unknown".) By default the lens reads the last member alone, after every layer; the grid of
+every member (`all_positions`) costs a row of the unembedding per layer and member, since each
+cell's probabilities need every logit of its row.
 
 Shapes: L = n_layers, P positions shown, vocab.
 """
@@ -27,7 +29,7 @@ from studygroup.study.results import ModelInfo, model_info
 from studygroup.formats import percent, quote
 from studygroup.study.text_ids import checked_ids
 
-#: Positions shown by default: every member up to this many, else the last this many.
+#: Positions shown with all_positions: every member up to this many, else the last this many.
 DEFAULT_POSITIONS = 64
 #: Rows put through the unembedding at once (a chunk's logits: CHUNK × vocab floats): as many as the
 #: faster multiply of few rows takes (`linear.ONEDNN_MAX_ROWS`).
@@ -66,24 +68,28 @@ class Lens(JSONable):
     story: list[str]
 
 
-def lens(model, text, *, top: int = 3, positions: slice | None = None) -> Lens:
+def lens(model, text, *, top: int = 3, positions: slice | None = None, all_positions: bool = False) -> Lens:
     """The logit lens of `text`: after every layer, each shown member's top words and its final
-    word's probability and rank. positions: the members shown (a slice; default every member up
-    to 64, else the last 64).
+    word's probability and rank. positions: the members shown (a slice); all_positions: every
+    member up to 64, else the last 64; neither: the last member alone (L rows through the
+    unembedding, where the grid takes L × P: each cell's probability needs its logsumexp over the
+    whole vocabulary, so a cell costs one row of the unembedding whatever it keeps).
 
     >>> e = lens(model, "Cash or credit card? I have a lot")
     >>> e.final[-1].token, e.layers[-1][-1].top[0].token, e.layers[-1][-1].final_rank
     ('␣of', '␣of', 1)
     """
     ids = checked_ids(model, text)
-    shown = _positions(len(ids), positions)
-    run = model.run(ids, record=Record(steps=("resid_post",)))
+    shown = _positions(len(ids), positions, all_positions)
+    last_only = shown == [len(ids) - 1]  # the pass keeps only the last member's stream
+    run = model.run(ids, record=Record(steps=("resid_post",), rows="last" if last_only else "all"))
     L, P = model.config.n_layers, len(shown)
-    streams = torch.stack([run["resid_post", l][shown] for l in range(L)]).flatten(0, 1)  # (L·P, d_model)
-    last = _readings(_logits(model, streams[-P:]), None, top)  # the last layer first: it names the final words
-    if shown[-1] == len(ids) - 1:  # the last member after the last layer: the model's own conclusion, as it is
-        own = _readings(run.last_logits.double()[None], None, top)
-        last = [torch.cat([a[:-1], b]) for a, b in zip(last, own)]
+    at = [-1] if last_only else shown
+    streams = torch.stack([run["resid_post", l][at] for l in range(L)]).flatten(0, 1)  # (L·P, d_model)
+    own = shown[-1] == len(ids) - 1  # the last member after the last layer: the model's own conclusion, as it is
+    last = _readings(_logits(model, streams[-P:len(streams) - own]), None, top)  # the last layer first: it names the final words
+    if own:
+        last = [torch.cat([a, b]) for a, b in zip(last, _readings(run.last_logits.double()[None], None, top))]
     final_ids = last[0][:, 0]  # (P,): the model's own top-1 at each shown member
     earlier = _readings(_logits(model, streams[:-P]), final_ids.repeat(L - 1), top) if L > 1 else None
     read = [torch.cat([a, b]) for a, b in zip(earlier, last)] if earlier else last
@@ -97,9 +103,13 @@ def lens(model, text, *, top: int = 3, positions: slice | None = None) -> Lens:
     return result
 
 
-def _positions(T: int, chosen: slice | None) -> list[int]:
-    """The members shown: a slice of range(T) (InputError where it holds none)."""
-    shown = list(range(T))[chosen] if chosen is not None else list(range(max(0, T - DEFAULT_POSITIONS), T))
+def _positions(T: int, chosen: slice | None, every: bool) -> list[int]:
+    """The members shown: a slice of range(T) (InputError where it holds none), the last
+    DEFAULT_POSITIONS (every), or the last member."""
+    if chosen is not None:
+        shown = list(range(T))[chosen]
+    else:
+        shown = list(range(max(0, T - DEFAULT_POSITIONS) if every else T - 1, T))
     if not shown:
         raise InputError(f"the positions {chosen.start}:{chosen.stop} hold no member of this {T}-member text")
     return shown
@@ -108,17 +118,21 @@ def _positions(T: int, chosen: slice | None) -> list[int]:
 @torch.inference_mode()
 def _logits(model, x: torch.Tensor) -> torch.Tensor:
     """The model's final norm and unembedding of each row, CHUNK rows at a time: (N, d_model) -> (N, vocab)."""
-    return torch.cat([model.final_logits(x[i:i + CHUNK]) for i in range(0, x.shape[0], CHUNK)])
+    return torch.cat([model.final_logits(x[i:i + CHUNK]) for i in range(0, x.shape[0], CHUNK)] or
+                     [model.final_logits(x)])  # no row: (0, vocab)
 
 
 def _readings(logits: torch.Tensor, final: torch.Tensor | None, top: int) -> list[torch.Tensor]:
     """What the lens reads from each row of logits (N, vocab): the top ids (N, k), their log-probabilities
     (N, k) float64, the final word's log-probability (N,) float64 and its rank (N,). final: (N,) ids,
-    or None where each row's final word is its own top-1. The normaliser log Σ exp is taken in the
-    logits' dtype, then every log-probability in float64."""
+    or None where each row's final word is its own top-1 (rank 1). The normaliser log Σ exp is taken
+    in the logits' dtype from each row's largest logit (the top-1's, as logsumexp takes it), then
+    every log-probability in float64."""
     best = logits.topk(min(top, logits.shape[-1]))
-    lse = torch.logsumexp(logits, -1).double()[:, None]  # (N, 1)
-    final = best.indices[:, 0] if final is None else final
+    m = best.values[:, :1]  # (N, 1): each row's largest logit
+    lse = (m + torch.sub(logits, m).exp_().sum(-1, keepdim=True).log_()).double()  # (N, 1)
+    if final is None:
+        return [best.indices, best.values.double() - lse, (m.double() - lse)[:, 0], torch.ones(len(logits), dtype=torch.long)]
     f = logits.gather(1, final[:, None])  # (N, 1)
     return [best.indices, best.values.double() - lse, (f.double() - lse)[:, 0], (logits > f).sum(-1) + 1]
 

@@ -78,7 +78,9 @@ def patch(model, clean, corrupted, *, answer: str | None = None, wrong: str | No
     ids_c, ids_x = checked(model, clean, corrupted, answer, wrong)
     steps = ("resid_pre", "attn_out", "mlp_out", "output")
     clean_run = model.run(ids_c, record=Record(steps=steps))
-    corrupt_run = model.run(ids_x, record=Record(steps=("resid_pre",)))
+    # the same ids twice: one run, so that m is one number there (two passes recording different steps
+    # round differently, and their ratio would be read as a normalised cell)
+    corrupt_run = clean_run if ids_x == ids_c else model.run(ids_x, record=Record(steps=("resid_pre",)))
     a, b = _words(model, clean_run, corrupt_run, answer, wrong)
     m_clean, m_corrupt = _diff(clean_run.last_logits, a, b), _diff(corrupt_run.last_logits, a, b)
     grids = _grids(model, ids_x, clean_run, corrupt_run, a, b, on_progress)

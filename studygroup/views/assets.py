@@ -35,6 +35,7 @@ SCRIPTS = (
     "listening.js",   # the selected member's question: weights and contributions
     "saving.js",      # PNG and JSON downloads
     "lesson.js",      # Lesson mode: the article's sections on the text, one head; the state in the URL
+    "residual.js",    # the residual stream at the last member: what each layer's heads and MLP add (a view of its own)
     "lens.js",        # the logit lens: a layer × member grid of top words (a view of its own, sg.view)
     "patching.js",    # activation patching: two texts, the cost, then the layer × member and head grids
     "mount.js",       # StudyGroup.mount and the page's automatic start

@@ -44,6 +44,9 @@ GENERATED, GENERATED_MARK = "#D55E00", "*"
 GENERATED_LEGEND = "* a word the model generated after the prompt"
 #: Okabe–Ito orange and blue: before (text a) and after (text b) in comparisons.
 BEFORE, AFTER = "#E69F00", "#0072B2"
+#: Okabe–Ito orange and sky blue: the residual stream's two writers, a layer's heads and its MLP
+#: (neither "for" nor "against"), in the figure and the page.
+ATTENTION, THINKING = "#E69F00", "#56B4E9"
 #: A head's strongest role (studygroup.study.roles): Okabe–Ito, categorical and colour-blind-safe,
 #: with the short label a thumbnail carries.
 ROLES = {"previous": ("#D55E00", "prev"), "duplicate": ("#CC79A7", "dup"), "induction": ("#009E73", "ind"),
@@ -125,7 +128,7 @@ def as_dict() -> dict:
                       "definitions": ROLE_DEFINITIONS, "legend": ROLES_LEGEND},
             "sink": {"meaning": f"An attention sink: {SINK_MEANING}."},
             "generated": {"colour": GENERATED, "mark": GENERATED_MARK, "legend": GENERATED_LEGEND},
-            "before": BEFORE, "after": AFTER}
+            "before": BEFORE, "after": AFTER, "writers": {"attention": ATTENTION, "thinking": THINKING}}
 
 
 def script_prefix() -> str:

@@ -13,7 +13,6 @@ from studygroup.formats import percent
 
 RAISES, LOWERS = colours.SCORES[-2], colours.SCORES[1]  # the scores scale's ends, as in the contribution grid
 SHIFT_SHOWN = 10  # words in a compare figure
-ATTENTION, THINKING = "#E69F00", "#56B4E9"  # the residual stream's two writers (neither "for" nor "against")
 
 
 def conclusion_figure(top: list[dict] | None, shift: list[dict] | None = None,
@@ -124,8 +123,8 @@ def residual_stream(ax, contributions: list[list[float]], mlps: list[float], emb
     heads = np.array(contributions, dtype=float).sum(1)  # (n_layers,)
     mlp = np.array(mlps, dtype=float)  # (n_layers,)
     x = np.arange(len(mlp))
-    ax.bar(x - 0.2, heads, width=0.4, color=ATTENTION, label="attention: the layer's heads")
-    ax.bar(x + 0.2, mlp, width=0.4, color=THINKING, label="thinking alone: the layer's MLP")
+    ax.bar(x - 0.2, heads, width=0.4, color=colours.ATTENTION, label="attention: the layer's heads")
+    ax.bar(x + 0.2, mlp, width=0.4, color=colours.THINKING, label="thinking alone: the layer's MLP")
     ax.plot(x, embed + np.cumsum(heads + mlp), color="black", linewidth=1.2, marker=".", label="the logit so far")
     ax.axhline(0, color="black", linewidth=0.6)
     ax.set_xlabel("layer")

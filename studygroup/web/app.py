@@ -428,8 +428,11 @@ def _routes(app: FastAPI, s: Service) -> None:
     @app.post("/api/lens")
     async def lens(b: LensBody, request: Request):
         rows = _lens_rows(b.rows, s.check_text(b.text))
-        return await followed(request, b.job, ("lens", b.text, b.top, rows),
-                              lambda: study_lens.lens(model, b.text, top=b.top, positions=rows and slice(*rows)).to_dict())
+        if rows is not None and b.all_positions:
+            raise InputError("give rows or all_positions, not both: rows are the members shown")
+        return await followed(request, b.job, ("lens", b.text, b.top, rows, b.all_positions),
+                              lambda: study_lens.lens(model, b.text, top=b.top, positions=rows and slice(*rows),
+                                                      all_positions=b.all_positions).to_dict())
 
     @app.post("/api/patch_cost")
     async def patch_cost(b: PatchTexts):

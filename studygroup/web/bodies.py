@@ -96,7 +96,8 @@ LENS_MAX_TOP = 10
 class LensBody(_Body):
     text: Text
     top: Annotated[int, Field(ge=1, le=LENS_MAX_TOP)] = 3
-    rows: Ends | None = None  # the members shown (null: every member up to 64, else the last 64)
+    rows: Ends | None = None  # the members shown (null: the last member, or with all_positions every member up to 64, else the last 64)
+    all_positions: bool = False
     job: JobId | None = None
 
 

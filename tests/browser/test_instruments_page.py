@@ -1,12 +1,17 @@
-"""The page's logit lens and activation patching views in chromium, on the tiny model: the lens
-has a row per layer and names each member's final word, and a click on a row opens that layer's
-heads; patching says its cost, shows its progress, then both grids with the API's numbers; token
-text that looks like markup stays text."""
+"""The page's residual stream, logit lens and activation patching views in chromium, on the tiny
+model: the residual stream's chart holds explain's direct contributions and fits a phone and a
+desktop with nothing overlapping; the lens has a row per layer and names each member's final word,
+and a click on a row opens that layer's heads; patching says its cost, shows its progress, then
+both grids with the API's numbers; token text that looks like markup stays text."""
 from __future__ import annotations
 
 import re
 
+import pytest
+
+from .conftest import Watch
 from .test_page import MARKUP_TEXT, assert_no_markup_ran, explain, wait_idle
+from .test_rough_edges import LAYOUT
 
 #: The API's answer to a body, asked from the page (answered from the server's cache when the page asked it first).
 API = """async ([path, body]) => (await fetch('/api/' + path, {method: 'POST',
@@ -21,6 +26,58 @@ RECORD_PROGRESS = """() => { const s = document.querySelector('.sg-patch-job .sg
 #: changed for one of as many tokens.
 CLEAN = " ".join(["the tin can"] * 30)
 CORRUPTED = CLEAN[:-1] + "t"
+
+
+#: The residual stream's chart read back, a row per layer: its heads' bar, a tick per head, its MLP's bar, the logit so far.
+CHART = """() => [...document.querySelectorAll('.sg-res-layer')].map((r) => ({
+  heads: Number(r.querySelector('[data-kind=heads] .sg-res-bar').dataset.value),
+  each: [...r.querySelectorAll('.sg-res-tick')].map((t) => Number(t.dataset.value)),
+  mlp: Number(r.querySelector('[data-kind=mlp] .sg-res-bar').dataset.value), sofar: Number(r.dataset.sofar)}))"""
+#: Pairs of the residual stream card's words and tracks whose boxes overlap (by more than half a pixel).
+OVERLAPS = """() => {
+  const parts = [...document.querySelectorAll('.sg-residual h2, .sg-res-key, .sg-res-legend > span:not(.sg-res-key), ' +
+    '.sg-res-label, .sg-res-track, .sg-res-scale > span, .sg-res-sofar, .sg-res-story p')];
+  const boxes = parts.map((e) => e.getBoundingClientRect()), hits = [];
+  for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+    const a = boxes[i], b = boxes[j];
+    if (Math.min(a.right, b.right) - Math.max(a.left, b.left) > 0.5 && Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top) > 0.5)
+      hits.push([parts[i].className || parts[i].tagName, parts[j].className || parts[j].tagName]);
+  }
+  return { hits, parts: parts.length };
+}"""
+
+
+@pytest.mark.parametrize("width, height", [(390, 844), (1440, 900)])
+def test_the_residual_stream_chart_holds_explains_contributions_and_nothing_in_it_overlaps(browser, server_url, screenshots,
+                                                                                          width, height):
+    context = browser.new_context(viewport={"width": width, "height": height})
+    page = context.new_page()
+    page.watch = Watch(page)
+    page.goto(server_url)
+    wait_idle(page)
+    page.locator(".sg-res-layer").first.wait_for()
+    e = page.evaluate(API, ["explain", {"text": page.input_value(".sg-text"), "top": 10}])  # the page's body: its cached answer
+    chart = page.evaluate(CHART)
+    assert len(chart) == e["model"]["n_layers"]
+    assert [r["each"] for r in chart] == e["contributions"]
+    assert [r["heads"] for r in chart] == [sum(row) for row in e["contributions"]]
+    assert [r["mlp"] for r in chart] == e["mlp_contributions"]
+    sofar = [e["logit_parts"]["embed"] + e["logit_parts"]["position"]]
+    for row, mlp in zip(e["contributions"], e["mlp_contributions"]):
+        sofar.append(sofar[-1] + (sum(row) + mlp))
+    assert [r["sofar"] for r in chart] == sofar[1:]
+    assert abs(sofar[-1] + e["logit_parts"]["biases"] - e["logit_parts"]["logit"]) < 1e-3  # the shares add up to the logit
+    said = page.locator(".sg-res-story").inner_text()
+    assert "softmax ignores" in said and e["runner_up"]["token"] in said
+    overlaps = page.evaluate(OVERLAPS)
+    assert overlaps["parts"] > 3 * len(chart) and overlaps["hits"] == [], overlaps
+    layout = page.evaluate(LAYOUT)
+    assert layout["scroll"] <= layout["W"] and layout["wide"] == [] and layout["cut"] == [], layout
+    page.locator(".sg-residual").screenshot(path=str(screenshots / f"page-residual-{width}x{height}.png"))
+    page.locator(".sg-res-layer").nth(1).click()
+    page.locator(".sg-head-title", has_text="of layer 1").wait_for()
+    assert page.watch.errors == []
+    context.close()
 
 
 def read_lens(page):
@@ -39,7 +96,7 @@ def test_the_lens_has_a_row_per_layer_and_a_click_on_one_opens_that_layer(page, 
     page.goto(server_url)
     wait_idle(page)
     read_lens(page)
-    d = page.evaluate(API, ["lens", {"text": page.input_value(".sg-text"), "top": 5}])
+    d = page.evaluate(API, ["lens", {"text": page.input_value(".sg-text"), "top": 5, "all_positions": True}])
     assert page.locator(".sg-lens-row").count() == len(d["layers"]) == d["model"]["n_layers"]
     assert page.evaluate(CELLS, ".sg-lens-grid") == [[c["final_prob"] for c in row] for row in d["layers"]]
     finals = page.locator(".sg-lens-final td")

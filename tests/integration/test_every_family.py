@@ -33,21 +33,25 @@ def _from_state_dict(cls, config, tiny):
     return hf.eval()
 
 
+def tiny_file(family: str, folder):
+    """One tiny random file of `family` in `folder`: (its path, the writer's TinyModel for llama and
+    gemma3, whose state dict transformers takes, else None)."""
+    path = folder / "tiny.gguf"
+    if family in ("llama", "gemma3"):
+        tiny = (write_tiny_gguf if family == "llama" else write_tiny_gemma3_gguf)(path)
+        return tiny.path, tiny
+    if family == "mistral":  # llama.cpp writes Mistral as "llama"; transformers reads it by its name
+        return write_tiny_gguf(path, rope_base=1e6, metadata={"general.name": "tiny-random-mistral"}).path, None
+    return (write_gpt2(path) if family == "gpt2" else write_tiny(path, family)), None
+
+
 def _pair(family: str, folder):
     """(our model, transformers' model) from one tiny file of `family`."""
-    path = folder / "tiny.gguf"
+    path, tiny = tiny_file(family, folder)
     if family == "llama":
-        tiny = write_tiny_gguf(path)
-        return tiny.path, _from_state_dict(LlamaForCausalLM, LlamaConfig(**tiny.hf_config, attn_implementation="eager"), tiny)
+        return path, _from_state_dict(LlamaForCausalLM, LlamaConfig(**tiny.hf_config, attn_implementation="eager"), tiny)
     if family == "gemma3":
-        tiny = write_tiny_gemma3_gguf(path)
-        return tiny.path, _from_state_dict(Gemma3ForCausalLM, Gemma3TextConfig(**tiny.hf_config, attn_implementation="eager"), tiny)
-    if family == "mistral":  # llama.cpp writes Mistral as "llama"; transformers reads it by its name
-        path = write_tiny_gguf(path, rope_base=1e6, metadata={"general.name": "tiny-random-mistral"}).path
-    elif family == "gpt2":
-        path = write_gpt2(path)
-    else:
-        path = write_tiny(path, family)
+        return path, _from_state_dict(Gemma3ForCausalLM, Gemma3TextConfig(**tiny.hf_config, attn_implementation="eager"), tiny)
     extra = {"qwen3": {"head_dim": 8}, "phi3": {"pad_token_id": 0}}.get(family, {})  # as test_qwen_mistral
     return path, AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32,
                                                       attn_implementation="eager", **extra).eval()

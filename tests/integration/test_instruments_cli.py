@@ -1,11 +1,14 @@
-"""`studygroup lens` and `studygroup patch` on a tiny random model: the grids, --json equal to the
-library's results, and one-line errors (exit 2) for bad input."""
+"""`studygroup lens`, `studygroup patch` and `studygroup ablate` on tiny random models: the grids,
+--json equal to the library's results on a file of every family read, and one-line errors (exit 2)
+for bad input."""
 import json
 
 import pytest
 
 import studygroup
+from integration.test_every_family import FAMILIES, tiny_file
 from studygroup.cli import main
+from studygroup.study.ablation import head_effects
 from studygroup.study.lens import lens
 from studygroup.study.patching import patch
 
@@ -37,12 +40,42 @@ def test_patch_says_its_cost_first_and_its_json_is_the_librarys(capsys, tiny_mod
     assert code == 0 and all(f"{g} (layer ×" in out for g in ("resid_pre", "attn_out", "mlp_out", "heads"))
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_three_commands_run_on_every_family_and_print_the_librarys_numbers(capsys, tmp_path, family):
+    path = tiny_file(family, tmp_path)[0]
+    model = studygroup.load(path, cache=False)
+    for argv, result in ((["lens", "the tin"], lens(model, "the tin")),
+                         (["lens", "the tin", "--all-positions"], lens(model, "the tin", all_positions=True)),
+                         (["patch", "the tin", "the ton"], patch(model, "the tin", "the ton")),
+                         (["ablate", "the tin", "--from", "the ton"], head_effects(model, "the tin", resample_from="the ton"))):
+        code, out, err = cli(capsys, *argv, "--model", path, "--json")
+        assert code == 0 and json.loads(out) == json.loads(result.to_json()), (family, argv, err)
+        code, out, _ = cli(capsys, *argv, "--model", path)
+        assert code == 0 and "the story:" in out, (family, argv)
+
+
+def test_the_same_text_twice_is_said_and_no_cell_is_nan(capsys, tiny_model):
+    code, out, _ = cli(capsys, "patch", "the tin", "the tin", "--model", tiny_model.path, "--json")
+    p = json.loads(out)
+    assert code == 0 and p["clean_diff"] == p["corrupted_diff"]
+    assert all(v is None for g in p["grids"].values() for row in g["normalised"] for v in row)
+    assert any("same difference" in s for s in p["story"])
+
+
 @pytest.mark.parametrize("argv, words", [
     (["patch", "the tin", "the tin can"], "same number of tokens"),
     (["patch", "", "the tin"], "empty"),
     (["patch", "the tin", "the ton", "--answer", "tin can"], "tokens ("),
+    (["patch", "the tin", "the ton", "--wrong", ""], "is 0 tokens (nothing)"),
     (["lens", "the tin", "--rows", "30:40"], "hold no member"),
+    (["lens", "the tin", "--rows", "-40:-30"], "hold no member"),
+    (["lens", "the tin", "--rows", "0:2", "--all-positions"], "not allowed with argument"),
     (["lens", "   "], "only whitespace"),
+    (["lens", ""], "the text is empty"),
+    (["ablate", ""], "the text is empty"),
+    (["ablate", "the tin", "--head", "9.0"], "layer 9 does not exist"),
+    (["ablate", "the tin", "--head", "0.9"], "head 9 does not exist"),
+    (["ablate", "the tin", "--from", "the tin can"], "the resample text is 8 members and this text 4"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, tiny_model, argv, words):
     code, out, err = cli(capsys, *argv, "--model", tiny_model.path)

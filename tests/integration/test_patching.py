@@ -128,6 +128,16 @@ def test_identical_texts_are_said_not_nan(tiny_model):
     assert p.to_json()  # every number finite or null
 
 
+def test_the_same_text_twice_is_said_not_normalised_by_rounding(tiny_model):
+    """The same text as clean and corrupted: the two runs' m are one number, so every normalised cell
+    is 0/0 (null), not a ratio of two float32 roundings."""
+    model = studygroup.load(tiny_model.path, cache=False)
+    p = patch(model, "the tin", "the tin")
+    assert p.clean_diff == p.corrupted_diff
+    assert all(v is None for g in p.grids.values() for row in g.normalised for v in row)
+    assert "same difference" in " ".join(p.story) and "nan" not in p.to_json().lower()
+
+
 def test_texts_of_different_lengths_are_refused_in_one_line(tiny_model):
     model = studygroup.load(tiny_model.path, cache=False)
     with pytest.raises(InputError, match="same number of tokens"):

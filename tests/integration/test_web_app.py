@@ -129,6 +129,9 @@ def test_explain(client, model):
     assert len(d["top"]) == 3 and d["predicted"] == d["top"][0]
     assert len(d["members"]) == len(d["tokens"]) and d["story"]
     assert all(0 <= h["layer"] < model.config.n_layers and 0 <= h["head"] < model.config.n_heads for h in d["heads"])
+    own = json.loads(studygroup.explain(model, TEXT, top=3).to_json())  # what `explain --json` prints
+    for key in ("contributions", "mlp_contributions", "logit_parts"):  # the page's residual stream chart draws these
+        assert d[key] == own[key], key
 
 
 def test_compare(client):

@@ -35,7 +35,8 @@ def test_the_endpoints_are_in_the_schema(client):
 
 
 def test_the_lens_is_the_librarys(client, model):
-    for body, kw in (({"text": CLEAN}, {}), ({"text": CLEAN, "top": 2, "rows": [1, 3]}, {"top": 2, "positions": slice(1, 3)})):
+    for body, kw in (({"text": CLEAN}, {}), ({"text": CLEAN, "all_positions": True}, {"all_positions": True}),
+                     ({"text": CLEAN, "top": 2, "rows": [1, 3]}, {"top": 2, "positions": slice(1, 3)})):
         r = client.post("/api/lens", json=body)
         assert r.status_code == 200, r.text
         assert r.json() == json.loads(lens(model, CLEAN, **kw).to_json())
@@ -54,9 +55,15 @@ def test_patching_and_its_cost_are_the_librarys(client, model):
     assert client.post("/api/patch", json={**body, **words}).json() == json.loads(patch(model, CLEAN, CORRUPTED, **words).to_json())
 
 
+def test_the_same_text_twice_is_said_with_null_cells(client):
+    d = client.post("/api/patch", json={"clean": CLEAN, "corrupted": CLEAN}).json()
+    assert d["clean_diff"] == d["corrupted_diff"] and any("same difference" in s for s in d["story"])
+    assert all(v is None for g in d["grids"].values() for row in g["normalised"] for v in row)
+
+
 def test_answers_are_cached_per_body(client):
     service = client.app.state.service
-    for path, body, key in (("/api/lens", {"text": "the can", "top": 4}, ("lens", "the can", 4, None)),
+    for path, body, key in (("/api/lens", {"text": "the can", "top": 4}, ("lens", "the can", 4, None, False)),
                             ("/api/patch", {"clean": "the on", "corrupted": "the in", "wrong": "t"},
                              ("patch", "the on", "the in", None, "t"))):
         first = client.post(path, json=body)
@@ -76,6 +83,7 @@ def test_answers_are_cached_per_body(client):
     ("/api/lens", {"text": ""}, 422, "text: String should have at least 1 character"),
     ("/api/lens", {"text": CLEAN, "rows": [5, 9]}, 400, "rows [5, 9] hold no member of this 4-member text"),
     ("/api/lens", {"text": CLEAN, "top": 11}, 422, "top: Input should be less than or equal to 10"),
+    ("/api/lens", {"text": CLEAN, "rows": [0, 2], "all_positions": True}, 400, "give rows or all_positions, not both"),
 ])
 def test_bad_input_is_refused_in_one_line(client, path, body, status, words):
     message = error_of(client.post(path, json=body), status)

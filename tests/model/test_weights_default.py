@@ -28,18 +28,9 @@ def loaded():
 
 
 @pytest.fixture(scope="module")
-def hf_model():
-    """transformers' own GGUF loader on the same file, offline (about 15-30 s: loaded once)."""
-    import transformers
-
-    path = default_model_path()
-    before = os.environ.get("HF_HUB_OFFLINE")
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    try:
-        model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name)
-    finally:
-        os.environ.pop("HF_HUB_OFFLINE") if before is None else os.environ.update(HF_HUB_OFFLINE=before)
-    return model.state_dict()
+def hf_model(theirs):
+    """transformers' weights of the same file (tests/model/conftest.py)."""
+    return theirs.state_dict()
 
 
 def test_config_has_the_known_values(loaded):

@@ -120,9 +120,10 @@
     }
   }
 
-  /** The views that own a card of their own (lens.js, patching.js): each file registers
-   * `make(inst)`, which builds its card (`.section`), asks the server itself and draws it; the page
-   * mounts them in this order under its layout, and hears of each new text as an "sg-text" event. */
+  /** The views that own a card of their own (residual.js, lens.js, patching.js): each file registers
+   * `make(inst)`, which builds its card (`.section`), asks the server itself or draws the
+   * explanation; the page mounts them in this order under its layout, and tells them of each new
+   * text as an "sg-text" event and of its explanation as an "sg-explained" event. */
   const views = [];
   const view = (name, make) => { views.push({ name, make }); };
 

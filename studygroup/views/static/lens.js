@@ -47,7 +47,7 @@
       this.go.disabled = true;
       this.said.textContent = "Reading the residual stream after every layer\u2026";
       try {
-        const d = await inst.longPost("/lens", { text, top: 5 }, { box: this.box, after: 300 });
+        const d = await inst.longPost("/lens", { text, top: 5, all_positions: true }, { box: this.box, after: 300 });
         if (gen !== inst.gen) return;
         this.data = d;
         this.said.textContent = "";

@@ -73,6 +73,7 @@
           this.d.explanation = e;
         }
         this.renderMembers(); this.renderConclusion(); this.renderStory(); this.renderModelView();
+        this.root.dispatchEvent(new CustomEvent("sg-explained")); // the views of their own that draw the explanation
         const first = this.d.explanation.first_head;  // the most decisive head not resting on a sink
         if (!this.ui.headChosen && first) {
           await this.openHead(first[0], first[1], false);
