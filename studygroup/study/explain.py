@@ -35,7 +35,7 @@ from studygroup.errors import InputError
 from studygroup.model import estimate
 from studygroup.model.interventions import Interventions
 from studygroup.model.record import KEY_STEPS, Record
-from studygroup.progress import Progress, say
+from studygroup.progress import Progress, say, shown
 from studygroup.study import attribution, byte_pieces, effects, explain_cost, last_question, story
 from studygroup.study.ablation import ZERO, Ablation
 from studygroup.study.last_sentence import last_sentence, last_sentence_start
@@ -177,26 +177,35 @@ class EveryQuestion:
     def announce(self, silence_heads, silence_members, stream=None) -> None:
         """Print, before the work starts, what explaining these members will need: its memory, and
         its time at this machine's speed now (`estimate.speed`)."""
-        if not self.show:
+        if not self.show or not shown():  # the speed probe only feeds the message
             return
         c, T = self.model.config, len(self.ids)
-        heads, members = _count(silence_heads, c.n_layers * c.n_heads, T), _members_count(silence_members, T)
-        rule = silence_heads is None and T > HEADS_ALL_MAX_T  # the stopping rule: at least two batches
-        heads = min(2 * STOP_AFTER, c.n_layers * c.n_heads) if rule else heads
+        heads, members, work, further = self.expected(silence_heads, silence_members)
         speed = estimate.speed(self.model, T)
-        seconds = lambda n, m, cells, sentence: self.work(n, m, cells, sentence).seconds(speed, c, T)  # noqa: E731
-        cells = HEADS_WITH_MEMBERS * (LISTENED_MEASURED + 1) if self.chosen == Interventions() else 0
-        total = seconds(heads, members, cells, self._sentence())
-        need = f"about {estimate.explain_bytes(c, T, heads + members, effects.ROWS_PER_PASS) / 2**30:.1f} GiB and {estimate.duration(total)}"
-        if rule:
-            more = estimate.duration(seconds(STOP_AFTER, 0, 0, 0) - seconds(0, 0, 0, 0))
-            say(f"explaining {T} members: {need} with the first {heads} heads, {more} more for each further {STOP_AFTER} "
+        need = (f"about {estimate.explain_bytes(c, T, heads + members, effects.ROWS_PER_PASS) / 2**30:.1f} GiB and "
+                f"{estimate.duration(work.seconds(speed, c, T))}")
+        if further is not None:  # the stopping rule
+            say(f"explaining {T} members: {need} with the first {heads} heads, "
+                f"{estimate.duration(further.seconds(speed, c, T))} more for each further {STOP_AFTER} "
                 f"(a pass for the heads' sinks, a pass with a gradient, {LAST_ROWS}, then heads "
                 f"silenced exactly in batches of {STOP_AFTER} until {STOP_AFTER} in a row are small, and {members} "
                 f"members, in batched passes)", stream)
             return
         say(f"explaining {T} members: {need} (a pass for the heads' sinks, a pass with a gradient, {LAST_ROWS}, then {heads} heads "
             f"and {members} members silenced exactly, in batched passes)", stream)
+
+    def expected(self, silence_heads, silence_members) -> tuple[int, int, explain_cost.Work, explain_cost.Work | None]:
+        """Before the run: how many heads and members it measures exactly (under the stopping rule,
+        the least: two batches), its work, and under the stopping rule the work of each further batch
+        (else None)."""
+        c, T = self.model.config, len(self.ids)
+        heads, members = _count(silence_heads, c.n_layers * c.n_heads, T), _members_count(silence_members, T)
+        rule = silence_heads is None and T > HEADS_ALL_MAX_T
+        heads = min(2 * STOP_AFTER, c.n_layers * c.n_heads) if rule else heads
+        cells = HEADS_WITH_MEMBERS * (LISTENED_MEASURED + 1) if self.chosen == Interventions() else 0
+        work = self.work(heads, members, cells, sentence_rows(self.model, self.ids, self.chosen))
+        further = self.work(STOP_AFTER, 0, 0, 0).text - self.work(0, 0, 0, 0).text
+        return heads, members, work, explain_cost.Work(text=further) if rule else None
 
     def work(self, heads: int, members: int, cells: int, sentence: int) -> explain_cost.Work:
         """The work of this explain with `heads` heads and `members` members measured exactly and
@@ -208,15 +217,6 @@ class EveryQuestion:
         spread = [T - 1 - round(i * (T - 1) / max(members, 1)) for i in range(members)]
         return explain_cost.every_question(c, T, [middle] * heads, [middle] * cells, spread, sentence,
                                            clean=self.chosen == Interventions())
-
-    def _sentence(self) -> int:
-        """Rows of the last sentence's own pass (0: none is made)."""
-        if self.chosen != Interventions():
-            return 0
-        tok, ids = self.model.tokenizer, self.ids
-        bos = 1 if tok.add_bos and ids and ids[0] == tok.bos_id else 0
-        start = last_sentence_start([tok.readable(i) for i in ids], bos)
-        return 0 if start is None else bos + len(ids) - start
 
     def sinks(self):
         """Every head's sinks (roles.head_sinks), a pass and each layer's rows advancing a bar."""
@@ -315,15 +315,23 @@ class LastQuestion:
     def announce(self, silence_heads, silence_members, stream=None) -> None:
         """Print what the run will need before a large run starts: its memory, and its time at this
         machine's speed now (`estimate.speed`)."""
+        if not shown():  # the speed probe only feeds the message
+            return
         c, T = self.model.config, len(self.ids)
-        heads, members = _last_count(silence_heads, c.n_layers * c.n_heads), _last_count(silence_members, T)
-        layers = [l for l in range(c.n_layers) for _ in range(c.n_heads)]
-        middle = sum(layers) / len(layers)
-        work = explain_cost.last_question(c, T, [middle] * heads, members)
-        seconds = work.seconds(estimate.speed(self.model, T), c, T)
-        need = f"about {estimate.forward(c, T, keep_kv=True).bytes / 2**30:.1f} GiB and {estimate.duration(seconds)}"
+        heads, members, work, _ = self.expected(silence_heads, silence_members)
+        need = (f"about {estimate.forward(c, T, keep_kv=True).bytes / 2**30:.1f} GiB and "
+                f"{estimate.duration(work.seconds(estimate.speed(self.model, T), c, T))}")
         say(f"explaining {T} members: {need} (a pass for the heads' sinks, one keeping every member's keys and "
             f"values, then one row for each of {heads} silenced heads and {members} silenced members)", stream)
+
+    def expected(self, silence_heads, silence_members) -> tuple[int, int, explain_cost.Work, None]:
+        """Before the run: how many heads and members it silences at the last position, and its work
+        (the heads at the mean layer of those chosen by |direct contribution|: unknown yet)."""
+        c, T = self.model.config, len(self.ids)
+        heads, members = _last_count(silence_heads, c.n_layers * c.n_heads), _last_count(silence_members, T)
+        middle = (c.n_layers - 1) / 2
+        work = explain_cost.last_question(c, T, [middle] * heads, members, sentence_rows(self.model, self.ids))
+        return heads, members, work, None
 
     def sinks(self):
         """Every head's sinks (roles.head_sinks), a pass and each layer's rows advancing a bar."""
@@ -361,6 +369,17 @@ class LastQuestion:
         said = ("none" if n == 0 else f"{'all' if n == T else f'top {n} of'} {T}" + ("" if n == T else " by |direct share|")
                 + f", each silenced {LAST_QUESTIONS} (every member's keys and values reused)")
         return _member_effects(run, lp_t, shares, {}, dict(zip(chosen, [float(x) for x in lps]))), said
+
+
+def sentence_rows(model, ids: list[int], chosen: Interventions = Interventions()) -> int:
+    """Rows of the last sentence's own pass (`last_sentence`: a BOS and the last sentence's
+    members); 0 where none is made (one sentence, or a run with something silenced)."""
+    if chosen != Interventions():
+        return 0
+    tok = model.tokenizer
+    bos = 1 if tok.add_bos and ids and ids[0] == tok.bos_id else 0
+    start = last_sentence_start([tok.readable(i) for i in ids], bos)
+    return 0 if start is None else bos + len(ids) - start
 
 
 def _last_count(n: int | str | None, total: int) -> int:

@@ -92,10 +92,10 @@ def members_work(L: int, T: int, members: Sequence[int], clean: bool = True) -> 
     return total
 
 
-def last_question(c: Config, T: int, heads: Sequence[int], members: int) -> Work:
+def last_question(c: Config, T: int, heads: Sequence[float], members: int, sentence: int = 0) -> Work:
     """explain's work past LONG_T members: a pass for the sinks, one keeping every member's keys and
     values, then one row for each of `heads` (their layers) from its layer, and for each of
-    `members` silenced members from layer 0.
+    `members` silenced members from layer 0; and the last sentence's pass (`sentence` rows; 0: none).
 
     >>> from studygroup.gguf.config import Config
     >>> c = Config(30, 9, 3, 576, 64, 1536, 8192, 1e5, 1e-5, 49152)
@@ -103,4 +103,5 @@ def last_question(c: Config, T: int, heads: Sequence[int], members: int) -> Work
     18031
     """
     L = c.n_layers
-    return Work(text=T * L + _from(L, 0, T), copy=sum(L - l for l in heads) + members * L)
+    return Work(text=T * L + _from(L, 0, T) + (_from(L, 0, sentence) if sentence else 0),
+                copy=sum(L - l for l in heads) + members * L)

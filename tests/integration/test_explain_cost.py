@@ -55,15 +55,19 @@ def test_the_last_sentence_and_a_silenced_run_are_counted(model, counted):
     counted["rows"] = 0
     e = study.explain(model, ids)
     heads, in_head, members, sentence = measured(e)
-    assert sentence > 0
+    assert sentence == study.sentence_rows(model, ids) > 0
     assert counted["rows"] == explain_cost.every_question(model.config, len(ids), heads, in_head, members, sentence).rows
 
 
 def test_last_question_counts_the_rows_explain_passes(model, counted, monkeypatch):
     monkeypatch.setattr(study, "LONG_T", 8)
-    T = 20
-    e = study.explain(model, random_ids(model, T, 4), silence_heads=5)
-    heads = [h.layer for h in e.heads if h.silence_effect_last_position is not None]
-    members = sum(m.effect_last_question is not None for m in e.members)
-    assert len(heads) == 5 and members == T
-    assert counted["rows"] == explain_cost.last_question(model.config, T, heads, members).rows
+    for ids in (random_ids(model, 20, 4), model.ids("the cat sat on the mat. the dog ran? a cat sat on")):
+        counted["rows"] = 0
+        e = study.explain(model, ids, silence_heads=5)
+        heads = [h.layer for h in e.heads if h.silence_effect_last_position is not None]
+        members = sum(m.effect_last_question is not None for m in e.members)
+        assert len(heads) == 5 and members == len(ids)
+        sentence = 0 if e.last_sentence is None else len(e.last_sentence.token_ids)
+        assert sentence == study.sentence_rows(model, ids)
+        assert counted["rows"] == explain_cost.last_question(model.config, len(ids), heads, members, sentence).rows
+    assert sentence > 0  # the second text's last sentence passed alone, and counted
