@@ -240,8 +240,8 @@ def speed(model, T: int) -> Speed:
     one = torch.randn(PROBE_COPIES, 1, c.d_model, device=model.device, dtype=model.dtype)  # (B, 1, d_model)
     copy = lambda: model.forward(ids[:1], PassPlan(start=(0, one), stop_after=1, past=past, on_layer=_nothing))  # noqa: E731
     with torch.inference_mode():
-        t, cp = _mean(text) / (2 * R), _mean(copy) / (2 * PROBE_COPIES)
-    return Speed(T, t, _mean(gradient) / (2 * R), cp)
+        t, cp = _mean(text, model.device) / (2 * R), _mean(copy, model.device) / (2 * PROBE_COPIES)
+    return Speed(T, t, _mean(gradient, model.device) / (2 * R), cp)
 
 
 class _Held:
@@ -258,10 +258,14 @@ def _nothing() -> None:
     """A pass's on_layer that shows nothing (the probe draws no progress bar)."""
 
 
-def _mean(f, tries: int = 3) -> float:
-    """The mean wall seconds of `tries` calls of f (after one call to warm it)."""
+def _mean(f, device: torch.device, tries: int = 3) -> float:
+    """The mean wall seconds of `tries` calls of f (after one call to warm it), on `device`'s clock
+    (a GPU's work waited for)."""
+    wait = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     f()
+    wait()
     start = time.perf_counter()
     for _ in range(tries):
         f()
+    wait()
     return (time.perf_counter() - start) / tries

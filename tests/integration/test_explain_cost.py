@@ -71,3 +71,12 @@ def test_last_question_counts_the_rows_explain_passes(model, counted, monkeypatc
         assert sentence == study.sentence_rows(model, ids)
         assert counted["rows"] == explain_cost.last_question(model.config, len(ids), heads, members, sentence).rows
     assert sentence > 0  # the second text's last sentence passed alone, and counted
+
+
+@pytest.mark.parametrize("family", ["tiny_model", "tiny_gemma3"])
+def test_the_speed_probe_times_every_kind_on_each_family(family, request):
+    import studygroup
+    model = studygroup.load(request.getfixturevalue(family).path)
+    s = estimate.speed(model, 40)  # more keys than the Gemma 3's window of 4
+    assert s.T == 40 and all(0 < x < 1 for x in (s.text, s.gradient, s.copy))
+    assert s.text_at(model.config, 80) > s.text  # twice the keys: more attention a row
