@@ -26,6 +26,11 @@ def hide() -> None:
     _shown = False
 
 
+def shown() -> bool:
+    """Whether `say` prints (work that only feeds a message can be skipped where it does not)."""
+    return _shown
+
+
 def say(message: str, stream=None) -> None:
     """One line on stderr about long work ahead (what it will need), unless hidden."""
     if _shown:

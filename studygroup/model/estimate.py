@@ -2,7 +2,8 @@
 
 The time estimate counts multiply-adds (the projections, the MLP and the T×T attention) and
 divides by the speed this machine reaches on a matrix multiply of the model's own sizes, measured
-once per process (about 20 ms).
+once per process (about 20 ms). Where many passes follow (explain), `speed` times the model's own
+layers instead: a row of the text, a row with a gradient, and a one-row copy over kept keys.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import torch
 
 from studygroup.errors import InputError
 from studygroup.gguf.config import Config
+from studygroup.model.interventions import PassPlan
 from studygroup.model.record import MAP_STEPS, Record, names
 
 
@@ -26,10 +28,11 @@ class Estimate:
     seconds: float
 
     def __str__(self) -> str:
-        return f"about {self.bytes / 2**30:.1f} GiB and {_duration(self.seconds)}"
+        return f"about {self.bytes / 2**30:.1f} GiB and {duration(self.seconds)}"
 
 
-def _duration(s: float) -> str:
+def duration(s: float) -> str:
+    """Seconds for a person: '37.9 s', '2.9 min'."""
     return f"{s:.1f} s" if s < 90 else f"{s / 60:.1f} min"
 
 
@@ -159,46 +162,18 @@ def forward(c: Config, T: int, keep_kv: bool = False) -> Estimate:
     return Estimate(int(memory * 1.2) + 200 * 2**20, flops(c, T) / machine_flops_per_second())
 
 
-def long_explain(c: Config, T: int, candidates: int, copies_per_pass: int) -> Estimate:
-    """explain's long-text path: a pass for the heads' sinks, one pass keeping every member's keys
-    and values, then each of `candidates` silenced members or heads as one copy of the last row,
-    `copies_per_pass` at a time (each copy asks over all T members and predicts: its unembedding
-    counts too). The sinks' pass ends before the next begins: the memory is the larger's.
+def explain_bytes(c: Config, T: int, copies: int, rows_per_pass: int) -> int:
+    """Peak memory of explain's exact path on T members: the weights, every member's keys and
+    values, and the largest batched pass of `copies` copies of the text (at most `rows_per_pass` rows).
 
     >>> from studygroup.gguf.config import Config
     >>> c = Config(30, 9, 3, 576, 64, 1536, 8192, 1e5, 1e-5, 49152)
-    >>> long_explain(c, 8192, 8192, 64).seconds > long_explain(c, 8192, 40, 64).seconds
+    >>> explain_bytes(c, 500, 40, 4096) < 2 * 2**30
     True
     """
-    base = forward(c, T, keep_kv=True)
-    passes = math.ceil(candidates / copies_per_pass)
-    per_pass = min(candidates, copies_per_pass) * (_weight_flops_per_row(c) + 2.0 * c.d_model * c.vocab_size)
-    per_copy = COPY_ATTENTION_SLOWDOWN * 4.0 * c.n_layers * c.n_heads * c.d_head * T  # Q·K and weights·V, all T keys
-    sinks = forward(c, T).seconds
-    return Estimate(base.bytes, sinks + base.seconds + (passes * per_pass + candidates * per_copy) / machine_flops_per_second())
-
-
-#: A silenced copy's attention over T shared keys (scores, mask, softmax, weighted sum) runs at about
-#: a fifth of the matrix-multiply speed here, in a whole explain: passes of 64 copies took ~0.6 s
-#: at T=3,000 and ~1.7 s at 8,191 (every member and head of 8,191 silenced: 263 s in all).
-COPY_ATTENTION_SLOWDOWN = 5
-
-
-def explain(c: Config, T: int, heads: int, members: int, rows_per_pass: int) -> Estimate:
-    """explain's exact path on T members: a pass for the heads' sinks, a pass with a gradient
-    (about three passes' work), then `heads` copies of the text joining at their head's layer
-    (half the layers on average) and `members` copies each computed from its member on (half the
-    rows on average), in passes of at most `rows_per_pass` rows.
-
-    >>> from studygroup.gguf.config import Config
-    >>> c = Config(30, 9, 3, 576, 64, 1536, 8192, 1e5, 1e-5, 49152)
-    >>> explain(c, 500, 16, 24, 4096).bytes < 2 * 2**30
-    True
-    """
-    rows = 4 * T + (heads + members) * T / 2
-    largest = min(rows_per_pass, max(T, (heads + members) * T))  # rows of the largest batched pass
+    largest = min(rows_per_pass, max(T, copies * T))  # rows of the largest batched pass
     memory = weight_bytes(c) + activation_bytes(c, largest) + kv_bytes(c, T)
-    return Estimate(int(memory * 1.2) + 200 * 2**20, flops(c, T, int(rows)) / machine_flops_per_second())
+    return int(memory * 1.2) + 200 * 2**20
 
 
 def layer_passes(c: Config, T: int, layer_rows: float, rows_per_pass: int) -> Estimate:
@@ -213,3 +188,84 @@ def layer_passes(c: Config, T: int, layer_rows: float, rows_per_pass: int) -> Es
     per_row = _weight_flops_per_row(c) / c.n_layers + 2.0 * c.n_heads * c.d_head * (T + 1)
     memory = weight_bytes(c) + activation_bytes(c, rows_per_pass)
     return Estimate(int(memory * 1.2), layer_rows * per_row / machine_flops_per_second())
+
+
+@dataclass(frozen=True)
+class Speed:
+    """Seconds one row takes through one layer on this machine, now, by kind of pass: `text`, a
+    row of a text's pass (attention over the rows before it; at `T` rows); `gradient`, the same
+    forward and backward; `copy`, a one-row copy asking over T kept keys, in a batch of copies."""
+
+    T: int
+    text: float
+    gradient: float
+    copy: float
+
+    def text_at(self, c: Config, T: int) -> float:
+        """A text row's seconds at T rows: the probe's, scaled by the multiply-adds of a row's
+        projections, MLP and attention at T against at the probe's length."""
+        per_row = lambda n: flops(c, n, 1) - 2.0 * c.d_model * c.vocab_size  # noqa: E731  (one row, no unembedding)
+        return self.text * per_row(T) / per_row(self.T)
+
+
+#: Rows of the text the probe passes through two layers (more only lengthen the probe), and the
+#: one-row copies it passes together (as `studygroup.study.last_question.COPIES_PER_PASS`).
+PROBE_ROWS = 128
+PROBE_COPIES = 64
+
+
+def speed(model, T: int) -> Speed:
+    """This machine's `Speed` for the model at T members: its first two layers timed on random rows
+    (min(T, PROBE_ROWS) of a text, with and without a gradient; PROBE_COPIES one-row copies over T
+    kept keys), the mean of three tries each (the machine as loaded now, not at its best). About
+    0.4 s for the default model on two idle cores.
+
+    >>> s = speed(model, 300)
+    >>> 0 < s.text < s.gradient and s.copy > 0
+    True
+    """
+    c, R = model.config, min(T, PROBE_ROWS)
+    x = torch.randn(1, R, c.d_model, device=model.device, dtype=model.dtype)  # (1, R, d_model)
+    ids = torch.zeros(R, dtype=torch.long, device=model.device)
+    text = lambda: model.forward(ids, PassPlan(start=(0, x), stop_after=1, on_layer=_nothing))  # noqa: E731
+
+    def gradient():
+        with torch.inference_mode(False), torch.enable_grad():
+            g, out = torch.ones(1, c.n_heads, device=model.device, requires_grad=True), _Held()
+            model.forward(ids, PassPlan(start=(0, x.clone()), stop_after=1, gates={0: g}, on_layer=_nothing,
+                                        replace={"layers.1.resid_post": [out]}))
+            out.t[0, -1].sum().backward()
+    kv = torch.randn(1, c.n_kv_heads, T, c.d_head, device=model.device, dtype=model.dtype)  # (1, H_kv, T, d)
+    past = {0: (kv, kv), 1: (kv, kv)}
+    one = torch.randn(PROBE_COPIES, 1, c.d_model, device=model.device, dtype=model.dtype)  # (B, 1, d_model)
+    copy = lambda: model.forward(ids[:1], PassPlan(start=(0, one), stop_after=1, past=past, on_layer=_nothing))  # noqa: E731
+    with torch.inference_mode():
+        t, cp = _mean(text, model.device) / (2 * R), _mean(copy, model.device) / (2 * PROBE_COPIES)
+    return Speed(T, t, _mean(gradient, model.device) / (2 * R), cp)
+
+
+class _Held:
+    """A hook point's value, held as the pass goes on with it (a Replacement that replaces nothing)."""
+
+    t: torch.Tensor | None = None
+
+    def put(self, t: torch.Tensor, first_row: int = 0) -> torch.Tensor:
+        self.t = t
+        return t
+
+
+def _nothing() -> None:
+    """A pass's on_layer that shows nothing (the probe draws no progress bar)."""
+
+
+def _mean(f, device: torch.device, tries: int = 3) -> float:
+    """The mean wall seconds of `tries` calls of f (after one call to warm it), on `device`'s clock
+    (a GPU's work waited for)."""
+    wait = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    f()
+    wait()
+    start = time.perf_counter()
+    for _ in range(tries):
+        f()
+    wait()
+    return (time.perf_counter() - start) / tries

@@ -32,14 +32,13 @@ from collections.abc import Sequence
 import torch
 
 from studygroup.errors import InputError
-from studygroup.model.estimate import explain as explain_needs
-from studygroup.model.estimate import long_explain as long_explain_needs
+from studygroup.model import estimate
 from studygroup.model.interventions import Interventions
 from studygroup.model.record import KEY_STEPS, Record
-from studygroup.progress import Progress, say
-from studygroup.study import attribution, byte_pieces, effects, last_question, story
+from studygroup.progress import Progress, say, shown
+from studygroup.study import attribution, byte_pieces, effects, explain_cost, last_question, story
 from studygroup.study.ablation import ZERO, Ablation
-from studygroup.study.last_sentence import last_sentence
+from studygroup.study.last_sentence import last_sentence, last_sentence_start
 from studygroup.study.roles import head_sinks
 from studygroup.study.sinks import first_not_resting
 from studygroup.study.text_ids import check_generated_from, checked_ids
@@ -176,20 +175,48 @@ class EveryQuestion:
         self.show = len(ids) > ANNOUNCE_PAST_T  # long enough to say what it will need, and show progress
 
     def announce(self, silence_heads, silence_members, stream=None) -> None:
-        """Print, before the work starts, what explaining these members will need."""
-        if not self.show:
+        """Print, before the work starts, what explaining these members will need: its memory, and
+        its time at this machine's speed now (`estimate.speed`)."""
+        if not self.show or not shown():  # the speed probe only feeds the message
             return
         c, T = self.model.config, len(self.ids)
-        heads, members = _count(silence_heads, c.n_layers * c.n_heads, T), _members_count(silence_members, T)
-        need = explain_needs(c, T, heads, members, effects.ROWS_PER_PASS)
-        if silence_heads is None and T > HEADS_ALL_MAX_T:  # the stopping rule: the first batch is all that is known
-            say(f"explaining {T} members: {need} with the first {heads} heads (a pass for the heads' sinks, a pass "
-                f"with a gradient, {LAST_ROWS}, then heads "
+        heads, members, work, further = self.expected(silence_heads, silence_members)
+        speed = estimate.speed(self.model, T)
+        need = (f"about {estimate.explain_bytes(c, T, heads + members, effects.ROWS_PER_PASS) / 2**30:.1f} GiB and "
+                f"{estimate.duration(work.seconds(speed, c, T))}")
+        if further is not None:  # the stopping rule
+            say(f"explaining {T} members: {need} with the first {heads} heads, "
+                f"{estimate.duration(further.seconds(speed, c, T))} more for each further {STOP_AFTER} "
+                f"(a pass for the heads' sinks, a pass with a gradient, {LAST_ROWS}, then heads "
                 f"silenced exactly in batches of {STOP_AFTER} until {STOP_AFTER} in a row are small, and {members} "
                 f"members, in batched passes)", stream)
             return
         say(f"explaining {T} members: {need} (a pass for the heads' sinks, a pass with a gradient, {LAST_ROWS}, then {heads} heads "
             f"and {members} members silenced exactly, in batched passes)", stream)
+
+    def expected(self, silence_heads, silence_members) -> tuple[int, int, explain_cost.Work, explain_cost.Work | None]:
+        """Before the run: how many heads and members it measures exactly (under the stopping rule,
+        the least: two batches), its work, and under the stopping rule the work of each further batch
+        (else None)."""
+        c, T = self.model.config, len(self.ids)
+        heads, members = _count(silence_heads, c.n_layers * c.n_heads, T), _members_count(silence_members, T)
+        rule = silence_heads is None and T > HEADS_ALL_MAX_T
+        heads = min(2 * STOP_AFTER, c.n_layers * c.n_heads) if rule else heads
+        cells = HEADS_WITH_MEMBERS * (LISTENED_MEASURED + 1) if self.chosen == Interventions() else 0
+        work = self.work(heads, members, cells, sentence_rows(self.model, self.ids, self.chosen))
+        further = self.work(STOP_AFTER, 0, 0, 0).text - self.work(0, 0, 0, 0).text
+        return heads, members, work, explain_cost.Work(text=further) if rule else None
+
+    def work(self, heads: int, members: int, cells: int, sentence: int) -> explain_cost.Work:
+        """The work of this explain with `heads` heads and `members` members measured exactly and
+        `cells` in-head copies, as expected before the run: the heads at the middle layer, the
+        members spread evenly over the text (the last of them included), `sentence` rows of the
+        last sentence alone."""
+        c, T = self.model.config, len(self.ids)
+        middle = (c.n_layers - 1) / 2
+        spread = [T - 1 - round(i * (T - 1) / max(members, 1)) for i in range(members)]
+        return explain_cost.every_question(c, T, [middle] * heads, [middle] * cells, spread, sentence,
+                                           clean=self.chosen == Interventions())
 
     def sinks(self):
         """Every head's sinks (roles.head_sinks), a pass and each layer's rows advancing a bar."""
@@ -286,12 +313,25 @@ class LastQuestion:
         self.taken_out = "silenced"  # how a head is taken out, in words
 
     def announce(self, silence_heads, silence_members, stream=None) -> None:
-        """Print what the run will need before a large run starts."""
+        """Print what the run will need before a large run starts: its memory, and its time at this
+        machine's speed now (`estimate.speed`)."""
+        if not shown():  # the speed probe only feeds the message
+            return
         c, T = self.model.config, len(self.ids)
-        heads, members = _last_count(silence_heads, c.n_layers * c.n_heads), _last_count(silence_members, T)
-        need = long_explain_needs(c, T, heads + members, last_question.COPIES_PER_PASS)
+        heads, members, work, _ = self.expected(silence_heads, silence_members)
+        need = (f"about {estimate.forward(c, T, keep_kv=True).bytes / 2**30:.1f} GiB and "
+                f"{estimate.duration(work.seconds(estimate.speed(self.model, T), c, T))}")
         say(f"explaining {T} members: {need} (a pass for the heads' sinks, one keeping every member's keys and "
             f"values, then one row for each of {heads} silenced heads and {members} silenced members)", stream)
+
+    def expected(self, silence_heads, silence_members) -> tuple[int, int, explain_cost.Work, None]:
+        """Before the run: how many heads and members it silences at the last position, and its work
+        (the heads at the mean layer of those chosen by |direct contribution|: unknown yet)."""
+        c, T = self.model.config, len(self.ids)
+        heads, members = _last_count(silence_heads, c.n_layers * c.n_heads), _last_count(silence_members, T)
+        middle = (c.n_layers - 1) / 2
+        work = explain_cost.last_question(c, T, [middle] * heads, members, sentence_rows(self.model, self.ids))
+        return heads, members, work, None
 
     def sinks(self):
         """Every head's sinks (roles.head_sinks), a pass and each layer's rows advancing a bar."""
@@ -329,6 +369,17 @@ class LastQuestion:
         said = ("none" if n == 0 else f"{'all' if n == T else f'top {n} of'} {T}" + ("" if n == T else " by |direct share|")
                 + f", each silenced {LAST_QUESTIONS} (every member's keys and values reused)")
         return _member_effects(run, lp_t, shares, {}, dict(zip(chosen, [float(x) for x in lps]))), said
+
+
+def sentence_rows(model, ids: list[int], chosen: Interventions = Interventions()) -> int:
+    """Rows of the last sentence's own pass (`last_sentence`: a BOS and the last sentence's
+    members); 0 where none is made (one sentence, or a run with something silenced)."""
+    if chosen != Interventions():
+        return 0
+    tok = model.tokenizer
+    bos = 1 if tok.add_bos and ids and ids[0] == tok.bos_id else 0
+    start = last_sentence_start([tok.readable(i) for i in ids], bos)
+    return 0 if start is None else bos + len(ids) - start
 
 
 def _last_count(n: int | str | None, total: int) -> int:

@@ -215,7 +215,8 @@ def test_a_longer_text_says_what_it_will_need_and_shows_its_progress(model, monk
     assert all(b.enabled and b.done == b.total > 0 for b in bars)  # every bar reaches its end
     study.explain(model, ids)  # the default: the heads' count is known only for the first batch
     err = capsys.readouterr().err
-    assert re.match(r"explaining 12 members: about \d+\.\d GiB and [\d.]+ (s|min) with the first 8 heads \(a pass "
+    assert re.match(r"explaining 12 members: about \d+\.\d GiB and [\d.]+ (s|min) with the first 8 heads, [\d.]+ (s|min) more "
+                    r"for each further 16 \(a pass "
                     r"for the heads' sinks, a pass with a gradient, every head and member silenced at the last position only "
                     r"\(one row each\), then heads silenced exactly in batches of 16 until 16 "
                     r"in a row are small", err), err
