@@ -3,7 +3,7 @@
 A `Shape` holds a model's hyper-parameters as its published config gives them (Hugging Face's
 config.json, and the GGUF's vocabulary size where llama.cpp's converter cuts it); `write` puts a
 file of that shape on disk, tensor by tensor, as llama.cpp's converter names and orders them and as
-its quantizer types them for Q4_K_M (`q4_k_m_type`). The weights are random blocks, never
+its quantizer types them for Q4_K_M (`q4_k_m_types`). The weights are random blocks, never
 quantized floats: uniformly random codes with float16 scales chosen so that every matrix's
 dequantized weights have mean ~0 and standard deviation `WEIGHT_STD`, which keeps the activations
 of a pass in the range of a trained model's. Norm gains are 1, biases small.
@@ -103,23 +103,35 @@ def fallback(qtype: Q, n_in: int) -> Q:
     return small if n_in % gguf.GGML_QUANT_SIZES[small][0] == 0 else Q.F16
 
 
-def q4_k_m_type(name: str, shape: tuple[int, ...], n_layers: int, tied: bool) -> Q:
-    """The type llama.cpp's quantizer gives the text model's tensor `name` of numpy shape `shape`
-    (out, in) under Q4_K_M: vectors stay F32; the output matrix (the embedding, when tied) Q6_K;
-    attn_v and ffn_down Q6_K in the `use_more_bits` layers; every other matrix Q4_K; then the
-    fallback for rows that are not whole blocks.
+def q4_k_m_types(tensors, n_layers: int) -> dict[str, Q]:
+    """The type llama.cpp's quantizer gives each of the text model's `tensors` ((GGUF name, numpy
+    shape (out, in)) in the file's order) under Q4_K_M: vectors and norms stay F32; the output
+    matrix (the embedding, when there is no output.weight) Q6_K; the k-th attn_v and the k-th
+    ffn_down in the file's order Q6_K where `use_more_bits(k, n_layers)`; every other matrix Q4_K;
+    then the fallback for rows that are not whole blocks. llama.cpp counts in the file's order, not
+    by layer number: files whose layers are listed 0, 1, 10, 11, … (the packaged Qwen files) have
+    their Q6_K on other layers than files listed 0, 1, 2, … (these).
 
-    >>> q4_k_m_type("blk.3.attn_v.weight", (1024, 4096), 8, False).name
-    'Q6_K'
+    >>> m = [(f"blk.{l}.attn_v.weight", (1024, 4096)) for l in (0, 1, 10, 2)]
+    >>> [t.name for t in q4_k_m_types(m, 16).values()]  # use_more_bits(k, 16) for k = 0, 1, 2, 3
+    ['Q6_K', 'Q6_K', 'Q4_K', 'Q4_K']
     """
-    if len(shape) < 2 or name.endswith("_norm.weight"):
-        return Q.F32
-    n_in = shape[-1]
-    if name == "output.weight" or (tied and name == "token_embd.weight"):
-        return Q.Q8_0 if n_in % 256 else Q.Q6_K
-    layer = int(name.split(".")[1]) if name.startswith("blk.") else -1
-    more = ("attn_v.weight" in name or "ffn_down" in name) and use_more_bits(layer, n_layers)
-    return fallback(Q.Q6_K if more else Q.Q4_K, n_in)
+    tensors = list(tensors)
+    tied = "output.weight" not in {n for n, _ in tensors}
+    seen = {"attn_v.weight": 0, "ffn_down.weight": 0}
+    types = {}
+    for name, shape in tensors:
+        kind = name.split(".", 2)[2] if name.startswith("blk.") else name  # "attn_v.weight", "attn_v.bias", …
+        more = kind in seen and use_more_bits(seen[kind], n_layers)
+        if kind in seen:
+            seen[kind] += 1
+        if len(shape) < 2 or name.endswith("_norm.weight"):
+            types[name] = Q.F32
+        elif name == "output.weight" or (tied and name == "token_embd.weight"):
+            types[name] = Q.Q8_0 if shape[-1] % 256 else Q.Q6_K
+        else:
+            types[name] = fallback(Q.Q6_K if more else Q.Q4_K, shape[-1])
+    return types
 
 
 # ---- the tensors of a shape, in the converter's order --------------------------------------------
@@ -180,9 +192,19 @@ def vision_tensors(s: Shape) -> Iterator[tuple[str, tuple[int, ...]]]:
 
 def tensor_types(s: Shape) -> dict[str, tuple[tuple[int, ...], Q]]:
     """Every tensor of the file: GGUF name -> (numpy shape, type)."""
-    types = {n: (shape, q4_k_m_type(n, shape, s.n_layers, s.tied)) for n, shape in text_tensors(s)}
+    text = list(text_tensors(s))
+    types = {n: (shape, q) for (n, shape), q in zip(text, q4_k_m_types(text, s.n_layers).values())}
     types |= {n: (shape, Q.F16 if len(shape) > 1 else Q.F32) for n, shape in vision_tensors(s)}
     return types
+
+
+def file_bytes(s: Shape) -> int:
+    """The bytes of the file's tensors (the header adds a few MB: the vocabulary).
+
+    >>> round(file_bytes(SHAPES["llama3.1:8b"]) / 1e9, 2)
+    4.91
+    """
+    return sum(int(np.prod(gguf.quants.quant_shape_to_byte_shape(shape, q))) for shape, q in tensor_types(s).values())
 
 
 # ---- the values ------------------------------------------------------------------------------------
@@ -330,4 +352,4 @@ def _add(writer: gguf.GGUFWriter, key: str, value) -> None:
         writer.add_key_value(key, value, vtype)
 
 
-__all__ = ["SHAPES", "Shape", "q4_k_m_type", "replace", "tensor_types", "use_more_bits", "write"]
+__all__ = ["SHAPES", "Shape", "q4_k_m_types", "replace", "tensor_types", "use_more_bits", "write"]
