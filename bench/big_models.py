@@ -39,6 +39,14 @@ def load_average() -> str:
     return Path("/proc/loadavg").read_text().split()[0]
 
 
+def commit() -> str:
+    """The code measured: the short commit, "+" where the work tree differs from it."""
+    git = ["git", "-C", str(HERE.parent)]
+    head = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(git + ["status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True).stdout
+    return head + ("+" if dirty.strip() else "")
+
+
 def measure(path: str, T: int, words: int) -> dict:
     """In this process: load, explain T ids, generate `words`; the figures (a refusal: its line)."""
     import studygroup  # before torch, as a user's program does (studygroup sets torch's threads)
@@ -118,6 +126,7 @@ def main() -> None:
     ap.add_argument("--T", type=int, default=256)
     ap.add_argument("--words", type=int, default=16)
     ap.add_argument("--keep", action="store_true", help="keep the files written")
+    ap.add_argument("--out", help="also write the figures, the CPU, the load and the commit as JSON")
     ap.add_argument("--measure", help=argparse.SUPPRESS)  # the child: one model, figures as JSON
     args = ap.parse_args()
     if args.measure:
@@ -130,7 +139,8 @@ def main() -> None:
     if unknown or (names and not args.folder):
         sys.exit(f"big_models: {'unknown shapes ' + ', '.join(unknown) if unknown else 'name a folder to write into'}"
                  f" (shapes: {', '.join(shaped_gguf.SHAPES)})")
-    print(f"CPU: {cpu()}; load {load_average()}; T={args.T}, {args.words} words", flush=True)
+    run = {"cpu": cpu(), "load_before": load_average(), "commit": commit(), "T": args.T, "words": args.words}
+    print(f"CPU: {run['cpu']}; load {run['load_before']}; code {run['commit']}; T={args.T}, {args.words} words", flush=True)
     print("| model | file | load | explain | generate | peak RSS |\n|---|---|---|---|---|---|", flush=True)
     results = {}
     for name in names:
@@ -146,8 +156,10 @@ def main() -> None:
     for model in args.file:
         results[model] = run_child(model, args.T, args.words)
         print(row(model, results[model]), flush=True)
-    print(f"load after: {load_average()}")
-    print(json.dumps(results, ensure_ascii=False))
+    run |= {"load_after": load_average(), "results": results}
+    print(f"load after: {run['load_after']}")
+    if args.out:
+        Path(args.out).write_text(json.dumps(run, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":
