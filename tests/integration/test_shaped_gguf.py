@@ -10,6 +10,8 @@ against transformers' eager float32 model given the same weights, dequantized by
 from __future__ import annotations
 
 import importlib.util
+import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -203,3 +205,19 @@ def test_logits_equal_transformers_on_the_same_weights(written):
     got = ours.run(ids, logits="all").logits
     assert got.shape == want.shape == (40, s.vocab_size)
     assert (got - want).abs().max() < 1e-4 * want.abs().max()
+
+
+def test_the_bench_measures_a_file_in_a_child_of_its_own(tmp_path):
+    """bench/big_models.py on a tiny shaped file: the child's figures come back (ids cut to T, the
+    words generated, the explain's prediction, its own peak memory)."""
+    s = tiny_shape("qwen3:8b", n_layers=2)
+    path = shaped.write(s, tmp_path / "tiny.gguf", tokenizer=TOKENIZER)
+    out = tmp_path / "figures.json"
+    done = subprocess.run([sys.executable, str(BENCH.with_name("big_models.py")), "--file", str(path), "--T", "20",
+                           "--words", "3", "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    run = json.loads(out.read_text(encoding="utf-8"))
+    figures = run["results"][str(path)]
+    assert figures["T"] == 20 and figures["words"] == 3 and figures["heads"] == 8
+    assert 0.1 < figures["peak_gib"] < 5 and figures["explain_s"] > 0 and "random qwen3:8b shape" in figures["model"]
+    assert f"| {path} |" in done.stdout and run["cpu"]
