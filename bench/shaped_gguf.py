@@ -21,7 +21,7 @@ mm.* unread.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -62,7 +62,7 @@ class Shape:
     llama3_rope: dict | None = None  # Llama 3.1's RoPE scaling, written as rope_freqs.weight
     sliding_window: int = 0  # Gemma 3's local layers
     rope_scale: float | None = None  # linear RoPE scaling (Gemma 3 4B: 8 on the global layers)
-    vision: dict | None = field(default=None)  # Gemma 3's SigLIP tower: layers, d, d_mlp, heads, image, patch
+    vision: dict | None = None  # Gemma 3's SigLIP tower: layers, d, d_mlp, heads, image, patch
 
 
 LLAMA3_ROPE = dict(low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8192)
@@ -315,6 +315,7 @@ def write(s: Shape, path: str | Path, seed: int = 0, tokenizer: dict | None = No
     `tokenizer`: tokenizer.* metadata to pad to the shape's vocabulary (None: the default model's).
 
     >>> import tempfile
+    >>> from dataclasses import replace
     >>> tiny = replace(SHAPES["llama3.1:8b"], n_layers=2, d_model=256, n_heads=4, n_kv_heads=2, d_head=64,
     ...                d_mlp=512, vocab_size=49152)
     >>> p = write(tiny, Path(tempfile.mkdtemp()) / "tiny.gguf")
@@ -352,4 +353,4 @@ def _add(writer: gguf.GGUFWriter, key: str, value) -> None:
         writer.add_key_value(key, value, vtype)
 
 
-__all__ = ["SHAPES", "Shape", "q4_k_m_types", "replace", "tensor_types", "use_more_bits", "write"]
+__all__ = ["SHAPES", "Shape", "file_bytes", "q4_k_m_types", "tensor_types", "use_more_bits", "write"]

@@ -9,6 +9,7 @@ against transformers' eager float32 model given the same weights, dequantized by
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import subprocess
@@ -52,7 +53,7 @@ def tiny_shape(name: str, **changes):
         extra["sliding_window"] = 4
     if s.llama3_rope:  # an original context short enough that the tiny texts cross the blended pairs
         extra["llama3_rope"] = dict(s.llama3_rope, original_max_position_embeddings=16)
-    return shaped.replace(s, **(TINY | extra | changes))
+    return dataclasses.replace(s, **(TINY | extra | changes))
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
