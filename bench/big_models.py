@@ -1,0 +1,166 @@
+"""The shapes people run, without downloading them: load, explain and generate, time and peak memory.
+
+For each model shape of `shaped_gguf.SHAPES` (llama3.2:3b, llama3.1:8b, gemma3:4b with its vision
+tower, qwen3:8b, deepseek-r1:7b; Ollama's default Q4_K_M type mix, random weights), writes the GGUF
+into the folder named, then in a process of its own: `studygroup.load(file, cache=False)`, the
+default `explain` of T tokens (the bench paragraph repeated, cut to T ids by the file's tokenizer)
+and `generate` of N words after them (greedy, end-of-text ignored); prints each step's wall time
+and the process's peak resident memory (its own ru_maxrss, read by wait4 even when it dies), then
+deletes the file (unless --keep). A model studygroup refuses for its memory prints the refusal's
+line: that is its figure.
+
+    python bench/big_models.py FOLDER                                 # every shape, T=256, 16 words
+    python bench/big_models.py FOLDER --only llama3.1:8b --T 50 --words 0
+    python bench/big_models.py FOLDER --file qwen2.5-coder-1.5b --T 50 --words 0   # a file as it is
+
+Disk: each file is 2.0-5.0 GB (shaped_gguf's sizes) and is written only when the folder's disk has
+it and 1 GB more free. The CPU and the load (1-minute average) are printed before and after.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cache_check import cpu  # noqa: E402
+
+HERE = Path(__file__).resolve()
+SPARE_DISK = 2**30  # bytes left free on the folder's disk after a file is written
+
+
+def load_average() -> str:
+    return Path("/proc/loadavg").read_text().split()[0]
+
+
+def commit() -> str:
+    """The code measured: the short commit, "+" where the work tree differs from it."""
+    git = ["git", "-C", str(HERE.parent)]
+    head = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(git + ["status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True).stdout
+    return head + ("+" if dirty.strip() else "")
+
+
+def measure(path: str, T: int, words: int) -> dict:
+    """In this process: load, explain T ids, generate `words`; the figures (a refusal: its line)."""
+    import studygroup  # before torch, as a user's program does (studygroup sets torch's threads)
+
+    start = time.perf_counter()
+    try:
+        model = studygroup.load(path, cache=False)
+    except studygroup.StudyGroupError as e:
+        return {"refused": str(e), "load_s": round(time.perf_counter() - start, 1)}
+    figures = {"load_s": round(time.perf_counter() - start, 1), "model": model.config.label}
+    ids = ids_of(model, T)
+    start = time.perf_counter()
+    e = studygroup.explain(model, ids)
+    figures |= {"T": len(ids), "explain_s": round(time.perf_counter() - start, 1),
+                "heads": model.config.n_layers * model.config.n_heads, "predicted": e.predicted.token}
+    if words:
+        start = time.perf_counter()
+        g = model.generate(ids, words, ignore_eos=True)
+        took = time.perf_counter() - start
+        figures |= {"words": len(g.words), "generate_s": round(took, 1), "words_per_s": round(len(g.words) / took, 2)}
+    return figures
+
+
+def ids_of(model, T: int) -> list[int]:
+    """T ids of the bench paragraph, repeated, in the model's tokenizer."""
+    from run import PARAGRAPH
+
+    once = model.tokenizer.encode(PARAGRAPH)
+    return (once * (T // len(once) + 1))[:T]
+
+
+def run_child(path: Path, T: int, words: int) -> dict:
+    """`measure` in a child process; its own peak resident memory from wait4, whatever its end."""
+    with tempfile.TemporaryFile("w+") as out:
+        child = subprocess.Popen([sys.executable, str(HERE), "--measure", str(path), "--T", str(T), "--words", str(words)],
+                                 stdout=out, stderr=subprocess.PIPE, text=True)
+        err = child.stderr.read()
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        text = out.read().strip()
+    figures = json.loads(text.splitlines()[-1]) if child.returncode == 0 and text else {
+        "failed": f"exit {child.returncode}: {err.strip().splitlines()[-1] if err.strip() else 'no message'}"}
+    return figures | {"peak_gib": round(usage.ru_maxrss / 2**20, 2)}
+
+
+def shaped_file(name: str, folder: Path) -> tuple[Path | None, dict]:
+    """Write the shape `name` into `folder`: (its path, figures), or (None, why not)."""
+    import shaped_gguf
+
+    s = shaped_gguf.SHAPES[name]
+    size = shaped_gguf.file_bytes(s)
+    free = shutil.disk_usage(folder).free
+    if free < size + SPARE_DISK:
+        return None, {"skipped": f"{size / 1e9:.1f} GB to write, {free / 1e9:.1f} GB free in {folder}"}
+    path = folder / f"{name.replace(':', '-')}-random-q4_k_m.gguf"
+    start = time.perf_counter()
+    shaped_gguf.write(s, path)
+    return path, {"file_gb": round(path.stat().st_size / 1e9, 2), "write_s": round(time.perf_counter() - start, 1)}
+
+
+def row(name: str, f: dict) -> str:
+    """One Markdown row: model, file, load, explain, generate, peak (or the refusal)."""
+    if "refused" in f or "failed" in f or "skipped" in f:
+        why = f.get("refused") or f.get("failed") or f.get("skipped")
+        return f"| {name} | {f.get('file_gb', '')} GB | {why} | | | {f.get('peak_gib', '')} GiB |"
+    gen = f"{f['generate_s']} s ({f['words_per_s']} words/s)" if "generate_s" in f else "—"
+    return (f"| {name} | {f.get('file_gb', '')} GB | {f['load_s']} s | {f['explain_s']} s ({f['T']} tokens) "
+            f"| {gen} | {f['peak_gib']} GiB |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("folder", nargs="?", help="where the files are written (and deleted after)")
+    ap.add_argument("--only", default="", help="comma-separated shape names (default: every one)")
+    ap.add_argument("--file", action="append", default=[], help="measure this model (a path or a packaged name) as it is")
+    ap.add_argument("--T", type=int, default=256)
+    ap.add_argument("--words", type=int, default=16)
+    ap.add_argument("--keep", action="store_true", help="keep the files written")
+    ap.add_argument("--out", help="also write the figures, the CPU, the load and the commit as JSON")
+    ap.add_argument("--measure", help=argparse.SUPPRESS)  # the child: one model, figures as JSON
+    args = ap.parse_args()
+    if args.measure:
+        print(json.dumps(measure(args.measure, args.T, args.words), ensure_ascii=False))
+        return
+    import shaped_gguf
+
+    names = [n for n in args.only.split(",") if n] or ([] if args.file else list(shaped_gguf.SHAPES))
+    unknown = [n for n in names if n not in shaped_gguf.SHAPES]
+    if unknown or (names and not args.folder):
+        sys.exit(f"big_models: {'unknown shapes ' + ', '.join(unknown) if unknown else 'name a folder to write into'}"
+                 f" (shapes: {', '.join(shaped_gguf.SHAPES)})")
+    run = {"cpu": cpu(), "load_before": load_average(), "commit": commit(), "T": args.T, "words": args.words}
+    print(f"CPU: {run['cpu']}; load {run['load_before']}; code {run['commit']}; T={args.T}, {args.words} words", flush=True)
+    print("| model | file | load | explain | generate | peak RSS |\n|---|---|---|---|---|---|", flush=True)
+    results = {}
+    for name in names:
+        path, figures = shaped_file(name, Path(args.folder))
+        if path is not None:
+            try:
+                figures |= run_child(path, args.T, args.words)
+            finally:
+                if not args.keep:
+                    path.unlink()
+        results[name] = figures
+        print(row(name, figures), flush=True)
+    for model in args.file:
+        results[model] = run_child(model, args.T, args.words)
+        print(row(model, results[model]), flush=True)
+    run |= {"load_after": load_average(), "results": results}
+    print(f"load after: {run['load_after']}")
+    if args.out:
+        Path(args.out).write_text(json.dumps(run, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
