@@ -55,7 +55,7 @@ def page_run(model, text, interventions: Interventions = Interventions(), base=N
     >>> one = Interventions(silenced_members=(1,))
     >>> run = page_run(model, "I have a lot", one)
     >>> a = head(model, "I have a lot", 3, 0, run=run)["weights"]
-    >>> b = head(model, "I have a lot", 3, 0, one)["weights"]  # its own pass, up to layer 3
+    >>> b = head(model, "I have a lot", 3, 0, interventions=one)["weights"]  # its own pass, up to layer 3
     >>> max(abs(x - y) for ra, rb in zip(a, b) for x, y in zip(ra, rb)) < 1e-5
     True
     """
@@ -83,7 +83,7 @@ def conclusion(model, text, top: int = 10, interventions: Interventions = Interv
     a ghost bar; `silenced_story`, the story's conclusion sentence told from the silenced run's
     top words (story.conclusion_parts).
 
-    >>> d = conclusion(model, "I have a lot", Interventions(silenced_members=(2,)))
+    >>> d = conclusion(model, "I have a lot", interventions=Interventions(silenced_members=(2,)))
     >>> d["top"][0]["token"], d["words"][0]["prob_before"] > 0
     ('␣of', True)
     """
