@@ -58,7 +58,7 @@ class Ablation:
         """What each head's output becomes, (L, H, 1 or T, d); None for zero ablation (the write zeroed)."""
         if self.kind == "zero":
             return None
-        return torch.stack([r["output"] for r in self.taken(model, ids)])
+        return torch.stack([r["output"] for r in self.taken(model, ids, ("output",))])
 
     def to_dict(self) -> dict:
         """The ablation as the JSON views name it: {"kind", "reference": how many reference texts
@@ -66,36 +66,43 @@ class Ablation:
         source = self.source if self.source is None or isinstance(self.source, str) else list(self.source)
         return {"kind": self.kind, "reference": len(self.reference), "from": source}
 
-    def taken(self, model, ids: list[int]) -> list[dict[str, torch.Tensor]]:
+    def taken(self, model, ids: list[int], steps=STEPS) -> list[dict[str, torch.Tensor]]:
         """Per layer, what the places this ablation takes out take instead in a run of ids:
-        {step of STEPS: (H or H_kv, 1 or T, d)} (1: a mean; T: a resampled text's members)."""
+        {step of `steps` (of STEPS): (H or H_kv, 1 or T, d)} (1: a mean; T: a resampled text's members).
+        Only the steps asked are recorded (what a pass records can change its last float bits)."""
         if self.kind == "mean":
-            return step_means(model, [ids] if not self.reference else [_ids(model, r) for r in self.reference])
-        return steps_of(model, same_length(model, ids, self.source))
+            return step_means(model, [ids] if not self.reference else [_ids(model, r) for r in self.reference], steps)
+        return steps_of(model, same_length(model, ids, self.source), steps)
 
 
 ZERO = Ablation()
 
 
-def _recorded(model, ids: list[int]) -> list[dict[str, torch.Tensor]]:
-    run = model.run(ids, record=Record(steps=STEPS))
-    return [{s: run[s, l] for s in STEPS} for l in range(model.config.n_layers)]
+def _recorded(model, ids: list[int], steps) -> dict[str, torch.Tensor]:
+    """{step: (L, H or H_kv, T, d)}: these steps of every layer in a run of ids."""
+    run = model.run(ids, record=Record(steps=tuple(steps)))
+    return {s: torch.stack([run[s, l] for l in range(model.config.n_layers)]) for s in steps}
 
 
-def step_means(model, reference: Sequence[list[int]]) -> list[dict[str, torch.Tensor]]:
-    """Per layer, each step of STEPS averaged over every member of the reference texts: {step: (H, 1, d)}."""
+def _per_layer(stacked: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
+    """{step: (L, …)} -> per layer {step: (…)}."""
+    L = next(iter(stacked.values())).shape[0] if stacked else 0
+    return [{s: t[l] for s, t in stacked.items()} for l in range(L)]
+
+
+def step_means(model, reference: Sequence[list[int]], steps=STEPS) -> list[dict[str, torch.Tensor]]:
+    """Per layer, each of these steps averaged over every member of the reference texts: {step: (H, 1, d)}."""
     total, n = None, 0
     for ids in reference:
-        steps = _recorded(model, ids)
-        sums = [{s: t.sum(1, keepdim=True) for s, t in layer.items()} for layer in steps]
-        total = sums if total is None else [{s: a[s] + b[s] for s in a} for a, b in zip(total, sums)]
+        sums = {s: t.sum(2, keepdim=True) for s, t in _recorded(model, ids, steps).items()}  # (L, H, 1, d)
+        total = sums if total is None else {s: total[s] + sums[s] for s in sums}
         n += len(ids)
-    return [{s: (t / n).to(model.dtype) for s, t in layer.items()} for layer in total]
+    return _per_layer({s: (t / n).to(model.dtype) for s, t in total.items()})
 
 
-def steps_of(model, ids: list[int]) -> list[dict[str, torch.Tensor]]:
-    """Per layer, each step of STEPS at every member of a text: {step: (H, T, d)}."""
-    return [{s: t.to(model.dtype) for s, t in layer.items()} for layer in _recorded(model, ids)]
+def steps_of(model, ids: list[int], steps=STEPS) -> list[dict[str, torch.Tensor]]:
+    """Per layer, each of these steps at every member of a text: {step: (H, T, d)}."""
+    return _per_layer({s: t.to(model.dtype) for s, t in _recorded(model, ids, steps).items()})
 
 
 def _ids(model, text) -> list[int]:

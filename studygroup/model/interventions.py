@@ -217,7 +217,9 @@ class Interventions:
         silenced member's key and value projections in every layer (`studygroup.model.ablation`)."""
         if self.zero or self.ablated or not (self.silenced_members or self.silenced_heads):
             return self
-        taken, members = self.ablation.taken(model, ids), self.silenced_members
+        members = self.silenced_members
+        steps = (("output",) if self.silenced_heads else ()) + (("k_pre_rope", "v") if members else ())
+        taken = self.ablation.taken(model, ids, steps)
         out = [Replacement(f"layers.{l}.output", taken[l]["output"][h], heads=(h,)) for l, h in sorted(self.silenced_heads)]
         for l in range(model.config.n_layers) if members else ():
             out += [Replacement(f"layers.{l}.{s}", t if t.shape[1] == 1 else t[:, list(members)], members=members)

@@ -209,3 +209,27 @@ def test_a_member_ablation_in_chosen_heads_or_in_generation_is_refused(tiny_mode
         Interventions.make(model, 5, [1], member_heads=[(0, 1)], ablation=Ablation("mean"))
     with pytest.raises(InputError, match="zero ablation only"):
         model.generate(ids_of(model, 5), 2, interventions=Interventions((1,), ablation=Ablation("mean")))
+
+
+def test_head_and_compare_take_the_ablation_of_their_silencing_from_the_command_line(tiny_model, capsys):
+    """`head --silence-member J --ablation mean` is head_view of the mean-ablated run (a run checked
+    against transformers above); `compare` the explanations of both texts' resample-ablated runs;
+    a resample text of another length: one line, exit 2."""
+    import json
+
+    from studygroup.study.head import head_view
+
+    model = studygroup.load(tiny_model.path, cache=False)
+    assert main(["head", "the tin can", "--model", str(tiny_model.path), "--layer", "1", "--head", "0", "--json",
+                 "--silence-member", "2", "--ablation", "mean"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    want = head_view(model, "the tin can", 1, 0, interventions=Interventions((2,), ablation=Ablation("mean")))
+    assert got["weights"] == want.to_dict()["weights"] and got["weights"][3][2] > 0  # heard, with its mean key
+    assert main(["compare", "tin can", "the tin can", "--model", str(tiny_model.path), "--silence-head", "0.1",
+                 "--ablation", "resample", "--from", "the can tin", "--json"]) == 2
+    err = capsys.readouterr().err
+    assert "give no --silence-member/--silence-head" in err and err.count("\n") == 1
+    assert main(["head", "the tin can", "--model", str(tiny_model.path), "--layer", "1", "--head", "0",
+                 "--silence-member", "2", "--ablation", "resample", "--from", "the tin"]) == 2
+    err = capsys.readouterr().err
+    assert "same number of tokens" in err and err.count("\n") == 1
