@@ -128,5 +128,8 @@ def test_explain_takes_chat_as_the_cli_does(client, model, monkeypatch):
     expected = studygroup.explain(model, model.chat(TEXT, "be brief"), top=3).to_dict()
     assert json.loads(r.text) == json.loads(json.dumps(expected))
     assert r.json()["token_ids"] == model.chat(TEXT, "be brief")
+    measured = client.post("/api/explain", json={"text": TEXT, "top": 3, "chat": True, "measure_heads": 2}).json()
+    assert measured == json.loads(json.dumps(studygroup.explain(model, model.chat(TEXT), top=3, measure_heads=2).to_dict()))
+    assert measured["heads_measured"] == 2  # a chat's measure_heads is followed (it was left out)
     monkeypatch.setattr(model.tokenizer, "chat_template", None)
     assert "has no chat template" in error_of(client.post("/api/explain", json={"text": TEXT, "chat": True}), 400)
