@@ -32,9 +32,8 @@ import os
 import re
 import sys
 
+from studygroup.study import DEFAULT_TEXT
 from studygroup.views.output_file import check_writable, write_text
-
-DEFAULT_TEXT = "Cash or credit card? I have a lot"
 
 
 class ArgumentError(Exception):

@@ -23,7 +23,7 @@ from studygroup.model.record import Record
 from studygroup.study import effects
 from studygroup.study.jsonable import JSONable
 from studygroup.study.results import ModelInfo, model_info
-from studygroup.study.story import quote, signed
+from studygroup.formats import quote, signed
 from studygroup.study.text_ids import checked_ids
 
 

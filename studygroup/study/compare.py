@@ -26,10 +26,10 @@ from studygroup.study.jsonable import JSONable
 from studygroup.study.explain import analyse
 from studygroup.study.ranking import heads_largest_first
 from studygroup.study.results import Explanation, MemberEffect
-from studygroup.study.story import brief, clipped, percent, quote, signed
+from studygroup.formats import brief, clipped, percent, quote, signed
 
 #: How many heads `heads` lists, by |change|.
-HEADS_SHOWN = 10
+CHANGED_HEADS_SHOWN = 10
 
 
 @dataclass
@@ -183,7 +183,7 @@ def _head_shifts(heads_a: torch.Tensor, heads_b: torch.Tensor) -> list[HeadShift
     """heads_a, heads_b: (n_layers, n_heads) direct contributions -> the largest |changes|."""
     change = heads_b - heads_a  # (L, H)
     return [HeadShift(l, h, float(heads_a[l, h]), float(heads_b[l, h]), float(change[l, h]))
-            for l, h in heads_largest_first(change)[:HEADS_SHOWN]]
+            for l, h in heads_largest_first(change)[:CHANGED_HEADS_SHOWN]]
 
 
 def _analysed(model, name: str, text, options: dict):

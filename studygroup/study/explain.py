@@ -51,7 +51,7 @@ from studygroup.study.results import (Analysis, Explanation, HeadEffect, Listene
 #: (Every member's keys, k, are recorded too: silencing a member reuses the rows before it.)
 STEPS = (*attribution.NEEDED_STEPS, "weights", "v", "q")
 #: Past this many members explain first says what it will need, and shows progress bars.
-FULL_RECORD_MAX_T = 64
+ANNOUNCE_PAST_T = 64
 #: Up to this many members a head's listening lists them all; past it, the largest contributions.
 LISTEN_ALL_MAX_T = 64
 LISTEN_TOP = 32
@@ -171,7 +171,7 @@ class EveryQuestion:
         self.model, self.ids, self.chosen = model, ids, chosen  # chosen: what the explained run silences
         self.values = None  # what a head's output becomes when it is taken out (None: its write zeroed)
         self.taken_out = "silenced"  # how a head is taken out, in words
-        self.show = len(ids) > FULL_RECORD_MAX_T  # long enough to say what it will need, and show progress
+        self.show = len(ids) > ANNOUNCE_PAST_T  # long enough to say what it will need, and show progress
 
     def announce(self, measure_heads, measure_members, stream=None) -> None:
         """Print, before the work starts, what explaining these members will need."""

@@ -22,7 +22,7 @@ from studygroup.study.mask_reasons import mask_reasons
 from studygroup.study.text_ids import check_generated_from, checked_ids
 from studygroup.study.sink_write import SinkWrite, sink_write
 from studygroup.study.sinks import MAX_QUESTIONS, head_sinks_of, rests_on_sink, sink_weight
-from studygroup.study.story import brief
+from studygroup.formats import brief
 from studygroup.study.window import Window, window
 
 NOTATIONS = ("paper", "columns")

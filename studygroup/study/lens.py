@@ -24,7 +24,7 @@ from studygroup.model.linear import ONEDNN_MAX_ROWS
 from studygroup.model.record import Record
 from studygroup.study.jsonable import JSONable
 from studygroup.study.results import ModelInfo, model_info
-from studygroup.study.story import percent, quote
+from studygroup.formats import percent, quote
 from studygroup.study.text_ids import checked_ids
 
 #: Positions shown by default: every member up to this many, else the last this many.

@@ -28,7 +28,8 @@ from studygroup.study.explain import top_words
 from studygroup.study.jsonable import JSONable
 from studygroup.study.sinks import (MAX_QUESTIONS, REST_WEIGHT, SINK_SHARE, SINK_WEIGHT, head_sinks_of, rests_on_sink,
                                      sink_weight)
-from studygroup.study.story import brief, clipped, members_line, percent, quote
+from studygroup.formats import brief, clipped, percent, quote
+from studygroup.study.story import members_line
 from studygroup.study.text_ids import checked_ids, checked_pair
 
 #: The sections' names, in order (the page's URL and the JSON use them).

@@ -16,9 +16,11 @@ from studygroup.study.jsonable import JSONable
 from studygroup.study.mask_reasons import reasons_of_head
 from studygroup.study.ranking import heads_largest_first
 from studygroup.study.roles import RoleScores, heads_role_scores, strongest, untold
-from studygroup.study.story import brief, quote
+from studygroup.formats import brief, quote
 from studygroup.model.record import Record
 
+#: Up to this many members every head's whole T×T map is kept and shown: the model view's maps, the
+#: page's run (page_data.page_run) and a head's grid by default; past it, the last question's row.
 FULL_MAPS_MAX_T = 64
 #: How many heads get a rank when ranked by direct contribution.
 RANKED = 10

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from studygroup.formulas import attention
 from studygroup.study.jsonable import JSONable
 from studygroup.study.mask_reasons import mask_reasons
-from studygroup.study.story import brief
+from studygroup.formats import brief
 from studygroup.study.window import any_size
 
 #: The most blocks on a side of an overview.

@@ -26,8 +26,6 @@ from studygroup.study.head import NOTATIONS, head_view
 
 #: Decimals kept in the model view's thumbnails (the head view carries full precision).
 THUMBNAIL_DECIMALS = 3
-#: Past this many members the head view shows the last question by default.
-FULL_GRID_MAX_T = 64
 #: The steps a head's view reads: page_run records them for short texts.
 HEAD_VECTORS = ("q_pre_rope", "k_pre_rope", "q", "k", "v")
 #: What page_run keeps up to FULL_MAPS_MAX_T members: every head's map and vectors and the residual
@@ -193,14 +191,14 @@ def head(model, text, layer: int, head: int, notation: str = "paper", rows="auto
 
     contributions[i][j] (paper; transposed in "columns") = w_ij · ‖v_j · W_O[h]‖, the size of
     member j's answer in question i's weighted sum as the head writes it. rows: "all" every
-    question, "last" the last member's question only, "auto" all up to FULL_GRID_MAX_T members,
+    question, "last" the last member's question only, "auto" all up to FULL_MAPS_MAX_T members,
     or [A, B] members A to B-1 (a Python slice: None leaves an end open, negatives count from the
     end). keys: "all" or [C, D], the answers shown. interventions: the head in a run with these;
     run: that run (page_run), whose recorded vectors are used where it has them.
     packed: the vectors (PACKED_VECTORS) as `packed_vectors` instead (`packed_vectors`).
     """
     T = len(checked_ids(model, text))
-    chosen = "all" if rows == "all" or (rows == "auto" and T <= FULL_GRID_MAX_T) else "last" if rows in ("auto", "last") else "window"
+    chosen = "all" if rows == "all" or (rows == "auto" and T <= FULL_MAPS_MAX_T) else "last" if rows in ("auto", "last") else "window"
     as_slice = lambda w: slice(*w) if isinstance(w, (list, tuple)) else None  # noqa: E731
     view = head_view(model, text, layer, head, notation, interventions=interventions, run=run, rows=slice(-1, None) if chosen == "last" else as_slice(rows), keys=as_slice(keys))
     d = view.to_dict() | interventions.ablation_field()

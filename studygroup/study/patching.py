@@ -31,7 +31,7 @@ from studygroup.progress import Progress
 from studygroup.study.jsonable import JSONable
 from studygroup.study.lens import LensWord
 from studygroup.study.results import ModelInfo, model_info
-from studygroup.study.story import quote
+from studygroup.formats import quote
 from studygroup.study.text_ids import checked_ids
 
 GRIDS = ("resid_pre", "attn_out", "mlp_out", "heads")

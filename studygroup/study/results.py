@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from studygroup.study.jsonable import JSONable
 from studygroup.study.roles import RoleScores
 from studygroup.study.sinks import rests_on_sink
-from studygroup.study.story import brief, clipped, percent, quote, signed
+from studygroup.formats import brief, clipped, percent, quote, signed
 
 
 @dataclass

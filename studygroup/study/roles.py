@@ -35,7 +35,7 @@ from studygroup.errors import InputError
 from studygroup.gguf.tokenizer import TOKEN_NORMAL
 from studygroup.study.jsonable import JSONable
 from studygroup.study.sinks import MAX_QUESTIONS, SINK_SHARE, SINK_WEIGHT, head_sinks_of, last_rows, sink_mask, sink_weight
-from studygroup.study.story import brief
+from studygroup.formats import brief
 from studygroup.study.text_ids import checked_ids
 
 ROLES = ("previous", "duplicate", "induction", "sink", "local", "broad")

@@ -5,51 +5,8 @@ result; nothing is claimed that the result does not hold.
 """
 from __future__ import annotations
 
-import math
-
+from studygroup.formats import clipped, percent, quote, signed
 from studygroup.study.sinks import MEANING, QUIET_SHARE, quiet_sinks
-
-
-def percent(p: float) -> str:
-    """Probabilities as percentages: one decimal under 10%, none above.
-
-    >>> percent(0.9526), percent(0.0171), percent(0.0004)
-    ('95%', '1.7%', '0.0%')
-    """
-    return f"{100 * p:.1f}%" if p < 0.1 else f"{100 * p:.0f}%"
-
-
-def signed(x: float, digits: int) -> str:
-    """x with its sign, never "-0.00": a value that rounds to zero reads "+0.00".
-
-    >>> signed(-0.0004, 2), signed(-0.25, 2), signed(1.5, 1)
-    ('+0.00', '-0.25', '+1.5')
-    """
-    text = f"{x:+.{digits}f}"
-    return "+" + text[1:] if text.startswith("-") and float(text) == 0 else text
-
-
-def quote(token: str) -> str:
-    """A member or word in quotes, readable form (␣ for a leading space)."""
-    return f"“{token}”"
-
-
-def clipped(text: str, n: int = 40) -> str:
-    """text in quotes, cut to n characters with an ellipsis.
-
-    >>> clipped("Cash or credit card? I have a lot", 12)
-    '“Cash or cre…”'
-    """
-    return quote(text if len(text) <= n else text[:n - 1] + "…")
-
-
-def brief(result, what: str, more: str) -> str:
-    """A result's repr: its kind, what it found in a few words, and where the rest is.
-
-    >>> brief(3.5, "of nothing", ".real")
-    '<float of nothing; .real>'
-    """
-    return f"<{type(result).__name__} {what}; {more}>"
 
 
 def members_line(tokens: list[str]) -> str:

@@ -29,7 +29,7 @@ from studygroup.model.interventions import Interventions
 from studygroup.model.record import Record
 from studygroup.study.text_ids import checked_ids, checked_pair
 from studygroup.study.jsonable import JSONable
-from studygroup.study.story import brief
+from studygroup.formats import brief
 
 #: Steps of the layers before L that add up the residual stream, and the steps of layer L read.
 PART_STEPS = ("write", "mlp_out")

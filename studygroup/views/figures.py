@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 from studygroup.views import colours
 from studygroup.views.figures_bars import (SHIFT_SHOWN, conclusion_bars, conclusion_figure, head_changes, listening_bars, residual_stream,
                                      shift_bars)
-from studygroup.views.figures_grid import (DECISIVE_SHOWN, contribution_grid, decisive_pairs, model_view_figure, thumbnails,
+from studygroup.views.figures_grid import (DECISIVE_BOXED, contribution_grid, decisive_pairs, model_view_figure, thumbnails,
                                           view_reasons)
 from studygroup.views.figures_head import head_figure, paper_grids
 from studygroup.views.figures_style import check_path, label, new_figure, save, style
@@ -63,7 +63,7 @@ def explain_figure(explanation: dict, view: dict | None = None) -> Figure:
             image = thumbnails(grid_ax, maps, decisive, group_size, view_reasons(view))
             right.colorbar(image, ax=grid_ax, shrink=0.6, pad=0.02).set_label("weight — fixed 0–1 scale")
             grid_ax.set_title("Every head's weights", loc="left", fontsize=12, pad=24)
-        grid_ax.set_xlabel(f"query head\nboxed: the {min(DECISIVE_SHOWN, len(decisive))} heads whose silencing "
+        grid_ax.set_xlabel(f"query head\nboxed: the {min(DECISIVE_BOXED, len(decisive))} heads whose silencing "
                            f"moves p(“{label(e['predicted']['token'])}”) most, by rank", fontsize=11)
         fig.suptitle(_quoted(e), fontsize=15, fontweight="bold")
         return fig

@@ -9,7 +9,7 @@ from matplotlib.figure import Figure
 from studygroup.views import colours
 from studygroup.views.figures_style import (AFTER, BEFORE, SINK_TAG, answer_axis, colour_generated, generated_patch,
                                             label, new_figure, signed_percent, style)
-from studygroup.views.text import percent
+from studygroup.formats import percent
 
 RAISES, LOWERS = colours.SCORES[-2], colours.SCORES[1]  # the scores scale's ends, as in the contribution grid
 SHIFT_SHOWN = 10  # words in a compare figure

@@ -13,7 +13,7 @@ from studygroup.study.mask_reasons import FUTURE, REASONS, VISIBLE
 from studygroup.views.figures_style import (MASK_EDGE, MASK_FACE, SCORES_CMAP, WEIGHTS_CMAP, clear_bad, hatch, label,
                                             new_figure, style)
 
-DECISIVE_SHOWN = 5  # heads marked with their rank in the layer × head grids
+DECISIVE_BOXED = 5  # heads marked with their rank in the layer × head grids
 CELL = 0.9  # a head's square in the layer × head grids (one unit per head, the rest is gap)
 GROUP_GAP = 0.35  # extra gap between the query heads of two key/value heads
 
@@ -52,8 +52,8 @@ def _layer_head_axes(ax, n_layers: int, n_heads: int, group_size: int) -> None:
 
 
 def _mark_decisive(ax, decisive: list[tuple[int, int]], group_size: int) -> None:
-    """Box the first DECISIVE_SHOWN heads, with their rank in the corner."""
-    for rank, (l, h) in enumerate(decisive[:DECISIVE_SHOWN], start=1):
+    """Box the first DECISIVE_BOXED heads, with their rank in the corner."""
+    for rank, (l, h) in enumerate(decisive[:DECISIVE_BOXED], start=1):
         x = _x(h, group_size)
         ax.add_patch(Rectangle((x - 0.04, l - 0.04), CELL + 0.08, CELL + 0.08, fill=False, edgecolor="black",
                                linewidth=2, zorder=3))
@@ -99,7 +99,7 @@ def model_view_figure(view: dict) -> Figure:
         image = thumbnails(ax, maps, ranked, group_size, view_reasons(view))
         if ranked:
             by = view.get("ranked_by", "").split(" (")[0]
-            ax.set_xlabel(f"query head\nboxed: the {min(DECISIVE_SHOWN, len(ranked))} most decisive heads"
+            ax.set_xlabel(f"query head\nboxed: the {min(DECISIVE_BOXED, len(ranked))} most decisive heads"
                           + (f", ranked by {by}" if by else ""), fontsize=11)
         fig.colorbar(image, ax=ax, shrink=0.5, pad=0.02).set_label("weight — fixed 0–1 scale, every head")
         what = "each head's weights (rows: questions)" if full else "each head's last question (its row of weights)"

@@ -23,7 +23,9 @@ from studygroup.views.figures_style import (MASK_EDGE, MASK_FACE, SCORES_CMAP, S
                                             clear_bad, colour_generated, generated_patch, hatch, label, new_figure,
                                             style)
 
-FULL_GRID_MAX_T = 32  # longer texts show the last question row(s) only
+#: A head's figure draws every question's row up to this many members, else the last (or last_rows): a
+#: figure labels each member on both axes, and past this many the labels no longer read.
+FIGURE_GRID_MAX_T = 32
 CELL_VALUES_MAX = 12  # grids up to this many members per side print their values
 STRIP_ROWS = 3  # paper grids of this few questions (of more members) are stacked, not side by side
 TICK_LABELS_MAX = 48  # past this many members, label every k-th one
@@ -103,7 +105,7 @@ def head_figure(head: dict, notation: str = "paper", last_rows: int | None = Non
     tagged as the head's attention sinks on the answers' axis), "generated_from" (the first member
     the model generated: its label and those after it marked, in colours.GENERATED). notation: the
     orientation to draw ("paper": rows are questions; "columns": the transpose). last_rows: how
-    many of the last questions to show (default: all up to FULL_GRID_MAX_T members, else 1).
+    many of the last questions to show (default: all up to FIGURE_GRID_MAX_T members, else 1).
 
     >>> head = {"tokens": ["A", "␣b"], "weights": [[1.0, 0.0], [0.4, 0.6]], "scores": [[0.3, None], [-1.0, 0.2]]}
     >>> head_figure(head, "columns").axes[0].images[0].get_array().shape
@@ -115,7 +117,7 @@ def head_figure(head: dict, notation: str = "paper", last_rows: int | None = Non
         W, S, mask = paper_grids(head)
         reasons = paper_reasons(head, mask)
         T, R = len(head["tokens"]), W.shape[0]
-        shown = min(R, last_rows if last_rows else (R if T <= FULL_GRID_MAX_T else 1))
+        shown = min(R, last_rows if last_rows else (R if T <= FIGURE_GRID_MAX_T else 1))
         W, mask, reasons = W[-shown:], mask[-shown:], reasons[-shown:]
         S = None if S is None else S[-shown:]
         questions = list(range(T - shown, T))

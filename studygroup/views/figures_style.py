@@ -20,7 +20,7 @@ from matplotlib.patches import Patch
 from studygroup.errors import InputError
 from studygroup.views import colours
 from studygroup.views.output_file import check_writable, write_whole
-from studygroup.views.text import percent
+from studygroup.formats import fixed
 
 STYLE = {"font.family": ["DejaVu Sans"], "font.size": 12, "text.usetex": False, "text.parse_math": False,
          "svg.fonttype": "none", "svg.hashsalt": "studygroup", "axes.titlesize": 13, "axes.titleweight": "bold",
@@ -104,8 +104,14 @@ def label(token: str, limit: int = 18) -> str:
 
 
 def signed_percent(change: float) -> str:
-    """A change of probability in percentage points, signed; decimals as in `percent`."""
-    return ("+" if change >= 0 else "−") + percent(abs(change)).rstrip("%") + " pts"
+    """A change of probability in percentage points, signed; decimals as in `percent`; a change that
+    rounds to zero reads "+0.0 pts" (the figures' minus is matplotlib's, "−").
+
+    >>> signed_percent(0.40), signed_percent(-0.005), signed_percent(-0.0001)
+    ('+40 pts', '−0.5 pts', '+0.0 pts')
+    """
+    text = fixed(100 * abs(change), 1 if abs(change) < 0.1 else 0)
+    return ("−" if change < 0 and text.strip("0.") else "+") + text + " pts"
 
 
 def check_path(path, kind: str | None = None) -> str:

@@ -1,7 +1,7 @@
 """Generation as text: words streamed as they come, how it ended, two continuations compared."""
 from __future__ import annotations
 
-from studygroup.study.story import percent
+from studygroup.formats import percent
 
 
 class Stream:

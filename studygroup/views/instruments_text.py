@@ -2,7 +2,7 @@
 and activation patching as layer × member and layer × head grids of normalised cells."""
 from __future__ import annotations
 
-from studygroup.study.story import percent
+from studygroup.formats import percent
 from studygroup.views.text import _short, table, wrap
 
 #: Members shown as the lens's columns at a terminal (the last ones; --json has them all).

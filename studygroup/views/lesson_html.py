@@ -5,7 +5,7 @@ from __future__ import annotations
 from html import escape
 
 from studygroup.study.lesson_sections import member_row
-from studygroup.study.story import quote
+from studygroup.formats import quote
 from studygroup.views import colours
 
 STYLE = """

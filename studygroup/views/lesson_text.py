@@ -5,7 +5,7 @@ the same numbers as the page's Lesson mode and `--json`."""
 from __future__ import annotations
 
 from studygroup.study.lesson_sections import SECTIONS, member_row
-from studygroup.study.story import percent, quote
+from studygroup.formats import percent, quote
 from studygroup.views.text import WIDTH, table, wrap
 
 #: Numbers of a vector printed (the rest: `--json` or `--html`).

@@ -12,7 +12,8 @@ from studygroup.gguf.config import size_text
 from studygroup.study import byte_pieces
 from studygroup.study.mask_reasons import OUTSIDE_WINDOW
 from studygroup.study.sinks import REST_WEIGHT, quiet_sinks
-from studygroup.study.story import TAKEN_OUT, percent, signed
+from studygroup.formats import percent, signed
+from studygroup.study.story import TAKEN_OUT
 from studygroup.views.colours import generated_line, generated_mark
 
 __all__ = ["bounded", "comparison", "explanation", "head_view", "models", "percent", "roles", "table", "why"]
@@ -30,8 +31,8 @@ VECTOR_ENTRIES = 8  # largest entries of a vector
 SILENCED_LISTED = 8  # silenced members and heads named
 LISTENED_SHOWN = 3
 HEADS_LISTENING = 3
-# explain: the rows its tables show (--full shows all)
-HEADS_SHOWN = 6
+# explain: the rows its tables show (--full shows all): the decisive heads, the members
+DECISIVE_ROWS = 6
 MEMBERS_SHOWN = 10
 COMPARE_MEMBERS = 8  # compare: the members its table shows
 
@@ -81,7 +82,7 @@ def _conclusion(words) -> list[str]:
 def explanation(e, full: bool = False) -> str:
     """The members, the conclusion, the decisive heads and whom they listened to, the members, the story.
 
-    Unless `full`, the tables show the HEADS_SHOWN most decisive heads and, on a text of more than
+    Unless `full`, the tables show the DECISIVE_ROWS most decisive heads and, on a text of more than
     MEMBERS_SHOWN members, the MEMBERS_SHOWN measured members that matter most, and count the rest."""
     w = e.predicted.token
     model = e.model.label or e.model.name
@@ -97,8 +98,8 @@ def explanation(e, full: bool = False) -> str:
                      "silence_effect_last_position", f"p({w}) silenced", "rank by contribution"],
                     [[r + 1, h.layer, h.head, h.logit_contribution, h.silence_effect, h.silence_effect_last_position,
                       None if h.prob_silenced is None else percent(h.prob_silenced), h.rank_by_contribution]
-                     for r, h in enumerate(e.heads if full else e.heads[:HEADS_SHOWN])]),
-              *_more(len(e.heads) - (len(e.heads) if full else HEADS_SHOWN), "heads measured"), ""]
+                     for r, h in enumerate(e.heads if full else e.heads[:DECISIVE_ROWS])]),
+              *_more(len(e.heads) - (len(e.heads) if full else DECISIVE_ROWS), "heads measured"), ""]
     for h in e.heads[:HEADS_LISTENING]:
         lines += [f"layer {h.layer} head {h.head}: the last member {name(len(e.tokens) - 1)} asks (‖q‖ = {h.question_norm:.3g}) "
                   f"and listens to (effect_in_head: the member silenced in this head only):",

@@ -22,6 +22,7 @@ from starlette.exceptions import HTTPException
 from studygroup.model.interventions import Interventions
 from studygroup.study import jsonable
 from studygroup.study import page_data
+from studygroup.study import DEFAULT_TEXT
 from studygroup.study import lesson_sections
 from studygroup.study import lens as study_lens
 from studygroup.study import patching as study_patching
@@ -40,7 +41,6 @@ from studygroup.web.bodies import (DEPRECATED, MAX_TOP, CompareBody, ConclusionB
 from studygroup.web.jobs import Jobs, TooManyJobs, watched
 from studygroup.web.passes import InFlight
 
-DEFAULT_TEXT = "Cash or credit card? I have a lot"
 #: What /static/ serves: the style, and the script joined from its files (views/assets.py).
 STATIC_FILES = {"page.css": "text/css; charset=utf-8", "page.js": "text/javascript; charset=utf-8"}
 

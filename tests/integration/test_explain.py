@@ -191,7 +191,7 @@ def test_a_longer_text_says_what_it_will_need_and_shows_its_progress(model, monk
     ids = random_ids(model, 12, 8)
     short = study.explain(model, ids, measure_heads=3, measure_members=5)
     assert capsys.readouterr().err == ""  # short texts: nothing on stderr
-    monkeypatch.setattr(study, "FULL_RECORD_MAX_T", 8)  # past it: the last row recorded, and the announcement
+    monkeypatch.setattr(study, "ANNOUNCE_PAST_T", 8)  # past it: the announcement and the bars
     bars = []
 
     def shown(*args, **kwargs):  # every bar drawn into a buffer, as on a terminal

@@ -315,7 +315,7 @@ def test_model_view_places_every_head_and_ranks_the_decisive(model, analysis):
                 assert mosaic[r, c] == pytest.approx(h["weights"][i][j], abs=1e-6)
     ranked = sorted((h for layer in view["heads"] for h in layer if h["rank"]), key=lambda h: h["rank"])
     boxes = [p for p in ax.patches if not p.get_fill()]
-    assert len(boxes) == min(figures_grid.DECISIVE_SHOWN, len(ranked))
+    assert len(boxes) == min(figures_grid.DECISIVE_BOXED, len(ranked))
     assert {"1", "kv head 0", "kv head 1"} <= set(texts(fig))
     assert any(p.get_hatch() for p in ax.patches)  # the future in each full map
 

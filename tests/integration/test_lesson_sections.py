@@ -14,7 +14,7 @@ from studygroup.cli import DEFAULT_TEXT, main
 from studygroup.formulas.softmax_example import softmax_example
 from studygroup.study import lesson_sections as ls
 from studygroup.study.roles import SINK_SHARE, SINK_WEIGHT
-from studygroup.study.story import percent, quote
+from studygroup.formats import percent, quote
 from studygroup.web.app import create_app
 
 TEXT = "I have a lot. Cash or card"

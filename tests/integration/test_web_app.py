@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 
 import studygroup
 from studygroup.study import page_data
-from studygroup.study.story import percent
+from studygroup.formats import percent
 from studygroup.views import assets
 from studygroup.web import app as server
 from studygroup.web import guard as server_guard

@@ -9,7 +9,7 @@ import studygroup
 from conftest import TEXT_B, reference_llama
 from studygroup.errors import InputError
 from studygroup.study import head as study_head
-from studygroup.study.story import percent
+from studygroup.formats import percent
 from studygroup.study.why import part_names, why
 
 CELLS = [(1, 2, 4, 1), (1, 0, 3, 3), (0, 3, 2, 0), (1, 3, 4, 0)]  # layer, head, query, key

@@ -12,7 +12,7 @@ import torch
 
 from conftest import rope64
 from studygroup.study.explain import explain
-from studygroup.study.story import quote
+from studygroup.formats import quote
 from studygroup.views import text as render_text
 
 TEXT = "Cash or credit card? I have a lot"

@@ -13,7 +13,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "studygroup"
 #: Bottom to top. A module may import from its own layer and the layers below it.
 LAYERS = ["base", "formulas", "gguf", "model", "study", "views", "web", "top"]
-BASE = {"studygroup.errors", "studygroup.progress"}
+BASE = {"studygroup.errors", "studygroup.formats", "studygroup.progress"}
 TOP = {"studygroup", "studygroup.cli"}
 MAX_TOP_LEVEL = 10
 

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from studygroup.study.jsonable import JSONable
-from studygroup.study.story import brief
+from studygroup.formats import brief
 
 THRESHOLD = 0.5
 SINK_RATE_WEIGHT = 0.3

@@ -4,7 +4,7 @@
   "use strict";
 
   const { el, clear, tokenNode, percent, sig4, signed } = sg;
-  /** A change of probability in percentage points, one decimal; "±0.0" when it rounds to nothing (never "−0.0"). */
+  /** A change of probability in percentage points, one decimal; "±0.0" when it rounds to nothing (never "-0.0"). */
   const points = (d) => (Math.abs(100 * d) < 0.05 ? "\u00b10.0" : signed(100 * d, 1)) + " pts";
 
   sg.mixin(class {

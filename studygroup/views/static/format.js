@@ -41,10 +41,21 @@
     return span;
   }
   const short = (t, n) => { const s = Array.from(String(t)); return s.length > n ? s.slice(0, n - 1).join("") + "\u2026" : s.join(""); };
+  /** x with d decimals by studygroup/formats.py's rules: rounded half away from zero (toFixed's rounding), a
+   * value that rounds to zero reads "0.00" (never "-0.00"), the minus "-", "nan", "inf", "-inf"; from 1e21 on
+   * toFixed writes the shortest exponent form ("1e+21"), as Python's repr does. */
+  function fixed(x, d) {
+    const v = Number(x);
+    if (Number.isNaN(v)) return "nan";
+    if (!Number.isFinite(v)) return v > 0 ? "inf" : "-inf";
+    const text = v.toFixed(d);
+    return /^-[0.]*$/.test(text) ? text.slice(1) : text;
+  }
+  /** x with its sign and d decimals; a value that rounds to zero reads "+0.00". */
+  const signed = (x, d) => { const t = fixed(x, d); return t[0] === "-" || t === "nan" ? t : "+" + t; };
   /** Probabilities as percentages: one decimal under 10%, none above. */
-  const percent = (p) => (p < 0.1 ? (100 * p).toFixed(1) : (100 * p).toFixed(0)) + "%";
+  const percent = (p) => fixed(100 * p, p < 0.1 ? 1 : 0) + "%";
   const sig4 = (x) => (x == null ? "\u2014" : Number(x).toPrecision(4));
-  const signed = (x, d) => (x >= 0 ? "+" : "\u2212") + Math.abs(x).toFixed(d);
 
   /** Whether a view (model view or head) was computed with something silenced. */
   const isSilenced = (d) => Boolean(d && ((d.silenced_members || []).length || (d.silenced_heads || []).length));
@@ -57,5 +68,5 @@
     return " Silenced in this run: " + parts.join("; ") + ".";
   }
 
-  Object.assign(sg, { el, clear, MONO, SANS, DECISIVE_SHOWN, tokenNode, short, percent, sig4, signed, isSilenced, silencedNote });
+  Object.assign(sg, { el, clear, MONO, SANS, DECISIVE_SHOWN, tokenNode, short, fixed, percent, sig4, signed, isSilenced, silencedNote });
 })(window.StudyGroup = window.StudyGroup || {});

@@ -10,8 +10,9 @@
   const TILE = 256;
   /** The closest zoom: SMALLEST × SMALLEST members. */
   const SMALLEST = 8;
-  /** Texts longer than this get the map (shorter ones show every cell in the grids above). */
-  const SHOWN_PAST = 64;
+  /** Texts longer than this get the map (shorter ones show every cell in the grids above: the model view's
+   * maps and the head's grid by default): study/model_view.py's FULL_MAPS_MAX_T. */
+  const FULL_MAPS_MAX_T = 64;
   /** The most blocks an overview asks for on a side (the server's limit). */
   const SIDE = 512;
   const KEPT = 24; // answers kept for going back
@@ -50,7 +51,7 @@
     renderMap() {
       if (!this.api) return;
       const box = this.mapBox(), T = this.tokens().length;
-      box.hidden = !(this.ui.layer != null && T > SHOWN_PAST);
+      box.hidden = !(this.ui.layer != null && T > FULL_MAPS_MAX_T);
       if (box.hidden) return;
       const key = [this.ui.layer, this.ui.head, this.ui.notation, JSON.stringify(this.silencing()), this.d.text].join(":");
       if (!this.mapView || this.mapView.key !== key) this.mapView = { key, T, r0: 0, c0: 0, n: T };
