@@ -126,7 +126,7 @@ def analyse(model, text, *, top: int = 10, measure_heads: int | str | None = Non
                          f"{len(ids)}: shorten it, or explain it without --silence-member/--silence-head")
     if chosen != Interventions() and ablation.kind != "zero":
         raise InputError(f"{ablation.kind} ablation measures the heads of the run as it is: give no "
-                         "--silence-member/--silence-head with it")
+                         "--silence-member/--silence-head with it (in a request: an empty silence)")
     strategy = (LastQuestion if len(ids) > LONG_T else EveryQuestion)(model, ids, chosen)
     strategy.values = ablation.values(model, list(ids))
     strategy.taken_out = "silenced" if ablation.kind == "zero" else f"taken out ({story.TAKEN_OUT[ablation.kind]})"
