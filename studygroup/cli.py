@@ -118,10 +118,10 @@ def _figures(p: argparse.ArgumentParser) -> None:
 
 
 def _silencing(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--measure-heads", dest="silence_heads", type=_count_or_all, default=None,
+    p.add_argument("--measure-heads", dest="measure_heads", type=_count_or_all, default=None,
                    metavar="N|all", help="how many heads to measure exactly, each silenced alone (default: every head "
                    "up to 10 tokens, else candidates until 16 in a row are small; all: every head, slower)")
-    p.add_argument("--measure-members", dest="silence_members", type=_count_or_all, default=None,
+    p.add_argument("--measure-members", dest="measure_members", type=_count_or_all, default=None,
                    metavar="N|all", help="measure every member up to N tokens, else the N with the largest direct "
                    "shares (default: every member up to 24 tokens, else 24)")
 
@@ -136,9 +136,19 @@ def _interventions(p: argparse.ArgumentParser, shown: str) -> None:
 
 def _ablation_sources(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reference", nargs="+", default=None, metavar="FILE",
-                   help="text files whose members' mean output the mean ablation puts in (default: the text's own members)")
+                   help="text files whose members' mean the mean ablation puts in (default: the text's own members)")
     p.add_argument("--from", dest="resample_from", default=None, metavar="TEXT",
-                   help="resample: each head's output taken from this text (of the same number of tokens)")
+                   help="resample: each head's output (and member's key and value) taken from this text (of the same "
+                        "number of tokens)")
+
+
+def _ablation_options(p: argparse.ArgumentParser, what: str) -> None:
+    """--ablation zero|mean|resample for `what`, with its --reference files and --from text."""
+    p.add_argument("--ablation", default="zero", choices=("zero", "mean", "resample"),
+                   help=f"how {what} taken out: zero (a head's write zeroed, a member's keys removed: the default), "
+                        "mean (a head's output, a member's key and value, replaced by their mean over the members, or "
+                        "over --reference files), resample (taken from --from TEXT)")
+    _ablation_sources(p)
 
 
 def _generate_parser(sub) -> None:
@@ -204,11 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--html", default=None, metavar="FILE", help="also write a self-contained HTML report")
     p.add_argument("--full", action="store_true", help="list every measured head and member (default: the most decisive)")
     _interventions(p, "explain the conclusion")
-    p.add_argument("--ablation", default="zero", choices=("zero", "mean", "resample"),
-                   help="how each head measured is taken out: zero (its write zeroed, the default), mean (its output "
-                        "replaced by its mean over the members, or over --reference files), resample (its output "
-                        "taken from --from TEXT)")
-    _ablation_sources(p)
+    _ablation_options(p, "each head measured is")
     p.add_argument("--generate", type=_whole(1), default=None, metavar="N",
                    help="generate N words (greedy) and explain one of them (--word)")
     p.add_argument("--word", type=_whole(1), default=None, metavar="K",
@@ -222,6 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p, 10, "how many next words of each text to list (default 10)")
     _silencing(p)
     _interventions(p, "compare the conclusions (member J of each text)")
+    _ablation_options(p, "each head measured (in both texts, with nothing silenced) is")
     _figures(p)
     p.set_defaults(handler=_compare)
     p = sub.add_parser("head", help="one head as a full study group")
@@ -237,6 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--full", action="store_true",
                    help="print the whole window as text (by default at most 100 lines of 400 characters)")
     _interventions(p, "the head")
+    _ablation_options(p, "the silenced members and heads are")
     p.add_argument("--generate", type=_whole(1), default=None, metavar="N",
                    help="generate N words after the text (with nothing silenced) and show the head over the text "
                         "and them (generated members marked *)")
@@ -403,10 +411,8 @@ def _explain(args) -> str:
         raise InputError("--html writes the text's own views, not a chat's: leave out --chat, or --html")
     model = _load(args)
     text, word, generated_from = _generated_word(model, args, _prompt(model, args))
-    e = explain(model, text, top=args.top, silence_heads=args.silence_heads,
-                silence_members=args.silence_members, silenced_members=args.silence_member,
-                silenced_heads=args.silence_head, word=word, generated_from=generated_from,
-                ablation=_ablation(args))
+    e = explain(model, text, top=args.top, measure_heads=args.measure_heads, measure_members=args.measure_members,
+                interventions=_chosen(args), word=word, generated_from=generated_from)
     _save_figures(args, lambda figures: figures.explain_figure(e.to_dict()))
     if args.html is not None:
         from studygroup.study import page_data
@@ -440,9 +446,8 @@ def _compare(args) -> str:
     from studygroup.study.compare import compare
 
     _check_figures(args)
-    c = compare(_load(args), args.text_a, args.text_b, top=args.top, silence_heads=args.silence_heads,
-                silence_members=args.silence_members, silenced_members=args.silence_member,
-                silenced_heads=args.silence_head)
+    c = compare(_load(args), args.text_a, args.text_b, top=args.top, measure_heads=args.measure_heads,
+                measure_members=args.measure_members, interventions=_chosen(args))
     _save_figures(args, lambda figures: figures.compare_figure(c.to_dict()))
     return c.to_json(indent=2) if args.json else render_text.comparison(c)
 
@@ -463,7 +468,7 @@ def _head(args) -> str:
         rows, keys = or_last_question(len(model.ids(text)), rows, keys)
     try:
         v = head_view(model, text, args.layer, args.head, args.notation, largest=args.top,
-                      silence_members=args.silence_member, silence_heads=args.silence_head, rows=rows, keys=keys,
+                      interventions=_chosen(args), rows=rows, keys=keys,
                       generated_from=generated_from)
     except WindowError as e:
         raise InputError(e.spelled(CLI)) from None
@@ -536,8 +541,7 @@ def _why(args) -> str:
 
     model = _load(args)
     query = len(model.ids(args.text)) - 1 if args.query is None else args.query
-    w = why(model, args.text, args.layer, args.head, query, args.key, silenced_members=args.silence_member,
-            silenced_heads=args.silence_head)
+    w = why(model, args.text, args.layer, args.head, query, args.key, _chosen(args))
     return w.to_json(indent=2) if args.json else render_text.why(w, shown=min(args.top, 20))
 
 
@@ -569,12 +573,16 @@ def _ablate(args) -> str:
     return a.to_json(indent=2) if args.json else instruments_text.ablations(a, shown=args.top)
 
 
-def _ablation(args):
-    """explain's --ablation with its --reference files or --from text, checked (one line where they do not go together)."""
-    from studygroup.study.ablation import Ablation
+def _chosen(args):
+    """The Interventions of --silence-member, --silence-head and --ablation (with its --reference files
+    or --from text; one line where they do not go together), checked later against the text."""
+    from studygroup.model.ablation import Ablation
+    from studygroup.model.interventions import Interventions
 
-    reference = () if args.reference is None else tuple(_read_text(f) for f in args.reference)
-    return Ablation(args.ablation, reference, args.resample_from)
+    how = getattr(args, "ablation", "zero")
+    reference = () if getattr(args, "reference", None) is None else tuple(_read_text(f) for f in args.reference)
+    return Interventions(tuple(args.silence_member), None, frozenset(args.silence_head),
+                         ablation=Ablation(how, reference, getattr(args, "resample_from", None)))
 
 
 def _read_text(path: str) -> str:
@@ -615,13 +623,13 @@ def _generate(args) -> str:
     kw = dict(n=args.n, **_sampled(args), candidates=args.candidates)  # refused before the model loads
     model = _load(args)
     prompt = _prompt(model, args)
-    silenced = dict(silence_members=args.silence_member, silence_heads=args.silence_head)
-    model.before_pass(prompt, **silenced)  # bad members or heads: refused before any word
+    silenced = _chosen(args)
+    model.before_pass(prompt, silenced)  # bad members or heads: refused before any word
     if args.json:
         g = model.generate(prompt, **kw)
         out = {**g.to_json()}
         if args.silence_member or args.silence_head:
-            out["silenced"] = model.generate(prompt, **kw, **silenced).to_json()
+            out["silenced"] = model.generate(prompt, **kw, interventions=silenced).to_json()
         return json.dumps(out, indent=2, ensure_ascii=False)
     stream = render_text.Stream(model.tokenizer, model.tokenizer.decode(prompt) if args.chat else args.text)
     g = model.generate(prompt, **kw, on_word=lambda w: print(stream.add(w.id), end="", flush=True))
@@ -700,9 +708,9 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.
 # Flags one letter from two options that mean different things: {flag: ((dest, the option, what it does), ...)}.
 NEAR_MISSES = {
     "--silence-members": (("silence_member", "--silence-member J", "nobody hears member J"),
-                          ("silence_members", "--measure-members N|all", "how many members are measured")),
+                          ("measure_members", "--measure-members N|all", "how many members are measured")),
     "--silence-heads": (("silence_head", "--silence-head L.H", "head H of layer L writes nothing"),
-                        ("silence_heads", "--measure-heads N|all", "how many heads are measured")),
+                        ("measure_heads", "--measure-heads N|all", "how many heads are measured")),
 }
 
 

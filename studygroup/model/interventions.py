@@ -9,13 +9,14 @@ plans here too. Shapes: B copies of the text, T members, H = n_heads.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace as with_fields
 
 import torch
 
 from studygroup.errors import InputError
 from studygroup.formulas import masks as masks_
 from studygroup.model import record as record_
+from studygroup.model.ablation import ZERO, Ablation
 from studygroup.model.arguments import head_set
 from studygroup.model.record import NOTHING, Record
 
@@ -167,36 +168,82 @@ def _checked_head(h: int, n: int, name: str) -> int:
 
 @dataclass(frozen=True)
 class Interventions:
-    """What a run changes in the model: silenced members (in which heads), silenced heads, and
-    values replaced at hook points (`Replacement`, applied after the silencing of their step)."""
+    """What a run changes in the model: silenced members (in which heads), silenced heads, how they
+    are taken out (`Ablation`: zero, mean or resample), and values replaced at hook points
+    (`Replacement`, applied after the silencing of their step).
+
+    >>> Interventions.make(model, 5, members=[1], heads=[(3, 0)], ablation=Ablation("mean")).to_dict()
+    {'silence': {'members': [1], 'heads': [[3, 0]]}, 'ablation': {'kind': 'mean', 'reference': 0, 'from': None}}
+    """
 
     silenced_members: tuple[int, ...] = ()
     member_heads: frozenset | None = None  # (layer, head) pairs the members are silenced in; None: all
     silenced_heads: frozenset = frozenset()
     replacements: tuple[Replacement, ...] = ()
+    ablation: Ablation = ZERO
+    # mean or resample ablation's values at the hook points, for one text (`taken_out`)
+    ablated: tuple[Replacement, ...] = field(default=(), compare=False, repr=False)
 
     @classmethod
-    def make(cls, model: "Model", T: int, members=(), member_heads=None, heads=(), replace=()) -> "Interventions":
+    def make(cls, model: "Model", T: int, members=(), member_heads=None, heads=(), replace=(),
+             ablation: Ablation = ZERO) -> "Interventions":
         """Checked interventions. replace: Replacements, or {full step name: value} (every row)."""
         members = {model.check_member(j, T) for j in members}
         heads, member_heads = head_set(heads) or frozenset(), head_set(member_heads)
         for l, h in heads | (member_heads or frozenset()):
             model.check_head(l, h)
+        if member_heads is not None and ablation.kind != "zero":
+            raise InputError(f"{ablation.kind} ablation replaces a member's key and value, which a group of heads "
+                             "shares: silence members in chosen heads with zero ablation only")
         if isinstance(replace, dict):
             replace = [Replacement(name, value) for name, value in replace.items()]
         replacements = tuple(checked_replacement(model, T, r) for r in replace or ())
-        return cls(tuple(sorted(members)), member_heads, heads, replacements)
+        return cls(tuple(sorted(members)), member_heads, heads, replacements, ablation)
+
+    def checked(self, model: "Model", T: int) -> "Interventions":
+        """These interventions checked against the model and a run of T members (InputError, one line)."""
+        made = Interventions.make(model, T, self.silenced_members, self.member_heads, self.silenced_heads,
+                                  self.replacements, self.ablation)
+        return with_fields(made, ablated=self.ablated)
+
+    @property
+    def zero(self) -> bool:
+        """Whether what is silenced is zeroed (its keys masked, its writes gated)."""
+        return self.ablation.kind == "zero"
+
+    def taken_out(self, model: "Model", ids: list[int]) -> "Interventions":
+        """These interventions with the mean or resample ablation's values for a run of ids (self
+        where the ablation is zero or nothing is silenced): each silenced head's output, and each
+        silenced member's key and value projections in every layer (`studygroup.model.ablation`)."""
+        if self.zero or self.ablated or not (self.silenced_members or self.silenced_heads):
+            return self
+        members = self.silenced_members
+        steps = (("output",) if self.silenced_heads else ()) + (("k_pre_rope", "v") if members else ())
+        taken = self.ablation.taken(model, ids, steps)
+        out = [Replacement(f"layers.{l}.output", taken[l]["output"][h], heads=(h,)) for l, h in sorted(self.silenced_heads)]
+        for l in range(model.config.n_layers) if members else ():
+            out += [Replacement(f"layers.{l}.{s}", t if t.shape[1] == 1 else t[:, list(members)], members=members)
+                    for s, t in taken[l].items() if s != "output"]  # (H_kv, 1 or len(members), d)
+        return with_fields(self, ablated=tuple(out))
 
     def replaced(self) -> dict[str, list[Replacement]]:
-        """{full step name: its replacements, in the order given}."""
+        """{full step name: its replacements, the ablation's first, then those given in order}."""
         out: dict[str, list[Replacement]] = {}
-        for r in self.replacements:
+        for r in (*self.ablated, *self.replacements):
             out.setdefault(r.name, []).append(r)
         return out
 
-    def replaces_in(self, layer: int, steps) -> bool:
-        """Whether one of these steps of this layer is replaced."""
-        return any(r.name in {f"layers.{layer}.{s}" for s in steps} for r in self.replacements)
+    def replaces_in(self, layer: int, steps, given: bool = False) -> bool:
+        """Whether one of these steps of this layer is replaced (given: by a Replacement given, not
+        by the ablation)."""
+        return any(r.name in {f"layers.{layer}.{s}" for s in steps} for r in (*(() if given else self.ablated), *self.replacements))
+
+    def ablated_output(self, layer: int, head: int, output: torch.Tensor) -> torch.Tensor:
+        """A head's output (…, T, d_head) as this run has it: the ablation's value where it takes the head out."""
+        for r in self.ablated:
+            if r.name == f"layers.{layer}.output" and r.heads == (head,):
+                return r.value.to(output.dtype).expand_as(output)
+        return output
 
     def silenced(self) -> dict[str, list]:
         """What is silenced, as the JSON views say it: {"silenced_members": [j, …] (sorted),
@@ -204,20 +251,32 @@ class Interventions:
         return {"silenced_members": list(self.silenced_members),
                 "silenced_heads": [list(p) for p in sorted(self.silenced_heads)]}
 
+    def ablation_field(self) -> dict:
+        """{"ablation": Ablation.to_dict()} where what is silenced is taken out by a mean or resample
+        ablation; {} for zero ablation (silencing), so a view's JSON names only an ablation that is not."""
+        return {} if self.zero else {"ablation": self.ablation.to_dict()}
+
+    def to_dict(self) -> dict:
+        """The request's shape (docs/web-api.md): {"silence": {"members", "heads"}, "ablation"}."""
+        return {"silence": {"members": list(self.silenced_members), "heads": [list(p) for p in sorted(self.silenced_heads)]},
+                "ablation": self.ablation.to_dict()}
+
     def plan(self, model: "Model", T: int, record: Record, stop_after=None, all_logits=False,
              rows: range | None = None) -> PassPlan:
         """The pass's plan; rows: the members whose rows the pass computes (the last ones: the rest
-        reused as `PassPlan.past`), None: all."""
+        reused as `PassPlan.past`), None: all. A mean or resample ablation needs `taken_out` first."""
+        if not self.zero and (self.silenced_members or self.silenced_heads) and not self.ablated:
+            raise ValueError(f"{self.ablation.kind} ablation's values are not taken yet: plan interventions.taken_out(model, ids)")
         masks = {}
-        if self.silenced_members:
+        if self.silenced_members and self.zero:
             mask = masks_.member_mask(T, self.silenced_members, device=model.device, rows=rows)[None]  # (1, R, T)
             masks = masks_.per_layer(mask, self.member_heads, model.config.n_layers, model.config.n_heads)
-        gates = head_gates([self.silenced_heads], model.config.n_heads, model.device)
+        gates = head_gates([self.silenced_heads], model.config.n_heads, model.device) if self.zero else {}
         return PassPlan(masks, gates, record, stop_after, all_logits, replace=self.replaced())
 
     def hides_members(self, layer: int, head: int) -> bool:
         """Whether this head's questions miss the silenced members' keys in this run."""
-        return bool(self.silenced_members) and (self.member_heads is None or (layer, head) in self.member_heads)
+        return bool(self.silenced_members) and self.zero and (self.member_heads is None or (layer, head) in self.member_heads)
 
     def mask(self, layer: int, head: int, T: int, rows: range | None = None) -> torch.Tensor:
         """(T, T) bool: which keys each question of this head could see in this run; with rows,

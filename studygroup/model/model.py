@@ -423,7 +423,8 @@ class Model:
 
     # ---- entry points ------------------------------------------------------------------------
     def run(self, text_or_ids, record="default", silence_members: Sequence[int] = (), member_heads=None,
-            silence_heads: Sequence[tuple[int, int]] = (), logits: str = "last", on_layer=None, replace=()):
+            silence_heads: Sequence[tuple[int, int]] = (), logits: str = "last", on_layer=None, replace=(),
+            interventions: Interventions | None = None):
         """Run the model on one text and keep what `record` asks for.
 
         record: "default" (everything up to 256 tokens, the last member's row past that), "all",
@@ -436,6 +437,8 @@ class Model:
         replace: values the pass takes in place of what it computes at its hook points, and goes on
           with: `Replacement`s (rows and heads chosen), or {full step name: value} for every row
           (`studygroup.model.interventions.Replacement`).
+        interventions: all of these as one value (`Interventions.make`, checked against this text),
+          with how the silenced are taken out (zero, mean or resample ablation), instead.
 
         >>> other = model.run("You have a lot", record=["resid_pre"])
         >>> patched = model.run("I have a lot", replace={"layers.20.resid_pre": other["resid_pre", 20]})
@@ -443,28 +446,29 @@ class Model:
         True
         """
         ids = self.ids(text_or_ids)
-        settings = Interventions.make(self, len(ids), silence_members, member_heads, silence_heads, replace)
+        settings = (Interventions.make(self, len(ids), silence_members, member_heads, silence_heads, replace)
+                    if interventions is None else interventions.checked(self, len(ids)))
         return Run.compute(self, ids, settings, resolve(record, len(ids), self.config.n_layers), logits, on_layer)
 
-    def before_pass(self, text_or_ids, silence_members: Sequence[int] = (),
-                    silence_heads: Sequence[tuple[int, int]] = ()) -> Run:
-        """A run of this text whose pass is not made yet: no logits, nothing recorded. Its
-        `head_vectors` make the part of the pass they need (up to one layer), no more."""
+    def before_pass(self, text_or_ids, interventions: Interventions | None = None) -> Run:
+        """A run of this text with these interventions whose pass is not made yet: no logits,
+        nothing recorded. Its `head_vectors` make the part of the pass they need (up to one layer), no more."""
         ids = self.ids(text_or_ids)
-        settings = Interventions.make(self, len(ids), silence_members, None, silence_heads)
+        settings = (interventions or Interventions()).checked(self, len(ids)).taken_out(self, ids)
         return Run(self, ids, settings, resolve("none", len(ids)), torch.empty(0, self.config.vocab_size), {})
 
     def generate(self, text_or_ids, n: int, temperature: float = 0.0, top_k: int | None = None,
                  top_p: float = 1.0, seed: int | None = None, ignore_eos: bool = False, candidates: int = 5,
                  silence_members: Sequence[int] = (), silence_heads: Sequence[tuple[int, int]] = (),
-                 on_word=None, chat: bool = False, system: str | None = None):
+                 on_word=None, chat: bool = False, system: str | None = None, interventions: Interventions | None = None):
         """Up to n words after the text, one pass of one new member each (a key/value cache).
 
         Greedy by default (temperature 0); otherwise sampled from softmax(logits / temperature)
         cut to `top_k` and `top_p`, with a private generator seeded by `seed` (same seed, same
         words). Stops after an end-of-generation token (its word's stop is "eos") unless
         ignore_eos. candidates: the most likely words kept per step. silence_members (prompt
-        members) and silence_heads apply at every word. on_word(word) is called as each comes.
+        members) and silence_heads apply at every word (or `interventions`' members and heads, which
+        a key/value cache silences with zero ablation only). on_word(word) is called as each comes.
         chat: the text is the user's turn in the model's chat template (`chat`; `system` before it).
         Returns a `studygroup.model.generate.Generation`: `.ids`, `.words`, `.to_json()`.
         """
@@ -475,6 +479,11 @@ class Model:
             text_or_ids = self.chat(text_or_ids, system)
         elif system is not None:
             raise InputError("a system text goes with chat=True (the model's chat template)")
+        if interventions is not None:
+            if not interventions.zero:
+                raise InputError(f"generation silences with zero ablation only: {interventions.ablation.kind} ablation "
+                                 "is for the views of one text (conclusion, model view, heads)")
+            silence_members, silence_heads = interventions.silenced_members, sorted(interventions.silenced_heads)
         return generate.generate(self, text_or_ids, n, how, ignore_eos, candidates, silence_members,
                                  silence_heads, on_word)
 

@@ -75,6 +75,7 @@ class Run:
             raise ValueError(f"logits must be 'last' or 'all', not {logits!r}")
         _check_fits(model, len(ids), record, logits == "all")
         P = next(iter(past.values()))[0].shape[-2] if past else 0
+        interventions = interventions.taken_out(model, ids)  # a mean or resample ablation's values
         plan = interventions.plan(model, len(ids), record, all_logits=logits == "all", rows=range(P, len(ids)))
         plan.on_layer = on_layer
         plan.start = None if start is None else (start[0], start[1][None])  # (1, T, d_model)
@@ -227,15 +228,16 @@ class Run:
     @torch.inference_mode()
     def _recompute_head(self, layer: int, head: int, kv: int) -> Head:
         """Run up to `layer` keeping its Q, K, V; then build this head's one T×T map, no other."""
-        if self.interventions.replaces_in(layer, ("scores", "weights", "output", "write", "attn_pre_norm")):
+        if self.interventions.replaces_in(layer, ("scores", "weights", "output", "write", "attn_pre_norm"), given=True):
             raise InputError(f"layer {layer}'s attention was replaced in this run: record its steps "
                              "(record=\"all\") to read its heads")
         vec = self.head_vectors(layer, head)
         q, k, v = vec["q"], vec["k"], vec["v"]  # (T, d_head) each
         mask = self.head_mask(layer, head)  # (T, T)
         output, weights = attention.paper(q[None], k[None], v[None], mask=mask)  # (1, T, d_head), (1, T, T)
+        output = self.interventions.ablated_output(layer, head, output)
         W_O_h = self.model.W_O_head(layer, head).float()  # (d_head, d_model)
-        silent = (layer, head) in self.interventions.silenced_heads
+        silent = (layer, head) in self.interventions.silenced_heads and self.interventions.zero
         write = torch.zeros(self.T, W_O_h.shape[1], device=q.device) if silent else output[0] @ W_O_h  # (T, d_model)
         if "attn_pre_norm" in vec:  # families with a norm after attention: its scale held, as in the pass
             write = write * self.model.write_scale(layer, vec["attn_pre_norm"])
@@ -320,7 +322,7 @@ class Run:
         n rows from `first` on, no scores are kept (a question's scores before the mask reach
         later members' keys, which the silencing changes), and nothing is replaced."""
         i, n_layers, rows_kept = self.interventions, self.model.config.n_layers, self.record.rows_kept
-        return (not i.replacements and (not i.silenced_members or i.member_heads == s.member_heads)
+        return (not i.replacements and i.zero and (not i.silenced_members or i.member_heads == s.member_heads)
                 and self.record.maps == "kept"
                 and all((n := rows_kept(name.rpartition(".")[2])) is None or n <= self.T - first for name in self.steps)
                 and not any(name.endswith(".scores") for name in self.steps)
@@ -342,7 +344,7 @@ class Run:
         (True, True)
         """
         new = frozenset(self.model.check_head(l, h) for l, h in heads) - self.interventions.silenced_heads
-        s = replace(self.interventions, silenced_heads=self.interventions.silenced_heads | new)
+        s = replace(self.interventions, silenced_heads=self.interventions.silenced_heads | new, ablated=())
         first = min((l for l, _ in new), default=0)
         start = self.steps.get(f"layers.{first}.resid_pre")
         if first == 0 or start is None or self.record.rows_kept("resid_pre") is not None:

@@ -17,17 +17,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import torch
-
 from studygroup.errors import InputError
+from studygroup.model.ablation import KINDS, ZERO, Ablation, same_length  # noqa: F401 (the study's names for them)
 from studygroup.model.record import Record
 from studygroup.study import effects
 from studygroup.study.jsonable import JSONable
 from studygroup.study.results import ModelInfo, model_info
 from studygroup.formats import quote, signed
 from studygroup.study.text_ids import checked_ids
-
-KINDS = ("zero", "mean", "resample")
 
 
 @dataclass
@@ -55,55 +52,6 @@ class Ablations(JSONable):
     story: list[str]
 
 
-@dataclass(frozen=True)
-class Ablation:
-    """How a head is taken out: kind "zero", "mean" (over `reference` texts; none: the text's own
-    members) or "resample" (from `source`, a text of the same number of members)."""
-
-    kind: str = "zero"
-    reference: tuple = ()
-    source: object = None
-
-    def __post_init__(self):
-        if self.kind not in KINDS:
-            raise InputError(f"ablation {self.kind!r} is not one of {', '.join(KINDS)}")
-        if self.kind == "resample" and self.source is None:
-            raise InputError("resample ablation takes each head's output from another text: give it (--from TEXT)")
-        if self.kind != "resample" and self.source is not None:
-            raise InputError("a text to resample from goes with the resample ablation (--ablation resample)")
-        if self.kind != "mean" and self.reference:
-            raise InputError("reference texts go with the mean ablation (--ablation mean)")
-
-    def values(self, model, ids: list[int]) -> torch.Tensor | None:
-        """What each head's output becomes, (L, H, 1 or T, d); None for zero ablation (the write zeroed)."""
-        if self.kind == "zero":
-            return None
-        if self.kind == "mean":
-            refs = [ids] if not self.reference else [checked_ids(model, r) for r in self.reference]
-            return output_means(model, refs)
-        return output_of(model, _same_length(model, ids, self.source))
-
-
-ZERO = Ablation()
-
-
-def output_means(model, reference: Sequence[list[int]]) -> torch.Tensor:
-    """Each head's output averaged over every member of the reference texts: (L, H, 1, d)."""
-    total, n = None, 0
-    for ids in reference:
-        run = model.run(ids, record=Record(steps=("output",)))
-        out = torch.stack([run["output", l] for l in range(model.config.n_layers)])  # (L, H, T, d)
-        total = out.sum(2, keepdim=True) if total is None else total + out.sum(2, keepdim=True)
-        n += out.shape[2]
-    return (total / n).to(model.dtype)
-
-
-def output_of(model, ids: list[int]) -> torch.Tensor:
-    """Each head's output at every member of a text: (L, H, T, d)."""
-    run = model.run(ids, record=Record(steps=("output",)))
-    return torch.stack([run["output", l] for l in range(model.config.n_layers)]).to(model.dtype)
-
-
 def head_effects(model, text, heads: Sequence[tuple[int, int]] | None = None, *, reference=None,
                  resample_from=None) -> Ablations:
     """Each head's effect on log p of the conclusion under zero and mean ablation (and resample where
@@ -122,20 +70,20 @@ def head_effects(model, text, heads: Sequence[tuple[int, int]] | None = None, *,
     c = model.config
     heads = [model.check_head(l, h) for l, h in (heads if heads is not None else
                                                  [(l, h) for l in range(c.n_layers) for h in range(c.n_heads)])]
-    refs = [ids] if reference is None else [checked_ids(model, r) for r in _texts(reference)]
-    other = None if resample_from is None else _same_length(model, ids, resample_from)
+    averaged = Ablation("mean", () if reference is None else tuple(checked_ids(model, r) for r in _texts(reference)))
+    other = None if resample_from is None else same_length(model, ids, resample_from)
     run = model.run(ids, record=Record(steps=("resid_pre",)))
     lp = effects.log_probs(run.last_logits[None].double())[0]
     t = int(lp.argmax())
     resid_pre = {l: run["resid_pre", l] for l in range(c.n_layers)}
     measure = lambda values: (effects.head_log_probs(model, ids, t, heads, resid_pre, values=values) - lp[t]).tolist()  # noqa: E731
-    zero, mean = measure(None), measure(output_means(model, refs))
-    resample = None if other is None else measure(output_of(model, other))
+    zero, mean = measure(None), measure(averaged.values(model, ids))
+    resample = None if other is None else measure(Ablation("resample", source=other).values(model, ids))
     rows = [HeadAblations(l, h, z, m, None if resample is None else resample[i])
             for i, ((l, h), z, m) in enumerate(zip(heads, zero, mean))]
     rows.sort(key=lambda r: -abs(r.zero))
     result = Ablations(model_info(model), run.tokens, model.tokenizer.readable(t), float(lp[t].exp()),
-                       "this text's own members" if reference is None else f"every member of {len(refs)} reference texts",
+                       "this text's own members" if reference is None else f"every member of {len(averaged.reference)} reference texts",
                        None if other is None else [model.tokenizer.readable(i) for i in other], rows, [])
     result.story = story(result)
     return result
@@ -146,15 +94,6 @@ def _texts(reference) -> list:
     if not texts:
         raise InputError("the reference set holds no text: give at least one, or none for this text's own members")
     return texts
-
-
-def _same_length(model, ids: list[int], text) -> list[int]:
-    other = checked_ids(model, text)
-    if len(other) != len(ids):
-        raise InputError(f"the resample text is {len(other)} members and this text {len(ids)}: resampling takes each "
-                         "member's output from the same member of the other text, so give a text of the same number "
-                         "of tokens")
-    return other
 
 
 def story(a: Ablations) -> list[str]:

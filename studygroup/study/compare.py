@@ -14,7 +14,6 @@ predicted word w. Then:
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -116,13 +115,13 @@ class Comparison(JSONable):
         return brief(self, f"of {texts}: {found}", ".story, .shift, .heads, .members, .a, .b, .to_dict()")
 
 
-def compare(model, text_a, text_b, *, top: int = 10, silence_heads: int | str | None = None,
-            silence_members: int | str | None = None, silenced_members: Sequence[int] = (),
-            silenced_heads: Sequence[tuple[int, int]] = ()) -> Comparison:
+def compare(model, text_a, text_b, *, top: int = 10, measure_heads: int | str | None = None,
+            measure_members: int | str | None = None, interventions: Interventions = Interventions()) -> Comparison:
     """Compare the conclusions on two texts (e.g. "I have a lot" and "Cash or credit card? I have a lot").
 
-    silenced_members, silenced_heads: compare the runs with these silenced in both texts (member J
-    of each text, in every head; each head at every position), as explain does.
+    measure_heads, measure_members: how many heads and members each text's explanation measures.
+    interventions: compare the runs with its members and heads silenced in both texts (member J of
+    each text, in every head; each head at every position), as explain does.
 
     >>> c = compare(model, "I have a lot", "Cash or credit card? I have a lot")
     >>> c.word, c.shift[0].prob_a < c.shift[0].prob_b
@@ -130,8 +129,7 @@ def compare(model, text_a, text_b, *, top: int = 10, silence_heads: int | str | 
     """
     from studygroup.study import story
 
-    options = dict(top=top, silence_heads=silence_heads, silence_members=silence_members,
-                   silenced_members=silenced_members, silenced_heads=silenced_heads)
+    options = dict(top=top, measure_heads=measure_heads, measure_members=measure_members, interventions=interventions)
     A, B = (_analysed(model, name, text, options) for name, text in (("text a", text_a), ("text b", text_b)))
     longer = _longer(text_a, text_b, A.run.T, B.run.T)
     L = B if longer == "b" else A
@@ -210,8 +208,8 @@ def _prefix(model, text_a, text_b, longer: str, run, lp_a, lp_b, w: int, chosen:
     members = prefix_members(model, run.token_ids, len(prefix.encode("utf-8")))
     if not members:
         return None, None
-    silenced = model.run(run.token_ids, record="none", silence_members=sorted({*members, *chosen.silenced_members}),
-                         silence_heads=sorted(chosen.silenced_heads))
+    both = Interventions.make(model, run.T, {*members, *chosen.silenced_members}, heads=chosen.silenced_heads)
+    silenced = model.run(run.token_ids, record="none", interventions=both)
     lp_s = effects.log_probs(silenced.last_logits)  # (vocab,)
     lp_long, lp_short = (lp_b, lp_a) if longer == "b" else (lp_a, lp_b)
     before, after = total_variation(lp_long, lp_short), total_variation(lp_s, lp_short)

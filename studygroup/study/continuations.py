@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from studygroup.model.interventions import Interventions
 from studygroup.study.jsonable import JSONable
 
 
@@ -43,17 +44,17 @@ class Continuations(JSONable):
     parting: Parting | None
 
 
-def continuations(model, text, whole, settings: dict, silenced: dict) -> Continuations:
-    """whole: the Generation of the whole group; settings: its generate() keywords; silenced:
-    {silence_members, silence_heads} for the other continuation."""
-    other = model.generate(text, **settings, **silenced)
+def continuations(model, text, whole, settings: dict, interventions: Interventions) -> Continuations:
+    """whole: the Generation of the whole group; settings: its generate() keywords; interventions:
+    what the other continuation silences."""
+    other = model.generate(text, **settings, interventions=interventions)
     prompt, a, b = whole.prompt_ids, whole.ids, other.ids
     k = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
     parting = None
     if k is not None:
         seq = prompt + a[:k]
         p_whole = _probs(model.run(seq))
-        p_silenced = _probs(model.run(seq, **silenced))
+        p_silenced = _probs(model.run(seq, interventions=interventions))
         tok = model.tokenizer
         parting = Parting(k + 1, tok.readable(a[k]), a[k], tok.readable(b[k]), b[k], float(p_whole[a[k]]),
                           float(p_whole[b[k]]), float(p_silenced[a[k]]), float(p_silenced[b[k]]))

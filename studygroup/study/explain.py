@@ -27,7 +27,7 @@ The result says what was done, in `heads_silenced`, `members_silenced` and `scop
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from dataclasses import replace as with_fields
 
 import torch
 
@@ -37,7 +37,7 @@ from studygroup.model.interventions import Interventions
 from studygroup.model.record import KEY_STEPS, Record
 from studygroup.progress import Progress, say, shown
 from studygroup.study import attribution, byte_pieces, effects, explain_cost, last_question, story
-from studygroup.study.ablation import ZERO, Ablation
+from studygroup.model.ablation import ZERO
 from studygroup.study.last_sentence import last_sentence, last_sentence_start
 from studygroup.study.roles import head_sinks
 from studygroup.study.sinks import first_not_resting
@@ -80,58 +80,56 @@ __all__ = ["Analysis", "Explanation", "HeadEffect", "Listened", "LogitSum", "Mem
            "analyse", "explain"]
 
 
-def explain(model, text, *, top: int = 10, silence_heads: int | str | None = None,
-            silence_members: int | str | None = None, silenced_members: Sequence[int] = (),
-            silenced_heads: Sequence[tuple[int, int]] = (), word: int | None = None,
-            generated_from: int | None = None, ablation: Ablation = ZERO) -> Explanation:
+def explain(model, text, *, top: int = 10, measure_heads: int | str | None = None,
+            measure_members: int | str | None = None, interventions: Interventions = Interventions(),
+            word: int | None = None, generated_from: int | None = None) -> Explanation:
     """Explain the next-word prediction for `text` (or token ids).
 
     top: how many next words to list. Every head is silenced at the last position only and every
     member for the last member's questions only (on a clean run; past LONG_T members, unless a
-    number says how many). silence_heads: how many heads to measure exactly at every position (or
+    number says how many). measure_heads: how many heads to measure exactly at every position (or
     "all"); None: every head where that fits the time budget (T <= HEADS_ALL_MAX_T), else candidates
-    in order until STOP_AFTER in a row fall below half the fifth-largest effect. silence_members:
+    in order until STOP_AFTER in a row fall below half the fifth-largest effect. measure_members:
     measure every member in every head when T is at most this (or "all"), otherwise the members
     with the largest |effect_last_question|; None: every member up to MEMBERS_ALL_MAX_T, else
-    MEMBERS_TOP. silenced_members,
-    silenced_heads: explain the run with these silenced (members in every head, heads at every
-    position; up to LONG_T members); every measure is then taken on top of them.
+    MEMBERS_TOP. interventions: explain the run with its silenced members and heads (members in
+    every head, heads at every position; up to LONG_T members); every measure is then taken on top
+    of them. Its ablation says how each head measured is taken out (`studygroup.model.ablation`:
+    zero, the default, zeroes its write; mean or resample replace its output; either of those with
+    nothing silenced); members are silenced.
     word: the id of the next word to explain (a generated word, sampled or not); None: the most
     likely one. generated_from: with text the ids of a prompt and of words generated after it, the
     index of the first generated member (len(prompt ids)), kept in the result; None: a plain text.
-    ablation: how each head measured is taken out (`studygroup.study.ablation.Ablation`: zero, the
-    default, zeroes its write; mean or resample replace its output); members are silenced.
 
     >>> e = explain(model, "Cash or credit card? I have a lot")
     >>> e.predicted.token, e.members[-1].token
     ('␣of', '␣lot')
     """
-    return analyse(model, text, top=top, silence_heads=silence_heads, silence_members=silence_members,
-                   silenced_members=silenced_members, silenced_heads=silenced_heads, word=word,
-                   generated_from=generated_from, ablation=ablation).explanation
+    return analyse(model, text, top=top, measure_heads=measure_heads, measure_members=measure_members,
+                   interventions=interventions, word=word, generated_from=generated_from).explanation
 
 
-def analyse(model, text, *, top: int = 10, silence_heads: int | str | None = None,
-            silence_members: int | str | None = None, silenced_members: Sequence[int] = (),
-            silenced_heads: Sequence[tuple[int, int]] = (), word: int | None = None,
-            generated_from: int | None = None, ablation: Ablation = ZERO) -> Analysis:
+def analyse(model, text, *, top: int = 10, measure_heads: int | str | None = None,
+            measure_members: int | str | None = None, interventions: Interventions = Interventions(),
+            word: int | None = None, generated_from: int | None = None) -> Analysis:
     """explain(), keeping the run: one recorded pass, then the strategy's silencing passes."""
     _check_count("top", top, allow_all=False)
-    _check_count("silence_heads", silence_heads)
-    _check_count("silence_members", silence_members)
+    _check_count("measure_heads", measure_heads)
+    _check_count("measure_members", measure_members)
     ids = checked_ids(model, text)
     check_generated_from(generated_from, len(ids))
-    chosen = Interventions.make(model, len(ids), silenced_members, heads=silenced_heads)
+    ablation = interventions.ablation
+    chosen = with_fields(interventions.checked(model, len(ids)), ablation=ZERO)  # what the explained run silences
     if chosen != Interventions() and len(ids) > LONG_T:
         raise InputError(f"explain silences members or heads in texts of up to {LONG_T} members; this one has "
                          f"{len(ids)}: shorten it, or explain it without --silence-member/--silence-head")
     if chosen != Interventions() and ablation.kind != "zero":
         raise InputError(f"{ablation.kind} ablation measures the heads of the run as it is: give no "
-                         "--silence-member/--silence-head with it")
+                         "--silence-member/--silence-head with it (in a request: an empty silence)")
     strategy = (LastQuestion if len(ids) > LONG_T else EveryQuestion)(model, ids, chosen)
     strategy.values = ablation.values(model, list(ids))
     strategy.taken_out = "silenced" if ablation.kind == "zero" else f"taken out ({story.TAKEN_OUT[ablation.kind]})"
-    strategy.announce(silence_heads, silence_members)
+    strategy.announce(measure_heads, measure_members)
     found = strategy.sinks()  # before the base run: its pass never runs beside the base run's keys and values
     run, estimate = strategy.base_run()
     lp = effects.log_probs(run.last_logits)  # (vocab,)
@@ -139,8 +137,8 @@ def analyse(model, text, *, top: int = 10, silence_heads: int | str | None = Non
     parts = attribution.direct_contributions(run, token)
     words = top_words(run, lp, top)
     predicted = next((w for w in words if w.id == token), None) or _word(run, lp, token)
-    heads, heads_said = strategy.heads(run, token, lp[token], parts.heads, estimate, silence_heads)
-    members, members_said = strategy.members(run, token, lp[token], silence_members)
+    heads, heads_said = strategy.heads(run, token, lp[token], parts.heads, estimate, measure_heads)
+    members, members_said = strategy.members(run, token, lp[token], measure_members)
     _mark_sinks(heads, found)
     missed = _estimate_missed_by(heads)
     e = Explanation(text=text if isinstance(text, str) else None, tokens=run.tokens, token_ids=list(ids),
@@ -174,13 +172,13 @@ class EveryQuestion:
         self.taken_out = "silenced"  # how a head is taken out, in words
         self.show = len(ids) > ANNOUNCE_PAST_T  # long enough to say what it will need, and show progress
 
-    def announce(self, silence_heads, silence_members, stream=None) -> None:
+    def announce(self, measure_heads, measure_members, stream=None) -> None:
         """Print, before the work starts, what explaining these members will need: its memory, and
         its time at this machine's speed now (`estimate.speed`)."""
         if not self.show or not shown():  # the speed probe only feeds the message
             return
         c, T = self.model.config, len(self.ids)
-        heads, members, work, further = self.expected(silence_heads, silence_members)
+        heads, members, work, further = self.expected(measure_heads, measure_members)
         speed = estimate.speed(self.model, T)
         need = (f"about {estimate.explain_bytes(c, T, heads + members, effects.ROWS_PER_PASS) / 2**30:.1f} GiB and "
                 f"{estimate.duration(work.seconds(speed, c, T))}")
@@ -194,13 +192,13 @@ class EveryQuestion:
         say(f"explaining {T} members: {need} (a pass for the heads' sinks, a pass with a gradient, {LAST_ROWS}, then {heads} heads "
             f"and {members} members silenced exactly, in batched passes)", stream)
 
-    def expected(self, silence_heads, silence_members) -> tuple[int, int, explain_cost.Work, explain_cost.Work | None]:
+    def expected(self, measure_heads, measure_members) -> tuple[int, int, explain_cost.Work, explain_cost.Work | None]:
         """Before the run: how many heads and members it measures exactly (under the stopping rule,
         the least: two batches), its work, and under the stopping rule the work of each further batch
         (else None)."""
         c, T = self.model.config, len(self.ids)
-        heads, members = _count(silence_heads, c.n_layers * c.n_heads, T), _members_count(silence_members, T)
-        rule = silence_heads is None and T > HEADS_ALL_MAX_T
+        heads, members = _count(measure_heads, c.n_layers * c.n_heads, T), _members_count(measure_members, T)
+        rule = measure_heads is None and T > HEADS_ALL_MAX_T
         heads = min(2 * STOP_AFTER, c.n_layers * c.n_heads) if rule else heads
         cells = HEADS_WITH_MEMBERS * (LISTENED_MEASURED + 1) if self.chosen == Interventions() else 0
         work = self.work(heads, members, cells, sentence_rows(self.model, self.ids, self.chosen))
@@ -229,7 +227,7 @@ class EveryQuestion:
             return effects.gradient_run(self.model, self.ids, recording(len(self.ids)), on_layer=bar.advance,
                                         interventions=self.chosen)
 
-    def heads(self, run, token: int, lp_t, direct, estimate, silence_heads) -> tuple[list[HeadEffect], str]:
+    def heads(self, run, token: int, lp_t, direct, estimate, measure_heads) -> tuple[list[HeadEffect], str]:
         c = run.model.config
         resid_pre = {l: run[f"layers.{l}.resid_pre"] for l in range(c.n_layers)} if "layers.0.resid_pre" in run else None
         clean = self.chosen == Interventions()  # the last-position and in-head measures reuse the clean run
@@ -242,27 +240,27 @@ class EveryQuestion:
                 added = [Interventions(silenced_heads=frozenset({p})) for p in chosen]
                 return effects.added_log_probs(run.model, run.token_ids, token, self.chosen, added, bar)  # (n,)
             return effects.head_log_probs(run.model, run.token_ids, token, chosen, resid_pre, bar, values=self.values)  # (n,)
-        n = _count(silence_heads, c.n_layers * c.n_heads, run.T)
-        label = (f"silencing {n} heads" if silence_heads is not None or run.T <= HEADS_ALL_MAX_T else
+        n = _count(measure_heads, c.n_layers * c.n_heads, run.T)
+        label = (f"silencing {n} heads" if measure_heads is not None or run.T <= HEADS_ALL_MAX_T else
                  f"silencing candidate heads in batches of {STOP_AFTER}")
         with Progress(1, label + ", layer by layer", show=self.show and n > 0) as bar:
-            chosen, lps = measured_heads(order, silence_heads, run.T, lp_t, lambda h: measure(h, bar))
+            chosen, lps = measured_heads(order, measure_heads, run.T, lp_t, lambda h: measure(h, bar))
         out = _head_effects(run, token, lp_t, direct, dict(zip(chosen, lps)), last, estimate)
         if clean:
             with Progress(1, "silencing members in the most decisive heads only, layer by layer", show=self.show and bool(out)) as bar:
                 _measure_in_head(run, token, lp_t, out[:HEADS_WITH_MEMBERS], resid_pre, bar)
         first = "|silence_effect_last_position|" if last else "|direct contribution|"
         how = f"alternately by {first} and by |first-order estimate of the silence effect|"
-        return out, _heads_said(len(chosen), c.n_layers * c.n_heads, silence_heads, how, "at every position",
+        return out, _heads_said(len(chosen), c.n_layers * c.n_heads, measure_heads, how, "at every position",
                                 _estimate_missed_by(out), bool(last), self.taken_out)
 
-    def members(self, run, token: int, lp_t, silence_members) -> tuple[list[MemberEffect], str]:
+    def members(self, run, token: int, lp_t, measure_members) -> tuple[list[MemberEffect], str]:
         T = run.T
         shares = attribution.member_shares(run, token)  # (T,)
         clean = self.chosen == Interventions()
         with Progress(T, f"silencing each of the {T} members for the last question", show=self.show and clean) as bar:
             last = every_member_last_question(run, token, bar) if clean else {}  # {member: log p(t)}
-        n = _members_count(silence_members, T)
+        n = _members_count(measure_members, T)
         ranking = shares if not last else torch.tensor([last[j] for j in range(T)]) - float(lp_t)  # (T,)
         chosen = list(range(T)) if n == T else sorted(largest_first(ranking)[:n])
         by = "|effect_last_question|" if last else "|direct share|"
@@ -312,23 +310,23 @@ class LastQuestion:
         self.values = None  # what a head's output becomes when it is taken out (None: its write zeroed)
         self.taken_out = "silenced"  # how a head is taken out, in words
 
-    def announce(self, silence_heads, silence_members, stream=None) -> None:
+    def announce(self, measure_heads, measure_members, stream=None) -> None:
         """Print what the run will need before a large run starts: its memory, and its time at this
         machine's speed now (`estimate.speed`)."""
         if not shown():  # the speed probe only feeds the message
             return
         c, T = self.model.config, len(self.ids)
-        heads, members, work, _ = self.expected(silence_heads, silence_members)
+        heads, members, work, _ = self.expected(measure_heads, measure_members)
         need = (f"about {estimate.forward(c, T, keep_kv=True).bytes / 2**30:.1f} GiB and "
                 f"{estimate.duration(work.seconds(estimate.speed(self.model, T), c, T))}")
         say(f"explaining {T} members: {need} (a pass for the heads' sinks, one keeping every member's keys and "
             f"values, then one row for each of {heads} silenced heads and {members} silenced members)", stream)
 
-    def expected(self, silence_heads, silence_members) -> tuple[int, int, explain_cost.Work, None]:
+    def expected(self, measure_heads, measure_members) -> tuple[int, int, explain_cost.Work, None]:
         """Before the run: how many heads and members it silences at the last position, and its work
         (the heads at the mean layer of those chosen by |direct contribution|: unknown yet)."""
         c, T = self.model.config, len(self.ids)
-        heads, members = _last_count(silence_heads, c.n_layers * c.n_heads), _last_count(silence_members, T)
+        heads, members = _last_count(measure_heads, c.n_layers * c.n_heads), _last_count(measure_members, T)
         middle = (c.n_layers - 1) / 2
         work = explain_cost.last_question(c, T, [middle] * heads, members, sentence_rows(self.model, self.ids))
         return heads, members, work, None
@@ -344,24 +342,24 @@ class LastQuestion:
         with Progress(self.model.config.n_layers, "forward pass, layer by layer") as bar:
             return self.model.run(self.ids, record=record, on_layer=bar.advance), None
 
-    def heads(self, run, token: int, lp_t, direct, estimate, silence_heads) -> tuple[list[HeadEffect], str]:
+    def heads(self, run, token: int, lp_t, direct, estimate, measure_heads) -> tuple[list[HeadEffect], str]:
         """Every head (by default) silenced at the last position only; with a number, the heads
         with the largest |direct contribution|."""
         c = run.model.config
         total = c.n_layers * c.n_heads
-        chosen = heads_largest_first(direct)[:_last_count(silence_heads, total)]
+        chosen = heads_largest_first(direct)[:_last_count(measure_heads, total)]
         with Progress(1, f"silencing {len(chosen)} heads at the last position, layer by layer") as bar:
             lps = effects.last_position_head_log_probs(run.model, run, token, chosen, bar, self.values) if chosen else []
         out = _head_effects(run, token, lp_t, direct, {}, dict(zip(chosen, [float(x) for x in lps])), None)
-        return out, _heads_said(len(chosen), total, silence_heads, "by |direct contribution|",
+        return out, _heads_said(len(chosen), total, measure_heads, "by |direct contribution|",
                                 "at the last position only", None, taken_out=self.taken_out)
 
-    def members(self, run, token: int, lp_t, silence_members) -> tuple[list[MemberEffect], str]:
+    def members(self, run, token: int, lp_t, measure_members) -> tuple[list[MemberEffect], str]:
         """Every member (by default) silenced for the last member's questions only; with a number,
         the members with the largest |direct share|."""
         T = run.T
         shares = attribution.member_shares(run, token)  # (T,)
-        n = _last_count(silence_members, T)
+        n = _last_count(measure_members, T)
         chosen = sorted(largest_first(shares)[:n])
         with Progress(n, f"silencing {n} members for the last questions") as bar:
             groups = [[j] for j in chosen]
@@ -487,7 +485,7 @@ def _mark_sinks(heads: list[HeadEffect], found) -> None:
 
 
 def _count(n: int | str | None, total: int, T: int) -> int:
-    """How many of `total` heads a silence_heads setting measures (None: all where affordable, else
+    """How many of `total` heads a measure_heads setting measures (None: all where affordable, else
     at least STOP_AFTER)."""
     if n is None:
         return total if T <= HEADS_ALL_MAX_T else min(STOP_AFTER, total)
@@ -495,7 +493,7 @@ def _count(n: int | str | None, total: int, T: int) -> int:
 
 
 def _members_count(n: int | str | None, T: int) -> int:
-    """How many of T members a silence_members setting measures: all when T is at most n."""
+    """How many of T members a measure_members setting measures: all when T is at most n."""
     n = (T if T <= MEMBERS_ALL_MAX_T else MEMBERS_TOP) if n is None else n
     return T if n == "all" or T <= n else n
 

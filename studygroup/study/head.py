@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import math
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 
 from studygroup.formulas import attention
+from studygroup.model.interventions import Interventions
 from studygroup.errors import InputError, NotationError
 from studygroup.study.jsonable import JSONable
 from studygroup.study.mask_reasons import mask_reasons
@@ -167,8 +167,8 @@ def masked_grid(values: torch.Tensor, mask: torch.Tensor) -> list[list[float | N
 
 
 def head_view(model, text, layer: int, head: int, notation: str = "paper", largest: int = LARGEST,
-              silence_members: Sequence[int] = (), silence_heads: Sequence[tuple[int, int]] = (),
-              rows=None, keys=None, run=None, generated_from: int | None = None) -> HeadView:
+              interventions: Interventions = Interventions(), rows=None, keys=None, run=None,
+              generated_from: int | None = None) -> HeadView:
     """One head as a study group, in paper or column notation, over a window of its grid.
 
     rows, keys: the questions and the answers shown, as Python slices over the members (half-open,
@@ -176,9 +176,10 @@ def head_view(model, text, layer: int, head: int, notation: str = "paper", large
     text past 256 members needs one (rows=slice(-1, None): the last question). Only the window's
     rows are computed, each over every key (softmax needs the whole row), then cut to the keys.
     largest: how many of each vector's largest entries the member summaries keep.
-    silence_members, silence_heads: the head as it is in a run with these silenced (in every
-    head); a silenced member's answer is masked, as the future is. run: a run of this text with
-    that silencing, whose recorded vectors are read where it holds them (else a pass is made).
+    interventions: the head as it is in a run with its members and heads silenced (members in every
+    head; a silenced member's answer is masked, as the future is, under zero ablation; under mean or
+    resample ablation it is heard, with its replaced key and value). run: a run of this text with
+    those interventions, whose recorded vectors are read where it holds them (else a pass is made).
     generated_from: with text the ids of a prompt and of words generated after it (Model.generate's
     .prompt_ids + .ids), the index of the first generated member, len(prompt ids); None: a plain text.
 
@@ -194,7 +195,7 @@ def head_view(model, text, layer: int, head: int, notation: str = "paper", large
     check_generated_from(generated_from, len(ids))
     w = window(len(ids), rows, keys)  # before the pass: a window too large is refused at once
     if run is None:
-        run = model.before_pass(ids, silence_members=list(silence_members), silence_heads=list(silence_heads))
+        run = model.before_pass(ids, interventions)
     vec = run.head_vectors(layer, head)  # (T, d_head) each: a pass up to this layer
     g = _grids(vec, run.head_mask(layer, head, w.rows), w)  # silenced members and a local layer's window left out
     quiet = run.interventions.silenced_members if run.interventions.hides_members(layer, head) else ()

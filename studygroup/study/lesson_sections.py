@@ -22,6 +22,7 @@ import torch
 from studygroup.errors import InputError, NotationError
 from studygroup.formulas import attention
 from studygroup.formulas.softmax_example import softmax_example
+from studygroup.model.interventions import Interventions
 from studygroup.model.record import Record
 from studygroup.study.explain import top_words
 from studygroup.study.jsonable import JSONable
@@ -147,10 +148,11 @@ def _shorter(text: str) -> str | None:
 
 
 def lesson_sections(model, text: str, layer: int, head: int, query: int | None = None, key: int | None = None,
-                    silence_members=(), silence_heads=(), top: int = TOP) -> LessonSections:
+                    interventions: Interventions = Interventions(), top: int = TOP) -> LessonSections:
     """Every section's numbers for `text`, head `head` of layer `layer`, question `query` (default:
     the last member) and answer `key` (default: the one it weighs most); the conclusion lists `top`
-    next words. See docs/json.md ("lesson").
+    next words. interventions: the lesson of a run with its members and heads silenced. See
+    docs/json.md ("lesson").
 
     >>> d = lesson_sections(model, "I have a lot", 0, 0)
     >>> [s["name"] for s in d.sections][:3]
@@ -163,15 +165,16 @@ def lesson_sections(model, text: str, layer: int, head: int, query: int | None =
     key = None if key is None else checked_pair(model, T, i, key)[1]  # refused before the pass
     vectors = tuple(f"layers.{layer}.{s}" for s in ("q_pre_rope", "k_pre_rope", "q", "k", "v"))
     record = Record(steps=("layers.0.E", f"layers.{layer}.E", f"layers.{layer}.resid_pre", *vectors))
-    run = model.run(ids, record=record, silence_members=list(silence_members), silence_heads=list(silence_heads))
+    run = model.run(ids, record=record, interventions=interventions)
     h = followed(run, layer, head, i)
     j = int(h.row("weights", i).argmax()) if key is None else key
     ctx = dict(model=model, run=run, h=h, i=i, j=j, text=text, top=top)
     sections = [globals()["_" + name](**ctx) for name in SECTIONS]
     for s, name in zip(sections, SECTIONS):
         s["name"] = name
-    return LessonSections(text, run.tokens, layer, head, i, j, sorted({int(m) for m in silence_members}),
-                          sorted([int(a), int(b)] for a, b in {tuple(p) for p in silence_heads}), sections)
+    silenced = run.interventions.silenced()
+    return LessonSections(text, run.tokens, layer, head, i, j, silenced["silenced_members"], silenced["silenced_heads"],
+                          sections)
 
 
 def _section(title: str, paper: str, columns: str, says: list[str], **numbers) -> dict:

@@ -7,7 +7,6 @@ so the three show the same numbers. No model logic here beyond choosing what to 
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -40,39 +39,41 @@ LONG_PAGE_RECORD = Record(steps=("weights", *attribution.NEEDED_STEPS), rows="la
 REPORT_HEADS = 3
 
 
-def page_run(model, text, silence_members: Sequence[int] = (), silence_heads: Sequence[tuple[int, int]] = (),
-             base=None):
-    """One pass of `text` with these silenced that serves the page's three views of it: the
+def page_run(model, text, interventions: Interventions = Interventions(), base=None):
+    """One pass of `text` with these interventions that serves the page's three views of it: the
     conclusion (its logits), the model view (every head's weights and what the direct
     contributions need) and, up to FULL_MAPS_MAX_T members, any head's view (its vectors).
     Past that, each head's view makes its own pass up to its layer. base: a page_run of this text
-    that this run can start from: with the same members silenced and fewer heads, its layers
-    before the first head newly silenced (`Run.silence_heads`: the same numbers, those layers not
-    computed again); with the same heads silenced and fewer members, its rows before the first
-    member newly silenced (`Run.silence_members`: those rows not computed again).
+    that this run can start from: with the same members silenced (and the same ablation) and fewer
+    heads, its layers before the first head newly silenced (`Run.silence_heads`: the same numbers,
+    those layers not computed again); silencing by zero ablation, with the same heads silenced and
+    fewer members, its rows before the first member newly silenced (`Run.silence_members`: those
+    rows not computed again).
 
-    >>> run = page_run(model, "I have a lot", silence_members=[1])
+    >>> one = Interventions(silenced_members=(1,))
+    >>> run = page_run(model, "I have a lot", one)
     >>> a = head(model, "I have a lot", 3, 0, run=run)["weights"]
-    >>> b = head(model, "I have a lot", 3, 0, silence_members=[1])["weights"]  # its own pass, up to layer 3
+    >>> b = head(model, "I have a lot", 3, 0, interventions=one)["weights"]  # its own pass, up to layer 3
     >>> max(abs(x - y) for ra, rb in zip(a, b) for x, y in zip(ra, rb)) < 1e-5
     True
     """
     ids = checked_ids(model, text)
     record = PAGE_RECORD if len(ids) <= FULL_MAPS_MAX_T else LONG_PAGE_RECORD
-    wanted = Interventions.make(model, len(ids), silence_members, None, silence_heads)
-    if base is not None and base.record == record and list(base.token_ids) == ids:
+    wanted = interventions.checked(model, len(ids))
+    if base is not None and base.record == record and list(base.token_ids) == ids and base.interventions.ablation == wanted.ablation:
         had = base.interventions
         if had.silenced_members == wanted.silenced_members and had.silenced_heads <= wanted.silenced_heads:
             return base.silence_heads(wanted.silenced_heads)
-        if (had.silenced_heads == wanted.silenced_heads and had.member_heads is None
+        if (had.silenced_heads == wanted.silenced_heads and had.member_heads is None and wanted.zero
                 and set(had.silenced_members) <= set(wanted.silenced_members)):
             return base.silence_members(wanted.silenced_members)
-    return model.run(ids, record=record, silence_members=list(silence_members), silence_heads=list(silence_heads))
+    return model.run(ids, record=record, interventions=wanted)
 
 
-def conclusion(model, text, top: int = 10, silence_members: Sequence[int] = (),
-               silence_heads: Sequence[tuple[int, int]] = (), base=None, after=None) -> dict:
-    """The members and the top next words, before and (when anything is silenced) after silencing.
+def conclusion(model, text, top: int = 10, interventions: Interventions = Interventions(), base=None,
+               after=None) -> dict:
+    """The members and the top next words, before and (when anything is silenced) after silencing
+    (by the interventions' ablation, named in "ablation" unless zero).
 
     One pass without recording (two when silencing); base, after: runs of this text without and
     with the silencing (page_run) to take the logits from instead. `words` lists every word of
@@ -80,25 +81,25 @@ def conclusion(model, text, top: int = 10, silence_members: Sequence[int] = (),
     a ghost bar; `silenced_story`, the story's conclusion sentence told from the silenced run's
     top words (story.conclusion_parts).
 
-    >>> d = conclusion(model, "I have a lot", silence_members=[2])
+    >>> d = conclusion(model, "I have a lot", interventions=Interventions(silenced_members=(2,)))
     >>> d["top"][0]["token"], d["words"][0]["prob_before"] > 0
     ('␣of', True)
     """
     ids = checked_ids(model, text)
     base = base if base is not None else model.run(ids, record="none")
     lp = effects.log_probs(base.last_logits)  # (vocab,)
+    i = interventions.checked(model, len(ids))
     out = {"tokens": base.tokens, "token_ids": list(ids), "top": [w.to_dict() for w in top_words(base, lp, top)],
-           "silenced_members": sorted({int(j) for j in silence_members}),
-           "silenced_heads": [list(p) for p in sorted({(int(l), int(h)) for l, h in silence_heads})],
-           "silenced": None, "silenced_story": None, "words": []}
-    if not silence_members and not silence_heads:
+           **i.silenced(), **i.ablation_field(), "silenced": None, "silenced_story": None, "words": []}
+    if not (i.silenced_members or i.silenced_heads):
         return out
     if after is None:
-        after = model.run(ids, record="none", silence_members=list(silence_members), silence_heads=list(silence_heads))
+        after = model.run(ids, record="none", interventions=i)
     lp_after = effects.log_probs(after.last_logits)  # (vocab,)
     new_top = top_words(after, lp_after, top)
     out["silenced"] = [w.to_dict() for w in new_top]
-    out["silenced_story"] = story.conclusion_parts(new_top, [f"silenced[{n}].prob" for n in range(len(new_top))], silenced=True)
+    out["silenced_story"] = story.conclusion_parts(new_top, [f"silenced[{n}].prob" for n in range(len(new_top))], silenced=True,
+                                                   ablation=i.ablation.kind)
     ids_shown = list(dict.fromkeys([w["id"] for w in out["top"]] + [w.id for w in new_top]))
     readable = model.tokenizer.readable
     out["words"] = [{"token": readable(i), "id": i, "prob_before": float(lp[i].exp()),
@@ -107,36 +108,33 @@ def conclusion(model, text, top: int = 10, silence_members: Sequence[int] = (),
     return out
 
 
-def explanation(model, text, top: int = 10, silence_members: Sequence[int] = (),
-                silence_heads: Sequence[tuple[int, int]] = (), measure_heads: int | str | None = None):
-    """study.explain on `text` (in a run with these silenced): the Explanation object (its .to_dict()
-    is the API's payload). measure_heads: how many heads to measure exactly (a number or "all";
-    None: explain's default)."""
-    return explain(model, text, top=top, silenced_members=silence_members, silenced_heads=silence_heads,
-                   silence_heads=measure_heads)
+def explanation(model, text, top: int = 10, interventions: Interventions = Interventions(),
+                measure_heads: int | str | None = None):
+    """study.explain on `text` (in a run with these interventions): the Explanation object (its
+    .to_dict() is the API's payload). measure_heads: how many heads to measure exactly (a number or
+    "all"; None: explain's default)."""
+    return explain(model, text, top=top, interventions=interventions, measure_heads=measure_heads)
 
 
-def comparison(model, text_a, text_b, top: int = 10, silence_members: Sequence[int] = (),
-               silence_heads: Sequence[tuple[int, int]] = ()):
-    """study_compare.compare(text_a, text_b) (in runs with these silenced): the Comparison object."""
-    return compare(model, text_a, text_b, top=top, silenced_members=silence_members, silenced_heads=silence_heads)
+def comparison(model, text_a, text_b, top: int = 10, interventions: Interventions = Interventions()):
+    """study_compare.compare(text_a, text_b) (in runs with these interventions): the Comparison object."""
+    return compare(model, text_a, text_b, top=top, interventions=interventions)
 
 
-def model_view(model, text, explanation=None, silence_members: Sequence[int] = (),
-               silence_heads: Sequence[tuple[int, int]] = (), run=None) -> dict:
+def model_view(model, text, explanation=None, interventions: Interventions = Interventions(), run=None) -> dict:
     """Every head's weights on `text`, layer × head, grouped by key/value head, decisive heads ranked.
 
     Thumbnail weights are rounded to THUMBNAIL_DECIMALS (exact values are in the head view).
-    silence_members, silence_heads: the weights of a run with these silenced (in every head).
+    interventions: the weights of a run with these (members silenced in every head).
     run: that run (page_run), when the caller has it.
     """
     if run is None:
-        run = page_run(model, text, silence_members, silence_heads)
+        run = page_run(model, text, interventions)
     return _model_view(run, explanation, THUMBNAIL_DECIMALS).to_dict() | _view_fields(run)
 
 
-def model_view_json(model, text, explanation=None, silence_members: Sequence[int] = (),
-                    silence_heads: Sequence[tuple[int, int]] = (), run=None, packed: bool = False) -> bytes:
+def model_view_json(model, text, explanation=None, interventions: Interventions = Interventions(), run=None,
+                    packed: bool = False) -> bytes:
     """`jsonable.compact(model_view(...))`, the same bytes, with the thumbnails written from their
     tensor (`jsonable.rounded_grids`) instead of a Python float per weight: what the web page asks for.
     packed: every head's `weights` null and the thumbnails in `packed_weights` instead (`packed`):
@@ -147,7 +145,7 @@ def model_view_json(model, text, explanation=None, silence_members: Sequence[int
     [1.0, 0.0, 0.0, 0.0]
     """
     if run is None:
-        run = page_run(model, text, silence_members, silence_heads)
+        run = page_run(model, text, interventions)
     d = _model_view(run, explanation, THUMBNAIL_DECIMALS, weights=False).to_dict() | _view_fields(run)
     for layer in d["heads"]:
         for h in layer:
@@ -184,28 +182,26 @@ def packed_thumbnails(w: torch.Tensor) -> dict:
 
 def _view_fields(run) -> dict:
     """What the page's model view carries beside study.model_view's fields."""
-    return run.interventions.silenced() | {"decimals": THUMBNAIL_DECIMALS}
+    return run.interventions.silenced() | run.interventions.ablation_field() | {"decimals": THUMBNAIL_DECIMALS}
 
 
 def head(model, text, layer: int, head: int, notation: str = "paper", rows="auto", keys="all",
-         silence_members: Sequence[int] = (), silence_heads: Sequence[tuple[int, int]] = (), run=None,
-         packed: bool = False) -> dict:
+         interventions: Interventions = Interventions(), run=None, packed: bool = False) -> dict:
     """One head (study_head.head_view) with what each answer contributes to each question.
 
     contributions[i][j] (paper; transposed in "columns") = w_ij · ‖v_j · W_O[h]‖, the size of
     member j's answer in question i's weighted sum as the head writes it. rows: "all" every
     question, "last" the last member's question only, "auto" all up to FULL_MAPS_MAX_T members,
     or [A, B] members A to B-1 (a Python slice: None leaves an end open, negatives count from the
-    end). keys: "all" or [C, D], the answers shown. silence_members, silence_heads: the head in a
-    run with these silenced; run: that run (page_run), whose recorded vectors are used where it has them.
+    end). keys: "all" or [C, D], the answers shown. interventions: the head in a run with these;
+    run: that run (page_run), whose recorded vectors are used where it has them.
     packed: the vectors (PACKED_VECTORS) as `packed_vectors` instead (`packed_vectors`).
     """
     T = len(checked_ids(model, text))
     chosen = "all" if rows == "all" or (rows == "auto" and T <= FULL_MAPS_MAX_T) else "last" if rows in ("auto", "last") else "window"
     as_slice = lambda w: slice(*w) if isinstance(w, (list, tuple)) else None  # noqa: E731
-    view = head_view(model, text, layer, head, notation, silence_members=silence_members, silence_heads=silence_heads,
-                     run=run, rows=slice(-1, None) if chosen == "last" else as_slice(rows), keys=as_slice(keys))
-    d = view.to_dict()
+    view = head_view(model, text, layer, head, notation, interventions=interventions, run=run, rows=slice(-1, None) if chosen == "last" else as_slice(rows), keys=as_slice(keys))
+    d = view.to_dict() | interventions.ablation_field()
     sizes = answer_sizes(model, layer, head, torch.tensor(view.v if notation == "paper" else _t(view.v)))
     weights = torch.tensor(view.weights, dtype=torch.float32)  # (R, K) or (K, R) in the asked orientation
     contributions = weights * (sizes[None, :] if notation == "paper" else sizes[:, None])

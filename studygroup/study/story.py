@@ -86,17 +86,18 @@ def _conclusion(e) -> list[dict]:
     return conclusion_parts([e.predicted, *e.top[1:3]], ["predicted.prob", "top[1].prob", "top[2].prob"])
 
 
-def conclusion_parts(words, fields: list[str], silenced: bool = False) -> list[dict]:
+def conclusion_parts(words, fields: list[str], silenced: bool = False, ablation: str = "zero") -> list[dict]:
     """The sentence that tells the conclusion: words[0] (.token, .prob) ahead of words[1:3];
     fields[n]: the JSON path of word n's probability. Its first piece carries "about": "conclusion",
-    so that the page can put the silenced run's sentence (silenced=True) in its place.
+    so that the page can put the silenced run's sentence (silenced=True) in its place; ablation:
+    how that run took the silenced out (SILENCED_BY names a mean or resample ablation).
 
     >>> from types import SimpleNamespace as W
     >>> joined([conclusion_parts([W(token="␣of", prob=0.96), W(token="␣to", prob=0.012)], ["top[0].prob", "top[1].prob"])])
     ['The group concludes that the next word is “␣of” (96%), ahead of “␣to” (1.2%).']
     """
     w = words[0]
-    opening = "With the silencing, the group" if silenced else "The group"
+    opening = f"With the silencing{SILENCED_BY[ablation]}, the group" if silenced else "The group"
     out = [{**_t(f"{opening} concludes that the next word is {quote(w.token)} ("), "about": "conclusion"},
            _v(w.prob, fields[0], percent(w.prob)), _t(")")]
     for n, x in enumerate(words[1:3], start=1):
@@ -310,7 +311,11 @@ def explain_story(e, norm_after_attention: bool = False) -> list[str]:
     return joined(explain_parts(e, norm_after_attention))
 
 
-#: What each ablation (`studygroup.study.ablation`) does to a head, in words.
+#: How a silenced run took its heads and members out, after "With the silencing" (zero: as said).
+SILENCED_BY = {"zero": "", "mean": " by mean ablation (each silenced head's output and member's key and value "
+               "replaced by their mean)", "resample": " by resample ablation (each silenced head's output and "
+               "member's key and value taken from the other text)"}
+#: What each ablation (`studygroup.model.ablation`) does to a head, in words.
 TAKEN_OUT = {"zero": "its write zeroed", "mean": "its output replaced by its mean output",
              "resample": "its output taken from the other text"}
 

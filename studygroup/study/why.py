@@ -19,7 +19,6 @@ Both are computed in float64 from the run's own recorded float32 numbers.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -157,15 +156,15 @@ def pair_values(q_parts: torch.Tensor, k_parts: torch.Tensor) -> torch.Tensor:
     return q_parts @ k_parts.T / math.sqrt(q_parts.shape[-1])  # (P, P)
 
 
-def why(model, text, layer: int, head: int, query: int, key: int, silenced_members: Sequence[int] = (),
-        silenced_heads: Sequence[tuple[int, int]] = ()) -> Why:
+def why(model, text, layer: int, head: int, query: int, key: int,
+        interventions: Interventions = Interventions()) -> Why:
     """Why member `query` (i) listens to member `key` (j) in head `head` of layer `layer`.
 
     The score q_i·k_j/√d_k split into content + position, and into every (query part, key part)
     pair of the residual stream's parts (see the module's docstring). A question hears only the
     members up to itself, so key <= query; the text after member i changes nothing and is not run.
-    silenced_members, silenced_heads: the score in a run with these silenced (members in every
-    head; a silenced key is refused: nobody hears it, so its score decides nothing).
+    interventions: the score in a run with its members and heads silenced (members in every head;
+    a silenced key is refused: nobody hears it, so its score decides nothing), by zero ablation.
 
     >>> w = why(model, "I have a lot", layer=2, head=0, query=3, key=1)
     >>> abs(w.content + w.position - w.score) < 1e-5, len(w.pairs) == w.n_parts ** 2
@@ -174,7 +173,10 @@ def why(model, text, layer: int, head: int, query: int, key: int, silenced_membe
     layer, head = model.check_head(layer, head)
     ids = checked_ids(model, text)
     i, j = checked_pair(model, len(ids), query, key)
-    chosen = Interventions.make(model, len(ids), silenced_members, heads=silenced_heads)
+    chosen = interventions.checked(model, len(ids))
+    if not chosen.zero:  # the runs below stop at the members asking: a mean or resample over the whole text does not cut
+        raise InputError(f"why splits a score in runs of the text up to each member, which silence with zero ablation "
+                         f"only: give no {chosen.ablation.kind} ablation")
     before = Interventions(tuple(m for m in chosen.silenced_members if m <= i), None, chosen.silenced_heads)
     if not before.mask(layer, head, i + 1, rows=range(i, i + 1))[0, j]:  # (members after i change nothing up to i)
         raise InputError(f"member {j} is silenced in this run: member {i}'s question does not hear it, so its "
@@ -207,9 +209,8 @@ def _record(model, layer: int, layout: Layout) -> Record:
 def _last_row_run(model, ids: list[int], m: int, layer: int, layout: Layout, silenced: Interventions):
     """A run of members 0…m recording `_record`'s rows of member m (the members after m change
     nothing up to m, and neither do the silenced ones after it)."""
-    return model.run(ids[:m + 1], record=_record(model, layer, layout),
-                     silence_members=[x for x in silenced.silenced_members if x <= m],
-                     silence_heads=sorted(silenced.silenced_heads))
+    upto = Interventions(tuple(x for x in silenced.silenced_members if x <= m), None, silenced.silenced_heads)
+    return model.run(ids[:m + 1], record=_record(model, layer, layout), interventions=upto)
 
 
 def _score(run, layer: int, head: int, j: int) -> tuple[float, float, float]:

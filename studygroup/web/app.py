@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace as with_fields
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException
 
+from studygroup.model.interventions import Interventions
 from studygroup.study import jsonable
 from studygroup.study import page_data
 from studygroup.study import DEFAULT_TEXT
@@ -34,9 +35,9 @@ from studygroup.errors import InputError, StudyGroupError
 from studygroup.web import generation
 from studygroup.web.guard import (LRU, UNREADABLE_BODY, BodyLimit, Busy, Gate, HostCheck, SecurityHeaders,
                                   error_response)
-from studygroup.web.bodies import (MAX_TOP, CompareBody, ConclusionBody, ExplainBody, GenerateBody, HeadBody,
-                                   JobBody, LensBody, LessonBody, ModelViewBody, OverviewBody, PatchBody, PatchTexts,
-                                   WhyBody)
+from studygroup.web.bodies import (DEPRECATED, MAX_TOP, CompareBody, ConclusionBody, ExplainBody, GenerateBody,
+                                   HeadBody, JobBody, LensBody, LessonBody, ModelViewBody, OverviewBody, PatchBody,
+                                   PatchTexts, WhyBody)
 from studygroup.web.jobs import Jobs, TooManyJobs, watched
 from studygroup.web.passes import InFlight
 
@@ -55,7 +56,7 @@ class Limits:
     wait_timeout: float = 300.0  # seconds a request may wait for the model before 503
     cache_entries: int = 128
     cache_bytes: int = 64 * 1024 * 1024
-    runs_kept: int = 4  # passes kept by (text, silencing), each serving the conclusion, the model view and the heads (0: none)
+    runs_kept: int = 4  # passes kept by (text, interventions), each serving the conclusion, the model view and the heads (0: none)
     generations_kept: int = 4  # generations kept to go on from, by (text, settings, silencing)
     generation_bytes: int = 256 * 1024 * 1024  # bytes of key/value cache those generations hold at most
 
@@ -113,7 +114,7 @@ class Service:
         self.gate = Gate(limits.max_waiting, limits.wait_timeout)
         self.answers = LRU(limits.cache_entries, limits.cache_bytes)
         self.explanations = LRU(16, 16)  # Explanation objects by text, for the model view's ranks
-        self.runs = LRU(limits.runs_kept, limits.runs_kept)  # page_data.page_run by (text, members, heads)
+        self.runs = LRU(limits.runs_kept, limits.runs_kept)  # page_data.page_run by (text, interventions)
         self.passes = InFlight()  # the keys of self.runs whose pass is being made
         self.generations = generation.Generations(limits.generations_kept, limits.generation_bytes)
         self.jobs = Jobs(self.gate)
@@ -123,12 +124,16 @@ class Service:
     def check_text(self, text: str, name: str = "") -> int:
         """Token count of text, or InputError (empty, only whitespace, unknown bytes, too long).
         name: the field it came from, to open the message with where a request has two texts."""
+        return len(self.check_ids(text, name))
+
+    def check_ids(self, text: str, name: str = "") -> list[int]:
+        """The token ids of text, checked as check_text says."""
         try:
-            return self._tokens(text)
+            return self._ids(text)
         except InputError as e:
             raise InputError(f"{name}: {e}" if name else str(e)) from None
 
-    def _tokens(self, text: str) -> int:
+    def _ids(self, text: str) -> list[int]:
         """The text tokenized once; this app's limit checked before the model's own checks (its
         context limit would name the model's context, not the app's)."""
         if not text.strip():
@@ -139,15 +144,19 @@ class Service:
             why = (f"the model's context holds {context}" if self.max_tokens == context else
                    f"this app takes at most {self.max_tokens} (start it with --max-tokens to change that)")
             raise InputError(f"the text is {len(ids)} tokens long: {why}")
-        return len(page_data.checked_ids(self.model, ids))  # the vocabulary
+        return page_data.checked_ids(self.model, ids)  # the vocabulary
 
-    def silenced(self, b, T: int) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]]:
-        """A body's silenced members and heads, checked against a text of T tokens, sorted, once each."""
-        for j in b.silence_members:
-            self.model.check_member(j, T)
-        for l, h in b.silence_heads:
-            self.model.check_head(l, h)
-        return tuple(sorted(set(b.silence_members))), tuple(sorted({(l, h) for l, h in b.silence_heads}))
+    def checked(self, b, ids: list[int] | None = None) -> tuple[list[int], Interventions]:
+        """What every endpoint with interventions starts from: the body's checked token ids (its
+        text's; compare: the shorter text's; ids: a chat's prompt, checked already) and its
+        Interventions checked against them, its ablation's texts within this app's limit (InputError)."""
+        if ids is None:
+            ids = min((self.check_ids(text, name) for name, text in b.texts()), key=len)
+        for n, text in enumerate(b.ablation.reference):
+            self.check_text(text, f"ablation.reference[{n}]")
+        if b.ablation.source is not None:
+            self.check_text(b.ablation.source, "ablation.from")
+        return ids, b.interventions().checked(self.model, len(ids))
 
     async def answer(self, key: tuple, compute, watch: progress.Watch | None = None) -> Response:
         """The cached answer for key, or compute() -> JSON-able, in the model's turn, then cached.
@@ -176,30 +185,31 @@ class Service:
             watch.state = "done"
         return Response(body, media_type="application/json")
 
-    def run(self, text: str, members: tuple = (), heads: tuple = ()):
-        """The pass of text with these silenced that the conclusion, the model view and every head
-        read (one silencing redrawn: one pass, not three); kept for the next request. In the model's turn."""
-        key = (text, members, heads)
+    def run(self, text: str, interventions: Interventions = Interventions()):
+        """The pass of text with these interventions that the conclusion, the model view and every
+        head read (one silencing redrawn: one pass, not three); kept for the next request. In the model's turn."""
+        key = (text, interventions)
         # from a kept run without the heads (its layers before the first one) or without the
         # members (its rows before the first one), as they are
-        bases = dict.fromkeys(k for k in ((text, members, ()), (text, (), heads)) if k != key)
+        bases = dict.fromkeys(k for k in ((text, with_fields(interventions, silenced_heads=frozenset())),
+                                          (text, with_fields(interventions, silenced_members=()))) if k != key)
         while (run := self.runs.get(key)) is None and (end := self.passes.end_of((key, *bases))) is not None:
             self.gate.wait_outside(end.wait)  # made by a computation that passed its turn: not made twice
         if run is None:
             base = next((b for b in map(self.runs.get, bases) if b is not None), None)
             with self.passes.computing(key):
-                run = page_data.page_run(self.model, text, members, heads, base=base)
+                run = page_data.page_run(self.model, text, interventions, base=base)
                 if self.limits.runs_kept:
                     self.runs.put(key, run, 1)
         return run
 
-    def head_run(self, text: str, T: int, members: tuple = (), heads: tuple = ()):
+    def head_run(self, text: str, T: int, interventions: Interventions = Interventions()):
         """The run a head's views of a T-member text read: the page's pass (its recorded vectors
         up to FULL_MAPS_MAX_T members, or, kept, the layer's vectors it keeps for the next window),
         or, for a long text when no pass is kept, one made only as far as the head's layer."""
         if self.limits.runs_kept or T <= page_data.FULL_MAPS_MAX_T:
-            return self.run(text, members, heads)
-        return self.model.before_pass(text, members, heads)
+            return self.run(text, interventions)
+        return self.model.before_pass(text, interventions)
 
     def explanation(self, text: str, top: int):
         e = self.explanations.get((text, top))
@@ -214,10 +224,11 @@ class Service:
 
     def warm(self) -> None:
         """Compute the default text's views, so that the first visit finds them ready."""
-        e = self.explanation(DEFAULT_TEXT, 10)
-        for key, fn in ((("explain", DEFAULT_TEXT, 10), lambda: e.to_dict()),
-                        (("conclusion", DEFAULT_TEXT, 10, (), ()), lambda: page_data.conclusion(self.model, DEFAULT_TEXT, 10, base=self.run(DEFAULT_TEXT))),
-                        (("model_view", DEFAULT_TEXT, True, (), (), True),
+        e, none = self.explanation(DEFAULT_TEXT, 10), Interventions()
+        for key, fn in ((ExplainBody(text=DEFAULT_TEXT).cache_key(none), lambda: e.to_dict()),
+                        (ConclusionBody(text=DEFAULT_TEXT).cache_key(none),
+                         lambda: page_data.conclusion(self.model, DEFAULT_TEXT, 10, base=self.run(DEFAULT_TEXT))),
+                        (ModelViewBody(text=DEFAULT_TEXT, packed=True).cache_key(none, True),
                          lambda: page_data.model_view_json(self.model, DEFAULT_TEXT, e, run=self.run(DEFAULT_TEXT), packed=True))):
             if self.answers.get(key) is None:
                 body = _dumps(fn())
@@ -303,11 +314,12 @@ def _handlers(app: FastAPI) -> None:
 def _routes(app: FastAPI, s: Service) -> None:
     model = s.model
 
-    async def followed(request: Request, job: str | None, key: tuple, compute) -> Response:
-        """s.answer(key, compute) under a Watch named `job` (jobs.py): its progress followed, cancelled
-        by /api/cancel or when its client leaves, and its turn passed between layers."""
-        watch = s.jobs.start(job)
-        return await watched(request, watch, s.answer(key, compute, watch))
+    async def followed(request: Request, b, key: tuple, compute) -> Response:
+        """s.answer(key, compute) under a Watch named by the body's `job` (jobs.py): its progress
+        followed, cancelled by /api/cancel or when its client leaves, and its turn passed between
+        layers; a Deprecation header where the body uses deprecated fields."""
+        watch = s.jobs.start(getattr(b, "job", None))
+        return _deprecation(b, await watched(request, watch, s.answer(key, compute, watch)))
 
     @app.head("/", include_in_schema=False)  # HEAD wherever GET works (uvicorn sends no body)
     @app.get("/", include_in_schema=False)
@@ -330,24 +342,22 @@ def _routes(app: FastAPI, s: Service) -> None:
 
     @app.post("/api/conclusion")
     async def conclusion(b: ConclusionBody, request: Request):
-        members, heads = s.silenced(b, s.check_text(b.text))
-        return await followed(request, b.job, ("conclusion", b.text, b.top, members, heads),
-                              lambda: page_data.conclusion(model, b.text, b.top, members, heads, base=s.run(b.text),
-                                                           after=s.run(b.text, members, heads) if members or heads else None))
+        _, i = s.checked(b)
+        silencing = bool(i.silenced_members or i.silenced_heads)
+        return await followed(request, b, b.cache_key(i), lambda: page_data.conclusion(
+            model, b.text, b.top, i, base=s.run(b.text), after=s.run(b.text, i) if silencing else None))
 
     @app.post("/api/explain")
     async def explain(b: ExplainBody, request: Request):
         if b.chat or b.system is not None:  # the chat's ids, explained as they are (never the text's own explanation)
-            ids = generation.prompt(s, b)
-            members, heads = s.silenced(b, len(ids))
-            return await followed(request, b.job, ("explain", tuple(ids), b.top, members, heads), lambda: page_data.explanation(
-                model, ids, b.top, members, heads).to_dict())
-        members, heads = s.silenced(b, s.check_text(b.text))
-        if members or heads or b.measure_heads is not None:  # not the text's own default explanation: not remembered
-            key = ("explain", b.text, b.top, members, heads, b.measure_heads)
-            return await followed(request, b.job, key, lambda: page_data.explanation(
-                model, b.text, b.top, members, heads, b.measure_heads).to_dict())
-        return await followed(request, b.job, ("explain", b.text, b.top), lambda: s.explanation(b.text, b.top).to_dict())
+            ids, i = s.checked(b, generation.prompt(s, b))
+            return await followed(request, b, b.cache_key(i), lambda: page_data.explanation(
+                model, ids, b.top, i, b.measure_heads).to_dict())
+        _, i = s.checked(b)
+        if i != Interventions() or b.measure_heads is not None:  # not the text's own default explanation: not remembered
+            return await followed(request, b, b.cache_key(i), lambda: page_data.explanation(
+                model, b.text, b.top, i, b.measure_heads).to_dict())
+        return await followed(request, b, b.cache_key(i), lambda: s.explanation(b.text, b.top).to_dict())
 
     @app.post("/api/progress")
     async def job_progress(b: JobBody):
@@ -362,49 +372,43 @@ def _routes(app: FastAPI, s: Service) -> None:
 
     @app.post("/api/compare")
     async def compare(b: CompareBody, request: Request):
-        members, heads = s.silenced(b, min(s.check_text(b.text_a, "text_a"), s.check_text(b.text_b, "text_b")))
+        _, i = s.checked(b)
 
         def work():
-            c = page_data.comparison(model, b.text_a, b.text_b, b.top, members, heads)
-            if not (members or heads):  # the texts' own explanations
+            c = page_data.comparison(model, b.text_a, b.text_b, b.top, i)
+            if i == Interventions():  # the texts' own explanations
                 s.remember(b.text_a, b.top, c.a), s.remember(b.text_b, b.top, c.b)
             return c.to_dict()
 
-        return await followed(request, b.job, ("compare", b.text_a, b.text_b, b.top, members, heads), work)
+        return await followed(request, b, b.cache_key(i), work)
 
     @app.post("/api/model_view")
     async def model_view(b: ModelViewBody, request: Request):
-        members, heads = s.silenced(b, s.check_text(b.text))
+        _, i = s.checked(b)
         e = s.explanations.get((b.text, None))  # its decisive heads rank the view's heads
-        return await followed(request, b.job, ("model_view", b.text, e is not None, members, heads, b.packed),
-                              lambda: page_data.model_view_json(model, b.text, e, members, heads, run=s.run(b.text, members, heads),
-                                                                packed=b.packed))
+        return await followed(request, b, b.cache_key(i, e is not None), lambda: page_data.model_view_json(
+            model, b.text, e, i, run=s.run(b.text, i), packed=b.packed))
 
     @app.post("/api/head")
     async def head(b: HeadBody, request: Request):
-        T = s.check_text(b.text)
-        members, heads = s.silenced(b, T)
+        ids, i = s.checked(b)
         model.check_head(b.layer, b.head)
         rows, keys = (tuple(x) if isinstance(x, list) else x for x in (b.rows, b.keys))
         # the kept run: its recorded vectors (short texts) or the layer's vectors it keeps (long ones)
-        return await followed(request, b.job, ("head", b.text, b.layer, b.head, b.notation, rows, keys, members, heads, b.packed),
-                              lambda: page_data.head(model, b.text, b.layer, b.head, b.notation, rows, keys, members, heads,
-                                                     run=s.head_run(b.text, T, members, heads), packed=b.packed))
+        return await followed(request, b, b.cache_key(i), lambda: page_data.head(
+            model, b.text, b.layer, b.head, b.notation, rows, keys, i, run=s.head_run(b.text, len(ids), i), packed=b.packed))
 
     @app.post("/api/overview")
     async def overview(b: OverviewBody, request: Request):
-        T = s.check_text(b.text)
-        members, heads = s.silenced(b, T)
+        ids, i = s.checked(b)
         model.check_head(b.layer, b.head)
         rows, keys = (slice(*x) if isinstance(x, list) else None for x in (b.rows, b.keys))
-        key = ("overview", b.text, b.layer, b.head, str(rows), str(keys), b.side, members, heads)
-        return await followed(request, b.job, key, lambda: study_overview.overview(s.head_run(b.text, T, members, heads), b.layer, b.head, rows,
-                                                                   keys, b.side).to_dict())
+        return await followed(request, b, b.cache_key(i), lambda: study_overview.overview(
+            s.head_run(b.text, len(ids), i), b.layer, b.head, rows, keys, b.side).to_dict())
 
     @app.post("/api/lesson")
     async def lesson(b: LessonBody, request: Request):
-        T = s.check_text(b.text)
-        members, heads = s.silenced(b, T)
+        _, i = s.checked(b)
         if (b.layer is None) != (b.head is None):
             raise InputError("give both layer and head, or neither (the most decisive head not resting on a sink)")
         if b.layer is not None:
@@ -413,24 +417,23 @@ def _routes(app: FastAPI, s: Service) -> None:
         def work():  # no head given: explain's order (kept for the page's other views), then the sink rule
             layer, head = (b.layer, b.head) if b.layer is not None else lesson_sections.default_head(
                 model, b.text, [(e.layer, e.head) for e in s.explanation(b.text, 10).heads])
-            return lesson_sections.lesson_sections(model, b.text, layer, head, b.query, b.key, members, heads).to_dict()
+            return lesson_sections.lesson_sections(model, b.text, layer, head, b.query, b.key, i).to_dict() | i.ablation_field()
 
-        return await followed(request, b.job, ("lesson", b.text, b.layer, b.head, b.query, b.key, members, heads), work)
+        return await followed(request, b, b.cache_key(i), work)
 
     @app.post("/api/why")
     async def why(b: WhyBody, request: Request):
-        members, heads = s.silenced(b, s.check_text(b.text))
+        _, i = s.checked(b)
         model.check_head(b.layer, b.head)
-        return await followed(request, b.job, ("why", b.text, b.layer, b.head, b.query, b.key, members, heads),
-                              lambda: study_why.why(model, b.text, b.layer, b.head, b.query, b.key, members,
-                                                    heads).to_dict())
+        return await followed(request, b, b.cache_key(i), lambda: study_why.why(
+            model, b.text, b.layer, b.head, b.query, b.key, i).to_dict())
 
     @app.post("/api/lens")
     async def lens(b: LensBody, request: Request):
         rows = _lens_rows(b.rows, s.check_text(b.text))
         if rows is not None and b.all_positions:
             raise InputError("give rows or all_positions, not both: rows are the members shown")
-        return await followed(request, b.job, ("lens", b.text, b.top, rows, b.all_positions),
+        return await followed(request, b, ("lens", b.text, b.top, rows, b.all_positions),
                               lambda: study_lens.lens(model, b.text, top=b.top, positions=rows and slice(*rows),
                                                       all_positions=b.all_positions).to_dict())
 
@@ -442,24 +445,32 @@ def _routes(app: FastAPI, s: Service) -> None:
     @app.post("/api/patch")
     async def patch(b: PatchBody, request: Request):
         _patch_checked(s, b)
-        return await followed(request, b.job, ("patch", b.clean, b.corrupted, b.answer, b.wrong),
+        return await followed(request, b, ("patch", b.clean, b.corrupted, b.answer, b.wrong),
                               lambda: study_patching.patch(model, b.clean, b.corrupted, answer=b.answer, wrong=b.wrong).to_dict())
 
     @app.post("/api/generate")
     async def generate(b: GenerateBody):
-        ids = generation.prompt(s, b)
+        ids, i = s.checked(b, generation.prompt(s, b))
         T = len(ids)
-        members, heads = s.silenced(b, T)
         if (b.layer is None) != (b.head is None):
             raise InputError("give both layer and head (what each word's question heard there), or neither")
         head = None if b.layer is None else model.check_head(b.layer, b.head)
-        kw = generation.settings(b)
+        kw = generation.settings(b, i)
         if T + len(b.words) + b.n > s.max_tokens:
             raise InputError(f"the text ({T} tokens), the {len(b.words)} words so far and {b.n} more exceed "
                              f"the {s.max_tokens} members this app takes")
         page_data.checked_ids(model, ids + list(b.words))  # the words are ids of the vocabulary
-        key = (tuple(ids), kw["sampling"], b.ignore_eos, b.candidates, members, heads)
-        return await generation.stream(s, b, ids, key, kw, head)
+        key = (tuple(ids), kw["sampling"], b.ignore_eos, b.candidates, i)  # the generation to go on from
+        return _deprecation(b, await generation.stream(s, b, ids, key, kw, head))
+
+
+def _deprecation(b, response: Response) -> Response:
+    """The response with a Deprecation header naming the deprecated fields b uses, and their
+    replacements (bodies.DEPRECATED), where it uses any."""
+    used = b.deprecated() if hasattr(b, "deprecated") else []
+    if used:
+        response.headers["Deprecation"] = "; ".join(f"{old}: use {DEPRECATED[old]}" for old in used)
+    return response
 
 
 def _lens_rows(rows: list | None, T: int) -> tuple | None:

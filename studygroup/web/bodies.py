@@ -9,15 +9,34 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from studygroup.errors import InputError
+from studygroup.model.ablation import Ablation
+from studygroup.model.interventions import Interventions
 from studygroup.study import overview as study_overview
 from studygroup.web.jobs import JOB_ID
 
 MAX_TOP = 50
 MAX_SILENCED = 512
+MAX_REFERENCE = 16  # reference texts a mean ablation takes at most
+#: Fields a body's cache key leaves out: the job that follows it, and its interventions (keyed as one checked value).
+UNKEYED = ("job", "silence", "ablation", "silence_members", "silence_heads")
+#: Request fields kept for one release, and what replaces them (the answer's Deprecation header says so).
+DEPRECATED = {"silence_members": "silence.members", "silence_heads": "silence.heads"}
 
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
+
+    def cache_key(self, interventions: Interventions | None = None, *extra) -> tuple:
+        """The cache key of this body's answer: its kind, every field but UNKEYED (lists as tuples),
+        its interventions (checked: members sorted, heads a set), and what else the answer depends on."""
+        fields = tuple((name, _frozen(value)) for name, value in self if name not in UNKEYED)
+        return (type(self).__name__, fields, interventions, *extra)
+
+
+def _frozen(value):
+    """A field's value as a hashable key: lists as tuples, all the way down."""
+    return tuple(map(_frozen, value)) if isinstance(value, list) else value
 
 
 Text = Annotated[str, Field(min_length=1)]  # its length is checked in tokens (Service.check_text)
@@ -38,11 +57,53 @@ Members = Annotated[list[Index], Field(max_length=MAX_SILENCED)]
 Heads = Annotated[list[Pair], Field(max_length=MAX_SILENCED)]
 
 
-class _Followed(_Body):
-    """A computation on a text with these members and heads silenced, followed as a job when it
-    names one (/api/progress, /api/cancel)."""
-    silence_members: Members = []
-    silence_heads: Heads = []
+class Silence(_Body):
+    """What is silenced: members (in every head) and [layer, head] pairs."""
+    members: Members = []
+    heads: Heads = []
+
+
+class AblationBody(_Body):
+    """How the silenced are taken out (studygroup.model.ablation): zero, mean over `reference` texts
+    (none: the text's own members), or resample from the text `from` (of as many tokens)."""
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+    kind: Literal["zero", "mean", "resample"] = "zero"
+    reference: Annotated[list[Text], Field(max_length=MAX_REFERENCE)] = []
+    source: Text | None = Field(default=None, alias="from")
+
+
+class _Silenced(_Body):
+    """A body with interventions: {"silence": {"members", "heads"}, "ablation": {"kind", "reference",
+    "from"}}; silence_members and silence_heads are the deprecated spelling of silence."""
+    silence: Silence = Silence()
+    ablation: AblationBody = AblationBody()
+    silence_members: Members | None = None  # deprecated: silence.members
+    silence_heads: Heads | None = None  # deprecated: silence.heads
+
+    def interventions(self) -> Interventions:
+        """The body's Interventions, unchecked (Interventions.checked against its text); InputError
+        where a field and its deprecated spelling are both given."""
+        for old, new in DEPRECATED.items():
+            if getattr(self, old) is not None and getattr(self.silence, new.split(".")[1]):
+                raise InputError(f"give {new} or the deprecated {old}, not both")
+        members = self.silence.members if self.silence_members is None else self.silence_members
+        heads = self.silence.heads if self.silence_heads is None else self.silence_heads
+        a = self.ablation
+        return Interventions(tuple(members), None, frozenset(tuple(p) for p in heads),
+                             ablation=Ablation(a.kind, tuple(a.reference), a.source))
+
+    def texts(self) -> list[tuple[str, str]]:
+        """(field name, text) of each text the interventions apply to; the name opens an error about it."""
+        return [("", self.text)]
+
+    def deprecated(self) -> list[str]:
+        """The deprecated fields this body uses."""
+        return [old for old in DEPRECATED if getattr(self, old) is not None]
+
+
+class _Followed(_Silenced):
+    """A computation on a text with these interventions, followed as a job when it names one
+    (/api/progress, /api/cancel)."""
     job: JobId | None = None
 
 
@@ -68,6 +129,9 @@ class CompareBody(_Followed):
     text_a: Text
     text_b: Text
     top: Top = 10
+
+    def texts(self) -> list[tuple[str, str]]:
+        return [("text_a", self.text_a), ("text_b", self.text_b)]
 
 
 class ModelViewBody(_Followed):
@@ -141,7 +205,7 @@ class WhyBody(_Followed):
 MAX_WORDS = 256  # words one /api/generate request streams at most
 
 
-class GenerateBody(_Body):
+class GenerateBody(_Silenced):
     text: Text
     n: Annotated[int, Field(ge=1, le=MAX_WORDS)] = 8
     words: Annotated[list[Index], Field(max_length=1 << 20)] = []  # the ids streamed so far, to go on after
@@ -156,5 +220,3 @@ class GenerateBody(_Body):
     candidates: Annotated[int, Field(ge=1, le=MAX_TOP)] = 5
     layer: Index | None = None  # with head: what each word's question heard in that head
     head: Index | None = None
-    silence_members: Members = []
-    silence_heads: Heads = []

@@ -63,11 +63,15 @@ def prompt(service, b) -> list[int]:
     return ids
 
 
-def settings(b) -> dict:
-    """The body's generation settings as start() takes them (sampling checked here: InputError)."""
+def settings(b, interventions) -> dict:
+    """The body's generation settings as start() takes them, with what its interventions silence
+    (sampling checked here, and a key/value cache silences by zero ablation only: InputError)."""
     sampling = Sampling(b.temperature, b.top_k, b.top_p, b.seed)
+    if not interventions.zero:
+        raise InputError(f"generation silences with zero ablation only: {interventions.ablation.kind} ablation is for "
+                         "the views of one text (conclusion, model view, heads)")
     return dict(sampling=sampling, ignore_eos=b.ignore_eos, candidates=b.candidates,
-                silence_members=b.silence_members, silence_heads=[tuple(x) for x in b.silence_heads])
+                silence_members=interventions.silenced_members, silence_heads=sorted(interventions.silenced_heads))
 
 
 async def stream(service, b, ids: list[int], key: tuple, kw: dict, head) -> StreamingResponse:

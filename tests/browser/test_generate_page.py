@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import studygroup
 from studygroup.study.continuations import continuations
+from studygroup.model.interventions import Interventions
 
 
 def percent(p: float) -> str:
@@ -56,7 +57,7 @@ def test_continue_slider_and_silenced_continuation(page, server_url, markup_mode
     assert (f"They part at word {part + 1}" in said) if part is not None else ("the same" in said)
     assert part is not None  # silencing member 1 of this tiny model changes word 3: the cross figures are checked
     if part is not None:  # each word's probability in both groups, the CLI's continuations' numbers
-        c = continuations(model, "I have a lot", g, {"n": 4}, {"silence_members": [1], "silence_heads": []}).parting
+        c = continuations(model, "I have a lot", g, {"n": 4}, Interventions(silenced_members=(1,))).parting
         assert (c.whole_id, c.silenced_id) == (g.ids[part], other.ids[part])
         cross = page.locator(".sg-gen-cross").inner_text()
         for group, word, exact in (("whole", g.words[part], (c.prob_whole_in_whole, c.prob_silenced_in_whole)),

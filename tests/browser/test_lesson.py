@@ -23,7 +23,7 @@ def wait_section(page, name, timeout=60_000):
 def api_lesson(page, url, d):
     """/api/lesson's answer for what the page shows (text, head, question, answer, silencing)."""
     body = {"text": d["text"], "layer": d["layer"], "head": d["head"], "query": d["query"], "key": d["key"],
-            "silence_members": d["silenced_members"], "silence_heads": d["silenced_heads"]}
+            "silence": {"members": d["silenced_members"], "heads": d["silenced_heads"]}}
     r = page.request.post(url + "api/lesson", data=json.dumps(body), headers={"Content-Type": "application/json"})
     assert r.ok, r.text()
     return r.json()

@@ -155,7 +155,7 @@ def test_a_silencing_redraws_every_view_with_the_apis_numbers(page, server_url):
     page.evaluate(SILENCE, {"member": 2})
     page.evaluate(SILENCE, {"head": other})
     shown = page.evaluate(SHOWN)
-    silencing = {"silence_members": [2], "silence_heads": [other]}
+    silencing = {"silence": {"members": [2], "heads": [other]}}
     ask = lambda path, body: page.request.post(server_url + "api/" + path, data={"text": "I have a lot", **body, **silencing}).json()  # noqa: E731
     assert shown["conclusion"] == ask("conclusion", {"top": 10})
     assert shown["modelView"] == ask("model_view", {})
@@ -164,6 +164,55 @@ def test_a_silencing_redraws_every_view_with_the_apis_numbers(page, server_url):
     assert (shown["layer"], shown["head"]) == (l, h)
     assert [x for row in shown["weights"]["matrix"] for x in row] == pytest.approx([x for row in head["weights"] for x in row], abs=1e-6)
     assert shown["weights"]["matrix"] != clean["weights"]["matrix"]
+    assert_no_markup_ran(page)
+
+
+#: Chooses how the silenced are taken out in the ⊘ control (a resample's text typed in its input) and
+#: waits for the redraw it starts.
+ABLATE = """async (a) => {
+  const sg = document.querySelector('.sg-root').studygroup;
+  const redraw = sg.resilence.bind(sg);
+  let done = null;
+  sg.resilence = () => (done = redraw());
+  const select = document.querySelector('.sg-ablation');
+  select.value = a.kind;
+  select.dispatchEvent(new Event('change'));
+  if (a.from != null) {
+    const input = document.querySelector('.sg-ablation-from');
+    input.value = a.from;
+    input.dispatchEvent(new Event('change'));
+  }
+  delete sg.resilence;
+  await done;
+}"""
+
+
+@pytest.mark.parametrize("kind", ["mean", "resample"])
+def test_the_silencings_ablation_redraws_every_view_and_the_story_names_it(page, server_url, kind):
+    """The ⊘ control's choice (mean, or resample from a typed text of as many tokens): the conclusion,
+    the model view and the open head are the API's for that ablation, and the silenced conclusion's
+    sentence names it."""
+    tokens = lambda t: len(page.request.post(server_url + "api/conclusion", data={"text": t}).json()["tokens"])  # noqa: E731
+    ablation = {"kind": kind}
+    if kind == "resample":
+        ablation["from"] = next(t for t in ("an ear then the tin", "I have a tin", "You have a lot", "I had a lot", "I have a cat")
+                                if tokens(t) == tokens("I have a lot"))
+    page.goto(server_url)
+    wait_idle(page)
+    explain(page, "I have a lot")
+    page.evaluate(SILENCE, {"member": 2})
+    zero = page.evaluate(SHOWN)
+    page.evaluate(ABLATE, ablation)
+    shown = page.evaluate(SHOWN)
+    body = {"text": "I have a lot", "silence": {"members": [2], "heads": []}, "ablation": ablation}
+    ask = lambda path, extra: page.request.post(server_url + "api/" + path, data={**body, **extra}).json()  # noqa: E731
+    assert shown["conclusion"] == ask("conclusion", {"top": 10}) and shown["conclusion"] != zero["conclusion"]
+    assert shown["modelView"] == ask("model_view", {})
+    head = ask("head", {"layer": shown["layer"], "head": shown["head"], "notation": shown["notation"]})
+    assert [x for row in shown["weights"]["matrix"] for x in row] == pytest.approx([x for row in head["weights"] for x in row], abs=1e-6)
+    story = page.locator(".sg-silenced-sentence").first.inner_text()
+    assert f"With the silencing by {ablation['kind']} ablation" in story
+    assert page.locator(".sg-ablation").input_value() == ablation["kind"]
     assert_no_markup_ran(page)
 
 

@@ -85,7 +85,7 @@ def test_silencing_resorts_the_conclusion_on_a_stated_axis_with_the_old_values(l
     explain(page, TEXT)
     j = len(chip_texts(page)) - 2
     silence_and_wait(page, j)
-    truth = api(server_url, "conclusion", {"text": TEXT, "top": 10, "silence_members": [j]})
+    truth = api(server_url, "conclusion", {"text": TEXT, "top": 10, "silence": {"members": [j]}})
     words = {w["id"]: w for w in truth["words"]}
     bars = page.evaluate(BARS)
     after = [words[b["id"]]["prob_after"] for b in bars]
@@ -256,7 +256,7 @@ def changing_member(server_url, text):
     """The first member whose silencing changes the conclusion's top word, and /api/conclusion's answer with it silenced."""
     T = len(api(server_url, "conclusion", {"text": text, "top": 10})["tokens"])
     for j in range(T):
-        truth = api(server_url, "conclusion", {"text": text, "top": 10, "silence_members": [j]})
+        truth = api(server_url, "conclusion", {"text": text, "top": 10, "silence": {"members": [j]}})
         if truth["silenced"][0]["id"] != truth["top"][0]["id"]:
             return j, truth
     pytest.fail(f"no member of {text!r} changes the tiny model's conclusion")
@@ -310,7 +310,7 @@ def test_silencing_retells_the_conclusion_and_explains_the_silenced_run_on_reque
 
     page.click(".sg-story-note .sg-explain-silenced")
     page.locator(".sg-sentences[data-run='silenced']").wait_for(timeout=60_000)
-    run = api(server_url, "explain", {"text": TEXT, "top": 10, "silence_members": [j]})
+    run = api(server_url, "explain", {"text": TEXT, "top": 10, "silence": {"members": [j]}})
     assert page.evaluate(STORY_VALUES) == story_values(run["story_parts"])
     assert page.locator(".sg-sentences p[data-measured]").count() == 0  # every sentence is that run's
     assert any(f"In this run member {j} " in s for s in page.locator(".sg-sentences p").all_inner_texts())
@@ -322,7 +322,7 @@ def test_silencing_retells_the_conclusion_and_explains_the_silenced_run_on_reque
     page.click(f".sg-chip[data-index='{k}'] .sg-mute")
     page.locator(".sg-sentences[data-run='unsilenced']").wait_for()
     page.locator(".sg-status[data-kind='']").wait_for(state="attached")
-    both = api(server_url, "conclusion", {"text": TEXT, "top": 10, "silence_members": sorted([j, k])})
+    both = api(server_url, "conclusion", {"text": TEXT, "top": 10, "silence": {"members": sorted([j, k])}})
     for field, text in page.evaluate(STORY_VALUES)[conclusion_at[0]]:
         assert text == percent(resolve(both, field)), (field, text)
     assert page.locator(".sg-explain-silenced").is_enabled()

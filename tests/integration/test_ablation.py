@@ -12,6 +12,7 @@ from integration.test_patching import modules
 from studygroup.cli import main
 from studygroup.errors import InputError
 from studygroup.study.ablation import Ablation, head_effects
+from studygroup.model.interventions import Interventions
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -98,7 +99,7 @@ def test_explain_with_mean_and_resample_ablation_measures_heads_as_head_effects_
     model = studygroup.load(tiny_model.path, cache=False)
     ids, other = ids_of(model, T, seed=1), ids_of(model, T, seed=2)
     for kind, source in (("mean", None), ("resample", other)):
-        e = studygroup.explain(model, ids, silence_heads="all", ablation=Ablation(kind, source=source))
+        e = studygroup.explain(model, ids, measure_heads="all", interventions=Interventions(ablation=Ablation(kind, source=source)))
         a = head_effects(model, ids, resample_from=other)
         want = {(h.layer, h.head): getattr(h, kind) for h in a.heads}
         assert e.ablation == kind and all(abs(h.silence_effect - want[(h.layer, h.head)]) < 1e-5 for h in e.heads)
@@ -108,9 +109,127 @@ def test_explain_with_mean_and_resample_ablation_measures_heads_as_head_effects_
 def test_explain_refuses_an_ablation_beside_a_silencing_and_sources_that_do_not_fit(tiny_model, capsys):
     model = studygroup.load(tiny_model.path, cache=False)
     with pytest.raises(InputError, match="give no --silence-member"):
-        studygroup.explain(model, ids_of(model, 5), silenced_heads=[(0, 1)], ablation=Ablation("mean"))
-    for argv, words in ((["--ablation", "resample"], "give it (--from TEXT)"),
+        studygroup.explain(model, ids_of(model, 5), interventions=Interventions(silenced_heads=frozenset({(0, 1)}), ablation=Ablation("mean")))
+    for argv, words in ((["--ablation", "resample"], "give it (--from TEXT"),
                         (["--ablation", "mean", "--from", "the tin"], "goes with the resample ablation")):
         assert main(["explain", "the tin", "--model", str(tiny_model.path), *argv]) == 2
         err = capsys.readouterr().err
         assert words in err and err.count("\n") == 1
+
+
+def their_kv(theirs, family, l, H, H_kv, d):
+    """(module, k columns, v columns): where transformers' layer l writes every member's key and value
+    projections (W_K·E and W_V·E with their biases, before any k-norm and RoPE), in its output's last axis."""
+    if family == "gpt2":
+        D = H * d
+        return theirs.transformer.h[l].attn.c_attn, slice(D, 2 * D), slice(2 * D, 3 * D)
+    a = theirs.model.layers[l].self_attn
+    if family == "phi3":
+        return a.qkv_proj, slice(H * d, (H + H_kv) * d), slice((H + H_kv) * d, (H + 2 * H_kv) * d)
+    return (a.k_proj, a.v_proj), slice(None), slice(None)
+
+
+def their_ablated_log_probs(theirs, family, c, ids, members, heads, source):
+    """transformers' last log-probabilities with each member's key and value projections and each
+    head's output replaced by `source`'s: source(place, l) -> the value, place "k", "v" or "output"."""
+    H, H_kv, d = c.n_heads, c.n_kv_heads, c.d_head
+    handles = []
+    for l in range(c.n_layers):
+        module, ks, vs = their_kv(theirs, family, l, H, H_kv, d)
+        pairs = [(module[0], "k", ks), (module[1], "v", vs)] if isinstance(module, tuple) else [(module, "k", ks), (module, "v", vs)]
+        for m, place, cols in pairs:
+            def put(mod, args, out, place=place, cols=cols, l=l):
+                out = out.clone()
+                view = out[0, :, cols]  # (T, H_kv·d)
+                view[members] = source(place, l)[members]
+                out[0, :, cols] = view
+                return out
+            handles.append(m.register_forward_hook(put))
+        for h in [h for (ll, h) in heads if ll == l]:
+            def put_output(mod, a, h=h, l=l):
+                x = a[0].clone()
+                x[0, :, h * d:(h + 1) * d] = source("output", l)[:, h * d:(h + 1) * d]
+                return (x, *a[1:])
+            handles.append(modules(theirs, family, l)[3].register_forward_pre_hook(put_output))
+    try:
+        with torch.no_grad():
+            return torch.log_softmax(theirs(torch.tensor([ids])).logits[0, -1].double(), -1)
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def their_steps(theirs, family, c, ids):
+    """{("k" | "v" | "output", layer): (T, n·d)}: transformers' key and value projections and W_O's input."""
+    got, handles = {}, []
+    for l in range(c.n_layers):
+        module, ks, vs = their_kv(theirs, family, l, c.n_heads, c.n_kv_heads, c.d_head)
+        pairs = [(module[0], "k", ks), (module[1], "v", vs)] if isinstance(module, tuple) else [(module, "k", ks), (module, "v", vs)]
+        for m, place, cols in pairs:
+            handles.append(m.register_forward_hook(lambda mod, a, out, place=place, cols=cols, l=l: got.__setitem__((place, l), out[0, :, cols].clone())))
+    outputs = their_outputs(theirs, family, ids, c.n_layers)
+    for h in handles:
+        h.remove()
+    return got | {("output", l): o for l, o in outputs.items()}
+
+
+def test_mean_and_resample_ablation_of_members_and_heads_equal_a_hooked_transformers_run(pair):
+    """A silenced member's key and value projections, in every layer, and a silenced head's output
+    replaced by their mean over the text's members (or a reference set) or by the other text's at
+    the same member: ours within 1e-4 of transformers with hooks doing the same, every family."""
+    family, model, theirs = pair
+    c = model.config
+    ids, other, ref = ids_of(model, 7, seed=4), ids_of(model, 7, seed=5), ids_of(model, 5, seed=6)
+    members, heads = [1, 4], [(0, 1), (c.n_layers - 1, c.n_heads - 1)]
+    own, theirs_other, theirs_ref = (their_steps(theirs, family, c, t) for t in (ids, other, ref))
+    cases = {Ablation("mean"): lambda place, l: own[place, l].mean(0, keepdim=True).expand_as(own[place, l]),
+             Ablation("mean", reference=(tuple(ref), tuple(ids))): lambda place, l: torch.cat(
+                 [theirs_ref[place, l], own[place, l]]).mean(0, keepdim=True).expand_as(own[place, l]),
+             Ablation("resample", source=tuple(other)): lambda place, l: theirs_other[place, l]}
+    for ablation, source in cases.items():
+        i = Interventions(tuple(members), None, frozenset(heads), ablation=ablation)
+        ours = torch.log_softmax(model.run(ids, interventions=i, record="none").last_logits.double(), -1)
+        want = their_ablated_log_probs(theirs, family, c, ids, members, heads, source)
+        assert (ours - want).abs().max() < 1e-4, (family, ablation.kind)
+        assert (ours - want).abs().max() < (ours - torch.log_softmax(model.run(ids).last_logits.double(), -1)).abs().max()
+
+
+def test_zero_ablation_is_silencing_bit_for_bit(tiny_model):
+    model = studygroup.load(tiny_model.path, cache=False)
+    ids = ids_of(model, 8, seed=7)
+    i = Interventions((2, 5), None, frozenset({(0, 1), (1, 3)}), ablation=Ablation("zero"))
+    a = model.run(ids, interventions=i, record="all")
+    b = model.run(ids, silence_members=[2, 5], silence_heads=[(0, 1), (1, 3)], record="all")
+    assert torch.equal(a.logits, b.logits) and all(torch.equal(a.steps[n], b.steps[n]) for n in b.steps)
+
+
+def test_a_member_ablation_in_chosen_heads_or_in_generation_is_refused(tiny_model):
+    model = studygroup.load(tiny_model.path, cache=False)
+    with pytest.raises(InputError, match="zero ablation only"):
+        Interventions.make(model, 5, [1], member_heads=[(0, 1)], ablation=Ablation("mean"))
+    with pytest.raises(InputError, match="zero ablation only"):
+        model.generate(ids_of(model, 5), 2, interventions=Interventions((1,), ablation=Ablation("mean")))
+
+
+def test_head_and_compare_take_the_ablation_of_their_silencing_from_the_command_line(tiny_model, capsys):
+    """`head --silence-member J --ablation mean` is head_view of the mean-ablated run (a run checked
+    against transformers above); `compare` the explanations of both texts' resample-ablated runs;
+    a resample text of another length: one line, exit 2."""
+    import json
+
+    from studygroup.study.head import head_view
+
+    model = studygroup.load(tiny_model.path, cache=False)
+    assert main(["head", "the tin can", "--model", str(tiny_model.path), "--layer", "1", "--head", "0", "--json",
+                 "--silence-member", "2", "--ablation", "mean"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    want = head_view(model, "the tin can", 1, 0, interventions=Interventions((2,), ablation=Ablation("mean")))
+    assert got["weights"] == want.to_dict()["weights"] and got["weights"][3][2] > 0  # heard, with its mean key
+    assert main(["compare", "tin can", "the tin can", "--model", str(tiny_model.path), "--silence-head", "0.1",
+                 "--ablation", "resample", "--from", "the can tin", "--json"]) == 2
+    err = capsys.readouterr().err
+    assert "give no --silence-member/--silence-head" in err and err.count("\n") == 1
+    assert main(["head", "the tin can", "--model", str(tiny_model.path), "--layer", "1", "--head", "0",
+                 "--silence-member", "2", "--ablation", "resample", "--from", "the tin"]) == 2
+    err = capsys.readouterr().err
+    assert "same number of tokens" in err and err.count("\n") == 1

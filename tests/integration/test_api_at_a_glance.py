@@ -113,12 +113,12 @@ def one_line(result) -> str:
 
 
 def test_result_reprs_are_short_summaries_and_their_json_is_unchanged(model, run):
-    e = explain(model, TEXT, top=3, silence_heads=2, silence_members=2)
+    e = explain(model, TEXT, top=3, measure_heads=2, measure_members=2)
     assert re.fullmatch(rf"<Explanation of “{TEXT}” \(\d+ members\): next word “.+” \(\d+(\.\d)?%\); most decisive "
                         r"head \d+ of layer \d+ \(silenced: log p [+-]\d+\.\d{3}\); \.story, .*\.to_dict\(\)>", one_line(e))
     assert "contributions" not in repr(e) and e == replace(e)  # the dataclass's == stays
     assert set(e.to_dict()) >= {"text", "tokens", "predicted", "heads", "story"}
-    c = compare(model, "the tin", TEXT, top=3, silence_heads=2, silence_members=2)
+    c = compare(model, "the tin", TEXT, top=3, measure_heads=2, measure_members=2)
     assert one_line(c).startswith("<Comparison of “the tin” with “an ear then the tin”: “")
     T, d = run.T, model.config.d_head
     v = head_view(model, TEXT, 1, 3)

@@ -1,6 +1,6 @@
 """The page's complete ranking through the web API: where explain's default measured only some
 heads, /api/explain with measure_heads "all", run as a job, answers what
-studygroup.explain(model, text, silence_heads="all") computes, and its progress only grows and
+studygroup.explain(model, text, measure_heads="all") computes, and its progress only grows and
 ends at done."""
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def test_the_default_is_quick_and_the_complete_job_measures_every_head(base, mod
     t.join(120)
     assert out[0].status_code == 200, out[0].text
     complete = out[0].json()
-    assert complete == studygroup.explain(model, TEXT, silence_heads="all").to_dict()
+    assert complete == studygroup.explain(model, TEXT, measure_heads="all").to_dict()
     assert complete["heads_measured"] == N_LAYERS * N_HEADS == len(complete["heads"])
     assert complete["heads_silenced"] == f"all {N_LAYERS * N_HEADS}, each silenced at every position"
     assert seen[-1]["state"] == "done"

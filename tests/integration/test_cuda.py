@@ -111,8 +111,8 @@ def test_page_data_report_and_lesson_agree_with_the_cpu(cpu, gpu):
 def test_long_path_on_the_gpu(cpu, gpu, monkeypatch):
     monkeypatch.setattr(study, "LONG_T", 8)
     ids = ids_of(cpu, 20, 5)
-    ea = study.explain(cpu, ids, top=5, silence_heads=4, silence_members=6)
-    eb = study.explain(gpu, ids, top=5, silence_heads=4, silence_members=6)
+    ea = study.explain(cpu, ids, top=5, measure_heads=4, measure_members=6)
+    eb = study.explain(gpu, ids, top=5, measure_heads=4, measure_members=6)
     assert eb.scope == study.LAST_QUESTIONS and ea.predicted.id == eb.predicted.id
     assert [m.effect for m in ea.members] == pytest.approx([m.effect for m in eb.members], abs=1e-4)
 

@@ -286,10 +286,10 @@ def test_the_first_run_and_every_later_run_give_the_same_json(cache_dir, model):
     from studygroup.model.model import load
     from studygroup.study.explain import explain
 
-    cold = explain(load(model.path), "the 12 sing", silence_heads="all").to_json()
+    cold = explain(load(model.path), "the 12 sing", measure_heads="all").to_json()
     assert entry(model).is_file()
-    warm = explain(load(model.path), "the 12 sing", silence_heads="all").to_json()
-    uncached = explain(load(model.path, cache=False), "the 12 sing", silence_heads="all").to_json()
+    warm = explain(load(model.path), "the 12 sing", measure_heads="all").to_json()
+    uncached = explain(load(model.path, cache=False), "the 12 sing", measure_heads="all").to_json()
     assert cold == warm == uncached
 
 

@@ -22,6 +22,7 @@ from integration.test_gpt2 import write_gpt2
 from integration.test_qwen_mistral import write_tiny
 from studygroup.study import explain as study
 from studygroup.views.figures import compare_figure, explain_figure, head_view_figure
+from studygroup.model.interventions import Interventions
 
 FAMILIES = ("llama", "mistral", "gemma3", "qwen2", "qwen3", "phi3", "gpt2")
 
@@ -139,7 +140,7 @@ def test_the_reference_is_transformers_own_pass_when_nothing_is_silenced(pair):
 def test_explain_short_text_effects_equal_transformers_with_the_silencing(pair):
     ours, theirs = pair
     ids = ids_of(ours, 10, seed=1)
-    e = studygroup.explain(ours, ids, silence_heads="all", silence_members="all")
+    e = studygroup.explain(ours, ids, measure_heads="all", measure_members="all")
     base = lp(reference(ours, theirs, ids))
     t = int(base.argmax())
     assert e.scope == study.EVERY_QUESTION and e.predicted.id == t
@@ -159,8 +160,8 @@ def test_explain_with_members_and_heads_silenced_equals_transformers(pair):
     ours, theirs = pair
     ids = ids_of(ours, 9, seed=2)
     silenced_heads = [(0, 1), (ours.config.n_layers - 1, 2)]
-    e = studygroup.explain(ours, ids, silenced_members=[2, 6], silenced_heads=silenced_heads, silence_heads=2,
-                           silence_members=3)
+    e = studygroup.explain(ours, ids, interventions=Interventions((2, 6), None, frozenset(silenced_heads)), measure_heads=2,
+                           measure_members=3)
     expected = lp(reference(ours, theirs, ids, [2, 6], zero_heads=silenced_heads))
     assert e.predicted.id == int(expected.argmax())
     assert e.predicted.prob == pytest.approx(math.exp(expected.max()), abs=1e-5)
@@ -170,7 +171,7 @@ def test_explain_past_the_long_text_threshold_equals_transformers_on_the_last_qu
     ours, theirs = pair
     monkeypatch.setattr(study, "LONG_T", 12)  # the long-text path (study.last_question) from 13 members
     ids = ids_of(ours, 30, seed=3)
-    e = studygroup.explain(ours, ids, silence_heads=4, silence_members=5)
+    e = studygroup.explain(ours, ids, measure_heads=4, measure_members=5)
     base = lp(reference(ours, theirs, ids))
     t = int(base.argmax())
     assert e.scope == study.LAST_QUESTIONS and e.predicted.id == t
@@ -224,7 +225,7 @@ def test_a_member_silenced_from_a_kept_runs_rows_equals_transformers(pair, monke
     base = page_data.page_run(ours, ids)
     rows, real = [], Model._mlp
     monkeypatch.setattr(Model, "_mlp", lambda self, l, x, *a: rows.append(x.shape[1]) or real(self, l, x, *a))
-    quiet = page_data.page_run(ours, ids, [j], base=base)
+    quiet = page_data.page_run(ours, ids, Interventions((j,)), base=base)
     assert rows == [T - j] * ours.config.n_layers
     out = reference(ours, theirs, ids, [j], attentions=True)
     assert (quiet.last_logits - out.logits[0, -1]).abs().max() < 1e-4
@@ -235,9 +236,9 @@ def test_a_member_silenced_from_a_kept_runs_rows_equals_transformers(pair, monke
 def test_the_figures_are_drawn(pair, tmp_path):
     ours, _ = pair
     ids = ids_of(ours, 8, seed=5)
-    e = studygroup.explain(ours, ids, silence_heads=2, silence_members=2)
+    e = studygroup.explain(ours, ids, measure_heads=2, measure_members=2)
     h = studygroup.head_view(ours, ids, ours.config.n_layers - 1, 0)
-    c = studygroup.compare(ours, ids[4:], ids, silence_heads=1, silence_members=1)
+    c = studygroup.compare(ours, ids[4:], ids, measure_heads=1, measure_members=1)
     for name, figure in (("e", explain_figure(e.to_dict())), ("h", head_view_figure(h.to_dict())),
                          ("c", compare_figure(c.to_dict()))):
         figure.savefig(tmp_path / f"{name}.png", format="png")
@@ -250,7 +251,7 @@ def test_the_figures_are_drawn(pair, tmp_path):
 def test_compare_probabilities_equal_transformers(pair):
     ours, theirs = pair
     ids = ids_of(ours, 11, seed=6)
-    c = studygroup.compare(ours, ids[5:], ids, silence_heads=2, silence_members=2)
+    c = studygroup.compare(ours, ids[5:], ids, measure_heads=2, measure_members=2)
     short, long = lp(reference(ours, theirs, ids[5:])), lp(reference(ours, theirs, ids))
     assert c.longer == "b" and c.word_id == int(long.argmax())
     for s in c.shift:

@@ -189,7 +189,7 @@ def test_a_longer_text_says_what_it_will_need_and_shows_its_progress(model, monk
     from studygroup.progress import Progress
 
     ids = random_ids(model, 12, 8)
-    short = study.explain(model, ids, silence_heads=3, silence_members=5)
+    short = study.explain(model, ids, measure_heads=3, measure_members=5)
     assert capsys.readouterr().err == ""  # short texts: nothing on stderr
     monkeypatch.setattr(study, "ANNOUNCE_PAST_T", 8)  # past it: the announcement and the bars
     bars = []
@@ -200,7 +200,7 @@ def test_a_longer_text_says_what_it_will_need_and_shows_its_progress(model, monk
         return bar
 
     monkeypatch.setattr(study, "Progress", shown)
-    e = study.explain(model, ids, silence_heads=3, silence_members=5)
+    e = study.explain(model, ids, measure_heads=3, measure_members=5)
     err = capsys.readouterr().err
     assert re.match(r"explaining 12 members: about \d+\.\d GiB and [\d.]+ (s|min) \(a pass for the heads' sinks, "
                     r"a pass with a gradient, every head and member silenced at the last position only \(one row each\), then 3 "
@@ -229,7 +229,7 @@ def test_a_longer_text_says_what_it_will_need_and_shows_its_progress(model, monk
 
     monkeypatch.setattr(progress, "_shown", False)  # as `studygroup serve` sets it: its console is a log
     bars.clear()
-    study.explain(model, ids, silence_heads=3, silence_members=5)
+    study.explain(model, ids, measure_heads=3, measure_members=5)
     assert capsys.readouterr().err == "" and bars and not any(b.enabled for b in bars)
 
 
@@ -282,7 +282,7 @@ def test_head_silence_effects_match_one_at_a_time_runs(model, analysis):
 def test_long_texts_record_the_last_row_and_still_explain(tmp_path):
     long_model = studygroup.load(write_tiny_gguf(tmp_path / "long.gguf", context=128, seed=3).path)
     ids = random_ids(long_model, 80, 8)
-    a = study.analyse(long_model, ids, silence_heads=3, silence_members=5)
+    a = study.analyse(long_model, ids, measure_heads=3, measure_members=5)
     e = a.explanation
     assert a.run["layers.0.weights"].shape[-2] == 1  # the last question only
     assert abs(e.logit_parts.total - e.logit_parts.logit) < 1e-4 * max(1.0, abs(e.logit_parts.logit))
@@ -295,7 +295,7 @@ def test_long_texts_record_the_last_row_and_still_explain(tmp_path):
 
 
 def test_fewer_heads_silenced_says_so(model):
-    e = study.explain(model, TEXT_B, silence_heads=3)
+    e = study.explain(model, TEXT_B, measure_heads=3)
     every = [h for h in e.heads if h.silence_effect is not None]
     assert len(every) == 3 and e.heads[:3] == every and e.heads_silenced.startswith("3 of 8 heads measured exactly")
     assert "all 8 silenced at the last position only" in e.heads_silenced and e.heads_measured == 3
@@ -348,8 +348,8 @@ def test_bad_arguments_are_refused(model):
         study_head.head_view(model, TEXT_A, 0, 0, notation="rows")
     with pytest.raises(InputError, match="top"):
         study.explain(model, TEXT_A, top=0)
-    with pytest.raises(InputError, match="silence_heads"):
-        study.explain(model, TEXT_A, silence_heads=-1)
+    with pytest.raises(InputError, match="measure_heads"):
+        study.explain(model, TEXT_A, measure_heads=-1)
 
 
 # ---- head view --------------------------------------------------------------------------------
@@ -424,7 +424,7 @@ def test_prefix_members_are_the_tokens_wholly_inside_the_prefix(model):
 
 
 def test_texts_that_do_not_end_with_each_other_have_no_prefix(model):
-    c = study_compare.compare(model, "the tin", "an ear", silence_heads=2)
+    c = study_compare.compare(model, "the tin", "an ear", measure_heads=2)
     assert c.prefix is None and all(s.prob_prefix_silenced is None for s in c.shift)
 
 
@@ -472,7 +472,7 @@ def resolve(data, path: str):
 
 
 def test_the_conclusion_without_earlier_sentences_is_a_run_on_the_last_sentence(model):
-    e = study.explain(model, TWO_SENTENCES, silence_heads=2, silence_members=2)
+    e = study.explain(model, TWO_SENTENCES, measure_heads=2, measure_members=2)
     s = e.last_sentence
     assert e.tokens[s.start - 1].endswith("?") and s.text == "then the tin"
     ids = model.ids(s.text)  # the last sentence's text alone: the same ids but its first word's leading space
@@ -541,7 +541,7 @@ def test_a_member_whose_token_occurs_more_than_once_is_named_with_its_position(m
 
 def test_the_last_sentence_alone_keeps_the_bos_the_model_adds(tiny_gemma3):
     gemma = studygroup.load(tiny_gemma3.path, cache=False)
-    e = study.explain(gemma, "an ear! then the tin", silence_heads=1, silence_members=1)
+    e = study.explain(gemma, "an ear! then the tin", measure_heads=1, measure_members=1)
     s = e.last_sentence
     bos = gemma.tokenizer.bos_id
     assert e.token_ids[0] == bos and s.token_ids == [bos, *e.token_ids[s.start:]] and s.start > 1
@@ -551,7 +551,7 @@ def test_the_last_sentence_alone_keeps_the_bos_the_model_adds(tiny_gemma3):
 
 def test_one_sentence_has_no_last_sentence(analysis, model):
     assert analysis.explanation.last_sentence is None  # TEXT_B: one sentence
-    assert study.explain(model, "an ear.", silence_heads=1, silence_members=1).last_sentence is None  # ends the text
+    assert study.explain(model, "an ear.", measure_heads=1, measure_members=1).last_sentence is None  # ends the text
     assert not any("earlier sentences" in line for line in analysis.explanation.story)
 
 
@@ -595,7 +595,7 @@ def test_json_round_trips_with_exactly_the_documented_keys(model, analysis, comp
     results = [analysis.explanation, comparison, study_head.head_view(model, TEXT_B, 0, 1, "columns"),
                model_view(model.run(TEXT_B), analysis.explanation), lesson_sections(model, TEXT_B, 1, 2),
                studygroup.why(model, TEXT_B, 1, 2, 4, 1), studygroup.roles(model, TEXT_B),
-               study.explain(model, TWO_SENTENCES, silence_heads=2, silence_members=2), lens(model, TEXT_B),
+               study.explain(model, TWO_SENTENCES, measure_heads=2, measure_members=2), lens(model, TEXT_B),
                patch(model, TEXT_B, TEXT_B), head_effects(model, TEXT_B, [(0, 1)], resample_from=TEXT_B),
                sink_write(model, model.before_pass(TEXT_B), 0, 1)]  # a sink head's (none here)
     for result in results:
@@ -672,7 +672,7 @@ def test_the_default_is_complete_and_equals_measuring_everything(model):
     e, c = study.explain(model, ids, top=5), model.config
     assert e.heads_measured == c.n_layers * c.n_heads and e.heads_silenced.startswith("all 8")
     assert e.members_measured == len(ids) and any("All 8 heads were measured exactly" in s for s in e.story)
-    full = study.explain(model, ids, top=5, silence_heads="all", silence_members="all")
+    full = study.explain(model, ids, top=5, measure_heads="all", measure_members="all")
     assert json.loads(full.to_json()) == json.loads(e.to_json())
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from studygroup.model.interventions import Interventions
+
 from conftest import random_ids
 from studygroup.model import estimate
 from studygroup.model.model import Model
@@ -35,8 +37,8 @@ def measured(e):
     return heads, in_head, members, 0 if e.last_sentence is None else len(e.last_sentence.token_ids)
 
 
-@pytest.mark.parametrize("T, options", [(6, {}), (30, {}), (30, {"silence_heads": 3, "silence_members": 5}),
-                                        (30, {"silence_members": 0, "silence_heads": 0})])
+@pytest.mark.parametrize("T, options", [(6, {}), (30, {}), (30, {"measure_heads": 3, "measure_members": 5}),
+                                        (30, {"measure_members": 0, "measure_heads": 0})])
 def test_every_question_counts_the_rows_explain_passes(model, counted, T, options):
     e = study.explain(model, random_ids(model, T, 3), **options)
     heads, in_head, members, sentence = measured(e)
@@ -47,7 +49,7 @@ def test_every_question_counts_the_rows_explain_passes(model, counted, T, option
 
 def test_the_last_sentence_and_a_silenced_run_are_counted(model, counted):
     ids = model.ids("the cat sat. the dog ran? a cat")
-    e = study.explain(model, ids, silenced_members=[1])
+    e = study.explain(model, ids, interventions=Interventions(silenced_members=(1,)))
     heads, in_head, members, sentence = measured(e)
     assert sentence == 0 and not in_head  # on a silenced run: no last sentence, no in-head copies
     work = explain_cost.every_question(model.config, len(ids), heads, in_head, members, sentence, clean=False)
@@ -63,7 +65,7 @@ def test_last_question_counts_the_rows_explain_passes(model, counted, monkeypatc
     monkeypatch.setattr(study, "LONG_T", 8)
     for ids in (random_ids(model, 20, 4), model.ids("the cat sat on the mat. the dog ran? a cat sat on")):
         counted["rows"] = 0
-        e = study.explain(model, ids, silence_heads=5)
+        e = study.explain(model, ids, measure_heads=5)
         heads = [h.layer for h in e.heads if h.silence_effect_last_position is not None]
         members = sum(m.effect_last_question is not None for m in e.members)
         assert len(heads) == 5 and members == len(ids)

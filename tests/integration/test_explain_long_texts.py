@@ -21,7 +21,7 @@ def ids_of(model, T, seed=0):
 
 def test_long_path_reports_last_question_effects(model, long_after_8, capsys):
     ids = ids_of(model, 20)
-    a = study.analyse(model, ids, top=5, silence_heads=4, silence_members=6)
+    a = study.analyse(model, ids, top=5, measure_heads=4, measure_members=6)
     e = a.explanation
     assert "last member's questions only" in e.members_silenced and "last position only" in e.heads_silenced
     assert e.scope == study.LAST_QUESTIONS and any(study.LAST_QUESTIONS in s for s in e.story)

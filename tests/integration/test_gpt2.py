@@ -200,7 +200,7 @@ def test_explain_head_measures_equal_runs_with_the_head_silenced(pair):
 
     ours, _ = pair
     text = "Cash or credit card? I have a lot"
-    e = studygroup.explain(ours, text, silence_heads="all", silence_members=0)
+    e = studygroup.explain(ours, text, measure_heads="all", measure_members=0)
     ids, t = torch.tensor(e.token_ids), e.predicted.id
     lp = effects.log_probs(ours.run(text, record="none").last_logits)[t]
     for h in e.heads:

@@ -16,6 +16,7 @@ from studygroup.study.head import head_view
 from studygroup.study.mask_reasons import SILENCED
 from studygroup.study.window import WindowError
 from studygroup.web.app import Limits, create_app
+from studygroup.model.interventions import Interventions
 from conftest import write_tiny_gguf
 
 SHORT = "the tin can hold an ear of tea"  # 24 members on the tiny model
@@ -40,8 +41,8 @@ def grid(values, notation):
                                         (range(0, 2), range(10, 12))])
 def test_a_window_holds_the_same_cells_as_the_whole_grid(wide, notation, rows, keys):
     model = wide[1]
-    whole = head_view(model, SHORT, 1, 3, notation, silence_members=[2])
-    part = head_view(model, SHORT, 1, 3, notation, silence_members=[2], rows=rows, keys=keys)
+    whole = head_view(model, SHORT, 1, 3, notation, interventions=Interventions((2,)))
+    part = head_view(model, SHORT, 1, 3, notation, interventions=Interventions((2,)), rows=rows, keys=keys)
     T = len(whole.tokens)
     as_slice = lambda x: slice(x.start, x.stop) if isinstance(x, range) else x or slice(None)  # noqa: E731
     R, K = range(T)[as_slice(rows)], range(T)[as_slice(keys)]
@@ -209,5 +210,5 @@ def test_api_head_refuses_bad_or_too_large_windows(client, extra, status, words)
 
 
 def test_silenced_cells_of_a_window_keep_their_reason(wide):
-    v = head_view(wide[1], SHORT, 1, 0, silence_members=[4], rows=slice(10, 12), keys=slice(3, 6))
+    v = head_view(wide[1], SHORT, 1, 0, interventions=Interventions((4,)), rows=slice(10, 12), keys=slice(3, 6))
     assert [r[1] for r in v.mask_reasons] == [SILENCED, SILENCED] and v.silenced_members == [4]

@@ -10,15 +10,21 @@ from studygroup.errors import InputError
 from studygroup.study import compare as study_compare
 from studygroup.study import explain as study
 from studygroup.study.why import why
+from studygroup.model.interventions import Interventions
 from .test_why import cli
 
 MEMBER, HEAD = 2, (0, 1)
 
 
+def silencing(member: int, head: tuple[int, int] | None = None) -> Interventions:
+    """A member silenced (in every head), and a head."""
+    return Interventions((member,), None, frozenset([head] if head else []))
+
+
 @pytest.fixture(scope="module")
 def silenced(model):
     """explain TEXT_B with MEMBER and HEAD silenced, every head and member measured."""
-    return study.explain(model, TEXT_B, top=5, silenced_members=[MEMBER], silenced_heads=[HEAD])
+    return study.explain(model, TEXT_B, top=5, interventions=silencing(MEMBER, HEAD))
 
 
 def test_the_conclusion_is_the_silenced_runs(model, tiny_model, silenced):
@@ -60,7 +66,7 @@ def test_the_story_and_the_text_say_what_is_silenced(silenced):
 
 
 def test_compare_compares_the_silenced_runs(model, tiny_model):
-    c = study_compare.compare(model, TEXT_A, TEXT_B, top=5, silenced_members=[1], silenced_heads=[(1, 3)])
+    c = study_compare.compare(model, TEXT_A, TEXT_B, top=5, interventions=silencing(1, (1, 3)))
     for e in (c.a, c.b):
         lp = reference_llama(tiny_model, e.token_ids, [1], [(1, 3)])
         assert e.silenced_members == [1] and e.silenced_heads == [[1, 3]]
@@ -69,17 +75,17 @@ def test_compare_compares_the_silenced_runs(model, tiny_model):
     assert c.prefix.prob_word == pytest.approx(float(quiet[c.word_id].exp()), abs=1e-5)
     T_a = len(c.a.tokens)
     with pytest.raises(InputError, match=f"text a: member {T_a} does not exist"):
-        study_compare.compare(model, TEXT_A, TEXT_B, silenced_members=[T_a])
+        study_compare.compare(model, TEXT_A, TEXT_B, interventions=silencing(T_a))
 
 
 def test_why_explains_the_score_of_the_silenced_run(model, tiny_model):
-    w = why(model, TEXT_B, 1, 2, 4, 1, silenced_members=[3], silenced_heads=[(0, 2)])
+    w = why(model, TEXT_B, 1, 2, 4, 1, silencing(3, (0, 2)))
     S = reference_llama(tiny_model, w.token_ids[:5], [3], [(0, 2)], layer=1)
     assert w.score == pytest.approx(float(S[2, 4, 1]), abs=1e-4)
     assert w.score != pytest.approx(why(model, TEXT_B, 1, 2, 4, 1).score, abs=1e-4)
     assert w.silenced_members == [3] and w.silenced_heads == [[0, 2]]
     with pytest.raises(InputError, match="member 1 is silenced in this run"):
-        why(model, TEXT_B, 1, 2, 4, 1, silenced_members=[1])
+        why(model, TEXT_B, 1, 2, 4, 1, silencing(1))
 
 
 @pytest.mark.parametrize("command", [("explain", TEXT_B), ("why", TEXT_B, "--layer", 1, "--head", 2, "--key", 1),
@@ -116,7 +122,7 @@ def test_the_web_api_takes_them_and_refuses_bad_ones(model, silenced):
 
     from studygroup.web.app import Limits, create_app
 
-    quiet = {"silence_members": [MEMBER], "silence_heads": [list(HEAD)]}
+    quiet = {"silence": {"members": [MEMBER], "heads": [list(HEAD)]}}
     with TestClient(create_app(model, Limits(max_tokens=48))) as client:
         r = client.post("/api/explain", json={"text": TEXT_B, "top": 5, **quiet})
         assert r.status_code == 200 and r.json() == silenced.to_dict()
@@ -127,8 +133,8 @@ def test_the_web_api_takes_them_and_refuses_bad_ones(model, silenced):
         texts = {"text": TEXT_B}
         for path, extra in (("/api/explain", texts), ("/api/why", {**texts, "layer": 1, "head": 2, "query": 4, "key": 1}),
                             ("/api/compare", {"text_a": TEXT_A, "text_b": TEXT_B})):
-            for bad, words in (({"silence_members": [99]}, "member 99 does not exist"),
-                               ({"silence_heads": [[0, 9]]}, "head 9 does not exist"),
-                               ({"silence_heads": [[0]]}, "")):
+            for bad, words in (({"silence": {"members": [99]}}, "member 99 does not exist"),
+                               ({"silence": {"heads": [[0, 9]]}}, "head 9 does not exist"),
+                               ({"silence": {"heads": [[0]]}}, "")):
                 r = client.post(path, json={**extra, **bad})
                 assert 400 <= r.status_code < 500 and words in json.dumps(r.json())

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 import studygroup
+from studygroup.model.interventions import Interventions
 from conftest import write_tiny_gguf
 
 #: Texts explained for every question (up to 512 members): seconds of work on the tiny model.
@@ -264,7 +265,7 @@ def test_every_view_of_a_long_text_stops_within_a_layer_of_a_cancel(views, n, pa
     assert p["state"] == "cancelled" and p["steps"] <= at_cancel["steps"] + 1, (at_cancel, p)  # within a layer
     time.sleep(0.3)
     assert progress(base, job)["steps"] == p["steps"]  # no layer ran after it stopped
-    assert service.runs.get((text, (), ())) is None or path not in ("conclusion", "model_view")  # nothing half made
+    assert service.runs.get((text, Interventions())) is None or path not in ("conclusion", "model_view")  # nothing half made
 
 
 @pytest.mark.parametrize("n, path", list(enumerate(VIEWS)))
@@ -293,10 +294,10 @@ def test_a_cancelled_pass_is_made_again_whole_by_the_next_request(views):
     until(base, "half", lambda p: p["state"] == "running" and p["steps"] > 2)
     post(base, "cancel", {"job": "half"})
     t.join(60)
-    assert out[0].status_code == 409 and service.runs.get((text, (), ())) is None
+    assert out[0].status_code == 409 and service.runs.get((text, Interventions())) is None
     r = post(base, "conclusion", {"text": text, "job": "whole"})
     assert r.status_code == 200 and len(r.json()["tokens"]) > 2900
-    assert made.count(text) == 2 and service.runs.get((text, (), ())) is not None
+    assert made.count(text) == 2 and service.runs.get((text, Interventions())) is not None
     assert progress(base, "whole")["steps"] == VIEW_LAYERS
 
 

@@ -7,6 +7,7 @@ import torch
 
 from conftest import TEXT_B, reference_llama
 from studygroup.study import explain as study
+from studygroup.model.interventions import Interventions
 
 EPS = 1e-4
 
@@ -32,7 +33,7 @@ def test_estimate_missed_by_is_the_largest_gap_over_the_heads_measured(model, ti
                                                                        quiet):
     ids = TEXT_B if ids is None else torch.randint(0, model.config.vocab_size, (ids,),
                                                   generator=torch.Generator().manual_seed(5)).tolist()
-    e = study.explain(model, ids, silence_heads=measured, silenced_members=members, silenced_heads=quiet)
+    e = study.explain(model, ids, measure_heads=measured, interventions=Interventions(members, None, frozenset(quiet)))
     c = model.config
     assert e.heads_measured == (c.n_layers * c.n_heads if measured == "all" else measured)
     exact = e.heads[:e.heads_measured]  # those measured at every position come first

@@ -162,7 +162,7 @@ def test_the_model_view_and_explain_carry_each_heads_roles(roomy_model):
     for h in e.heads:
         np.testing.assert_allclose([getattr(h.roles, r) for r in ROLES],
                                    [getattr(view.heads[h.layer][h.head].roles, r) for r in ROLES], atol=1e-6)
-    long = explain(roomy_model, [3 + i % 200 for i in range(530)], silence_heads=2, silence_members=2)  # past 512 members
+    long = explain(roomy_model, [3 + i % 200 for i in range(530)], measure_heads=2, measure_members=2)  # past 512 members
     assert all(h.roles is None and h.sink_weight is not None for h in long.heads)
 
 

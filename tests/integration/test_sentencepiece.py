@@ -170,7 +170,7 @@ def test_model_with_a_sentencepiece_vocabulary_runs_and_explains(files):
     with torch.no_grad():
         expected = hf.eval()(torch.tensor([ids])).logits[0, -1]
     assert (model.run(ids).logits[-1] - expected).abs().max() < 1e-4
-    e = study.explain(model, "Cash or credit card? I have a lot", top=3, silence_heads=2, silence_members=3)
+    e = study.explain(model, "Cash or credit card? I have a lot", top=3, measure_heads=2, measure_members=3)
     assert e.tokens[0] == "<s>" and "␣lot" in e.tokens and e.predicted.id < model.config.vocab_size
 
 

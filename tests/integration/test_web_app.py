@@ -21,6 +21,7 @@ from studygroup.views import assets
 from studygroup.web import app as server
 from studygroup.web import guard as server_guard
 from studygroup.web.app import Limits, create_app
+from studygroup.model.interventions import Interventions
 
 TEXT = "I have a lot"
 
@@ -108,7 +109,7 @@ def test_conclusion(client):
 
 def test_conclusion_with_silencing_shows_before_and_after(client):
     base = post(client, "/api/conclusion", {"text": TEXT}).json()
-    d = post(client, "/api/conclusion", {"text": TEXT, "silence_members": [2, 2, 0], "silence_heads": [[1, 0]]}).json()
+    d = post(client, "/api/conclusion", {"text": TEXT, "silence": {"members": [2, 2, 0], "heads": [[1, 0]]}}).json()
     assert d["silenced_members"] == [0, 2] and d["silenced_heads"] == [[1, 0]]
     assert d["top"] == base["top"]  # the old conclusion, for the ghost bars
     before = {w["id"]: w["prob_before"] for w in d["words"]}
@@ -122,6 +123,74 @@ def test_conclusion_with_silencing_shows_before_and_after(client):
     assert all(p["value"] == d["silenced"][n]["prob"] and p["text"] == percent(p["value"]) for n, p in enumerate(values))
     assert f"“{d['silenced'][0]['token']}” (" in "".join(p["text"] for p in told)
     assert post(client, "/api/conclusion", {"text": TEXT}).json()["silenced_story"] is None
+
+
+@pytest.mark.parametrize("old, new", [({"silence_members": [2, 0]}, {"silence": {"members": [0, 2]}}),
+                                      ({"silence_heads": [[1, 0]]}, {"silence": {"heads": [[1, 0]]}})])
+def test_a_deprecated_silencing_field_still_silences_and_says_so(client, old, new):
+    """silence_members and silence_heads, the deprecated spelling of silence, answer as silence does,
+    with a Deprecation header naming the field to use; the new spelling has none."""
+    got, want = post(client, "/api/conclusion", {"text": TEXT, **old}), post(client, "/api/conclusion", {"text": TEXT, **new})
+    assert got.json() == want.json() and got.json()["silenced"] is not None
+    name = next(iter(old))
+    assert got.headers["Deprecation"] == f"{name}: use silence.{name.split('_')[1]}" and "Deprecation" not in want.headers
+    both = post(client, "/api/conclusion", {"text": TEXT, **old, "silence": {"members": [1], "heads": [[0, 1]]}})
+    assert both.status_code == 400 and f"not both" in both.json()["error"]
+
+
+def ablated(model, text, members=(), heads=(), **ablation):
+    from studygroup.model.ablation import Ablation
+    return Interventions(tuple(members), None, frozenset(map(tuple, heads)), ablation=Ablation(**ablation))
+
+
+@pytest.mark.parametrize("ablation, extra", [({"kind": "mean"}, {}), ({"kind": "mean", "reference": ["the tin can"]}, {}),
+                                             ({"kind": "resample", "from": "an ear then the tin"}, {})])
+def test_every_view_takes_the_ablation_of_its_silencing(client, model, ablation, extra):
+    """The conclusion, the model view, a head and the lesson of a run whose silenced member and
+    head are mean- or resample-ablated: the model's run with those interventions (the ablation's
+    own numbers are checked against transformers in test_ablation.py), the ablation named in each."""
+    silence = {"members": [2], "heads": [[0, 1]]}
+    body = {"text": TEXT, "silence": silence, "ablation": ablation}
+    source = ablation.get("from")
+    i = ablated(model, TEXT, [2], [[0, 1]], kind=ablation["kind"], reference=tuple(ablation.get("reference", ())), source=source)
+    run = model.run(TEXT, interventions=i, record="all")
+    named = {"kind": ablation["kind"], "reference": len(ablation.get("reference", ())), "from": source}
+    d = post(client, "/api/conclusion", body).json()
+    probs = torch.softmax(run.last_logits.double(), -1)
+    assert d["ablation"] == named and all(abs(w["prob"] - float(probs[w["id"]])) < 1e-6 for w in d["silenced"])
+    assert f"With the silencing by {ablation['kind']} ablation" in d["silenced_story"][0]["text"]
+    view = post(client, "/api/model_view", body).json()
+    assert view["ablation"] == named
+    weights = run["weights", 1][0]  # (T, T): member 2 heard, with its replaced key
+    assert (torch.tensor(view["heads"][1][0]["weights"]) - weights).abs().max() < 6e-4
+    assert weights[3, 2] > 0
+    h = post(client, "/api/head", {**body, "layer": 1, "head": 0}).json()
+    assert h["ablation"] == named and (torch.tensor(h["weights"]) - weights).abs().max() < 1e-6
+    assert post(client, "/api/lesson", {**body, "layer": 1, "head": 0}).json()["ablation"] == named
+    zero = post(client, "/api/head", {"text": TEXT, "silence": silence, "layer": 1, "head": 0}).json()
+    assert "ablation" not in zero and zero["weights"][3][2] == 0
+
+
+def test_zero_ablation_answers_byte_for_byte_as_silencing(client):
+    silence = {"text": TEXT, "silence": {"members": [1], "heads": [[1, 2]]}}
+    for path, extra in (("/api/conclusion", {}), ("/api/model_view", {}), ("/api/head", {"layer": 1, "head": 0}),
+                        ("/api/explain", {"top": 3})):
+        a = post(client, path, {**silence, **extra}).content
+        assert post(client, path, {**silence, **extra, "ablation": {"kind": "zero"}}).content == a
+
+
+@pytest.mark.parametrize("path, body, status, words", [
+    ("/api/conclusion", {"ablation": {"kind": "resample"}}, 400, "give it (--from TEXT"),
+    ("/api/conclusion", {"ablation": {"kind": "resample", "from": "the tin"}}, 400, "same number of tokens"),
+    ("/api/conclusion", {"ablation": {"kind": "median"}}, 422, "ablation.kind"),
+    ("/api/conclusion", {"ablation": {"kind": "mean", "from": "the tin"}}, 400, "goes with the resample"),
+    ("/api/conclusion", {"ablation": {"kind": "mean", "reference": [" "]}}, 400, "ablation.reference[0]"),
+    ("/api/explain", {"ablation": {"kind": "mean"}}, 400, "give no --silence-member"),
+    ("/api/why", {"ablation": {"kind": "mean"}, "layer": 1, "head": 0, "query": 3, "key": 1}, 400, "zero ablation only"),
+    ("/api/generate", {"ablation": {"kind": "mean"}}, 400, "zero ablation only")])
+def test_an_ablation_that_cannot_be_made_is_refused_in_one_line(client, path, body, status, words):
+    r = post(client, path, {"text": TEXT, "silence": {"members": [1]}, **body})
+    assert r.status_code == status and words in r.json()["error"] and "\n" not in r.json()["error"]
 
 
 def test_explain(client, model):
@@ -157,7 +226,7 @@ def test_model_view(client, model):
 def test_model_view_with_silencing_shows_the_silenced_run(client, model):
     clean = post(client, "/api/model_view", {"text": TEXT}).json()
     assert clean["silenced_members"] == [] and clean["silenced_heads"] == []
-    d = post(client, "/api/model_view", {"text": TEXT, "silence_members": [1, 1], "silence_heads": [[0, 2]]}).json()
+    d = post(client, "/api/model_view", {"text": TEXT, "silence": {"members": [1, 1], "heads": [[0, 2]]}}).json()
     assert d["silenced_members"] == [1] and d["silenced_heads"] == [[0, 2]]
     T = len(d["tokens"])
     for row in d["heads"]:
@@ -172,13 +241,13 @@ def test_model_view_with_silencing_shows_the_silenced_run(client, model):
 
 
 def test_head_with_silencing_masks_the_silenced_member(client, model):
-    d = post(client, "/api/head", {"text": TEXT, "layer": 1, "head": 0, "silence_members": [2]}).json()
+    d = post(client, "/api/head", {"text": TEXT, "layer": 1, "head": 0, "silence": {"members": [2]}}).json()
     T = len(d["tokens"])
     assert d["silenced_members"] == [2] and d["silenced_heads"] == []
     assert all(not d["mask"][i][2] and d["weights"][i][2] == 0 and d["scores"][i][2] is None for i in range(T) if i != 2)
     head = model.run(TEXT, record="none", silence_members=[2]).head(1, 0)
     assert torch.allclose(torch.tensor(d["weights"]), head.weights, atol=1e-6)
-    cols = post(client, "/api/head", {"text": TEXT, "layer": 1, "head": 0, "silence_members": [2], "notation": "columns"}).json()
+    cols = post(client, "/api/head", {"text": TEXT, "layer": 1, "head": 0, "silence": {"members": [2]}, "notation": "columns"}).json()
     assert T > 3 and cols["check"]["agree"] and cols["weights"][2][T - 1] == 0  # columns: transposed
     clean = post(client, "/api/head", {"text": TEXT, "layer": 1, "head": 0}).json()
     assert clean["silenced_members"] == [] and clean["weights"] != d["weights"]
@@ -200,7 +269,7 @@ def test_mask_reasons_say_why_each_cell_is_hidden(client):
 
     named = lambda grid: [[REASONS[k] for k in row] for row in grid]  # noqa: E731
     for silenced in ([], [2], [0, 3]):
-        body = {"text": TEXT, "layer": 1, "head": 0, "silence_members": silenced}
+        body = {"text": TEXT, "layer": 1, "head": 0, "silence": {"members": silenced}}
         paper = post(client, "/api/head", body).json()
         T = len(paper["tokens"])
         want = expected_reasons(T, silenced)
@@ -210,7 +279,7 @@ def test_mask_reasons_say_why_each_cell_is_hidden(client):
         assert named(cols["mask_reasons"]) == [list(r) for r in zip(*want)]
         last = post(client, "/api/head", body | {"rows": "last"}).json()
         assert named(last["mask_reasons"]) == want[-1:]
-        view = post(client, "/api/model_view", {"text": TEXT, "silence_members": silenced}).json()
+        view = post(client, "/api/model_view", {"text": TEXT, "silence": {"members": silenced}}).json()
         assert named(view["mask_reasons"]) == want and all(h["mask_reasons"] is None for r in view["heads"] for h in r)
 
 
@@ -224,9 +293,9 @@ def test_the_model_views_json_is_json_dumps_of_its_dict(tmp_path):
     long = "ab " * 60
     assert len(model.tokenize(long)) > page_data.FULL_MAPS_MAX_T
     for text, members, heads in ((TEXT, (), ()), (TEXT, (2,), ((0, 1),)), (long, (3,), ())):
-        expected = json.dumps(page_data.model_view(model, text, None, members, heads), ensure_ascii=False,
+        expected = json.dumps(page_data.model_view(model, text, None, Interventions(members, None, frozenset(heads))), ensure_ascii=False,
                               allow_nan=False, separators=(",", ":")).encode("utf-8")
-        assert page_data.model_view_json(model, text, None, members, heads) == expected
+        assert page_data.model_view_json(model, text, None, Interventions(members, None, frozenset(heads))) == expected
     w = torch.tensor([[[0.5, 0.25], [1 / 3, 2.0]]], dtype=torch.float64)  # not rounded, past 1: json.dumps' own way
     assert jsonable.rounded_grids(w, 3) == [b"[[0.5,0.25],[0.3333333333333333,2.0]]"]
 
@@ -242,7 +311,7 @@ def test_a_packed_model_view_holds_the_same_weights(tmp_path):
 
     model = studygroup.load(write_tiny_gguf(tmp_path / "roomy.gguf", context=256).path)
     with TestClient(create_app(model)) as c:
-        for text, silencing in ((TEXT, {}), (TEXT, {"silence_members": [2], "silence_heads": [[0, 1]]}), ("ab " * 60, {})):
+        for text, silencing in ((TEXT, {}), (TEXT, {"silence": {"members": [2], "heads": [[0, 1]]}}), ("ab " * 60, {})):
             lists = post(c, "/api/model_view", {"text": text, **silencing}).json()
             packed = post(c, "/api/model_view", {"text": text, **silencing, "packed": True}).json()
             p = packed.pop("packed_weights")
@@ -264,7 +333,7 @@ def test_a_packed_head_holds_the_same_vectors(client, notation):
 
     import numpy as np
 
-    body = {"text": TEXT, "layer": 1, "head": 2, "notation": notation, "silence_members": [1]}
+    body = {"text": TEXT, "layer": 1, "head": 2, "notation": notation, "silence": {"members": [1]}}
     lists = post(client, "/api/head", body).json()
     packed = post(client, "/api/head", body | {"packed": True}).json()
     vectors = packed.pop("packed_vectors")
@@ -336,21 +405,21 @@ def test_token_text_is_returned_as_data(model):
     ("/api/conclusion", {"text": TEXT, "top": "3"}, 422, "top"),
     ("/api/conclusion", {"text": TEXT, "top": True}, 422, "top"),
     ("/api/conclusion", {"text": TEXT, "unknown": 1}, 422, "unknown"),
-    ("/api/conclusion", {"text": TEXT, "silence_members": [99]}, 400, "member 99 does not exist"),
-    ("/api/conclusion", {"text": TEXT, "silence_members": [-1]}, 422, "silence_members"),
-    ("/api/conclusion", {"text": TEXT, "silence_members": "1"}, 422, "silence_members"),
-    ("/api/conclusion", {"text": TEXT, "silence_heads": [[0]]}, 422, "silence_heads"),
-    ("/api/conclusion", {"text": TEXT, "silence_heads": [[0, 1, 2]]}, 422, "silence_heads"),
-    ("/api/conclusion", {"text": TEXT, "silence_heads": [[2, 0]]}, 400, "layer 2 does not exist"),
-    ("/api/conclusion", {"text": TEXT, "silence_heads": [[0, 4]]}, 400, "head 4 does not exist"),
+    ("/api/conclusion", {"text": TEXT, "silence": {"members": [99]}}, 400, "member 99 does not exist"),
+    ("/api/conclusion", {"text": TEXT, "silence": {"members": [-1]}}, 422, "silence.members"),
+    ("/api/conclusion", {"text": TEXT, "silence": {"members": "1"}}, 422, "silence.members"),
+    ("/api/conclusion", {"text": TEXT, "silence": {"heads": [[0]]}}, 422, "silence.heads"),
+    ("/api/conclusion", {"text": TEXT, "silence": {"heads": [[0, 1, 2]]}}, 422, "silence.heads"),
+    ("/api/conclusion", {"text": TEXT, "silence": {"heads": [[2, 0]]}}, 400, "layer 2 does not exist"),
+    ("/api/conclusion", {"text": TEXT, "silence": {"heads": [[0, 4]]}}, 400, "head 4 does not exist"),
     ("/api/explain", {"text": TEXT, "top": -1}, 422, "top"),
     ("/api/compare", {"text_a": TEXT}, 422, "text_b"),
     ("/api/compare", {"text_a": "", "text_b": TEXT}, 422, "text_a"),
     ("/api/model_view", {"text": TEXT, "top": 3}, 422, "top"),
-    ("/api/model_view", {"text": TEXT, "silence_members": [99]}, 400, "member 99 does not exist"),
-    ("/api/model_view", {"text": TEXT, "silence_heads": [[0, 4]]}, 400, "head 4 does not exist"),
-    ("/api/head", {"text": TEXT, "layer": 0, "head": 0, "silence_members": [-1]}, 422, "silence_members"),
-    ("/api/head", {"text": TEXT, "layer": 0, "head": 0, "silence_heads": [[5, 0]]}, 400, "layer 5 does not exist"),
+    ("/api/model_view", {"text": TEXT, "silence": {"members": [99]}}, 400, "member 99 does not exist"),
+    ("/api/model_view", {"text": TEXT, "silence": {"heads": [[0, 4]]}}, 400, "head 4 does not exist"),
+    ("/api/head", {"text": TEXT, "layer": 0, "head": 0, "silence": {"members": [-1]}}, 422, "silence.members"),
+    ("/api/head", {"text": TEXT, "layer": 0, "head": 0, "silence": {"heads": [[5, 0]]}}, 400, "layer 5 does not exist"),
     ("/api/head", {"text": TEXT, "layer": 2, "head": 0}, 400, "layer 2 does not exist: the model has 2 layers (0-1)"),
     ("/api/head", {"text": TEXT, "layer": 0, "head": 9}, 400, "head 9 does not exist"),
     ("/api/head", {"text": TEXT, "layer": -1, "head": 0}, 422, "layer"),
@@ -375,7 +444,7 @@ def test_one_silenced_pass_serves_the_conclusion_the_model_view_and_the_head(mod
     passes = []
     real = page_data.page_run
     monkeypatch.setattr(page_data, "page_run", lambda *a, **k: passes.append(a[2:] or k) or real(*a, **k))
-    silencing = {"silence_members": [2], "silence_heads": [[0, 1]]}
+    silencing = {"silence": {"members": [2], "heads": [[0, 1]]}}
     asks = [("/api/conclusion", {"text": TEXT}), ("/api/model_view", {"text": TEXT}),
             ("/api/head", {"text": TEXT, "layer": 1, "head": 2})]
     answers = {}
@@ -410,7 +479,7 @@ def test_a_member_silenced_passes_only_the_rows_from_it_on(model, monkeypatch):
         with TestClient(create_app(model, Limits(runs_kept=kept))) as c:
             post(c, "/api/conclusion", {"text": text}).raise_for_status()
             rows.clear()
-            answers[kept] = [post(c, path, {"text": text, "silence_members": [j], **extra}).json() for path, extra in
+            answers[kept] = [post(c, path, {"text": text, "silence": {"members": [j]}, **extra}).json() for path, extra in
                              (("/api/conclusion", {}), ("/api/head", {"layer": L - 1, "head": 1}))]
             assert rows[:L] == ([T - j] if kept else [T]) * L
     (conclusion, head), (conclusion0, head0) = answers[4], answers[0]
@@ -732,7 +801,7 @@ def test_default_model_concludes_of(real_client):
     d = post(real_client, "/api/conclusion", {"text": server.DEFAULT_TEXT}).json()
     assert d["tokens"] == ["C", "ash", "␣or", "␣credit", "␣card", "?", "␣I", "␣have", "␣a", "␣lot"]
     assert d["top"][0]["token"] == "␣of" and d["top"][0]["prob"] > 0.5
-    s = post(real_client, "/api/conclusion", {"text": server.DEFAULT_TEXT, "silence_members": [8]}).json()
+    s = post(real_client, "/api/conclusion", {"text": server.DEFAULT_TEXT, "silence": {"members": [8]}}).json()
     of = next(w for w in s["words"] if w["token"] == "␣of")
     assert of["prob_after"] < of["prob_before"]  # without "␣a" the group is less sure of "␣of"
 

@@ -11,6 +11,7 @@ import studygroup
 
 from integration.test_web_app import error_of
 from studygroup.web.app import Limits, create_app
+from studygroup.model.interventions import Interventions
 
 TEXT = "the tin"
 
@@ -32,11 +33,13 @@ def generate(client, **body):
 
 
 @pytest.mark.parametrize("settings", [{}, {"temperature": 0.9, "top_k": 9, "top_p": 0.9, "seed": 5},
-                                      {"silence_members": [1], "silence_heads": [[0, 1]]}])
+                                      {"silence": {"members": [1], "heads": [[0, 1]]}}])
 def test_streamed_words_equal_model_generate(client, model, settings):
     got = generate(client, n=6, **settings)
-    kw = {**settings, "silence_heads": [tuple(x) for x in settings.get("silence_heads", [])]}
-    g = model.generate(TEXT, 6, ignore_eos=True, **kw)
+    silence = settings.get("silence", {})
+    kw = {k: v for k, v in settings.items() if k != "silence"}
+    quiet = Interventions(tuple(silence.get("members", ())), None, frozenset(map(tuple, silence.get("heads", ()))))
+    g = model.generate(TEXT, 6, ignore_eos=True, **kw, interventions=quiet)
     assert [line["word"] for line in got] == [1, 2, 3, 4, 5, 6]
     assert [line["id"] for line in got] == g.ids
     assert got == [{"word": k, **json.loads(json.dumps(g.word_json(k)))} for k in range(1, 7)]
@@ -73,7 +76,7 @@ def test_listened_is_the_words_record_in_that_head(client, model):
     ({"n": 0}, 422, "n"), ({"n": -1}, 422, "n"), ({"n": "3"}, 422, "n"), ({"n": 100}, 400, "exceed"), ({"n": 300}, 422, "n"),
     ({"temperature": -0.1}, 400, "temperature"), ({"top_p": 0}, 400, "top-p"), ({"top_p": 1.5}, 400, "top-p"),
     ({"top_k": 0}, 400, "top-k"), ({"temperature": "1"}, 422, "temperature"), ({"seed": 1.5}, 422, "seed"),
-    ({"silence_members": [9]}, 400, "member 9"), ({"layer": 1}, 400, "both layer"),
+    ({"silence": {"members": [9]}}, 400, "member 9"), ({"layer": 1}, 400, "both layer"),
     ({"layer": 7, "head": 0}, 400, "layer 7"), ({"words": [10 ** 6]}, 400, "token id"),
     ({"words": [5, 6, 7]}, 400, "not the words"), ({"text": " "}, 400, "whitespace")])
 def test_bad_input_is_4xx_before_the_stream(client, body, status, words):
@@ -125,5 +128,8 @@ def test_explain_takes_chat_as_the_cli_does(client, model, monkeypatch):
     expected = studygroup.explain(model, model.chat(TEXT, "be brief"), top=3).to_dict()
     assert json.loads(r.text) == json.loads(json.dumps(expected))
     assert r.json()["token_ids"] == model.chat(TEXT, "be brief")
+    measured = client.post("/api/explain", json={"text": TEXT, "top": 3, "chat": True, "measure_heads": 2}).json()
+    assert measured == json.loads(json.dumps(studygroup.explain(model, model.chat(TEXT), top=3, measure_heads=2).to_dict()))
+    assert measured["heads_measured"] == 2  # a chat's measure_heads is followed (it was left out)
     monkeypatch.setattr(model.tokenizer, "chat_template", None)
     assert "has no chat template" in error_of(client.post("/api/explain", json={"text": TEXT, "chat": True}), 400)

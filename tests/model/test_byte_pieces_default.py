@@ -42,11 +42,11 @@ def test_whole_words_read_as_themselves(model):
     ("The total was 3 + 4 =", "␣", "␣ alone is a space written as its own token"),
 ])
 def test_the_conclusion_says_what_a_byte_piece_or_a_lone_space_is(model, text, shown, note):
-    e = explain(model, text, top=3, silence_heads=1, silence_members=1)
+    e = explain(model, text, top=3, measure_heads=1, measure_members=1)
     out = render.explanation(e)
     conclusion_lines = out.split("which heads decided it:")[0]
     assert e.top[0].token == shown and note in " ".join(conclusion_lines.split())
     if e.top[0].reads_as:
         assert f"({e.top[0].reads_as})" in conclusion_lines
-    assert "byte piece" not in render.explanation(explain(model, "I have a lot", top=3, silence_heads=1,
-                                                          silence_members=1))
+    assert "byte piece" not in render.explanation(explain(model, "I have a lot", top=3, measure_heads=1,
+                                                          measure_members=1))

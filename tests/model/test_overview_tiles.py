@@ -52,7 +52,7 @@ def test_the_overview_of_the_whole_map_is_its_max_pool(client, silenced_head):
     T, h = silenced_head
     assert T > 300
     d = client.post("/api/overview", json={"text": TEXT, "layer": LAYER, "head": HEAD, "side": 64,
-                                           "silence_members": [7]}).json()
+                                           "silence": {"members": [7]}}).json()
     b = d["block"]
     assert b == -(-T // 64) and d["size"] == [-(-T // b)] * 2 and d["rows_shown"] == [0, T]
     top, codes = decoded(d)
@@ -70,7 +70,7 @@ def test_the_overview_of_the_whole_map_is_its_max_pool(client, silenced_head):
 def test_an_overview_of_a_window_at_one_cell_per_block_shows_the_silenced_member(client, silenced_head):
     T, h = silenced_head
     d = client.post("/api/overview", json={"text": TEXT, "layer": LAYER, "head": HEAD, "rows": [100, 300],
-                                           "keys": [0, 200], "silence_members": [7]}).json()
+                                           "keys": [0, 200], "silence": {"members": [7]}}).json()
     assert d["block"] == 1 and d["size"] == [200, 200]
     top, codes = decoded(d)
     np.testing.assert_allclose(top, h.weights.numpy()[100:300, 0:200], atol=1e-6)
@@ -81,7 +81,7 @@ def test_a_tile_of_cells_equals_the_runs_weights_at_those_indices(client, silenc
     T, h = silenced_head
     for rows, keys in (([T - 256, T], [T - 256, T]), ([40, 296], [0, 256]), ([5, 60], [3, 90])):
         d = client.post("/api/head", json={"text": TEXT, "layer": LAYER, "head": HEAD, "rows": rows, "keys": keys,
-                                           "silence_members": [7]}).json()
+                                           "silence": {"members": [7]}}).json()
         assert d["rows_shown"] == rows and d["keys_shown"] == keys
         ref = h.weights.numpy()[rows[0]:rows[1], keys[0]:keys[1]]
         np.testing.assert_allclose(np.array(d["weights"]), ref, atol=1e-6)

@@ -111,7 +111,7 @@
     async compareWhole() {
       const g = this.generated(), chosen = g.chosen, n = g.lines.length;
       g.whole = null;
-      if (n && JSON.parse(chosen).silence_members.length + JSON.parse(chosen).silence_heads.length) {
+      if (n && JSON.parse(chosen).silence.members.length + JSON.parse(chosen).silence.heads.length) {
         const lines = [];
         await this.streamWords({ text: g.text, n }, (line) => lines.push(line));
         if (this.gw !== g || g.chosen !== chosen || g.lines.length !== n) return;
@@ -138,7 +138,7 @@
       this.q(".sg-gen-k").textContent = line ? " " + k + " of " + g.lines.length : "";
       for (const c of this.qa(".sg-genchip")) c.classList.toggle("sg-selected", Number(c.dataset.word) === k);
       if (!line) return;
-      const group = g.chosen === JSON.stringify({ silence_members: [], silence_heads: [] }) ? "The group's" : "The silenced group's (the silencing shown above)";
+      const group = g.chosen === JSON.stringify({ silence: { members: [], heads: [] } }) ? "The group's" : "The silenced group's (the silencing shown above)";
       box.appendChild(el("p", {}, ["Word " + k + ": ", tokenNode(line.token), " (p = " + percent(line.prob) + "). " + group + " conclusion at that point:"]));
       const bars = el("div", { cls: "sg-gen-top" });
       for (const c of line.top) {

@@ -52,7 +52,7 @@
       } else {
         input.appendChild(el("p", { cls: "sg-given" }));
       }
-      input.appendChild(el("p", { cls: "sg-hint", text: "Tab to a member and press Enter to select its question; \u2298 silences it (nobody hears its answer). Esc clears the selection. \u2423 marks a space, \u21b5 a newline, \u21e5 a tab." }));
+      input.appendChild(el("p", { cls: "sg-hint", text: "Tab to a member and press Enter to select its question; \u2298 silences it (nobody hears its answer; \u201ctaken out by\u201d, once something is silenced, puts in its mean or another text's instead). Esc clears the selection. \u2423 marks a space, \u21b5 a newline, \u21e5 a tab." }));
       input.appendChild(el("div", { cls: "sg-chips", attrs: { role: "list", "aria-label": "members" } }));
       input.appendChild(el("div", { cls: "sg-silenced" }));
 

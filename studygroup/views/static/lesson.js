@@ -90,9 +90,9 @@
       if (notation !== "paper") p.set("notation", notation);
       if (!L.on && this.ui.selected != null) p.set("member", this.ui.selected);
       const pending = L.pendingSilence;
-      const sil = pending ? { silence_members: pending.members, silence_heads: pending.heads } : this.silencing();
-      if (sil.silence_members.length) p.set("silence", sil.silence_members.join(","));
-      if (sil.silence_heads.length) p.set("silence_heads", sil.silence_heads.map((x) => x.join(".")).join(","));
+      const sil = pending ? { silence: { members: pending.members, heads: pending.heads } } : this.silencing();
+      if (sil.silence.members.length) p.set("silence", sil.silence.members.join(","));
+      if (sil.silence.heads.length) p.set("silence_heads", sil.silence.heads.map((x) => x.join(".")).join(","));
       this.hashWritten = "#" + p.toString();
       history.replaceState(null, "", this.hashWritten);
     }
@@ -148,7 +148,7 @@
       const text = this.q(".sg-text").value;
       if (!text.trim()) return;
       const pending = silence || L.pendingSilence;
-      const sil = pending ? { silence_members: pending.members, silence_heads: pending.heads } : this.silencing();
+      const sil = pending ? { silence: { members: pending.members, heads: pending.heads } } : this.silencing();
       const body = { text, ...sil };
       if (L.head) Object.assign(body, { layer: L.head[0], head: L.head[1] });
       if (L.query != null) body.query = L.query;

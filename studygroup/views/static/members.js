@@ -56,6 +56,27 @@
       }
       box.appendChild(el("button", { cls: "sg-link", attrs: { type: "button" }, text: "clear all", on: { click: () => {
         this.ui.members.clear(); this.ui.headsSilenced.clear(); this.afterSilence(); } } }));
+      if (this.api) box.appendChild(this.ablationChoice());
+    }
+
+    /** How the silenced are taken out: zero (silenced), mean, or resample from another text (typed in
+     * the input shown then); a change redraws every view (a resample waits for its text). */
+    ablationChoice() {
+      const a = this.ui.ablation || (this.ui.ablation = { kind: "zero", from: "" });
+      const kinds = { zero: "zero (silenced)", mean: "mean ablation", resample: "resample ablation" };
+      const redraw = () => { if (a.kind !== "resample" || a.from.trim()) this.afterSilence(); else this.renderSilencedList(); };
+      const select = el("select", { cls: "sg-ablation", attrs: { "aria-label": "how the silenced are taken out",
+        title: "zero: a member's keys removed, a head's write zeroed; mean: replaced by their mean over this text's members; "
+          + "resample: taken from another text of as many tokens" }, on: { change: () => { a.kind = select.value; redraw(); } } },
+        Object.entries(kinds).map(([k, text]) => el("option", { attrs: { value: k }, text })));
+      select.value = a.kind;
+      const parts = [el("span", { cls: "sg-label", text: "taken out by" }), select];
+      if (a.kind === "resample") {
+        const from = el("input", { cls: "sg-ablation-from", attrs: { type: "text", value: a.from, placeholder: "a text of as many tokens",
+          "aria-label": "the text to resample from" }, on: { change: () => { a.from = from.value; redraw(); } } });
+        parts.push(from);
+      }
+      return el("span", { cls: "sg-ablation-choice" }, parts);
     }
 
     toggleMember(j) {

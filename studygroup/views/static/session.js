@@ -106,10 +106,14 @@
       return true;
     }
 
-    /** What is silenced now, as the API takes it (empty lists when nothing is). */
+    /** What is silenced now and how it is taken out, as the API takes it: {silence: {members, heads}}
+     * (empty lists when nothing is), with the ablation where something is silenced and it is not zero. */
     silencing() {
-      return { silence_members: [...this.ui.members].sort((a, b) => a - b),
-        silence_heads: [...this.ui.headsSilenced].map((k) => k.split(".").map(Number)).sort((a, b) => a[0] - b[0] || a[1] - b[1]) };
+      const silence = { members: [...this.ui.members].sort((a, b) => a - b),
+        heads: [...this.ui.headsSilenced].map((k) => k.split(".").map(Number)).sort((a, b) => a[0] - b[0] || a[1] - b[1]) };
+      const a = this.ui.ablation;
+      if (!a || a.kind === "zero" || !(silence.members.length + silence.heads.length)) return { silence };
+      return { silence, ablation: a.kind === "resample" && a.from.trim() ? { kind: "resample", from: a.from } : { kind: a.kind } };
     }
 
     /** Redraws the conclusion, the model view and the open head for the silencing shown; resolves

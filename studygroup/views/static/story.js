@@ -45,14 +45,18 @@
     }
 
     /** The silencing shown, as one string: an answer is current when it was asked for this one. */
-    silencingKey() { const s = this.silencing(); return JSON.stringify([s.silence_members, s.silence_heads]); }
+    silencingKey() {
+      const s = this.silencing(), a = s.ablation || { kind: "zero" };
+      return JSON.stringify([s.silence.members, s.silence.heads, a.kind, a.from || null]);
+    }
 
     /** The conclusion's sentence told from the silenced run (/api/conclusion's silenced_story), when
      * the conclusion shown was computed for the silencing shown; else null. */
     silencedConclusion() {
       const c = this.d.conclusion;
       if (!this.api || !c || !c.silenced_story) return null;
-      return JSON.stringify([c.silenced_members, c.silenced_heads]) === this.silencingKey() ? c.silenced_story : null;
+      const a = c.ablation || { kind: "zero", from: null };
+      return JSON.stringify([c.silenced_members, c.silenced_heads, a.kind, a.from]) === this.silencingKey() ? c.silenced_story : null;
     }
 
     /** The explanation of the run with the silencing shown, once asked for and answered; else null. */
