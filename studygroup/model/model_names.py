@@ -41,7 +41,15 @@ class Listed:
         return {"name": self.name, "store": self.store, "path": self.path, "title": s.title,
                 "architecture": s.architecture, "parameters": s.parameters, "quantization": s.quantization,
                 "context_length": s.context_length, "size": s.size, "readable": s.readable, "reason": s.reason,
-                "tensor_types": s.tensor_types}
+                "tensor_types": s.tensor_types, "memory": self.memory}
+
+    @property
+    def memory(self) -> int | None:
+        """Bytes its weights take once loaded (`estimate.weights_memory`); None where unknown."""
+        from studygroup.model import estimate
+
+        s = self.summary
+        return None if s.config is None or s.matrix_bytes is None else estimate.weights_memory(s.config, s.matrix_bytes)
 
 
 def listing() -> tuple[list[Listed], list[str]]:
