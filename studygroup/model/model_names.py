@@ -49,7 +49,11 @@ class Listed:
         from studygroup.model import estimate
 
         s = self.summary
-        return None if s.config is None or s.matrix_bytes is None else estimate.weights_memory(s.config, s.matrix_bytes)
+        if s.config is not None and s.matrix_bytes is not None:
+            return estimate.weights_memory(s.config, s.matrix_bytes)
+        if s.readable and s.parameters and 4 * s.parameters <= estimate.FLOAT32_MAX_BYTES:  # not joined yet: float32
+            return 4 * s.parameters
+        return None
 
 
 def listing() -> tuple[list[Listed], list[str]]:
