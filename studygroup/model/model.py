@@ -30,7 +30,7 @@ from studygroup.model.fusing import fuse, join_kept
 from studygroup.model.packed import Weights
 from studygroup.model.norm import rms_norm  # noqa: F401 (studygroup.model.model.rms_norm, as callers import it)
 from studygroup.model.run import Run
-from studygroup.gguf.model_path import default_model_path
+from studygroup.gguf.model_path import default_model_path, resolve_model_path
 from studygroup.gguf.tokenizer import Tokenizer
 
 
@@ -544,7 +544,7 @@ def _weights(weights: dict, c: Config, device: torch.device, dtype: torch.dtype,
     exact = {"rope_freqs"}  # RoPE's frequency divisors stay float32 in the bfloat16 mode
     tensors = fuse({k: t.to(device=device, dtype=torch.float32 if k in exact else dtype)
                     for k, t in weights.items() if k not in kept}, c)
-    return Weights(tensors, join_kept(kept, c), c, path)
+    return Weights(tensors, join_kept(kept, c), c, resolve_model_path(path) if kept else None)
 
 
 def _pass_label(first: int, end: int, n_layers: int) -> str:

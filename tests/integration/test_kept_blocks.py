@@ -180,3 +180,22 @@ def test_a_model_over_the_memory_free_is_refused_with_what_its_blocks_need(tmp_p
     with pytest.raises(InputError, match=rf"needs {need / 2**20:.3g} MiB for its weights \(the file's blocks and one "
                                          r"layer in float32\); this machine has 0.000954 MiB of memory available"):
         studygroup.load(path, cache=False)
+
+
+def test_studygroup_models_says_what_the_weights_take_either_way(tmp_path, monkeypatch):
+    from studygroup.gguf.summary import summarize
+    from studygroup.model.model_names import Listed
+
+    path = write_tiny_gguf(tmp_path / "m.gguf", tensor_type=Q.Q4_K, **WIDE).path
+    file = read_gguf(path)
+    listed = Listed("m", "llama.cpp", str(path), summarize((path,)))
+    float32 = 4 * sum(int(np.prod(t.dims)) for t in file.tensors.values() if t.name != "output_norm.weight"
+                      and not t.name.endswith("_norm.weight"))  # the matrices; norms counted below
+    c = listed.summary.config
+    norms = 4 * (2 * c.n_layers + 1) * c.d_model
+    monkeypatch.setenv(estimate.WEIGHTS_SWITCH, "float32")
+    assert listed.memory == float32 + norms
+    monkeypatch.setenv(estimate.WEIGHTS_SWITCH, "blocks")
+    matrices = sum(t.n_bytes for t in file.tensors.values() if len(t.dims) == 2)
+    layer = 4 * sum(int(np.prod(t.dims)) for n, t in file.tensors.items() if n.startswith("blk.0.") and len(t.dims) == 2)
+    assert listed.memory == matrices + layer + 4 * c.vocab_size * c.d_model + norms
