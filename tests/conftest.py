@@ -48,7 +48,8 @@ HF_TO_GGUF = {
 }
 # gguf cannot quantize K-quants; we write random blocks and set their float16 scales (byte offsets
 # within a block) to small finite values so that every block dequantizes to finite numbers.
-K_QUANT_SCALE_OFFSETS = {Q.Q2_K: (80, 82), Q.Q3_K: (108,), Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (208,)}
+K_QUANT_SCALE_OFFSETS = {Q.Q2_K: (80, 82), Q.Q3_K: (108,), Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (208,),
+                         Q.IQ4_NL: (0,), Q.IQ4_XS: (0,)}  # and IQ4's scale
 #: Two texts the tiny vocabulary spells in a few tokens, B ending as A: the tiny model's studies.
 TEXT_A, TEXT_B = "the tin", "an ear then the tin"
 #: llama.cpp's and transformers' logits for the default model (README.md there says how they were made).

@@ -83,6 +83,84 @@ def read_blocks(path: str | Path, config: Config, groups: dict[str, list[str]]) 
     return found
 
 
+@dataclass(frozen=True, eq=False)
+class FileMatrix:
+    """One matrix as the file keeps it, memory-mapped and never copied: `data` (out, bytes a row)
+    uint8 for block types (out, in) of its numbers for F32/F16/BF16, read-only; `n_in` weights a row;
+    `order` (out,) the file's row for each of our rows (W_Q and W_K un-permuted, layout fact 2), None
+    where they are the same. `name` is the file's tensor name, `qtype` ggml's type number."""
+
+    name: str
+    qtype: int
+    data: np.ndarray
+    n_in: int
+    order: np.ndarray | None = None
+
+    @property
+    def n_out(self) -> int:
+        return self.data.shape[0]
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.nbytes
+
+
+def file_matrix(data: np.ndarray, name: str, qtype: int, ours: str, config: Config) -> FileMatrix:
+    """The mapped bytes `data` of the file's matrix `name` (`GGUFFile.raw`), kept as they are for our
+    matrix `ours`, after checking that its rows are whole blocks and its numbers finite.
+
+    >>> from studygroup.gguf.config import Config
+    >>> c = Config(1, 1, 1, 32, 32, 64, 64, 1e4, 1e-5, 10)
+    >>> m = file_matrix(np.zeros((64, 34), np.uint8), "blk.0.ffn_up.weight", Q.Q8_0, "layers.0.W_up", c)
+    >>> m.n_out, m.n_in, m.order is None
+    (64, 32, True)
+    """
+    n_in = data.shape[1] if qtype in PLAIN_TYPES else _weights_a_row(name, qtype, data)
+    check_finite(name, data, qtype)
+    kind = ours.rsplit(".", 1)[-1]
+    permuted = kind in gguf_layout.ROPE_PERMUTED and config.arch.permuted_qk
+    return FileMatrix(name, int(qtype), data, n_in, _row_order(ours, data.shape[0], config) if permuted else None)
+
+
+#: Types stored as plain numbers, one a weight.
+PLAIN_TYPES = frozenset({Q.F32, Q.F16, Q.BF16})
+
+
+def _weights_a_row(name: str, qtype: int, data: np.ndarray) -> int:
+    """Weights in a row of `data`, (out, bytes a row) uint8 blocks of `qtype`."""
+    n, size = gguf.GGML_QUANT_SIZES[Q(qtype)]
+    if data.shape[1] % size:
+        raise ModelFileError(f"tensor {name} ({Q(qtype).name}) has rows of {data.shape[1]} bytes, not a whole "
+                             f"number of its {size}-byte blocks: the file is damaged")
+    return data.shape[1] // size * n
+
+
+def check_finite(name: str, data: np.ndarray, qtype: int) -> None:
+    """ModelFileError where a weight of the tensor `name` would not be finite: for block types, where a
+    float16 field of a block (HALF_OFFSETS: the only bytes that can make a weight infinite or NaN) is
+    not; for plain numbers, where one is not. Reads the tensor once, allocates a few bytes a block.
+
+    >>> b = np.zeros((1, 34), np.uint8); b[0, :2] = np.array([np.inf], np.float16).view(np.uint8)
+    >>> check_finite("t", b, Q.Q8_0)
+    Traceback (most recent call last):
+    studygroup.errors.ModelFileError: tensor t holds 32 values not finite (NaN or infinite): the file is damaged or was converted wrongly
+    """
+    if qtype in PLAIN_TYPES:
+        bad = 0 if qtype == Q.BF16 else int(data.size - np.count_nonzero(np.isfinite(data)))
+        if qtype == Q.BF16:  # bfloat16 as uint16: exponent all ones
+            bad = int(np.count_nonzero((data.view(np.uint16) & 0x7F80) == 0x7F80))
+    else:
+        n, size = gguf.GGML_QUANT_SIZES[Q(qtype)]
+        blocks = data.reshape(-1, size)  # (blocks, bytes a block)
+        finite = np.ones(len(blocks), bool)
+        for offset in HALF_OFFSETS[Q(qtype)]:
+            finite &= np.isfinite(np.ascontiguousarray(blocks[:, offset:offset + 2]).view(np.float16)[:, 0])
+        bad = int(len(blocks) - np.count_nonzero(finite)) * n
+    if bad:
+        raise ModelFileError(f"tensor {name} holds {bad} value{'' if bad == 1 else 's'} not finite (NaN or infinite): "
+                             "the file is damaged or was converted wrongly")
+
+
 def row_bytes(name: str, qtype: int, n_in: int) -> int:
     """The bytes of one row of `n_in` weights of the tensor `name` stored as `qtype`; ModelFileError
     where the row is not a whole number of that type's blocks.

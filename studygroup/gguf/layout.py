@@ -72,8 +72,9 @@ def our_names(names: Mapping[str, str]) -> set[str]:
 
 def split_fused(w: dict[str, torch.Tensor], c: Config) -> dict[str, torch.Tensor]:
     """Split the fused matrices a file stores (Phi-3's W_QKV, W_gate_up) into their parts, as views:
-    (d_model, Σ out) -> each (d_model, out), in the order of `FUSED` (q, k, v; gate, up)."""
-    for name in [n for n in w if n.rpartition(".")[2] in SPLIT]:
+    (d_model, Σ out) -> each (d_model, out), in the order of `FUSED` (q, k, v; gate, up). A matrix
+    kept as the file's blocks stays whole (the model multiplies the whole)."""
+    for name in [n for n in w if n.rpartition(".")[2] in SPLIT and isinstance(w[n], torch.Tensor)]:
         prefix, _, kind = name.rpartition(".")
         parts = SPLIT[kind]
         whole = w.pop(name)

@@ -16,7 +16,7 @@ import numpy as np
 
 from studygroup.errors import ModelFileError
 from studygroup.gguf.architectures import ARCHITECTURES
-from studygroup.gguf.config import VISION_NOTE, VISION_PREFIXES, config_from_gguf, display_name, quantization_of
+from studygroup.gguf.config import VISION_NOTE, VISION_PREFIXES, Config, config_from_gguf, display_name, quantization_of
 from studygroup.gguf.container import read_gguf
 from studygroup.gguf.metadata import lookup
 from studygroup.gguf.weights import SUPPORTED_NAMES, SUPPORTED_TYPES, check_vocabulary
@@ -35,6 +35,8 @@ class Summary:
     readable: bool  # whether studygroup reads it
     reason: str  # why not (readable: "" or a note)
     tensor_types: dict[str, int] = field(default_factory=dict)  # {type name: tensors of that type}, by name
+    config: Config | None = field(default=None, compare=False, repr=False)  # where readable
+    matrix_bytes: int | None = None  # bytes of its matrices as the file stores them (the text model's)
 
 
 def summarize(paths: tuple[Path, ...]) -> Summary:
@@ -56,7 +58,10 @@ def summarize(paths: tuple[Path, ...]) -> Summary:
         return Summary("", None, None, None, None, size, False, " ".join(str(e).split()))
     parameters = sum(int(np.prod(t.dims, dtype=np.int64)) for t in tensors)
     types = dict(sorted(Counter(t.qtype.name for t in tensors).items()))
-    return Summary(title, arch, parameters, quantization_of(fields, tensors), context, size, readable, reason, types)
+    config = config_from_gguf(fields) if readable else None
+    matrices = sum(t.n_bytes for t in tensors if len(t.dims) == 2 and not t.name.startswith(VISION_PREFIXES))
+    return Summary(title, arch, parameters, quantization_of(fields, tensors), context, size, readable, reason, types,
+                   config, matrices)
 
 
 def _readable(fields, arch: str | None, tensors, n_files: int) -> tuple[bool, str]:

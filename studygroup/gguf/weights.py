@@ -18,6 +18,7 @@ from gguf import GGMLQuantizationType as Q
 
 from studygroup.gguf import layout as gguf_layout
 from studygroup.gguf.architectures import ARCHITECTURES, supported
+from studygroup.gguf.blocks import FileMatrix, file_matrix
 from studygroup.gguf.config import VISION_PREFIXES, Config, config_from_gguf
 from studygroup.errors import ModelFileError
 from studygroup.gguf.container import GGUFFile, TensorInfo, read_gguf
@@ -26,14 +27,18 @@ from studygroup.gguf.model_path import resolve_model_path
 
 # Tensor types we dequantize, all with gguf's own `gguf.quants.dequantize`.
 SUPPORTED_TYPES = frozenset({Q.F32, Q.F16, Q.BF16, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0,
-                             Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K})
+                             Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_NL, Q.IQ4_XS})
 SUPPORTED_NAMES = ", ".join(sorted(t.name for t in SUPPORTED_TYPES))  # for messages
 
 
-def read_weights(path: str | Path, before_reading=None) -> tuple[Config, dict[str, torch.Tensor]]:
+def read_weights(path: str | Path, before_reading=None, keep_blocks=None) -> tuple[Config, dict[str, torch.Tensor | FileMatrix]]:
     """Parse and dequantize a Llama GGUF file (no cache) into our names and the paper's layout.
 
-    before_reading: called with the Config before any tensor is read (a check that may raise).
+    before_reading: called with the Config and the bytes of the matrices kept as the file's blocks
+      (0: none) before any tensor is read (a check that may raise).
+    keep_blocks: called with the Config; where it answers True, every matrix (`MATRICES`: the layers'
+      projections, the embedding and unembedding) is a `FileMatrix`, the file's mapped bytes, checked
+      but not dequantized (`studygroup.model.packed` turns them into float32 a layer at a time).
     Returns the Config and float32 tensors (a matrix (in, out) is stored as (out, in) rows in
     memory, its transpose contiguous): embed (vocab, d_model), final_norm
     (d_model,), unembed (d_model, vocab) only when the file is untied, and per layer l
@@ -56,10 +61,37 @@ def read_weights(path: str | Path, before_reading=None) -> tuple[Config, dict[st
         _check_no_longrope(file.tensors)
         _check_tensor_names(text_tensors, names, config.architecture)
         check_vocabulary(file.fields, file.tensors.values())
+        kept = {name for name, ours in names.items() if ours.rpartition(".")[2] in MATRICES} \
+            if keep_blocks is not None and keep_blocks(config) else set()
         if before_reading is not None:
-            before_reading(config)
-        weights = {ours: _load_tensor(file, file.tensors[name], ours, config) for name, ours in names.items()}
+            before_reading(config, sum(file.tensors[name].n_bytes for name in kept))
+        weights = {ours: (_kept_matrix if name in kept else _load_tensor)(file, file.tensors[name], ours, config)
+                   for name, ours in names.items()}
     return config, gguf_layout.split_fused(weights, config)
+
+
+#: The matrices kept as the file's blocks when asked (by the last part of our name).
+MATRICES = gguf_layout.TRANSPOSED | {"embed"}
+
+
+def _kept_matrix(file: GGUFFile, tensor: TensorInfo, name: str, config: Config) -> FileMatrix:
+    """One matrix of the file, its shape and type checked, kept as the file's mapped bytes."""
+    _check_shape(tensor, name, config)
+    _check_type(tensor.name, tensor.qtype)
+    return file_matrix(file.raw(tensor), tensor.name, tensor.qtype, name, config)
+
+
+def _check_shape(tensor: TensorInfo, name: str, config: Config) -> None:
+    expected = gguf_layout.file_shape(name, config)
+    if tensor.shape != expected:
+        raise ModelFileError(f"tensor {tensor.name} has shape {tensor.shape} (GGUF lists it as "
+                             f"{list(tensor.dims)}); the config asks for {expected}")
+
+
+def _check_type(name: str, qtype: Q) -> None:
+    if qtype not in SUPPORTED_TYPES:
+        raise ModelFileError(f"tensor {name} has type {Q(qtype).name}, which studygroup cannot dequantize; "
+                             f"supported: {SUPPORTED_NAMES}")
 
 
 def _check_no_longrope(tensors: Mapping[str, Any]) -> None:
@@ -127,12 +159,9 @@ def _check_tensor_names(found: set[str], expected: Mapping[str, str], arch: str 
 
 def _load_tensor(file: GGUFFile, tensor: TensorInfo, name: str, config: Config) -> torch.Tensor:
     """One tensor of the file -> our tensor `name`, float32 in the paper's layout."""
-    expected = gguf_layout.file_shape(name, config)
-    if tensor.shape != expected:
-        raise ModelFileError(f"tensor {tensor.name} has shape {tensor.shape} (GGUF lists it as "
-                             f"{list(tensor.dims)}); the config asks for {expected}")
+    _check_shape(tensor, name, config)
     stored = torch.from_numpy(dequantize(tensor.name, file.raw(tensor), tensor.qtype))
-    assert tuple(stored.shape) == expected, (tensor.name, tuple(stored.shape), expected)
+    assert tuple(stored.shape) == tensor.shape, (tensor.name, tuple(stored.shape), tensor.shape)
     if not bool(torch.isfinite(stored).all()):  # else some paths would answer, others give NaN
         bad = int((~torch.isfinite(stored)).sum())
         raise ModelFileError(f"tensor {tensor.name} holds {bad} value{'' if bad == 1 else 's'} not finite (NaN or infinite): "
@@ -146,9 +175,7 @@ def dequantize(name: str, data: np.ndarray, qtype: Q) -> np.ndarray:
     >>> dequantize("x", np.ones((2, 3), np.float32), Q.F32).shape
     (2, 3)
     """
-    if qtype not in SUPPORTED_TYPES:
-        raise ModelFileError(f"tensor {name} has type {Q(qtype).name}, which studygroup cannot dequantize; "
-                             f"supported: {SUPPORTED_NAMES}")
+    _check_type(name, qtype)
     with np.errstate(all="ignore"):  # damaged scales overflow: the finiteness check says so in one line
         values = gguf.quants.dequantize(data, qtype)
     # F32 comes back as a read-only view of the memory-mapped file: copy it, and only it

@@ -8,6 +8,7 @@ layers instead: a row of the text, a row with a gradient, and a one-row copy ove
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass
 from functools import lru_cache
@@ -57,14 +58,69 @@ def weight_bytes(c: Config, dtype_bytes: int = 4) -> int:
     return dtype_bytes * (c.n_layers * per_layer + c.vocab_size * c.d_model + c.d_model)
 
 
-def check_weights_fit(c: Config) -> None:
-    """Refuse at once, in one line, a model whose float32 weights would not fit in the memory this
-    machine has available now (the figure it needs, and the bfloat16 figure)."""
-    need, free = weight_bytes(c), available_bytes(torch.device("cpu"))
-    if free is not None and need > free:
-        raise InputError(f"{c.name or 'the model'} needs {_amount(need)} for its weights in float32 "
-                         f"({_amount(weight_bytes(c, 2))} in bfloat16); this machine has "
-                         f"{_amount(free)} of memory available: choose a smaller model")
+def layer_bytes(c: Config) -> int:
+    """Bytes of one layer's matrices in float32."""
+    return 4 * (c.d_model * (c.n_heads + 2 * c.n_kv_heads) * c.d_head + c.n_heads * c.d_head * c.d_model
+                + 3 * c.d_model * c.d_mlp)
+
+
+#: Models whose float32 weights are at most this many bytes are dequantized once and cached (their
+#: many short passes would otherwise dequantize every layer each time); larger ones keep the file's
+#: blocks. Measured by bench/memory.py (docs/performance.md).
+FLOAT32_MAX_BYTES = 3 * 2**29
+#: STUDYGROUP_WEIGHTS=blocks or =float32 chooses for every model.
+WEIGHTS_SWITCH = "STUDYGROUP_WEIGHTS"
+
+
+def keeps_blocks(c: Config) -> bool:
+    """Whether the model's matrices stay the file's blocks (else float32, cached): larger than
+    FLOAT32_MAX_BYTES in float32, unless STUDYGROUP_WEIGHTS says otherwise.
+
+    >>> from studygroup.gguf.config import Config
+    >>> keeps_blocks(Config(30, 9, 3, 576, 64, 1536, 8192, 1e5, 1e-5, 49152))  # SmolLM2-135M: 0.5 GiB in float32
+    False
+    """
+    chosen = os.environ.get(WEIGHTS_SWITCH, "").strip().lower()
+    if chosen in ("blocks", "float32"):
+        return chosen == "blocks"
+    return weight_bytes(c) > FLOAT32_MAX_BYTES
+
+
+def kept_bytes(c: Config, blocks_bytes: int) -> int:
+    """Bytes of the weights when `blocks_bytes` of matrices stay the file's blocks: the blocks, one
+    layer's matrices in float32, a slice of the unembedding's rows in float32 (`packed`), the norms."""
+    from studygroup.model.packed import UNEMBED_SLICE_BYTES
+
+    unembed = min(UNEMBED_SLICE_BYTES, 4 * c.vocab_size * c.d_model)
+    return blocks_bytes + layer_bytes(c) + unembed + 4 * (2 * c.n_layers + 1) * c.d_model
+
+
+def weights_memory(c: Config, matrix_bytes: int) -> int:
+    """Bytes the weights take once loaded: `kept_bytes` for a model that keeps its blocks (its matrices
+    `matrix_bytes` in the file), else its float32 weights.
+
+    >>> from studygroup.gguf.config import Config
+    >>> weights_memory(Config(30, 9, 3, 576, 64, 1536, 8192, 1e5, 1e-5, 49152), 0) == weight_bytes(
+    ...     Config(30, 9, 3, 576, 64, 1536, 8192, 1e5, 1e-5, 49152))
+    True
+    """
+    return kept_bytes(c, matrix_bytes) if keeps_blocks(c) else weight_bytes(c)
+
+
+def check_weights_fit(c: Config, blocks_bytes: int = 0) -> None:
+    """Refuse at once, in one line, a model whose weights would not fit in the memory this machine has
+    available now: float32 (and the bfloat16 figure), or kept as `blocks_bytes` of the file's blocks."""
+    free = available_bytes(torch.device("cpu"))
+    need = kept_bytes(c, blocks_bytes) if blocks_bytes else weight_bytes(c)
+    if free is None or need <= free:
+        return
+    if blocks_bytes:
+        raise InputError(f"{c.name or 'the model'} needs {_amount(need)} for its weights (the file's blocks and "
+                         f"one layer in float32); this machine has {_amount(free)} of memory available: "
+                         "choose a smaller model")
+    raise InputError(f"{c.name or 'the model'} needs {_amount(need)} for its weights in float32 "
+                     f"({_amount(weight_bytes(c, 2))} in bfloat16); this machine has "
+                     f"{_amount(free)} of memory available: choose a smaller model")
 
 
 def _amount(n: int) -> str:

@@ -13,7 +13,8 @@ from studygroup.gguf.config import Config
 
 
 def fuse(w: dict[str, torch.Tensor], c: Config) -> dict[str, torch.Tensor]:
-    """Fuse Q/K/V and gate/up projections into one matrix each (one multiply instead of three).
+    """Fuse Q/K/V and gate/up projections into one matrix each (one multiply instead of three); the
+    matrices kept as the file's blocks are not in `w` (see `join_kept`).
 
     Every matrix keeps the paper's (in, out) shape but is stored (out, in) in memory, the layout
     BLAS and oneDNN multiply fastest (10× for bfloat16 on some CPUs). The separate W_Q, W_K, W_V,
@@ -32,9 +33,26 @@ def fuse(w: dict[str, torch.Tensor], c: Config) -> dict[str, torch.Tensor]:
                 vectors = [w.pop(p + part) for part in parts]
                 w[p + fused] = torch.cat(vectors)
                 w.update(zip((p + part for part in parts), w[p + fused].split([b.numel() for b in vectors])))
-        w[p + "W_O"], w[p + "W_down"] = out_in(w[p + "W_O"]), out_in(w[p + "W_down"])
-    w["unembed"] = out_in(w["unembed"]) if "unembed" in w else w["embed"].T  # tied: a view of the embedding
+        for name in (p + "W_O", p + "W_down"):
+            if name in w:  # else kept as the file's blocks (studygroup.model.packed)
+                w[name] = out_in(w[name])
+    if "unembed" in w or "embed" in w:
+        w["unembed"] = out_in(w["unembed"]) if "unembed" in w else w["embed"].T  # tied: a view of the embedding
     return w
+
+
+def join_kept(kept: dict, c: Config) -> dict[str, list]:
+    """Matrices kept as the file's blocks ({our name: FileMatrix}) under the names the model multiplies:
+    W_Q, W_K, W_V as "W_QKV" and W_gate, W_up as "W_gate_up" (their rows one after the other, as
+    `fuse` joins them), the others alone: {name: [parts]}."""
+    joined = {}
+    for l in range(c.n_layers):
+        p = f"layers.{l}."
+        for fused, parts in gguf_layout.FUSED.items():
+            if p + parts[0] in kept:
+                joined[p + fused] = [kept[p + part] for part in parts]
+    taken = {p for parts in joined.values() for p in parts}
+    return joined | {n: [m] for n, m in kept.items() if m not in taken}
 
 
 def out_in(W: torch.Tensor) -> torch.Tensor:

@@ -1,5 +1,5 @@
 """One check of the compiled kernels when they are loaded, on small generated inputs: every block
-type's weights equal gguf's dequantizer bit for bit, a row times its blocks equals a float64
+type's weights (all rows, and chosen rows in another order) equal gguf's dequantizer bit for bit, a row times its blocks equals a float64
 product, and one question row's attention equals the float64 formula. A library built wrongly
 (or from altered code) computes other numbers; it is then refused before it writes a word.
 
@@ -67,6 +67,12 @@ def _matrix_wrong(lib: ctypes.CDLL, qtype: Q, rng: np.random.Generator) -> str:
     got = np.full((ROWS, COLS), np.nan, np.float32)
     if lib.sg_dequantize(int(qtype), blocks.ctypes.data, got.ctypes.data, ROWS, COLS) != 0 or not np.array_equal(got.view(np.uint32), want.view(np.uint32)):
         return f"its {qtype.name} weights differ from gguf's dequantizer"
+    order = np.arange(ROWS - 1, -1, -1, dtype=np.int64)  # the rows backwards
+    picked = np.full((ROWS, COLS), np.nan, np.float32)
+    if (lib.sg_dequantize_rows(int(qtype), blocks.ctypes.data, blocks.shape[1], order.ctypes.data, ROWS,
+                               picked.ctypes.data, COLS) != 0
+            or not np.array_equal(picked.view(np.uint32), want[order].view(np.uint32))):
+        return f"its {qtype.name} weights of chosen rows differ from gguf's dequantizer"
     x = rng.standard_normal(COLS).astype(np.float32)  # (COLS,)
     y = np.full(ROWS, np.nan, np.float32)  # (ROWS,)
     lib.sg_matvec(int(qtype), blocks.ctypes.data, x.ctypes.data, y.ctypes.data, ROWS, COLS)

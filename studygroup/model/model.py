@@ -26,10 +26,11 @@ from studygroup.errors import InputError, ModelFileError
 from studygroup.progress import layer_advance, say
 from studygroup.model.interventions import Interventions, PassPlan, each_member_silenced, packed_members_silenced
 from studygroup.model.record import Keeper, resolve
-from studygroup.model.fusing import fuse
+from studygroup.model.fusing import fuse, join_kept
+from studygroup.model.packed import Weights
 from studygroup.model.norm import rms_norm  # noqa: F401 (studygroup.model.model.rms_norm, as callers import it)
 from studygroup.model.run import Run
-from studygroup.gguf.model_path import default_model_path
+from studygroup.gguf.model_path import default_model_path, resolve_model_path
 from studygroup.gguf.tokenizer import Tokenizer
 
 
@@ -78,9 +79,7 @@ class Model:
                  path: Path | None = None, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32):
         self.config, self.tokenizer, self.path = config, tokenizer, path
         self.device, self.dtype = torch.device(device), dtype
-        exact = {"rope_freqs"}  # RoPE's frequency divisors stay float32 in the bfloat16 mode
-        self.w = fuse({k: t.to(device=self.device, dtype=torch.float32 if k in exact else dtype)
-                        for k, t in weights.items()}, config)
+        self.w = _weights(weights, config, self.device, dtype, path)
         self._rope_cache: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
         self.embed_scale = math.sqrt(config.d_model) if config.arch.embed_scale else None
         self.gate = GATES[config.arch.gate]
@@ -147,6 +146,10 @@ class Model:
 
         ids: (T,) long. Returns logits (B, T or 1, vocab) and the recorded steps {name: tensor}.
         """
+        with self.w.pass_():  # matrices kept as blocks: a layer's in float32 at a time
+            return self._forward(ids, plan)
+
+    def _forward(self, ids: torch.Tensor, plan: PassPlan) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         threads.tell_once_if_spinning(self.device.type)
         P = next(iter(plan.past.values()))[0].shape[-2] if plan.past else 0
         c, w, keep, buffers = self.config, self.w, Keeper(plan.record, plan.replace, P), _Buffers()
@@ -167,6 +170,7 @@ class Model:
         on_layer = plan.on_layer or layer_advance(end - first, _pass_label(first, end, c.n_layers))
         for l in range(first, end):
             keep.layer = l
+            w.enter_layer(l)
             if l in plan.joining:
                 x = torch.cat([x, plan.joining[l].to(x.dtype)])  # (B + B_l, T, d_model)
             x = keep("resid_pre", x)
@@ -189,12 +193,13 @@ class Model:
         x = keep("resid_final", x)
         x = x if plan.all_logits or shortcut else x[:, asked]  # (B, T or R, d_model): only asked rows predict
         final = keep("final", self._norm(x, "final_norm"))
-        return project(final, w["unembed"]), keep.steps  # (B, T or R, vocab)
+        return w.unembed(final), keep.steps  # (B, T or R, vocab)
 
     def final_logits(self, resid_final: torch.Tensor) -> torch.Tensor:
         """Logits from the last layer's residual stream: the family's final norm (RMSNorm, or GPT-2's
         LayerNorm with its bias), then the unembedding. (…, d_model) -> (…, vocab)"""
-        return project(self._norm(resid_final, "final_norm"), self.w["unembed"])
+        with self.w.pass_():
+            return self.w.unembed(self._norm(resid_final, "final_norm"))
 
     def _norm(self, x: torch.Tensor, name: str) -> torch.Tensor:
         """The family's norm (RMSNorm, or LayerNorm with its bias) with weight `name`. (…, d_model) -> same"""
@@ -202,7 +207,7 @@ class Model:
 
     def _embed(self, ids: torch.Tensor) -> torch.Tensor:
         """Token embeddings, times √d_model where the family scales them (Gemma). (T,) -> (T, d_model)"""
-        x = self.w["embed"][ids]  # (T, d_model)
+        x = self.w.rows("embed", ids)  # (T, d_model)
         return x if self.embed_scale is None else x * torch.tensor(self.embed_scale, dtype=x.dtype)
 
     def _attention(self, l: int, E, cos, sin, plan: PassPlan, keep, rows=None) -> torch.Tensor:
@@ -536,6 +541,19 @@ class Model:
         if not 0 <= j < T:
             raise InputError(f"member {j} does not exist: the text has {T} tokens (0-{T - 1})")
         return j
+
+
+def _weights(weights: dict, c: Config, device: torch.device, dtype: torch.dtype, path: Path | None) -> Weights:
+    """Our weights on `device` in `dtype`, fused (`fusing`); matrices kept as the file's blocks stay so
+    on the CPU in float32, and are turned into float32 now otherwise."""
+    kept = {n: t for n, t in weights.items() if not isinstance(t, torch.Tensor)}  # {name: FileMatrix}
+    if kept and (device.type != "cpu" or dtype != torch.float32):
+        weights = {n: Weights({}, {n: [t]}, c)[n] if n in kept else t for n, t in weights.items()}
+        kept = {}
+    exact = {"rope_freqs"}  # RoPE's frequency divisors stay float32 in the bfloat16 mode
+    tensors = fuse({k: t.to(device=device, dtype=torch.float32 if k in exact else dtype)
+                    for k, t in weights.items() if k not in kept}, c)
+    return Weights(tensors, join_kept(kept, c), c, resolve_model_path(path) if kept else None)
 
 
 def _pass_label(first: int, end: int, n_layers: int) -> str:

@@ -41,7 +41,19 @@ class Listed:
         return {"name": self.name, "store": self.store, "path": self.path, "title": s.title,
                 "architecture": s.architecture, "parameters": s.parameters, "quantization": s.quantization,
                 "context_length": s.context_length, "size": s.size, "readable": s.readable, "reason": s.reason,
-                "tensor_types": s.tensor_types}
+                "tensor_types": s.tensor_types, "memory": self.memory}
+
+    @property
+    def memory(self) -> int | None:
+        """Bytes its weights take once loaded (`estimate.weights_memory`); None where unknown."""
+        from studygroup.model import estimate
+
+        s = self.summary
+        if s.config is not None and s.matrix_bytes is not None:
+            return estimate.weights_memory(s.config, s.matrix_bytes)
+        if s.readable and s.parameters and 4 * s.parameters <= estimate.FLOAT32_MAX_BYTES:  # not joined yet: float32
+            return 4 * s.parameters
+        return None
 
 
 def listing() -> tuple[list[Listed], list[str]]:

@@ -22,6 +22,7 @@ import ctypes
 import functools
 import os
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -70,6 +71,27 @@ class BlockMatrix:
         return out.T
 
 
+class MappedMatrix:
+    """x·W for one row x (1, in), W (in, out) kept as the file's mapped blocks (`studygroup.model.packed`):
+    each part's rows multiplied where they lie, the rows split among the threads, its outputs put in
+    our order (W_Q's and W_K's rows un-permuted). (1, in) -> (1, out) float32; each output the same
+    sum as `BlockMatrix`'s."""
+
+    def __init__(self, parts: list):
+        self.parts, self.n_in, self.n_out = parts, parts[0].n_in, sum(m.n_out for m in parts)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.reshape(-1).to(torch.float32).contiguous()  # (in,)
+        assert x.numel() == self.n_in, f"a row of {x.numel()} numbers for a matrix of {self.n_in} rows"
+        ys = []
+        for m in self.parts:
+            y = torch.empty(m.n_out)  # (out_part,) in the file's order
+            split_rows(m.n_out, lambda a, b, m=m, y=y: _library().sg_matvec(
+                m.qtype, m.data.ctypes.data + a * m.data.strides[0], x.data_ptr(), y.data_ptr() + 4 * a, b - a, m.n_in))
+            ys.append(y if m.order is None else y[torch.from_numpy(m.order)])
+        return torch.cat(ys).view(1, -1)  # (1, out)
+
+
 _kept: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
@@ -109,6 +131,13 @@ def lean_matrices(model) -> dict[str, BlockMatrix]:
     (no compiler, switched off, not the CPU, not float32)."""
     if not usable(model):
         return {}
+    kept = getattr(model.w, "kept", {})
+    if kept:  # the file's mapped blocks, as the model keeps them
+        from studygroup.gguf.blocks import BLOCK_TYPES
+
+        wanted = {n: parts for n, parts in kept.items() if n != "embed" or "unembed" not in kept}
+        return {("unembed" if n == "embed" else n): MappedMatrix(parts) for n, parts in wanted.items()
+                if all(m.qtype in BLOCK_TYPES for m in parts)}
     c = model.config
     groups = {"unembed": ["unembed"]}
     for l in range(c.n_layers):
@@ -128,6 +157,19 @@ def usable(model) -> bool:
     and not switched off."""
     return (os.environ.get(SWITCH, "").lower() != "off" and model.device.type == "cpu"
             and model.dtype == torch.float32 and available())
+
+
+def reads(qtype: int) -> bool:
+    """Whether the kernel is built (compiled now if needed) and reads blocks of `qtype`, vectorized or not:
+    what dequantizing a layer needs (multiplying one row also needs `usable`)."""
+    from studygroup.gguf.blocks import BLOCK_TYPES
+
+    return qtype in BLOCK_TYPES and _loaded() is not None
+
+
+def library() -> ctypes.CDLL:
+    """The compiled kernels (see `reads`)."""
+    return _library()
 
 
 def available() -> bool:
@@ -160,7 +202,9 @@ def _bind_and_check(lib: ctypes.CDLL) -> None:
     try:
         lib.sg_matvec.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 2  # type, W, x, y, rows, cols
         lib.sg_dequantize.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2  # type, W, out, rows, cols
-        lib.sg_matvec.restype = lib.sg_dequantize.restype = ctypes.c_int
+        lib.sg_dequantize_rows.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
+                                           ctypes.c_void_p, ctypes.c_int64]  # type, W, row stride, rows, n, out, cols
+        lib.sg_matvec.restype = lib.sg_dequantize.restype = lib.sg_dequantize_rows.restype = ctypes.c_int
         lib.sg_attend_row.argtypes = ([ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3 + [ctypes.c_int] * 3
                                       + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p])
         # q, K, V, capacity, start, S, H, H_kv, d, scale, weights, its row stride, z
@@ -170,3 +214,24 @@ def _bind_and_check(lib: ctypes.CDLL) -> None:
     wrong = kernel_self_check.first_wrong(lib)
     if wrong:
         raise kernel_build.Refused(wrong)
+
+
+def split_rows(n: int, work) -> None:
+    """work(a, b) for rows a … b − 1 of n, the rows split among the threads (`_pool`), all done on return.
+
+    >>> done = []
+    >>> split_rows(5, lambda a, b: done.append((a, b)))
+    >>> sum(b - a for a, b in done)
+    5
+    """
+    pool = _pool()
+    step = -(-n // pool._max_workers)
+    jobs = [pool.submit(work, a, min(a + step, n)) for a in range(0, n, step)]
+    for j in jobs:
+        j.result()
+
+
+@functools.cache
+def _pool() -> ThreadPoolExecutor:
+    """Threads that dequantize or multiply by blocks (the foreign call lets go of Python's lock): as many as torch uses."""
+    return ThreadPoolExecutor(max(1, torch.get_num_threads()), thread_name_prefix="studygroup-blocks")

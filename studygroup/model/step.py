@@ -53,8 +53,12 @@ class LeanStep:
 
     def _multiply(self, name: str):
         """x (1, in) -> x·W (1, out) for our matrix `name`: from its blocks where the kernel reads them."""
+        if name in self.blocks:
+            return self.blocks[name]
+        if name in getattr(self.w, "kept", {}):  # kept as blocks the kernel cannot multiply: a layer at a time
+            return lambda x: project(x, self.w[name])
         W = self.w[name]
-        return self.blocks.get(name) or (lambda x: project(x, W))
+        return lambda x: project(x, W)
 
     def __call__(self, word_id: int):
         """Logits (V,) of the new member at position P = cache.T and its weights (L, H, P + 1) over

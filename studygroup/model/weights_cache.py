@@ -25,6 +25,10 @@ def load_weights(path: str | Path | None = None, cache: bool = True,
                  defer_write: bool = False) -> tuple[Config, dict[str, torch.Tensor]]:
     """`read_weights` through the disk cache (see studygroup.model.disk_cache); path None = the default model.
 
+    A model that `estimate.keeps_blocks` answers True for keeps its matrices as the file's blocks
+    (`FileMatrix`, mapped; `studygroup.model.packed` turns a layer at a time into float32): nothing
+    is dequantized and nothing cached. The others are dequantized into float32 once and cached:
+
     Every load hands out views into the bytes of a cache entry: mapped from the file when it is
     cached, else laid out in memory as the entry holds them (and written, unless cache=False), so
     that the first run and every later one compute on the same layout and give the same numbers.
@@ -40,14 +44,23 @@ def load_weights(path: str | Path | None = None, cache: bool = True,
     if cache:
         entry = disk_cache.entry_path(disk_cache.file_key(path), "weights")
         hit = _from_cache(entry)
+        if hit is not None and estimate.keeps_blocks(hit[0]):  # an entry of a model that keeps its blocks: not used
+            disk_cache.discard(entry)
+            hit = None
         if hit is not None:
             estimate.check_weights_fit(hit[0])  # mapped, not yet read: nothing is used up before it
             return hit
-        note(f"first use of {path.name}: dequantizing its weights into {entry.parent} "
-             "(once per model file; a few seconds)")
     from studygroup.gguf.weights import read_weights  # here: a load from the cache never imports gguf
 
-    config, weights = read_weights(path, before_reading=estimate.check_weights_fit)  # refused before dequantizing
+    def before_reading(config: Config, kept_bytes: int) -> None:
+        estimate.check_weights_fit(config, kept_bytes)  # refused before dequantizing
+        if cache and not kept_bytes:
+            note(f"first use of {path.name}: dequantizing its weights into {entry.parent} "
+                 "(once per model file; a few seconds)")
+
+    config, weights = read_weights(path, before_reading=before_reading, keep_blocks=estimate.keeps_blocks)
+    if any(not isinstance(t, torch.Tensor) for t in weights.values()):  # kept as the file's blocks
+        return config, weights
     metadata = {"config": json.dumps(config.to_dict()), "layout": CACHE_LAYOUT}
     buffer, stored = cache_entry.pack(_for_cache(weights, config.n_layers), metadata)
     del weights

@@ -76,7 +76,7 @@ def logit_direction(resid_final: torch.Tensor, final_norm: torch.Tensor, unembed
 def direction_for(run, token: int) -> torch.Tensor:
     """The logit direction of `token` at the last position of `run`. -> (d_model,)"""
     model = run.model
-    return logit_direction(run["resid_final"][-1], model.w["final_norm"], model.w["unembed"][:, token],
+    return logit_direction(run["resid_final"][-1], model.w["final_norm"], model.w.unembed_column(token),
                            model.config.rms_eps, centred=model.config.arch.norm == "layer")
 
 
@@ -109,7 +109,7 @@ def _biases(model, u: torch.Tensor, token: int) -> float:
     w, L = model.w, model.config.n_layers
     total = sum(float(w[f"layers.{l}.b_O"].double() @ u.double()) for l in range(L) if f"layers.{l}.b_O" in w)
     b = w.get("final_norm_bias")
-    return total + (0.0 if b is None else float(b.double() @ w["unembed"][:, token].double()))
+    return total + (0.0 if b is None else float(b.double() @ w.unembed_column(token).double()))
 
 
 def answers_through_head(v: torch.Tensor, W_O_h: torch.Tensor,

@@ -410,9 +410,10 @@ def models(listed, skipped: list[str], full: bool = False) -> str:
     shown = listed if full else listed[:MODELS_SHOWN]
     rows = [[m.name, m.store, m.summary.title or "?", m.summary.architecture or "?", _count(m.summary.parameters),
              m.summary.quantization or "?", m.summary.context_length, size_text(m.summary.size),
-             "yes" if m.summary.readable else "no"] for m in shown]
+             size_text(m.memory) if m.memory else "?", "yes" if m.summary.readable else "no"] for m in shown]
     lines = [f"GGUF models on this disk ({len(listed)}); --model takes the name, ollama:NAME[:TAG] or a path:",
-             table(["name", "where", "model", "family", "params", "quant", "context", "size", "reads"], rows)]
+             table(["name", "where", "model", "family", "params", "quant", "context", "size", "memory", "reads"], rows),
+             "memory: what its weights take once loaded (float32, or the file's blocks and one layer in float32)"]
     lines += _more(len(listed) - len(shown), "models")
     if full:
         lines += ["", "files and tensor types:"]

@@ -193,8 +193,8 @@ def test_k_quant_file_matches_gguf_dequantize(tmp_path, tensor_type):
 
 
 def test_dequantize_refuses_unsupported_types():
-    with pytest.raises(ModelFileError, match=r"tensor blk\.0\.attn_q\.weight has type IQ4_NL"):
-        weights.dequantize("blk.0.attn_q.weight", np.zeros((4, 18), np.uint8), Q.IQ4_NL)
+    with pytest.raises(ModelFileError, match=r"tensor blk\.0\.attn_q\.weight has type Q8_1"):
+        weights.dequantize("blk.0.attn_q.weight", np.zeros((4, 40), np.uint8), Q.Q8_1)
 
 
 # Errors: every way a file can be wrong is one ModelFileError with an actionable message.
@@ -263,8 +263,8 @@ def test_architecture_other_than_llama(tmp_path):
 
 
 def test_unsupported_tensor_type(tmp_path):
-    model = write_tiny_gguf(tmp_path / "iq.gguf", type_overrides={"blk.1.attn_v.weight": Q.IQ4_NL})
-    with pytest.raises(ModelFileError, match=r"blk\.1\.attn_v\.weight has type IQ4_NL"):
+    model = write_tiny_gguf(tmp_path / "iq.gguf", type_overrides={"blk.1.attn_v.weight": Q.Q8_1})
+    with pytest.raises(ModelFileError, match=r"blk\.1\.attn_v\.weight has type Q8_1"):
         read_weights(model.path)
 
 
@@ -272,12 +272,12 @@ def test_an_unsupported_type_is_named_by_the_cli_and_by_models(tmp_path, capsys)
     from studygroup.cli import main
     from studygroup.gguf.summary import summarize
 
-    model = write_tiny_gguf(tmp_path / "iq.gguf", type_overrides={"blk.1.attn_v.weight": Q.IQ4_NL})
+    model = write_tiny_gguf(tmp_path / "iq.gguf", type_overrides={"blk.1.attn_v.weight": Q.Q8_1})
     assert main(["explain", "the tin", "--model", str(model.path)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "blk.1.attn_v.weight has type IQ4_NL" in err and "Q4_K" in err
+    assert err.count("\n") == 1 and "blk.1.attn_v.weight has type Q8_1" in err and "Q4_K" in err
     s = summarize((model.path,))
-    assert not s.readable and "tensors of type IQ4_NL, which studygroup cannot dequantize (supported: " in s.reason
+    assert not s.readable and "tensors of type Q8_1, which studygroup cannot dequantize (supported: " in s.reason
 
 
 def test_missing_tensor(tmp_path):

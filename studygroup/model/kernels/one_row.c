@@ -43,6 +43,8 @@
  *
  * Rows are split among the OpenMP threads of the process (torch's, once torch is loaded).
  *
+ * sg_dequantize_rows: chosen rows of such a matrix as float32, for a pass over many rows.
+ *
  * sg_attend_row: one question row's attention over the key/value cache, every head in one call.
  */
 #include <stdint.h>
@@ -100,26 +102,31 @@ static inline int nibble(const uint8_t *qs, int j) { return j < 16 ? qs[j] & 15 
 
 static inline uint32_t u32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 
-/* The 32-weight types: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL. */
+/* The 32-weight types: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL. Each loop has no branch inside, so
+ * that the compiler turns it into vector instructions (a pass dequantizes a layer at a time). */
 static void small_block(int qtype, const uint8_t *b, float *w) {
     const float d = half(b);
     if (qtype == Q8_0) {
         for (int j = 0; j < 32; j++) w[j] = d * (float)(int8_t)b[2 + j];
-    } else if (qtype == Q4_0 || qtype == IQ4_NL) {
-        for (int j = 0; j < 32; j++)
-            w[j] = d * (float)(qtype == Q4_0 ? nibble(b + 2, j) - 8 : KVALUES[nibble(b + 2, j)]);
+    } else if (qtype == Q4_0) {
+        for (int j = 0; j < 16; j++) w[j] = d * (float)((b[2 + j] & 15) - 8), w[j + 16] = d * (float)((b[2 + j] >> 4) - 8);
+    } else if (qtype == IQ4_NL) {
+        for (int j = 0; j < 32; j++) w[j] = d * (float)KVALUES[nibble(b + 2, j)];
     } else if (qtype == Q4_1) {
         const float m = half(b + 2);
-        for (int j = 0; j < 32; j++) w[j] = d * (float)nibble(b + 4, j) + m;
+        for (int j = 0; j < 16; j++) w[j] = d * (float)(b[4 + j] & 15) + m, w[j + 16] = d * (float)(b[4 + j] >> 4) + m;
     } else {  /* Q5_0, Q5_1: a fifth bit per weight in qh */
         const int one = qtype == Q5_1;
         const uint32_t qh = u32(b + 2 + 2 * one);
         const uint8_t *qs = b + 6 + 2 * one;
         const float m = one ? half(b + 2) : 0.0f;
-        for (int j = 0; j < 32; j++) {
-            const int q = nibble(qs, j) | (int)((qh >> j & 1) << 4);
-            w[j] = one ? d * (float)q + m : d * (float)(q - 16);
+        int q[32];
+        for (int j = 0; j < 16; j++) {
+            q[j] = (qs[j] & 15) | (int)((qh >> j & 1) << 4);
+            q[j + 16] = (qs[j] >> 4) | (int)((qh >> (j + 16) & 1) << 4);
         }
+        if (one) for (int j = 0; j < 32; j++) w[j] = d * (float)q[j] + m;
+        else for (int j = 0; j < 32; j++) w[j] = d * (float)(q[j] - 16);
     }
 }
 
@@ -164,13 +171,14 @@ static void scale_min(const uint8_t *s, int j, int *sc, int *m) {
 static void q45_k(const uint8_t *b, const uint8_t *qh, const uint8_t *qs, float *w) {
     const float d = half(b), dmin = half(b + 2);
     for (int j = 0; j < 8; j++) {
-        int sc, m;
+        int sc, m, q[32];
         scale_min(b + 4, j, &sc, &m);
         const float ds = d * (float)sc, dm = dmin * (float)m;
-        for (int k = 0; k < 32; k++) {
-            const int q = (qs[32 * (j / 2) + k] >> 4 * (j % 2) & 15) | (qh ? (qh[k] >> j & 1) << 4 : 0);
-            w[32 * j + k] = ds * (float)q - dm;
-        }
+        const uint8_t *codes = qs + 32 * (j / 2);
+        const int shift = 4 * (j % 2);
+        for (int k = 0; k < 32; k++) q[k] = codes[k] >> shift & 15;
+        if (qh) for (int k = 0; k < 32; k++) q[k] |= (qh[k] >> j & 1) << 4;
+        for (int k = 0; k < 32; k++) w[32 * j + k] = ds * (float)q[k] - dm;
     }
 }
 
@@ -181,10 +189,10 @@ static void q6_k(const uint8_t *b, float *w) {
     for (int g = 0; g < 2; g++)
         for (int s = 0; s < 4; s++, w += 32) {
             const uint8_t *ql = b + 64 * g + 32 * (s % 2), *qh = b + 128 + 32 * g;
-            for (int k = 0; k < 32; k++) {
-                const int q = ((ql[k] >> 4 * (s / 2) & 15) | (qh[k] >> 2 * s & 3) << 4) - 32;
-                w[k] = (d * (float)scales[8 * g + 2 * s + k / 16]) * (float)q;
-            }
+            const float d0 = d * (float)scales[8 * g + 2 * s], d1 = d * (float)scales[8 * g + 2 * s + 1];
+            int q[32];
+            for (int k = 0; k < 32; k++) q[k] = ((ql[k] >> 4 * (s / 2) & 15) | (qh[k] >> 2 * s & 3) << 4) - 32;
+            for (int k = 0; k < 16; k++) w[k] = d0 * (float)q[k], w[k + 16] = d1 * (float)q[k + 16];
         }
 }
 
@@ -454,6 +462,20 @@ int sg_dequantize(int qtype, const uint8_t *W, float *out, int64_t rows, int64_t
     const int n = block_layout(qtype, &size);
     if (!n || cols % n) return -1;
     for (int64_t i = 0; i < rows * cols / n; i++) block_weights(qtype, W + i * size, out + i * n);
+    return 0;
+}
+
+/* out (n, cols): row i = the weights of W's row rows[i] (W's rows `stride` bytes apart), as gguf
+ * dequantizes them. A caller splits a matrix's rows among its threads (one call each). */
+int sg_dequantize_rows(int qtype, const uint8_t *W, int64_t stride, const int64_t *rows, int64_t n, float *out,
+                       int64_t cols) {
+    int size;
+    const int per = block_layout(qtype, &size);
+    if (!per || cols % per || stride != cols / per * size) return -1;
+    for (int64_t i = 0; i < n; i++) {
+        const uint8_t *b = W + rows[i] * stride;
+        for (int64_t j = 0; j < cols / per; j++) block_weights(qtype, b + j * size, out + i * cols + j * per);
+    }
     return 0;
 }
 
