@@ -214,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--html", default=None, metavar="FILE", help="also write a self-contained HTML report")
     p.add_argument("--full", action="store_true", help="list every measured head and member (default: the most decisive)")
     _interventions(p, "explain the conclusion")
-    _ablation_options(p, "each head measured is")
+    _ablation_options(p, "each head and member measured is")
     p.add_argument("--generate", type=_whole(1), default=None, metavar="N",
                    help="generate N words (greedy) and explain one of them (--word)")
     p.add_argument("--word", type=_whole(1), default=None, metavar="K",
@@ -228,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p, 10, "how many next words of each text to list (default 10)")
     _silencing(p)
     _interventions(p, "compare the conclusions (member J of each text)")
-    _ablation_options(p, "each head measured (in both texts, with nothing silenced) is")
+    _ablation_options(p, "each head and member measured (in both texts, with nothing silenced) is")
     _figures(p)
     p.set_defaults(handler=_compare)
     p = sub.add_parser("head", help="one head as a full study group")

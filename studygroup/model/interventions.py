@@ -211,15 +211,16 @@ class Interventions:
         """Whether what is silenced is zeroed (its keys masked, its writes gated)."""
         return self.ablation.kind == "zero"
 
-    def taken_out(self, model: "Model", ids: list[int]) -> "Interventions":
+    def taken_out(self, model: "Model", ids: list[int], taken: list[dict] | None = None) -> "Interventions":
         """These interventions with the mean or resample ablation's values for a run of ids (self
         where the ablation is zero or nothing is silenced): each silenced head's output, and each
-        silenced member's key and value projections in every layer (`studygroup.model.ablation`)."""
+        silenced member's key and value projections in every layer (`studygroup.model.ablation`).
+        taken: `Ablation.taken(model, ids, steps)` of the steps needed, where already computed."""
         if self.zero or self.ablated or not (self.silenced_members or self.silenced_heads):
             return self
         members = self.silenced_members
         steps = (("output",) if self.silenced_heads else ()) + (("k_pre_rope", "v") if members else ())
-        taken = self.ablation.taken(model, ids, steps)
+        taken = self.ablation.taken(model, ids, steps) if taken is None else taken
         out = [Replacement(f"layers.{l}.output", taken[l]["output"][h], heads=(h,)) for l, h in sorted(self.silenced_heads)]
         for l in range(model.config.n_layers) if members else ():
             out += [Replacement(f"layers.{l}.{s}", t if t.shape[1] == 1 else t[:, list(members)], members=members)

@@ -17,10 +17,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import torch
+
 from studygroup.errors import InputError
 from studygroup.model.ablation import KINDS, ZERO, Ablation, same_length  # noqa: F401 (the study's names for them)
+from studygroup.model.interventions import Interventions, PassPlan
 from studygroup.model.record import Record
-from studygroup.study import effects
+from studygroup.study import effects, last_question
 from studygroup.study.jsonable import JSONable
 from studygroup.study.results import ModelInfo, model_info
 from studygroup.formats import quote, signed
@@ -87,6 +90,48 @@ def head_effects(model, text, heads: Sequence[tuple[int, int]] | None = None, *,
                        None if other is None else [model.tokenizer.readable(i) for i in other], rows, [])
     result.story = story(result)
     return result
+
+
+@torch.inference_mode()
+def member_log_probs(model, run, token: int, ablation: Ablation, every: Sequence[int] = (),
+                     last: Sequence[int] = ()) -> tuple[torch.Tensor, torch.Tensor]:
+    """log p(token) with each member taken out by a mean or resample ablation (its key and value
+    projections replaced in every layer, `Interventions.taken_out`): for each of `every` at every
+    question (a pass of the whole text each), and for each of `last` for the last member's
+    questions only; (len(every),) and (len(last),) float64. The last: the last row recomputed over
+    the run's keys and values with the member's own swapped for its ablated ones, taken from one
+    pass with every member ablated (an ablated key or value does not depend on the residual stream:
+    the replaced projection, then the family's k-norm and RoPE at the member's own position). The
+    last member is heard by its own question only: its two measures are one."""
+    ids, T = list(run.token_ids), run.T
+    taken = ablation.taken(model, ids, ("k_pre_rope", "v"))
+    made = lambda members: Interventions.make(model, T, members=members, ablation=ablation).taken_out(model, ids, taken)  # noqa: E731
+    whole = lambda j: _log_p(model.run(ids, record="none", interventions=made([j])).last_logits, token)  # noqa: E731
+    at_every = [whole(j) for j in every]
+    past = last_question.earlier_keys_and_values(model, run) if last else {}  # {layer: ((1, H_kv, T-1, d), same)}
+    ablated = model.run(ids, record=Record(steps=("k", "v")), interventions=made(range(T))) if past else None
+    at_last = []
+    for j in last:
+        if j == T - 1:
+            at_last.append(at_every[list(every).index(j)] if j in every else whole(j))
+            continue
+        swapped = {l: tuple(_swapped(x, ablated[f"layers.{l}.{s}"], j, model.dtype) for x, s in zip(kv, "kv"))
+                   for l, kv in past.items()}
+        logits = model.forward(torch.tensor(ids[-1:], device=model.device), PassPlan(past=swapped))[0][:, -1]
+        at_last.append(_log_p(logits, token))
+    return torch.tensor(at_every, dtype=torch.float64), torch.tensor(at_last, dtype=torch.float64)
+
+
+def _log_p(logits: torch.Tensor, token: int) -> float:
+    """log p(token) from last-position logits ((vocab,) or (1, vocab))."""
+    return float(effects.log_probs(logits.double().reshape(1, -1))[0, token])
+
+
+def _swapped(past: torch.Tensor, ablated: torch.Tensor, j: int, dtype) -> torch.Tensor:
+    """past (1, H_kv, T-1, d) with member j's row taken from ablated (H_kv, T, d)."""
+    out = past.clone()
+    out[0, :, j] = ablated[:, j].to(dtype)
+    return out
 
 
 def _texts(reference) -> list:

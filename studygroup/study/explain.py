@@ -38,6 +38,7 @@ from studygroup.model.record import KEY_STEPS, Record
 from studygroup.progress import Progress, say, shown
 from studygroup.study import attribution, byte_pieces, effects, explain_cost, last_question, story
 from studygroup.model.ablation import ZERO
+from studygroup.study import ablation as ablation_
 from studygroup.study.last_sentence import last_sentence, last_sentence_start
 from studygroup.study.roles import head_sinks
 from studygroup.study.sinks import first_not_resting
@@ -94,9 +95,10 @@ def explain(model, text, *, top: int = 10, measure_heads: int | str | None = Non
     with the largest |effect_last_question|; None: every member up to MEMBERS_ALL_MAX_T, else
     MEMBERS_TOP. interventions: explain the run with its silenced members and heads (members in
     every head, heads at every position; up to LONG_T members); every measure is then taken on top
-    of them. Its ablation says how each head measured is taken out (`studygroup.model.ablation`:
-    zero, the default, zeroes its write; mean or resample replace its output; either of those with
-    nothing silenced); members are silenced.
+    of them. Its ablation says how each head and member measured is taken out
+    (`studygroup.model.ablation`: zero, the default, zeroes a head's write and removes a member's
+    keys; mean or resample replace a head's output and a member's key and value projections; either
+    of those with nothing silenced); members in one head only (effect_in_head) are silenced.
     word: the id of the next word to explain (a generated word, sampled or not); None: the most
     likely one. generated_from: with text the ids of a prompt and of words generated after it, the
     index of the first generated member (len(prompt ids)), kept in the result; None: a plain text.
@@ -127,8 +129,9 @@ def analyse(model, text, *, top: int = 10, measure_heads: int | str | None = Non
         raise InputError(f"{ablation.kind} ablation measures the heads of the run as it is: give no "
                          "--silence-member/--silence-head with it (in a request: an empty silence)")
     strategy = (LastQuestion if len(ids) > LONG_T else EveryQuestion)(model, ids, chosen)
-    strategy.values = ablation.values(model, list(ids))
+    strategy.values, strategy.ablation = ablation.values(model, list(ids)), ablation
     strategy.taken_out = "silenced" if ablation.kind == "zero" else f"taken out ({story.TAKEN_OUT[ablation.kind]})"
+    strategy.member_taken_out = "silenced" if ablation.kind == "zero" else f"taken out ({story.MEMBER_TAKEN_OUT[ablation.kind]})"
     strategy.announce(measure_heads, measure_members)
     found = strategy.sinks()  # before the base run: its pass never runs beside the base run's keys and values
     run, estimate = strategy.base_run()
@@ -170,6 +173,7 @@ class EveryQuestion:
         self.model, self.ids, self.chosen = model, ids, chosen  # chosen: what the explained run silences
         self.values = None  # what a head's output becomes when it is taken out (None: its write zeroed)
         self.taken_out = "silenced"  # how a head is taken out, in words
+        self.ablation, self.member_taken_out = ZERO, "silenced"  # how a member is taken out, and in words
         self.show = len(ids) > ANNOUNCE_PAST_T  # long enough to say what it will need, and show progress
 
     def announce(self, measure_heads, measure_members, stream=None) -> None:
@@ -258,22 +262,34 @@ class EveryQuestion:
         T = run.T
         shares = attribution.member_shares(run, token)  # (T,)
         clean = self.chosen == Interventions()
+        n = _members_count(measure_members, T)
+        if self.ablation.kind != "zero":  # every member taken out both ways by the ablation (on a clean run)
+            _, last = ablation_.member_log_probs(run.model, run, token, self.ablation, last=range(T))  # (T,)
+            chosen = list(range(T)) if n == T else sorted(largest_first(last - float(lp_t))[:n])
+            lps, _ = ablation_.member_log_probs(run.model, run, token, self.ablation, every=chosen)
+            said = _members_said(n, T, "|effect_last_question|", "taken out", how=story.MEMBER_TAKEN_OUT[self.ablation.kind])
+            return _member_effects(run, lp_t, shares, dict(zip(chosen, lps.tolist())), dict(enumerate(last.tolist()))), said
         with Progress(T, f"silencing each of the {T} members for the last question", show=self.show and clean) as bar:
             last = every_member_last_question(run, token, bar) if clean else {}  # {member: log p(t)}
-        n = _members_count(measure_members, T)
         ranking = shares if not last else torch.tensor([last[j] for j in range(T)]) - float(lp_t)  # (T,)
         chosen = list(range(T)) if n == T else sorted(largest_first(ranking)[:n])
-        by = "|effect_last_question|" if last else "|direct share|"
-        said = ("none" if n == 0 else f"all {T}" if n == T else f"top {n} of {T} by {by} (the others were not silenced "
-                f"in every head)") + ("" if n == 0 else f", each silenced {EVERY_QUESTION}")
+        said = _members_said(n, T, "|effect_last_question|" if last else "|direct share|", "silenced", bool(last))
         with Progress(1, f"silencing {len(chosen)} members, layer by layer", show=self.show and bool(chosen)) as bar:
             if clean:
                 lps = effects.member_log_probs(run.model, run.token_ids, token, chosen, effects.keys_and_values(run), bar)
             else:  # on top of the explained run's silencing
                 added = [Interventions(silenced_members=(j,)) for j in chosen]
                 lps = effects.added_log_probs(run.model, run.token_ids, token, self.chosen, added, bar)
-        said += "" if not last or n == T else f"; all {T} silenced {LAST_QUESTIONS}"
         return _member_effects(run, lp_t, shares, dict(zip(chosen, lps)), last), said
+
+
+def _members_said(n: int, T: int, by: str, verb: str, last_too: bool = True, how: str = "") -> str:
+    """How many members were measured at every question, `verb` ("silenced", "taken out") each, and
+    `how` a member is taken out, in words (none: silenced)."""
+    said = ("none" if n == 0 else f"all {T}" if n == T else f"top {n} of {T} by {by} (the others were not "
+            f"{verb} in every head)") + ("" if n == 0 else f", each {verb} {EVERY_QUESTION}")
+    said += "" if not last_too or n == T else f"; all {T} {verb} {LAST_QUESTIONS}"
+    return said + (f"; taken out: {how}" if how else "")
 
 
 def every_head_last_position(run, token: int, bar=None, values=None) -> dict[tuple[int, int], float]:
@@ -309,6 +325,7 @@ class LastQuestion:
         self.model, self.ids = model, ids
         self.values = None  # what a head's output becomes when it is taken out (None: its write zeroed)
         self.taken_out = "silenced"  # how a head is taken out, in words
+        self.ablation, self.member_taken_out = ZERO, "silenced"  # how a member is taken out, and in words
 
     def announce(self, measure_heads, measure_members, stream=None) -> None:
         """Print what the run will need before a large run starts: its memory, and its time at this
@@ -361,11 +378,14 @@ class LastQuestion:
         shares = attribution.member_shares(run, token)  # (T,)
         n = _last_count(measure_members, T)
         chosen = sorted(largest_first(shares)[:n])
-        with Progress(n, f"silencing {n} members for the last questions") as bar:
-            groups = [[j] for j in chosen]
-            lps = last_question.silenced_members_logits(run.model, run, groups, token, bar.advance) if n else []
+        if self.ablation.kind != "zero":
+            lps = ablation_.member_log_probs(run.model, run, token, self.ablation, last=chosen)[1].tolist()
+        else:
+            with Progress(n, f"silencing {n} members for the last questions") as bar:
+                groups = [[j] for j in chosen]
+                lps = last_question.silenced_members_logits(run.model, run, groups, token, bar.advance) if n else []
         said = ("none" if n == 0 else f"{'all' if n == T else f'top {n} of'} {T}" + ("" if n == T else " by |direct share|")
-                + f", each silenced {LAST_QUESTIONS} (every member's keys and values reused)")
+                + f", each {self.member_taken_out} {LAST_QUESTIONS} (every member's keys and values reused)")
         return _member_effects(run, lp_t, shares, {}, dict(zip(chosen, [float(x) for x in lps]))), said
 
 

@@ -24,11 +24,12 @@ from studygroup.formulas import attention
 from studygroup.formulas.softmax_example import softmax_example
 from studygroup.model.interventions import Interventions
 from studygroup.model.record import Record
+from studygroup.study.ablation import head_effects
 from studygroup.study.explain import top_words
 from studygroup.study.jsonable import JSONable
 from studygroup.study.sinks import (MAX_QUESTIONS, REST_WEIGHT, SINK_SHARE, SINK_WEIGHT, head_sinks_of, rests_on_sink,
                                      sink_weight)
-from studygroup.formats import brief, clipped, percent, quote
+from studygroup.formats import brief, clipped, percent, quote, signed
 from studygroup.study.story import members_line
 from studygroup.study.text_ids import checked_ids, checked_pair
 
@@ -282,6 +283,28 @@ def _sinks_said(members: list[int], share: float, i: int, rests: bool) -> str:
             + (": the head rests on a sink, and its weights say little about meaning." if rests else "."))
 
 
+def _ablated(model, run, h, text) -> dict | None:
+    """The head's effect on log p of the text's next word zeroed and mean-ablated (its output replaced
+    by its mean over the text's own members): {"predicted", "zero", "mean"}; None on a run with
+    something silenced (the measure takes the head out of the plain run)."""
+    if run.interventions != Interventions():
+        return None
+    a = head_effects(model, text, [(h.layer, h.head)])
+    return {"predicted": a.predicted, "zero": a.heads[0].zero, "mean": a.heads[0].mean}
+
+
+def _ablation_said(h, ablated: dict | None) -> list[str]:
+    """Two sentences on why zero ablation misleads with a head resting on a sink, with its measure."""
+    if ablated is None:
+        return []
+    return ["A head resting on a sink writes nearly the same vector on every text; zeroing it (zero ablation) removes "
+            "that constant too, while mean ablation (its output replaced by its mean over this text's members) "
+            "removes only what this text changes.",
+            f"Taking head {h.layer}.{h.head} out changes log p({quote(ablated['predicted'])}), the predicted next word, by "
+            f"{ablated['zero']:+.2g} zeroed and by {ablated['mean']:+.2g} mean-ablated"
+            + (": zero ablation overstates what it does here." if abs(ablated["mean"]) < abs(ablated["zero"]) / 2 else ".")]
+
+
 def _members_named(members: list[int]) -> str:
     """"member 0", "members 0 and 3", "members 0, 3 and 5".
 
@@ -352,13 +375,15 @@ def _softmax(model, run, h, i, j, text, top) -> dict:
             + ("The real scores are far smaller, so the weights are less extreme." if float(row_s[seen].abs().max()) < 50
                else "The real scores are as large as the article's."),
             _sinks_said(sink_members, share, i, rests)]
+    ablated = _ablated(model, run, h, text) if rests else None
+    says += _ablation_said(h, ablated)
     example = [{"context": g.context, "members": list(g.members), "scores": list(g.scores), "weights": list(g.weights)}
                for g in (ex.alone, ex.after_question)]
     return _section(
         "Softmax of one question's scores", "softmax per row: row i of the weights sums to 1",
         "softmax per column: column i of the weights sums to 1", says,
         scores=[float(x) if m else None for x, m in zip(row_s, seen)], weights=_floats(row_w),
-        sinks=sink_members, sink_weight=share, rests_on_sink=rests, example=example,
+        sinks=sink_members, sink_weight=share, rests_on_sink=rests, ablation=ablated, example=example,
         shift=top, exps=[float(x) if m else None for x, m in zip(exps, seen)], exp_sum=float(exps.sum()))
 
 

@@ -238,7 +238,9 @@ def _members(e) -> list[list[dict]]:
     if not ranked:
         return []
     w = e.predicted
-    line = [_t(f"What changes with context: silencing one member at a time, {e.scope}, moves the probability of "
+    how = "silencing one member at a time" if e.ablation == "zero" else \
+        f"taking out one member at a time ({MEMBER_TAKEN_OUT[e.ablation]})"
+    line = [_t(f"What changes with context: {how}, {e.scope}, moves the probability of "
                f"{quote(w.token)} ("), _v(w.prob, "predicted.prob", percent(w.prob)), _t(") most like this: ")]
     for n, m in enumerate(ranked[:2]):
         line += [_t("; " if n else "")] + _member_change(e, m)
@@ -319,6 +321,10 @@ SILENCED_BY = {"zero": "", "mean": " by mean ablation (each silenced head's outp
 TAKEN_OUT = {"zero": "its write zeroed", "mean": "its output replaced by its mean output",
              "resample": "its output taken from the other text"}
 
+#: What each ablation does to a member, in words.
+MEMBER_TAKEN_OUT = {"zero": "its keys removed", "mean": "its key and value replaced by their mean",
+                    "resample": "its key and value taken from the other text"}
+
 
 def _taking_out(e) -> str:
     """What the story calls taking a head out: "silencing it", or its ablation (TAKEN_OUT)."""
@@ -341,7 +347,8 @@ def _coverage(e) -> str:
     T = len(e.tokens)
     members = (f"each of the {T} members was" if e.members_measured == T else
                f"{e.members_measured} of {T} members {'was' if e.members_measured == 1 else 'were'}")
-    return heads + f"; {members} silenced {e.scope}."
+    taken = "silenced" if e.ablation == "zero" else f"taken out ({MEMBER_TAKEN_OUT[e.ablation]})"
+    return heads + f"; {members} {taken} {e.scope}."
 
 
 def _silenced_parts(e) -> list[list[dict]]:

@@ -233,3 +233,78 @@ def test_head_and_compare_take_the_ablation_of_their_silencing_from_the_command_
                  "--silence-member", "2", "--ablation", "resample", "--from", "the tin"]) == 2
     err = capsys.readouterr().err
     assert "same number of tokens" in err and err.count("\n") == 1
+
+
+def test_explain_takes_each_member_out_by_its_ablation_as_a_hooked_transformers_run_does(pair):
+    """explain --ablation mean|resample: each member's effect is the change of log p with its key and
+    value projections replaced in every layer (transformers' k_proj/v_proj outputs replaced by
+    hooks); the JSON and the story name the ablation for the members too."""
+    family, model, theirs = pair
+    c = model.config
+    ids, other = ids_of(model, 6, seed=8), ids_of(model, 6, seed=9)
+    own, theirs_other = their_steps(theirs, family, c, ids), their_steps(theirs, family, c, other)
+    with torch.no_grad():
+        base = torch.log_softmax(theirs(torch.tensor([ids])).logits[0, -1].double(), -1)
+    for ablation, source in ((Ablation("mean"), lambda place, l: own[place, l].mean(0, keepdim=True).expand_as(own[place, l])),
+                             (Ablation("resample", source=tuple(other)), lambda place, l: theirs_other[place, l])):
+        e = studygroup.explain(model, ids, measure_heads=0, measure_members="all", interventions=Interventions(ablation=ablation))
+        t = e.predicted.id
+        for m in e.members:
+            want = their_ablated_log_probs(theirs, family, c, ids, [m.index], [], source)[t] - base[t]
+            assert abs(m.effect - want) < 1e-4, (family, ablation.kind, m.index)
+        assert e.ablation == ablation.kind and "its key and value" in e.members_silenced
+        assert "taking out one member at a time (its key and value" in " ".join(e.story)
+
+
+def test_explain_takes_each_member_out_for_the_last_question_as_transformers_with_a_swapped_cache_does(tmp_path):
+    """effect_last_question under mean ablation: transformers runs the first T-1 members clean, the
+    member's cached key and value (after RoPE) swapped for those of a run with every member's
+    k_proj/v_proj outputs replaced by their mean (hooks), then the last member over that cache."""
+    path, theirs = _pair("llama", tmp_path)
+    model = studygroup.load(path, cache=False)
+    c = model.config
+    ids = ids_of(model, 6, seed=10)
+    own = their_steps(theirs, "llama", c, ids)
+    mean = lambda place, l: own[place, l].mean(0, keepdim=True).expand_as(own[place, l])  # noqa: E731
+    T, handles = len(ids), []
+    for l in range(c.n_layers):
+        a = theirs.model.layers[l].self_attn
+        for m, place in ((a.k_proj, "k"), (a.v_proj, "v")):
+            handles.append(m.register_forward_hook(lambda mod, args, out, place=place, l=l: mean(place, l)[None].clone()))
+    with torch.no_grad():
+        ablated = theirs(torch.tensor([ids]), use_cache=True).past_key_values
+        for h in handles:
+            h.remove()
+        full = theirs(torch.tensor([ids]))
+    base = torch.log_softmax(full.logits[0, -1].double(), -1)
+    e = studygroup.explain(model, ids, measure_heads=0, measure_members="all", interventions=Interventions(ablation=Ablation("mean")))
+    t = e.predicted.id
+    for m in e.members[:T]:
+        j = m.index
+        if j == T - 1:
+            assert m.effect_last_question == pytest.approx(m.effect, abs=1e-9)
+            continue
+        with torch.no_grad():
+            cache = theirs(torch.tensor([ids[:-1]]), use_cache=True).past_key_values
+            for l in range(c.n_layers):
+                cache.layers[l].keys[0, :, j] = ablated.layers[l].keys[0, :, j]
+                cache.layers[l].values[0, :, j] = ablated.layers[l].values[0, :, j]
+            out = theirs(torch.tensor([ids[-1:]]), past_key_values=cache, use_cache=True)
+        want = float(torch.log_softmax(out.logits[0, -1].double(), -1)[t] - base[t])
+        assert abs(m.effect_last_question - want) < 1e-4, j
+        assert abs(want) > 1e-6  # the swap changes something
+
+
+def test_a_long_text_takes_each_member_out_for_the_last_question_by_its_ablation(tiny_model, monkeypatch):
+    """Past LONG_T members explain measures members for the last question only: under mean
+    ablation, the short text's numbers (checked against transformers above), to float32 rounding."""
+    from studygroup.study import explain as study
+    model = studygroup.load(tiny_model.path, cache=False)
+    ids = ids_of(model, 6, seed=11)
+    mean = Interventions(ablation=Ablation("mean"))
+    short = studygroup.explain(model, ids, measure_heads=0, measure_members="all", interventions=mean)
+    monkeypatch.setattr(study, "LONG_T", 4)
+    long = studygroup.explain(model, ids, measure_heads=0, interventions=mean)
+    assert long.scope != short.scope and "taken out" in long.members_silenced
+    got = {m.index: m.effect_last_question for m in long.members}
+    assert all(abs(got[m.index] - m.effect_last_question) < 1e-4 for m in short.members)  # float32 passes of another shape

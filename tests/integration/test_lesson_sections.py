@@ -313,3 +313,17 @@ def test_the_terminal_and_the_html_work_out_the_softmax_and_one_coordinate(clien
     assert all(f">{sm['exps'][m]:.4g}</td>" in softmax for m in heard) and f">{sm['exp_sum']:.4g}</td>" in softmax
     assert all(f">{ws['terms'][m]:.4g}</td>" in weighted and f">{ws['v_t'][m]:.4g}</td>" in weighted for m in heard)
     assert f">{ws['terms_sum']:.4g}</td>" in weighted and f"output_{i}[{t}] = Σ_j w_j · v_j[{t}]" in weighted
+
+
+
+def test_a_head_not_resting_on_a_sink_is_not_ablated(model):
+    """The tiny model's heads have no sink (random weights): no question rests on one (recomputed
+    from the weights here), so no section measures an ablation or speaks of one."""
+    run = model.run(TEXT, record="all")
+    for layer, head in ((0, 0), (1, 3)):
+        w = np64(run.head(layer, head).weights)  # (T, T)
+        heavy = (w >= SINK_WEIGHT).mean(0) >= SINK_SHARE
+        heavy[0] = True
+        assert w[-1, heavy].sum() < 0.5
+        soft = ls.lesson_sections(model, TEXT, layer, head).section(6)
+        assert soft["ablation"] is None and "ablation" not in " ".join(soft["says"])

@@ -144,3 +144,23 @@ def test_a_long_text_names_its_most_decisive_heads_of_every_head(model, long_let
         alone = effects.log_probs(model.run(e.token_ids, record="none", replace=[zero]).last_logits)
         assert h.silence_effect_last_position == pytest.approx(float(alone[t]) - lp, abs=1e-4)
     assert min(h.rank_by_contribution for h in e.heads[:2]) > 32  # the 32 largest by direct contribution miss both
+
+
+def test_the_lesson_on_a_head_resting_on_a_sink_measures_it_zeroed_and_mean_ablated(model):
+    """Head 24.6's last question on B rests on member 0: the softmax section gives its effect on
+    log p("␣of") with its write zeroed and with its output replaced by its mean over B's members,
+    as runs with the head taken out each way say (Interventions), and says zero ablation overstates it."""
+    from studygroup.model.ablation import Ablation
+    from studygroup.model.interventions import Interventions
+    soft = ls.lesson_sections(model, B["text"], 24, 6).section(6)
+    assert soft["rests_on_sink"] and soft["sinks"] == [0]
+    ids = B["token_ids"]
+    lp = torch.log_softmax(model.run(ids).last_logits.double(), -1)
+    t = int(lp.argmax())
+    for kind, said in (("zero", "zeroed"), ("mean", "mean-ablated")):
+        i = Interventions.make(model, len(ids), heads=[(24, 6)], ablation=Ablation(kind)).taken_out(model, ids)
+        want = float(torch.log_softmax(model.run(ids, interventions=i).last_logits.double(), -1)[t] - lp[t])
+        assert soft["ablation"][kind] == pytest.approx(want, abs=1e-4)
+        assert f"{soft['ablation'][kind]:+.2g} {said}" in soft["says"][-1]
+    assert soft["ablation"]["predicted"] == "␣of" and soft["ablation"]["zero"] < -0.03
+    assert "zero ablation overstates" in soft["says"][-1] and "head 24.6" in soft["says"][-1]
