@@ -38,12 +38,11 @@ def survey(out, files=(), corpus: str | None = None, n: int | None = None, token
     (2, 2)
     """
     from studygroup.model.disk_cache import file_key
-    from studygroup.gguf.model_path import resolve_model_path
     from studygroup.model.model import load
 
     check_runner(ray, workers, shard_size)
     m = model if hasattr(model, "config") else load(model)
-    path = str(resolve_model_path(m.path).resolve())
+    path = str(model_file(m))
     c = cut_corpus(m, corpus, files, tokens, n, seed)
     plan = store.Plan(store.FORMAT, Path(path).name, file_sha256(path), c.name, c.description, c.sha256,
                       len(c.sequences), tokens, shard_size, m.config.n_layers, m.config.n_heads, seed)
@@ -99,6 +98,26 @@ def load_survey(folder) -> Survey:
     if not summary.is_file():
         raise InputError(f"{folder} holds an unfinished survey (no {SUMMARY}): run the same survey again to finish it")
     return survey_result(folder, plan, pq.read_table(summary))
+
+
+def check_surveyed(s: Survey, model_sha256: str, model_name: str) -> None:
+    """InputError (one line) unless the survey `s` surveyed the model file whose SHA-256 is given.
+
+    >>> s = Survey("s", "m.gguf", "ab" * 32, "probe", "2 probe sequences", 2, 64, 0.5, {}, [])
+    >>> check_surveyed(s, "0" * 64, "other.gguf")
+    Traceback (most recent call last):
+    studygroup.errors.InputError: s surveyed m.gguf (sha256 abababababababab…), not other.gguf (sha256 0000000000000000…): survey this model, or serve that one (--model)
+    """
+    if s.model_sha256 != model_sha256:
+        raise InputError(f"{s.folder} surveyed {s.model} (sha256 {s.model_sha256[:16]}…), not {model_name} "
+                         f"(sha256 {model_sha256[:16]}…): survey this model, or serve that one (--model)")
+
+
+def model_file(model) -> Path:
+    """The GGUF file a loaded model was read from (its absolute path)."""
+    from studygroup.gguf.model_path import resolve_model_path
+
+    return resolve_model_path(model.path).resolve()
 
 
 def file_sha256(path) -> str:
