@@ -51,12 +51,12 @@ class ShardWorker:
     """Loads the model file once; `score(shard)` returns its Scored. model_key: the driver's
     `disk_cache.file_key` of the file, which this machine's copy must match."""
 
-    def __init__(self, model_path: str, model_key: str, fault: str | None = None):
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # one thread: nothing to wait for
+    def __init__(self, model_path: str, model_key: str, fault: str | None = None, threads: int = 1):
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # threads that wait sleep, leaving the core to other workers
         from studygroup.model.disk_cache import file_key
         from studygroup.model.model import load
 
-        torch.set_num_threads(1)
+        torch.set_num_threads(threads)
         if not Path(model_path).is_file() or file_key(model_path) != model_key:
             raise SurveyWorkerError(f"{socket.gethostname()} has no copy of the model at {model_path} "
                                     "(or another file there): every machine needs the same model file at that path")
@@ -122,17 +122,17 @@ def fault_from_env() -> str | None:
 _worker: ShardWorker | None = None
 
 
-def _start(model_path: str, model_key: str, fault: str | None) -> None:
+def _start(model_path: str, model_key: str, fault: str | None, threads: int) -> None:
     global _worker
-    _worker = ShardWorker(model_path, model_key, fault)
+    _worker = ShardWorker(model_path, model_key, fault, threads)
 
 
 def _score(shard: Shard) -> Scored:
     return _worker.score(shard)
 
 
-def run_local(shards: list[Shard], model_path: str, model_key: str, fault: str | None, workers: int):
-    """Score `shards` on `workers` processes; yields each Scored as it is done. A pool whose worker
+def run_local(shards: list[Shard], model_path: str, model_key: str, fault: str | None, workers: int, threads: int = 1):
+    """Score `shards` on `workers` processes of `threads` threads each; yields each Scored as it is done. A pool whose worker
     died after scoring shards is started again for the shards not yet done (RETRIES times at most);
     one that scored none is not (its workers cannot start)."""
     todo = {s.k: s for s in shards}
@@ -141,7 +141,7 @@ def run_local(shards: list[Shard], model_path: str, model_key: str, fault: str |
     for _ in range(RETRIES + 1):
         before = len(todo)
         try:
-            yield from _pool(list(todo.values()), model_path, model_key, workers, fault, todo)
+            yield from _pool(list(todo.values()), (model_path, model_key, fault, threads), workers, todo)
             return
         except BrokenProcessPool:
             if len(todo) == before:
@@ -153,9 +153,9 @@ NO_START = ("the survey's worker processes stopped before scoring a shard (in a 
             "`if __name__ == \"__main__\":`: its workers start by importing the script)")
 
 
-def _pool(shards, model_path, model_key, workers, fault, todo):
+def _pool(shards, start: tuple, workers: int, todo: dict):
     ctx = get_context("spawn")  # no fork of a process whose torch threads run
-    with ProcessPoolExecutor(min(workers, len(shards)), ctx, _start, (model_path, model_key, fault)) as pool:
+    with ProcessPoolExecutor(min(workers, len(shards)), ctx, _start, start) as pool:
         pending = {pool.submit(_score, s) for s in shards}
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
