@@ -241,6 +241,7 @@ def test_the_report_shows_two_surveys_side_by_side(local, tiny_path, tmp_path, c
     s = local[1]
     top = s.top("induction", 1)[0]
     assert s.story()[0] in out and "sequences of the files" in out
-    assert f"title='head {top.layer}.{top.head} induction {top.mean:.4g} [{top.low:.4g}, {top.high:.4g}]" in page
+    assert (f"title='head {top.layer}.{top.head} over 6 probe sequences: induction {top.mean:.4g} [{top.low:.4g}, "
+            f"{top.high:.4g}] (mean, 95% interval); an induction head (score ≥ 0.5) on {top.above} of 6'") in page
     assert page.count("<table class=grid>") == 2 * 7
     assert all((local[0] / "report" / f"{role}.png").stat().st_size > 1000 for role in SCORED)

@@ -146,8 +146,10 @@ class Survey(JSONable):
         >>> s.said(HeadSummary(18, 6, "induction", 0.93125, 0.92, 0.9405, 200, 198))
         'head 18.6 over 200 probe sequences: induction 0.9313 [0.92, 0.9405] (mean, 95% interval); an induction head (score ≥ 0.5) on 198 of 200'
         """
-        return (f"head {h.layer}.{h.head} over {h.n:,} {self.what}: {h.role} {h.mean:.4g} [{h.low:.4g}, {h.high:.4g}] "
-                f"(mean, 95% interval); {_article(h.role)} {h.role} head (score ≥ {self.threshold:g}) on {h.above:,} of {h.n:,}")
+        numbers = f"head {h.layer}.{h.head} over {h.n:,} {self.what}: {h.role} {h.mean:.4g} [{h.low:.4g}, {h.high:.4g}] (mean, 95% interval)"
+        if h.role == "first":  # a weight, not a role a head plays
+            return f"{numbers}; at least {self.threshold:g} of its weight on member 0 on {h.above:,} of {h.n:,}"
+        return f"{numbers}; {_article(h.role)} {h.role} head (score ≥ {self.threshold:g}) on {h.above:,} of {h.n:,}"
 
     def marks(self) -> dict:
         """What the page marks the model view's heads with: each head's corpus role with its numbers
