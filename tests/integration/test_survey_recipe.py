@@ -20,6 +20,8 @@ from pathlib import Path
 import psutil
 import pyarrow.parquet as pq
 
+from studygroup.study.survey.ray_runner import LOOPBACK_ONLY
+
 ROOT = Path(__file__).resolve().parents[2]
 RAY = str(Path(sys.executable).with_name("ray"))
 CLI = [sys.executable, "-c", "import sys; from studygroup.cli import main; sys.exit(main())"]
@@ -76,7 +78,8 @@ def test_the_readmes_two_machine_recipe_runs_shards_on_both_nodes(tiny_model, tm
     runs = [x for x in lines if x.startswith(("A$ ray start", "B$ ray start", "A$ studygroup"))]
     assert len(runs) == 4 and "--ray A_ADDRESS:6379" in runs[2] and runs[3].endswith("--report s")
     folder, port = Path(f"/tmp/sg-recipe-{os.getpid()}-{secrets.token_hex(4)}"), _free_port()  # short: Ray's sockets live in it
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    env = {k: v for k, v in os.environ.items() if k != LOOPBACK_ONLY}  # "0" refuses a second node (a local Ray's)
+    env.update(PYTHONPATH=str(ROOT), RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
     try:
         for line, node in zip(runs[:2], ("a", "b")):
             done = subprocess.run(_command(line, port, str(tiny_model.path), folder, node), cwd=tmp_path, env=env,
