@@ -30,7 +30,8 @@
     }
 
     async load() {
-      const res = await fetch(this.inst.api + "/survey");
+      let res;
+      try { res = await fetch(this.inst.api + "/survey"); } catch (e) { return; } // no server: the page says so itself
       let d = null;
       try { d = await res.json(); } catch (e) { d = null; }
       if (res.status === 404) return; // no survey served
