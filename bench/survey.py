@@ -1,5 +1,6 @@
-"""The survey's cost: N probe sequences of T tokens on the default model with the local pool, then
-on a Ray started on this machine, in one run. Prints the wall times, their ratio, sequences/s,
+"""The survey's cost: N probe sequences of T tokens on the default model with the local pool (one
+worker per core, one thread each), with one worker of as many threads, then on a Ray started on
+this machine, in one run. Prints the wall times, their ratios, sequences/s, the load,
 each worker's peak memory (RSS, and USS: the pages only it holds, the weights' mapped pages being
 shared through the page cache) and the CPU, and checks that both summaries are equal bit for bit.
 
@@ -30,20 +31,39 @@ def main() -> None:
     import studygroup
 
     studygroup.load(args.model)  # the weights cache written once, before the workers map it
-    print(f"CPU: {cpu()}; {os.cpu_count()} cores; {args.n} probe sequences of {args.tokens} tokens")
+    cores = os.cpu_count()
+    print(f"CPU: {cpu()}; {cores} cores; {args.n} probe sequences of {args.tokens} tokens; load {load()}")
+    runners = {"local": dict(workers=cores), f"local 1 worker x {cores} threads": dict(workers=1, threads=cores),
+               "ray": dict(ray="local")}
     times = {}
     with tempfile.TemporaryDirectory() as d:
-        for runner in ("local", "ray"):
-            out = Path(d) / runner
+        for name, how in runners.items():
             with Memory() as memory:
                 t = time.perf_counter()
-                studygroup.survey(out, corpus="probe", n=args.n, tokens=args.tokens, model=args.model,
-                                  ray="local" if runner == "ray" else None)
-                times[runner] = time.perf_counter() - t
-            print(f"{runner}: {times[runner]:.1f} s, {args.n / times[runner]:.2f} sequences/s, "
-                  f"{times[runner] / args.n * os.cpu_count():.2f} s per sequence per core; {memory.line()}")
-        same = pq.read_table(Path(d) / "local" / "summary.parquet").equals(pq.read_table(Path(d) / "ray" / "summary.parquet"))
-    print(f"ray / local: {times['ray'] / times['local']:.2f}; summaries equal bit for bit: {same}")
+                studygroup.survey(Path(d) / name, corpus="probe", n=args.n, tokens=args.tokens, model=args.model, **how)
+                times[name] = time.perf_counter() - t
+            print(f"{name}: {times[name]:.1f} s, {args.n / times[name]:.2f} sequences/s, "
+                  f"{times[name] / args.n * cores:.2f} s per sequence per core; {memory.line()} "
+                  f"({sum(memory.cpu.values()) / args.n:.3f} s per sequence); load {load()}")
+        summary = {name: pq.read_table(Path(d) / name / "summary.parquet") for name in runners}
+        same = summary["local"].equals(summary["ray"])
+        close = max_difference(summary["local"], summary[f"local 1 worker x {cores} threads"])
+    print(f"ray / local: {times['ray'] / times['local']:.2f}; local summaries equal Ray's bit for bit: {same}")
+    print(f"1 x {cores} threads / {cores} x 1: {times[f'local 1 worker x {cores} threads'] / times['local']:.2f}; "
+          f"largest difference of their means: {close:.1e}")
+
+
+def load() -> str:
+    """The load averages over 1, 5 and 15 minutes (`uptime`'s)."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def max_difference(a, b) -> float:
+    """The largest |difference| of two summaries' means (NaN where both are NaN left out)."""
+    import numpy as np
+
+    x, y = a["mean"].to_numpy(), b["mean"].to_numpy()
+    return float(np.nanmax(np.abs(x - y)))
 
 
 def cpu() -> str:
@@ -55,7 +75,7 @@ class Memory:
     """Peak RSS and USS of each worker process (the driver's descendants that score shards), sampled every 0.5 s."""
 
     def __enter__(self):
-        self.peak, self.done = {}, threading.Event()
+        self.peak, self.cpu, self.done = {}, {}, threading.Event()
         self.thread = threading.Thread(target=self._sample, daemon=True)
         self.thread.start()
         return self
@@ -70,9 +90,10 @@ class Memory:
             for c in me.children(recursive=True):
                 try:
                     if _is_worker(c):
-                        m = c.memory_full_info()
+                        m, t = c.memory_full_info(), c.cpu_times()
                         rss, uss = self.peak.get(c.pid, (0, 0))
                         self.peak[c.pid] = (max(rss, m.rss), max(uss, m.uss))
+                        self.cpu[c.pid] = t.user + t.system
                 except psutil.Error:
                     pass
 
@@ -81,7 +102,8 @@ class Memory:
             return "no worker seen"
         rss = max(r for r, _ in self.peak.values()) / 2**20
         uss = max(u for _, u in self.peak.values()) / 2**20
-        return f"{len(self.peak)} workers, peak per worker: RSS {rss:.0f} MiB, USS {uss:.0f} MiB"
+        return (f"{len(self.peak)} workers, peak per worker: RSS {rss:.0f} MiB, USS {uss:.0f} MiB; "
+                f"their CPU time {sum(self.cpu.values()):.0f} s")
 
 
 def _is_worker(p: psutil.Process) -> bool:

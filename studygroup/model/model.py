@@ -210,6 +210,18 @@ class Model:
         x = self.w.rows("embed", ids)  # (T, d_model)
         return x if self.embed_scale is None else x * torch.tensor(self.embed_scale, dtype=x.dtype)
 
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """The residual stream entering layer 0 of B texts of T tokens each, at positions 0 … T − 1:
+        the token embeddings plus, where the family learns one, the position embedding (GPT-2).
+        What a pass started at layer 0 takes (`PassPlan.start`). ids (B, T) -> (B, T, d_model)
+
+        >>> tuple(model.embed(torch.tensor([[1, 2, 3], [4, 5, 6]])).shape)
+        (2, 3, 576)
+        """
+        B, T = ids.shape
+        x = self._embed(ids.reshape(-1).to(self.device)).view(B, T, -1)  # (B, T, d_model)
+        return x if "pos_embed" not in self.w else x + self.w["pos_embed"][:T]
+
     def _attention(self, l: int, E, cos, sin, plan: PassPlan, keep, rows=None) -> torch.Tensor:
         """Q, K, V; per-head q/k norm where the family has it; RoPE; grouped-query attention; each
         head's write through W_O (and through the norm after attention, its scale held, where the

@@ -120,43 +120,56 @@ def heads_role_scores(weights: torch.Tensor, token_ids: list[int]) -> list[RoleS
     >>> [s.previous for s in heads_role_scores(w, [5, 6, 5, 6])]
     [1.0, 0.0]
     """
-    N, R, T = weights.shape
+    scores = batch_role_scores(weights[None], torch.tensor([token_ids]))[0]  # (N, 6)
+    return [RoleScores(*s) for s in scores.tolist()]
+
+
+def batch_role_scores(weights: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
+    """Role scores of N heads on each of B sequences of T members: weights (B, N, R, T), token_ids
+    (B, T) -> (B, N, 6) float64, the roles in the order of ROLES (NaN where no question scores one).
+
+    >>> w = torch.eye(4).roll(-1, dims=1).tril()[None, None]  # (1, 1, 4, 4): row i all on i−1
+    >>> batch_role_scores(w, torch.tensor([[5, 6, 5, 6]]))[0, 0, ROLES.index("previous")].item()
+    1.0
+    """
+    B, N, R, T = weights.shape
     i = torch.arange(T - R, T)  # (R,) the questions
     asked = i >= 1
     if not bool(asked.any()):
         raise InputError("roles need at least 2 members: the first member's question hears only itself")
-    w, i = weights[:, asked].double(), i[asked]  # (N, Q, T), (Q,)
-    tok, j = torch.tensor(token_ids), torch.arange(T)  # (T,), (T,)
-    same = tok[None, :] == tok[i][:, None]  # (Q, T): member j has question i's token
+    w, i = weights[:, :, asked].double(), i[asked]  # (B, N, Q, T), (Q,)
+    tok, j = token_ids, torch.arange(T)  # (B, T), (T,)
+    same = tok[:, None, :] == tok[:, i][:, :, None]  # (B, Q, T): member j has question i's token
     before = j[None, :] < i[:, None]  # (Q, T)
     after_copy = torch.zeros_like(same)
-    after_copy[:, 1:] = same[:, :-1] & (j[None, :-1] < (i - 1)[:, None])  # j+1 after a copy j < i−1
+    after_copy[..., 1:] = same[..., :-1] & (j[None, :-1] < (i - 1)[:, None])  # j+1 after a copy j < i−1
     near = (j[None, :] >= (i - LOCAL_WINDOW)[:, None]) & (j[None, :] <= i[:, None])  # (Q, T)
-    entropy = -torch.special.xlogy(w, w).sum(2)  # (N, Q)
-    duplicates, copies = same & before, after_copy.any(1)  # (Q, T), (Q,)
-    heavy = sink_mask(w)  # (N, T): each head's sinks
-    on = torch.einsum("nqt,mqt->mnq", w, torch.stack([duplicates, after_copy, near]).double())  # (3, N, Q): weight on each
+    entropy = -torch.special.xlogy(w, w).sum(-1)  # (B, N, Q)
+    duplicates, copies = same & before, after_copy.any(-1)  # (B, Q, T), (B, Q)
+    heavy = sink_mask(w)  # (B, N, T): each head's sinks
+    marks = torch.stack([duplicates, after_copy, near.expand_as(same)]).double()  # (3, B, Q, T)
+    on = torch.einsum("bnqt,mbqt->mbnq", w, marks)  # (3, B, N, Q): weight on each
     scores = torch.stack([
-        w.gather(2, (i - 1)[None, :, None].expand(N, -1, 1))[..., 0],  # previous
-        _masked(on[0], duplicates.any(1)),  # duplicate: questions with an earlier copy
+        w.gather(-1, (i - 1)[None, None, :, None].expand(B, N, -1, 1))[..., 0],  # previous
+        _masked(on[0], duplicates.any(-1)),  # duplicate: questions with an earlier copy
         _masked(on[1], copies),  # induction: questions with an earlier copy j < i−1
-        torch.einsum("nqt,nt->nq", w, heavy.double()),  # sink
+        torch.einsum("bnqt,bnt->bnq", w, heavy.double()),  # sink
         on[2],  # local
         entropy / torch.log(i.double() + 1),  # broad
-    ]).nanmean(2)  # (6, N): each a mean over the questions scored (NaN over none)
-    return [RoleScores(*map(float, s)) for s in scores.T.tolist()]
+    ]).nanmean(-1)  # (6, B, N): each a mean over the questions scored (NaN over none)
+    return scores.permute(1, 2, 0)  # (B, N, 6)
 
 
 def first_weight(weights: torch.Tensor) -> torch.Tensor:
     """Each head's mean weight on member 0 over the questions scored (i >= 1): Gu et al.'s
-    importance score of the first token. weights (N, R, T) -> (N,) float64.
+    importance score of the first token. weights (…, R, T) -> (…,) float64.
 
     >>> first_weight(torch.tensor([[[1.0, 0.0], [0.25, 0.75]]]))
     tensor([0.2500], dtype=torch.float64)
     """
-    N, R, T = weights.shape
+    R, T = weights.shape[-2:]
     asked = torch.arange(T - R, T) >= 1  # (R,)
-    return weights[:, asked, 0].double().mean(1)  # (N,)
+    return weights[..., asked, 0].double().mean(-1)  # (…,)
 
 
 def layer_roles(model, ids: list[int]):
@@ -169,6 +182,46 @@ def layer_roles(model, ids: list[int]):
     """
     for layer, rows in last_rows(model, ids):  # (n_heads, R, T)
         yield layer, heads_role_scores(rows, ids), first_weight(rows)
+
+
+#: A pass over a batch of sequences keeps every layer's weights until it ends: at most this many bytes.
+BATCH_MAPS_BYTES = 256 * 2**20
+
+
+def batch_size(config, T: int) -> int:
+    """How many sequences of T tokens one batched pass may hold (every layer's weights of the last
+    min(T, MAX_QUESTIONS) questions, float32, within BATCH_MAPS_BYTES); 0 where one alone does not fit.
+
+    >>> batch_size(model.config, 64), batch_size(model.config, 8192)
+    (60, 0)
+    """
+    one = config.n_layers * config.n_heads * min(T, MAX_QUESTIONS) * T * 4
+    return BATCH_MAPS_BYTES // one
+
+
+@torch.inference_mode()
+def batch_layer_roles(model, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`layer_roles` of B sequences of T tokens in one pass: what the survey computes. The pass
+    stops after the last layer (no final norm, no unembedding) and keeps each layer's weights of
+    the last min(T, MAX_QUESTIONS) questions (B at most `batch_size`).
+    ids (B, T) long -> scores (B, n_layers, n_heads, 6) float64 (ROLES' order), first_weight
+    (B, n_layers, n_heads) float64.
+
+    >>> scores, first = batch_layer_roles(model, torch.tensor([model.ids("I have a lot of cash")] * 2))
+    >>> tuple(scores.shape), tuple(first.shape)
+    ((2, 30, 9, 6), (2, 30, 9))
+    """
+    from studygroup.model.interventions import PassPlan
+    from studygroup.model.record import Record
+
+    B, T = ids.shape
+    L, R = model.config.n_layers, min(T, MAX_QUESTIONS)
+    plan = PassPlan(record=Record(steps=("weights",), last_rows=None if R == T else R), stop_after=L - 1,
+                    start=(0, model.embed(ids)), on_layer=lambda: None)
+    _, steps = model.forward(ids[0].to(model.device), plan)
+    maps = [steps.pop(f"layers.{l}.weights").float().cpu() for l in range(L)]  # L × (B, n_heads, R, T)
+    return (torch.stack([batch_role_scores(w, ids) for w in maps], 1),  # (B, L, n_heads, 6)
+            torch.stack([first_weight(w) for w in maps], 1))  # (B, L, n_heads)
 
 
 def strongest(scores: RoleScores) -> str:
@@ -199,8 +252,8 @@ def untold(T: int, first: int) -> str | None:
 
 
 def _masked(x: torch.Tensor, questions: torch.Tensor) -> torch.Tensor:
-    """x (N, Q) with the questions not scored (questions (Q,) False) as NaN, which nanmean leaves out."""
-    return x.masked_fill(~questions, math.nan)
+    """x (B, N, Q) with the questions not scored (questions (B, Q) False) as NaN, which nanmean leaves out."""
+    return x.masked_fill(~questions[:, None, :], math.nan)
 
 
 def probe_ids(tokenizer, vocab_size: int, n: int = PROBE_LENGTH, seed: int = PROBE_SEED) -> list[int]:

@@ -38,6 +38,7 @@ SCRIPTS = (
     "residual.js",    # the residual stream at the last member: what each layer's heads and MLP add (a view of its own)
     "lens.js",        # the logit lens: a layer × member grid of top words (a view of its own, sg.view)
     "patching.js",    # activation patching: two texts, the cost, then the layer × member and head grids
+    "survey.js",      # a survey's corpus roles marked on the model view's heads (a view of its own, sg.view)
     "mount.js",       # StudyGroup.mount and the page's automatic start
 )
 #: The other files the page is made of, and their media types.

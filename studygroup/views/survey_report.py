@@ -77,17 +77,15 @@ def _grid_table(s: Survey, role: str) -> str:
     means, heads = grid(s, role)
     L, H = means.shape
     head_row = "<tr><th>layer</th>" + "".join(f"<th>{h}</th>" for h in range(H)) + "</tr>"
-    rows = "".join(f"<tr><th>{l}</th>" + "".join(_cell(heads[l, h], role) for h in range(H)) + "</tr>" for l in range(L))
+    rows = "".join(f"<tr><th>{l}</th>" + "".join(_cell(s, heads[l, h], role) for h in range(H)) + "</tr>" for l in range(L))
     return f"<table class=grid>{head_row}{rows}</table>"
 
 
-def _cell(x, role: str) -> str:
+def _cell(s: Survey, x, role: str) -> str:
     if math.isnan(x.mean):
         return f"<td class=none title='head {x.layer}.{x.head}: no sequence scores {role}'></td>"
     rgb = colours.weight_rgb(x.mean)
-    tip = (f"head {x.layer}.{x.head} {role} {x.mean:.4g} [{x.low:.4g}, {x.high:.4g}]; a {role} head on "
-           f"{x.above} of {x.n} sequences")
-    return f"<td style='background:rgb{rgb}' title='{escape(tip)}'></td>"
+    return f"<td style='background:rgb{rgb}' title='{escape(s.said(x))}'></td>"
 
 
 def _top_table(s: Survey, role: str, top: int) -> str:

@@ -109,8 +109,8 @@ def _validation_message(exc: RequestValidationError, content_type: str, example:
 class Service:
     """The model, its gate and its caches: what every endpoint calls."""
 
-    def __init__(self, model, limits: Limits):
-        self.model, self.limits = model, limits
+    def __init__(self, model, limits: Limits, survey=None):
+        self.model, self.limits, self.survey = model, limits, survey
         self.gate = Gate(limits.max_waiting, limits.wait_timeout)
         self.answers = LRU(limits.cache_entries, limits.cache_bytes)
         self.explanations = LRU(16, 16)  # Explanation objects by text, for the model view's ranks
@@ -120,6 +120,7 @@ class Service:
         self.jobs = Jobs(self.gate)
         context = model.config.context_length
         self.max_tokens = context if limits.max_tokens is None else min(limits.max_tokens, context)
+        self._model_sha256: str | None = None  # the model file's, read when a survey is first asked for
 
     def check_text(self, text: str, name: str = "") -> int:
         """Token count of text, or InputError (empty, only whitespace, unknown bytes, too long).
@@ -222,6 +223,16 @@ class Service:
         self.explanations.put((text, top), e, 1)
         self.explanations.put((text, None), e, 1)  # any top will do for ranks
 
+    def survey_marks(self) -> dict:
+        """The survey's marks for the page, once its model is checked to be this one (the file's
+        SHA-256 read once); InputError where it is another model's."""
+        from studygroup.study.survey.survey import check_surveyed, file_sha256, model_file
+
+        if self._model_sha256 is None:
+            self._model_sha256 = file_sha256(model_file(self.model))
+        check_surveyed(self.survey, self._model_sha256, model_file(self.model).name)
+        return self.survey.marks()
+
     def warm(self) -> None:
         """Compute the default text's views, so that the first visit finds them ready."""
         e, none = self.explanation(DEFAULT_TEXT, 10), Interventions()
@@ -243,16 +254,17 @@ def _static(name: str) -> bytes:
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 
 
-def create_app(model, limits: Limits = Limits(), warm: bool = False, hosts=None) -> FastAPI:
+def create_app(model, limits: Limits = Limits(), warm: bool = False, hosts=None, survey=None) -> FastAPI:
     """The web app over one loaded model. warm: compute the default text's views at start.
     hosts: the Host names it answers (None: any; `serve` passes LOOPBACK_HOSTS on a loopback address).
+    survey: a finished survey (`load_survey`) whose heads' corpus roles GET /api/survey gives.
 
     >>> from fastapi.testclient import TestClient
     >>> client = TestClient(create_app(model))
     >>> client.post("/api/conclusion", json={"text": "I have a lot"}).json()["top"][0]["token"]
     '␣of'
     """
-    service = Service(model, limits)
+    service = Service(model, limits, survey)
 
     @asynccontextmanager
     async def lifespan(app):
@@ -339,6 +351,12 @@ def _routes(app: FastAPI, s: Service) -> None:
         limits = {"max_tokens": s.max_tokens, "context_length": model.config.context_length, "max_top": MAX_TOP,
                   "max_body_bytes": s.limits.max_body, "max_waiting": s.limits.max_waiting}
         return {**page_data.info(model, limits), "default_text": DEFAULT_TEXT}
+
+    @app.get("/api/survey")
+    async def survey_marks():
+        if s.survey is None:
+            return error_response(404, "this server shows no survey: start it with `studygroup serve --survey DIR`")
+        return await asyncio.to_thread(s.survey_marks)
 
     @app.post("/api/conclusion")
     async def conclusion(b: ConclusionBody, request: Request):

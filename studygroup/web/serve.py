@@ -34,6 +34,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "qwen2.5-coder-1.5b) or a name `studygroup models` shows")
     p.add_argument("--max-tokens", type=int, default=None, metavar="N",
                    help="longest text the app takes, in tokens (default: the model's context; never past it)")
+    p.add_argument("--survey", default=None, metavar="DIR",
+                   help="a finished survey of the served model (`studygroup survey --out DIR`): the page marks "
+                        "the model view's heads by their role over its corpus")
     p.add_argument("--no-warm", dest="warm", action="store_false",
                    help="do not compute the default text's views at start")
 
@@ -82,6 +85,17 @@ def url(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
 
 
+def checked_survey(folder: str, model):
+    """The finished survey in `folder`, checked to be of `model`'s file: InputError (one line) otherwise."""
+    try:
+        from studygroup.study.survey.survey import check_surveyed, file_sha256, load_survey, model_file
+    except ImportError:
+        raise InputError("--survey reads Parquet files: pip install 'studygroup[survey]' (pyarrow)") from None
+    s = load_survey(folder)
+    check_surveyed(s, file_sha256(model_file(model)), model_file(model).name)
+    return s
+
+
 def main(args) -> str:
     """Load the model, listen, print the URL, serve until Ctrl+C. Returns the closing line."""
     from studygroup.model import threads
@@ -104,8 +118,9 @@ def main(args) -> str:
               f"this address can use the app (there is no login)", file=sys.stderr, flush=True)
     progress.hide()  # the console is the server's log: no per-request announcements or bars
     model = load(args.model)
+    surveyed = None if args.survey is None else checked_survey(args.survey, model)
     hosts = LOOPBACK_HOSTS if local else None
-    app = create_app(model, Limits(max_tokens=args.max_tokens), warm=args.warm, hosts=hosts)
+    app = create_app(model, Limits(max_tokens=args.max_tokens), warm=args.warm, hosts=hosts, survey=surveyed)
     note = f" ({model.config.note})" if model.config.note else ""
     print(f"studygroup: serving {model.config.label}{note} at {url(sock)}  (Ctrl+C to stop)", flush=True)
     quiet_repeats()

@@ -109,8 +109,10 @@ def test_summary_is_the_mean_of_the_rows_with_an_interval(local):
     first = np.array([x for role, x in zip(r["role"], r["score"]) if role == "first"]).reshape(6, -1)
     assert s.sink_rate["mean"] == pytest.approx((first > 0.3).mean(1).mean())
     top = s.top("induction", 1)[0]
-    assert s.story()[0] == (f"head {top.layer}.{top.head} is an induction head on {top.above} of {top.n} probe "
-                            f"sequences ({top.mean:.2f} [{top.low:.2f}, {top.high:.2f}])")
+    numbers = f"({top.mean:.2f} [{top.low:.2f}, {top.high:.2f}])"
+    assert s.story()[0] == (f"head {top.layer}.{top.head} is an induction head on {top.above} of {top.n} probe sequences {numbers}"
+                            if 2 * top.above >= top.n else f"no head is an induction head on most probe sequences: the "
+                            f"closest, head {top.layer}.{top.head}, is on {top.above} of {top.n} {numbers}")
 
 
 def test_a_rerun_skips_finished_shards_and_other_arguments_are_refused(local, tiny_path):
@@ -239,6 +241,7 @@ def test_the_report_shows_two_surveys_side_by_side(local, tiny_path, tmp_path, c
     s = local[1]
     top = s.top("induction", 1)[0]
     assert s.story()[0] in out and "sequences of the files" in out
-    assert f"title='head {top.layer}.{top.head} induction {top.mean:.4g} [{top.low:.4g}, {top.high:.4g}]" in page
+    assert (f"title='head {top.layer}.{top.head} over 6 probe sequences: induction {top.mean:.4g} [{top.low:.4g}, "
+            f"{top.high:.4g}] (mean, 95% interval); an induction head (score ≥ 0.5) on {top.above} of 6'") in page
     assert page.count("<table class=grid>") == 2 * 7
     assert all((local[0] / "report" / f"{role}.png").stat().st_size > 1000 for role in SCORED)

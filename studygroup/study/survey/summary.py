@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from studygroup.study.jsonable import JSONable
 from studygroup.formats import brief
+from studygroup.study.roles import ROLES
 
 THRESHOLD = 0.5
 SINK_RATE_WEIGHT = 0.3
@@ -96,7 +97,8 @@ class Survey(JSONable):
     """A survey's summary (summary.parquet) and what it surveyed (survey.json). See docs/survey.md."""
 
     folder: str
-    model: str
+    model: str  # the model file's name
+    model_sha256: str
     corpus: str  # "probe", "pydoc" or "files"
     description: str
     sequences: int
@@ -114,15 +116,71 @@ class Survey(JSONable):
         scored = [h for h in self.heads if h.role == role and not math.isnan(h.mean)]
         return sorted(scored, key=lambda h: (-h.mean, h.layer, h.head))[:k]
 
+    @property
+    def what(self) -> str:
+        """What the sequences are, in the story's words: "probe sequences", "pydoc sequences"."""
+        return {"probe": "probe sequences", "pydoc": "pydoc sequences"}.get(self.corpus, "sequences of the files")
+
+    def corpus_roles(self) -> list[HeadSummary]:
+        """Each head's corpus role: of the roles of `roles`, the one with the highest mean over the
+        sequences (the first of ROLES on a tie, as `roles.strongest`; none where no role is scored),
+        head by head in layer order.
+
+        >>> h = lambda role, mean: HeadSummary(0, 0, role, mean, mean, mean, 2, 2)
+        >>> s = Survey("s", "m.gguf", "0" * 64, "probe", "", 2, 64, 0.5, {}, [h("local", 0.4), h("induction", 0.9)])
+        >>> s.corpus_roles()[0].role
+        'induction'
+        """
+        best: dict[tuple[int, int], HeadSummary] = {}
+        for h in self.heads:
+            if h.role in ROLES and not math.isnan(h.mean):
+                now = best.get((h.layer, h.head))
+                if now is None or (h.mean, -ROLES.index(h.role)) > (now.mean, -ROLES.index(now.role)):
+                    best[h.layer, h.head] = h
+        return [best[k] for k in sorted(best)]
+
+    def said(self, h: HeadSummary) -> str:
+        """One head's role over the survey in words, its numbers to 4 significant digits (a hover's text).
+
+        >>> s = Survey("s", "m.gguf", "0" * 64, "probe", "", 200, 64, 0.5, {}, [])
+        >>> s.said(HeadSummary(18, 6, "induction", 0.93125, 0.92, 0.9405, 200, 198))
+        'head 18.6 over 200 probe sequences: induction 0.9313 [0.92, 0.9405] (mean, 95% interval); an induction head (score ≥ 0.5) on 198 of 200'
+        """
+        numbers = f"head {h.layer}.{h.head} over {h.n:,} {self.what}: {h.role} {h.mean:.4g} [{h.low:.4g}, {h.high:.4g}] (mean, 95% interval)"
+        if h.role == "first":  # a weight, not a role a head plays
+            return f"{numbers}; at least {self.threshold:g} of its weight on member 0 on {h.above:,} of {h.n:,}"
+        return f"{numbers}; {_article(h.role)} {h.role} head (score ≥ {self.threshold:g}) on {h.above:,} of {h.n:,}"
+
+    def marks(self) -> dict:
+        """What the page marks the model view's heads with: each head's corpus role with its numbers
+        and words (`said`), the story, and what was surveyed. JSON-able; see docs/web-api.md."""
+        heads = [{**h.to_dict(), "said": self.said(h)} for h in self.corpus_roles()]
+        return {"folder": self.folder, "model": self.model, "corpus": self.corpus, "description": self.description,
+                "sequences": self.sequences, "tokens": self.tokens, "threshold": self.threshold,
+                "story": self.story(), "heads": heads}
+
     def story(self) -> list[str]:
-        """One sentence per role on its top head, then the sink rate."""
-        what = {"probe": "probe sequences", "pydoc": "pydoc sequences"}.get(self.corpus, "sequences of the files")
-        lines = [f"head {h.layer}.{h.head} is {_article(h.role)} {h.role} head on {h.above:,} of {h.n:,} {what} "
-                 f"({_interval(h.mean, h.low, h.high)})" for role in ROLE_ORDER for h in self.top(role, 1)]
+        """One sentence per role on its top head (the head of highest mean), then the sink rate.
+
+        >>> h = lambda role, mean, above: HeadSummary(18, 6, role, mean, mean - 0.01, mean + 0.01, 200, above)
+        >>> s = Survey("s", "m.gguf", "0" * 64, "probe", "", 200, 64, 0.5, dict(mean=0.1, low=0.1, high=0.1, n=200),
+        ...            [h("induction", 0.93, 200), h("previous", 0.2, 3)])
+        >>> s.story()[:2]
+        ['head 18.6 is an induction head on 200 of 200 probe sequences (0.93 [0.92, 0.94])', 'no head is a previous head on most probe sequences: the closest, head 18.6, is on 3 of 200 (0.20 [0.19, 0.21])']
+        """
+        lines = [self._top_line(h) for role in ROLE_ORDER for h in self.top(role, 1)]
         r = self.sink_rate
         lines.append(f"sink rate (Gu et al.): {_interval(r['mean'], r['low'], r['high'])} of the heads give member 0 "
-                     f"more than {SINK_RATE_WEIGHT} of their weight, over {r['n']:,} {what}")
+                     f"more than {SINK_RATE_WEIGHT} of their weight, over {r['n']:,} {self.what}")
         return lines
+
+    def _top_line(self, h: HeadSummary) -> str:
+        """The sentence on a role's top head: what it is on most sequences, or that no head is."""
+        numbers = _interval(h.mean, h.low, h.high)
+        if 2 * h.above >= h.n:
+            return f"head {h.layer}.{h.head} is {_article(h.role)} {h.role} head on {h.above:,} of {h.n:,} {self.what} ({numbers})"
+        return (f"no head is {_article(h.role)} {h.role} head on most {self.what}: the closest, head {h.layer}.{h.head}, "
+                f"is on {h.above:,} of {h.n:,} ({numbers})")
 
 
 ROLE_ORDER = ("induction", "previous", "duplicate", "sink", "local", "broad")
@@ -141,5 +199,5 @@ def survey_result(folder, plan, table: pa.Table) -> Survey:
     rows = table.to_pylist()
     rate = next(r for r in rows if r["role"] == SINK_RATE)
     heads = [HeadSummary(**r) for r in rows if r["role"] != SINK_RATE]
-    return Survey(str(folder), plan.model, plan.corpus_name, plan.corpus, plan.sequences, plan.tokens, THRESHOLD,
+    return Survey(str(folder), plan.model, plan.model_sha256, plan.corpus_name, plan.corpus, plan.sequences, plan.tokens, THRESHOLD,
                   {k: rate[k] for k in ("mean", "low", "high", "n")}, heads)

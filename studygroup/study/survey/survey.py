@@ -25,31 +25,32 @@ SUMMARY = "summary.parquet"
 
 
 def survey(out, files=(), corpus: str | None = None, n: int | None = None, tokens: int = 64, model=None,
-           ray: str | None = None, workers: int | None = None, shard_size: int = SHARD_SIZE, seed: int = 0) -> Survey:
+           ray: str | None = None, workers: int | None = None, shard_size: int = SHARD_SIZE, seed: int = 0,
+           threads: int = 1) -> Survey:
     """Every head's role scores on each sequence of a corpus (`corpus` "probe" or "pydoc", or text
     `files`), written to the folder `out`, and their summary.
 
     ray: None for the local pool of `workers` processes (default: one per core); "local" to start
     a Ray on this machine (with `workers` CPUs, default one per core); "auto" or "HOST:PORT" to join
-    a running Ray cluster (one worker per CPU it has).
+    a running Ray cluster (one worker per CPU it has). threads: each local worker's torch threads
+    (Ray's workers use one each).
 
     >>> s = survey("s", corpus="probe", n=2, tokens=16, workers=1)
     >>> s.sequences, s.top("induction", 1)[0].n
     (2, 2)
     """
     from studygroup.model.disk_cache import file_key
-    from studygroup.gguf.model_path import resolve_model_path
     from studygroup.model.model import load
 
-    check_runner(ray, workers, shard_size)
+    check_runner(ray, workers, shard_size, threads)
     m = model if hasattr(model, "config") else load(model)
-    path = str(resolve_model_path(m.path).resolve())
+    path = str(model_file(m))
     c = cut_corpus(m, corpus, files, tokens, n, seed)
     plan = store.Plan(store.FORMAT, Path(path).name, file_sha256(path), c.name, c.description, c.sha256,
                       len(c.sequences), tokens, shard_size, m.config.n_layers, m.config.n_heads, seed)
     work = (path, file_key(path), fault_from_env())
     if ray is None:
-        _score(out, plan, c, lambda todo: run_local(todo, *work, workers or _cores()))
+        _score(out, plan, c, lambda todo: run_local(todo, *work, workers or _cores(), threads))
     else:
         from studygroup.study.survey.ray_runner import connected, run_ray
 
@@ -58,11 +59,13 @@ def survey(out, files=(), corpus: str | None = None, n: int | None = None, token
     return summarize(out, plan)
 
 
-def check_runner(ray, workers, shard_size) -> None:
+def check_runner(ray, workers, shard_size, threads=1) -> None:
     if workers is not None and (not isinstance(workers, int) or workers < 1):
         raise InputError(f"workers={workers}: give at least 1 worker process")
     if not isinstance(shard_size, int) or shard_size < 1:
         raise InputError(f"shard_size={shard_size}: give at least 1 sequence per shard")
+    if not isinstance(threads, int) or threads < 1 or (ray is not None and threads != 1):
+        raise InputError(f"threads={threads}: give at least 1 thread per local worker (a Ray worker uses one)")
     if ray not in (None, "local") and workers is not None:
         raise InputError("--workers sets the processes on this machine: a Ray cluster runs one worker per CPU it has")
 
@@ -99,6 +102,26 @@ def load_survey(folder) -> Survey:
     if not summary.is_file():
         raise InputError(f"{folder} holds an unfinished survey (no {SUMMARY}): run the same survey again to finish it")
     return survey_result(folder, plan, pq.read_table(summary))
+
+
+def check_surveyed(s: Survey, model_sha256: str, model_name: str) -> None:
+    """InputError (one line) unless the survey `s` surveyed the model file whose SHA-256 is given.
+
+    >>> s = Survey("s", "m.gguf", "ab" * 32, "probe", "2 probe sequences", 2, 64, 0.5, {}, [])
+    >>> check_surveyed(s, "0" * 64, "other.gguf")
+    Traceback (most recent call last):
+    studygroup.errors.InputError: s surveyed m.gguf (sha256 abababababababab…), not other.gguf (sha256 0000000000000000…): survey this model, or serve that one (--model)
+    """
+    if s.model_sha256 != model_sha256:
+        raise InputError(f"{s.folder} surveyed {s.model} (sha256 {s.model_sha256[:16]}…), not {model_name} "
+                         f"(sha256 {model_sha256[:16]}…): survey this model, or serve that one (--model)")
+
+
+def model_file(model) -> Path:
+    """The GGUF file a loaded model was read from (its absolute path)."""
+    from studygroup.gguf.model_path import resolve_model_path
+
+    return resolve_model_path(model.path).resolve()
 
 
 def file_sha256(path) -> str:
