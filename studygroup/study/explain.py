@@ -36,7 +36,7 @@ from studygroup.model import estimate
 from studygroup.model.interventions import Interventions
 from studygroup.model.record import KEY_STEPS, Record
 from studygroup.progress import Progress, say, shown
-from studygroup.study import attribution, byte_pieces, effects, explain_cost, last_question, story
+from studygroup.study import attribution, effects, explain_cost, last_question, story
 from studygroup.model.ablation import ZERO
 from studygroup.study import ablation as ablation_
 from studygroup.study.last_sentence import last_sentence, last_sentence_start
@@ -45,7 +45,7 @@ from studygroup.study.sinks import first_not_resting
 from studygroup.study.text_ids import check_generated_from, checked_ids
 from studygroup.study.ranking import as_heads, heads_largest_first, largest_first
 from studygroup.study.results import (Analysis, Explanation, HeadEffect, Listened, LogitSum, MemberEffect,
-                                      ModelInfo, Word, model_info)
+                                      ModelInfo, Word, model_info, next_word, top_words)
 
 #: What explain records: the last member's row everywhere, and every member's answer (v).
 #: (Every member's keys, k, are recorded too: silencing a member reuses the rows before it.)
@@ -139,7 +139,7 @@ def analyse(model, text, *, top: int = 10, measure_heads: int | str | None = Non
     token = int(lp.argmax()) if word is None else model.ids([word])[0]
     parts = attribution.direct_contributions(run, token)
     words = top_words(run, lp, top)
-    predicted = next((w for w in words if w.id == token), None) or _word(run, lp, token)
+    predicted = next((w for w in words if w.id == token), None) or next_word(run, lp, token)
     heads, heads_said = strategy.heads(run, token, lp[token], parts.heads, estimate, measure_heads)
     members, members_said = strategy.members(run, token, lp[token], measure_members)
     _mark_sinks(heads, found)
@@ -536,19 +536,6 @@ def _check_count(name: str, value, allow_all: bool = True) -> None:
                          + f"; got {value!r}")
 
 
-def top_words(run, lp: torch.Tensor, k: int) -> list[Word]:
-    """The k most likely next words: lp (vocab,) log-probabilities -> [Word], most likely first."""
-    return [_word(run, lp, i) for i in lp.topk(min(k, lp.shape[-1])).indices.tolist()]
-
-
-def _word(run, lp: torch.Tensor, i: int) -> Word:
-    """Next word i as a Word: lp (vocab,) log-probabilities."""
-    tok = run.model.tokenizer
-    before = b"".join(tok.token_bytes(j) for j in run.token_ids[-3:])  # enough for an unfinished character
-    return Word(tok.readable(i), i, float(lp[i].exp()), float(run.last_logits[i]),
-                byte_pieces.reads_as(before, tok.token_bytes(i)))
-
-
 def _logit_sum(p: attribution.LogitParts) -> LogitSum:
     return LogitSum(p.logit, p.embed, float(p.heads.double().sum()), float(p.mlps.double().sum()), p.total,
                     p.position, p.biases)
@@ -560,7 +547,7 @@ def _against_runner_up(run, lp: torch.Tensor, token: int, parts: attribution.Log
     if lp.shape[-1] < 2:
         return None, None
     rival = int(lp.index_fill(0, torch.tensor([token]), float("-inf")).argmax())
-    return _word(run, lp, rival), _logit_sum(attribution.gap(parts, attribution.direct_contributions(run, rival)))
+    return next_word(run, lp, rival), _logit_sum(attribution.gap(parts, attribution.direct_contributions(run, rival)))
 
 
 def candidates(direct: torch.Tensor, estimate: torch.Tensor, n: int) -> list[tuple[int, int]]:

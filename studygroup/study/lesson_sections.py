@@ -25,8 +25,8 @@ from studygroup.formulas.softmax_example import softmax_example
 from studygroup.model.interventions import Interventions
 from studygroup.model.record import Record
 from studygroup.study.ablation import head_effects
-from studygroup.study.explain import top_words
 from studygroup.study.jsonable import JSONable
+from studygroup.study.results import top_words
 from studygroup.study.sinks import (MAX_QUESTIONS, REST_WEIGHT, SINK_SHARE, SINK_WEIGHT, head_sinks_of, rests_on_sink,
                                      sink_weight)
 from studygroup.formats import brief, clipped, percent, quote, signed

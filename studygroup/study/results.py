@@ -3,6 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
+
+from studygroup.study import byte_pieces
 from studygroup.study.jsonable import JSONable
 from studygroup.study.roles import RoleScores
 from studygroup.study.sinks import rests_on_sink
@@ -19,6 +22,19 @@ class Word(JSONable):
     prob: float
     logit: float
     reads_as: str = ""
+
+
+def top_words(run, lp: torch.Tensor, k: int) -> list[Word]:
+    """The k most likely next words: lp (vocab,) log-probabilities -> [Word], most likely first."""
+    return [next_word(run, lp, i) for i in lp.topk(min(k, lp.shape[-1])).indices.tolist()]
+
+
+def next_word(run, lp: torch.Tensor, i: int) -> Word:
+    """Next word i as a Word: lp (vocab,) log-probabilities."""
+    tok = run.model.tokenizer
+    before = b"".join(tok.token_bytes(j) for j in run.token_ids[-3:])  # enough for an unfinished character
+    return Word(tok.readable(i), i, float(lp[i].exp()), float(run.last_logits[i]),
+                byte_pieces.reads_as(before, tok.token_bytes(i)))
 
 
 @dataclass

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from studygroup.study.explain import explain, top_words
+from studygroup.study.explain import explain
+from studygroup.study.results import top_words
 from studygroup.views import text as render
 
 JAPANESE = "私は公園へ"  # ends in へ, spelled <0xE3><0x81> <0xB8> by this vocabulary
