@@ -415,10 +415,10 @@ def _explain(args) -> str:
                 interventions=_chosen(args), word=word, generated_from=generated_from)
     _save_figures(args, lambda figures: figures.explain_figure(e.to_dict()))
     if args.html is not None:
-        from studygroup.study import page_data
+        from studygroup.views import payloads
         from studygroup.views import report
 
-        report.write_report(page_data.report_data(model, args.text, top=args.top, explained=e), args.html)
+        report.write_report(payloads.report_data(model, args.text, top=args.top, explained=e), args.html)
         _wrote(args.html)
     return e.to_json(indent=2) if args.json else render_text.explanation(e, full=args.full)
 
@@ -511,9 +511,9 @@ def _lesson(args) -> str:
     import json
 
     from studygroup.study import lesson_sections as ls
-    from studygroup.study.page_data import explanation
     from studygroup.views import lesson_html as render_html
     from studygroup.views import lesson_text as render_text
+    from studygroup.views.payloads import explanation
 
     if args.section is not None:
         ls.check_section(args.section)

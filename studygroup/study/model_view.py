@@ -20,7 +20,7 @@ from studygroup.formats import brief, quote
 from studygroup.model.record import Record
 
 #: Up to this many members every head's whole T×T map is kept and shown: the model view's maps, the
-#: page's run (page_data.page_run) and a head's grid by default; past it, the last question's row.
+#: page's run (views.payloads.page_run) and a head's grid by default; past it, the last question's row.
 FULL_MAPS_MAX_T = 64
 #: How many heads get a rank when ranked by direct contribution.
 RANKED = 10
@@ -76,7 +76,7 @@ def model_view(run, explanation=None, decimals: int | None = None, weights: bool
     Without one, the RANKED heads with the largest |direct contribution| are ranked.
     decimals: the weights rounded to this many decimals (None: as computed).
     weights: False leaves every head's `weights` empty, for a caller that writes them from
-    `thumbnails` itself (the web page's JSON: `page_data.model_view_json`).
+    `thumbnails` itself (the web page's JSON: `views.payloads.model_view_json`).
 
     >>> view = model_view(model.run("I have a lot"))
     >>> len(view.heads), len(view.heads[0]), view.rows

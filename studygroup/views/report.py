@@ -8,9 +8,9 @@ with no server and no network. In the data, `<`, `>`, `&`, U+2028 and U+2029 are
 random suffix, so any number of views can share one notebook. A short plain-HTML summary
 (escaped) stands in until the script runs, or for good where scripts do not run.
 
-    >>> from studygroup.study import page_data
+    >>> from studygroup.views import payloads
     >>> from studygroup.views import report
-    >>> report.write_report(page_data.report_data(model, "I have a lot"), "report.html")
+    >>> report.write_report(payloads.report_data(model, "I have a lot"), "report.html")
     PosixPath('report.html')
 """
 from __future__ import annotations
@@ -39,7 +39,7 @@ def embed_json(data) -> str:
 
 
 def view_data(obj) -> dict:
-    """What the page script shows: a report's data (page_data.report_data), or an explanation or
+    """What the page script shows: a report's data (payloads.report_data), or an explanation or
     comparison (object or dict) on its own."""
     if hasattr(obj, "to_dict"):
         kind = type(obj).__name__
@@ -102,7 +102,7 @@ def report_html(explanation_or_data, title: str | None = None) -> str:
 def write_report(explanation_or_data, path) -> Path:
     """Write report_html(...) to `path` (UTF-8) and return the path.
 
-    explanation_or_data: page_data.report_data(model, text) for every view (model view and the
+    explanation_or_data: payloads.report_data(model, text) for every view (model view and the
     decisive heads' grids), or an Explanation / Comparison for the views it holds.
     """
     from studygroup.views.output_file import write_text

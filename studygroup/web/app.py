@@ -20,8 +20,8 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException
 
 from studygroup.model.interventions import Interventions
-from studygroup.study import jsonable
-from studygroup.study import page_data
+from studygroup.views import compact_json
+from studygroup.views import payloads
 from studygroup.study import DEFAULT_TEXT
 from studygroup.study import lesson_sections
 from studygroup.study import lens as study_lens
@@ -64,7 +64,7 @@ class Limits:
 # ---- the app -------------------------------------------------------------------------------------
 def _dumps(data) -> bytes:
     """An answer's body: compact JSON of data, or data itself where it is that already (bytes)."""
-    return data if isinstance(data, bytes) else jsonable.compact(data)
+    return data if isinstance(data, bytes) else compact_json.compact(data)
 
 
 EXAMPLE_BODIES = {"/api/compare": '{"text_a": "I have a lot", "text_b": "Cash or credit card? I have a lot"}',
@@ -114,7 +114,7 @@ class Service:
         self.gate = Gate(limits.max_waiting, limits.wait_timeout)
         self.answers = LRU(limits.cache_entries, limits.cache_bytes)
         self.explanations = LRU(16, 16)  # Explanation objects by text, for the model view's ranks
-        self.runs = LRU(limits.runs_kept, limits.runs_kept)  # page_data.page_run by (text, interventions)
+        self.runs = LRU(limits.runs_kept, limits.runs_kept)  # payloads.page_run by (text, interventions)
         self.passes = InFlight()  # the keys of self.runs whose pass is being made
         self.generations = generation.Generations(limits.generations_kept, limits.generation_bytes)
         self.jobs = Jobs(self.gate)
@@ -138,14 +138,14 @@ class Service:
         """The text tokenized once; this app's limit checked before the model's own checks (its
         context limit would name the model's context, not the app's)."""
         if not text.strip():
-            page_data.checked_ids(self.model, text)  # refuses it: only whitespace
+            payloads.checked_ids(self.model, text)  # refuses it: only whitespace
         ids = self.model.tokenize(text)
         if len(ids) > self.max_tokens:
             context = self.model.config.context_length
             why = (f"the model's context holds {context}" if self.max_tokens == context else
                    f"this app takes at most {self.max_tokens} (start it with --max-tokens to change that)")
             raise InputError(f"the text is {len(ids)} tokens long: {why}")
-        return page_data.checked_ids(self.model, ids)  # the vocabulary
+        return payloads.checked_ids(self.model, ids)  # the vocabulary
 
     def checked(self, b, ids: list[int] | None = None) -> tuple[list[int], Interventions]:
         """What every endpoint with interventions starts from: the body's checked token ids (its
@@ -199,7 +199,7 @@ class Service:
         if run is None:
             base = next((b for b in map(self.runs.get, bases) if b is not None), None)
             with self.passes.computing(key):
-                run = page_data.page_run(self.model, text, interventions, base=base)
+                run = payloads.page_run(self.model, text, interventions, base=base)
                 if self.limits.runs_kept:
                     self.runs.put(key, run, 1)
         return run
@@ -208,14 +208,14 @@ class Service:
         """The run a head's views of a T-member text read: the page's pass (its recorded vectors
         up to FULL_MAPS_MAX_T members, or, kept, the layer's vectors it keeps for the next window),
         or, for a long text when no pass is kept, one made only as far as the head's layer."""
-        if self.limits.runs_kept or T <= page_data.FULL_MAPS_MAX_T:
+        if self.limits.runs_kept or T <= payloads.FULL_MAPS_MAX_T:
             return self.run(text, interventions)
         return self.model.before_pass(text, interventions)
 
     def explanation(self, text: str, top: int):
         e = self.explanations.get((text, top))
         if e is None:
-            e = page_data.explanation(self.model, text, top)
+            e = payloads.explanation(self.model, text, top)
             self.remember(text, top, e)
         return e
 
@@ -238,9 +238,9 @@ class Service:
         e, none = self.explanation(DEFAULT_TEXT, 10), Interventions()
         for key, fn in ((ExplainBody(text=DEFAULT_TEXT).cache_key(none), lambda: e.to_dict()),
                         (ConclusionBody(text=DEFAULT_TEXT).cache_key(none),
-                         lambda: page_data.conclusion(self.model, DEFAULT_TEXT, 10, base=self.run(DEFAULT_TEXT))),
+                         lambda: payloads.conclusion(self.model, DEFAULT_TEXT, 10, base=self.run(DEFAULT_TEXT))),
                         (ModelViewBody(text=DEFAULT_TEXT, packed=True).cache_key(none, True),
-                         lambda: page_data.model_view_json(self.model, DEFAULT_TEXT, e, run=self.run(DEFAULT_TEXT), packed=True))):
+                         lambda: payloads.model_view_json(self.model, DEFAULT_TEXT, e, run=self.run(DEFAULT_TEXT), packed=True))):
             if self.answers.get(key) is None:
                 body = _dumps(fn())
                 self.answers.put(key, body, len(body))
@@ -350,7 +350,7 @@ def _routes(app: FastAPI, s: Service) -> None:
     async def info():
         limits = {"max_tokens": s.max_tokens, "context_length": model.config.context_length, "max_top": MAX_TOP,
                   "max_body_bytes": s.limits.max_body, "max_waiting": s.limits.max_waiting}
-        return {**page_data.info(model, limits), "default_text": DEFAULT_TEXT}
+        return {**payloads.info(model, limits), "default_text": DEFAULT_TEXT}
 
     @app.get("/api/survey")
     async def survey_marks():
@@ -362,18 +362,18 @@ def _routes(app: FastAPI, s: Service) -> None:
     async def conclusion(b: ConclusionBody, request: Request):
         _, i = s.checked(b)
         silencing = bool(i.silenced_members or i.silenced_heads)
-        return await followed(request, b, b.cache_key(i), lambda: page_data.conclusion(
+        return await followed(request, b, b.cache_key(i), lambda: payloads.conclusion(
             model, b.text, b.top, i, base=s.run(b.text), after=s.run(b.text, i) if silencing else None))
 
     @app.post("/api/explain")
     async def explain(b: ExplainBody, request: Request):
         if b.chat or b.system is not None:  # the chat's ids, explained as they are (never the text's own explanation)
             ids, i = s.checked(b, generation.prompt(s, b))
-            return await followed(request, b, b.cache_key(i), lambda: page_data.explanation(
+            return await followed(request, b, b.cache_key(i), lambda: payloads.explanation(
                 model, ids, b.top, i, b.measure_heads).to_dict())
         _, i = s.checked(b)
         if i != Interventions() or b.measure_heads is not None:  # not the text's own default explanation: not remembered
-            return await followed(request, b, b.cache_key(i), lambda: page_data.explanation(
+            return await followed(request, b, b.cache_key(i), lambda: payloads.explanation(
                 model, b.text, b.top, i, b.measure_heads).to_dict())
         return await followed(request, b, b.cache_key(i), lambda: s.explanation(b.text, b.top).to_dict())
 
@@ -393,7 +393,7 @@ def _routes(app: FastAPI, s: Service) -> None:
         _, i = s.checked(b)
 
         def work():
-            c = page_data.comparison(model, b.text_a, b.text_b, b.top, i)
+            c = payloads.comparison(model, b.text_a, b.text_b, b.top, i)
             if i == Interventions():  # the texts' own explanations
                 s.remember(b.text_a, b.top, c.a), s.remember(b.text_b, b.top, c.b)
             return c.to_dict()
@@ -404,7 +404,7 @@ def _routes(app: FastAPI, s: Service) -> None:
     async def model_view(b: ModelViewBody, request: Request):
         _, i = s.checked(b)
         e = s.explanations.get((b.text, None))  # its decisive heads rank the view's heads
-        return await followed(request, b, b.cache_key(i, e is not None), lambda: page_data.model_view_json(
+        return await followed(request, b, b.cache_key(i, e is not None), lambda: payloads.model_view_json(
             model, b.text, e, i, run=s.run(b.text, i), packed=b.packed))
 
     @app.post("/api/head")
@@ -413,7 +413,7 @@ def _routes(app: FastAPI, s: Service) -> None:
         model.check_head(b.layer, b.head)
         rows, keys = (tuple(x) if isinstance(x, list) else x for x in (b.rows, b.keys))
         # the kept run: its recorded vectors (short texts) or the layer's vectors it keeps (long ones)
-        return await followed(request, b, b.cache_key(i), lambda: page_data.head(
+        return await followed(request, b, b.cache_key(i), lambda: payloads.head(
             model, b.text, b.layer, b.head, b.notation, rows, keys, i, run=s.head_run(b.text, len(ids), i), packed=b.packed))
 
     @app.post("/api/overview")
@@ -477,7 +477,7 @@ def _routes(app: FastAPI, s: Service) -> None:
         if T + len(b.words) + b.n > s.max_tokens:
             raise InputError(f"the text ({T} tokens), the {len(b.words)} words so far and {b.n} more exceed "
                              f"the {s.max_tokens} members this app takes")
-        page_data.checked_ids(model, ids + list(b.words))  # the words are ids of the vocabulary
+        payloads.checked_ids(model, ids + list(b.words))  # the words are ids of the vocabulary
         key = (tuple(ids), kw["sampling"], b.ignore_eos, b.candidates, i)  # the generation to go on from
         return _deprecation(b, await generation.stream(s, b, ids, key, kw, head))
 

@@ -136,7 +136,7 @@ class CompareBody(_Followed):
 
 class ModelViewBody(_Followed):
     text: Text
-    packed: bool = False  # the thumbnails as packed_weights (page_data.packed_thumbnails), not lists
+    packed: bool = False  # the thumbnails as packed_weights (compact_json.packed_thumbnails), not lists
 
 
 #: A window's ends [A, B]: members A to B-1, as a Python slice (null leaves an end open, negatives count from the end).
@@ -150,7 +150,7 @@ class HeadBody(_Followed):
     notation: Literal["paper", "columns"] = "paper"
     rows: Literal["auto", "all", "last"] | Ends = "auto"
     keys: Literal["all"] | Ends = "all"
-    packed: bool = False  # the vectors as packed_vectors (page_data.packed_vectors), not lists
+    packed: bool = False  # the vectors as packed_vectors (compact_json.packed_vectors), not lists
 
 
 #: Top words each cell of the logit lens keeps at most (a cell per layer and member).

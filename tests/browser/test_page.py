@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import pytest
 
 import studygroup
-from studygroup.study import page_data
+from studygroup.views import payloads
 from studygroup.views import report
 
 from .conftest import MARKUP_TOKENS
@@ -282,7 +282,7 @@ def markup_studygroup(markup_model):
 
 
 def test_report_opens_from_disk_with_the_network_cut(browser, markup_studygroup, tmp_path, screenshots):
-    path = report.write_report(page_data.report_data(markup_studygroup, MARKUP_TEXT, text_a="a lot"), tmp_path / "r.html")
+    path = report.write_report(payloads.report_data(markup_studygroup, MARKUP_TEXT, text_a="a lot"), tmp_path / "r.html")
     context = browser.new_context(viewport={"width": 1360, "height": 1000})
     tried = []
     _cut_network(context, tried)

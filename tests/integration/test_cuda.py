@@ -8,7 +8,7 @@ import torch
 
 import studygroup
 from studygroup.study import effects
-from studygroup.study import page_data
+from studygroup.views import payloads
 from studygroup.model import record
 from studygroup.study import explain as study
 from studygroup.study import compare as study_compare
@@ -98,9 +98,9 @@ def numbers(x):
     return [None if x is None else float(x)] if isinstance(x, (int, float, type(None))) and not isinstance(x, bool) else []
 
 
-def test_page_data_report_and_lesson_agree_with_the_cpu(cpu, gpu):
-    for build in (lambda m: page_data.head(m, "an ear then the tin", 1, 2),
-                  lambda m: page_data.report_data(m, "an ear then the tin", "the tin", heads=3),
+def test_payloads_report_and_lesson_agree_with_the_cpu(cpu, gpu):
+    for build in (lambda m: payloads.head(m, "an ear then the tin", 1, 2),
+                  lambda m: payloads.report_data(m, "an ear then the tin", "the tin", heads=3),
                   lambda m: lesson_sections(m, "an ear then the tin", 1, 2).to_dict()):
         a, b = numbers(build(cpu)), numbers(build(gpu))
         assert len(a) == len(b) and len(a) > 10

@@ -12,7 +12,7 @@ import torch
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
 import studygroup
-import studygroup.study.page_data
+import studygroup.views.payloads
 from conftest import write_tiny_gemma3_gguf
 from studygroup.errors import ModelFileError
 from studygroup.gguf.config import config_from_gguf
@@ -84,7 +84,7 @@ def test_the_vision_tensors_are_left_unread_and_said_so(scaled, capsys):
     assert summarize((tiny.path,)).reason == note  # `studygroup models`' note
     studygroup.load(tiny.path, cache=False)
     assert note in capsys.readouterr().err  # the load message
-    assert studygroup.study.page_data.info(ours)["model"]["note"] == note  # /api/info
+    assert studygroup.views.payloads.info(ours)["model"]["note"] == note  # /api/info
 
 
 def test_gemma3_27b_query_scale_is_refused_in_one_line():

@@ -219,25 +219,25 @@ def pass_text(n: int) -> str:
 @pytest.fixture(scope="module")
 def views(tmp_path_factory):
     """A server of a model of VIEW_LAYERS layers, wide enough that a pass of pass_text lasts seconds:
-    its base URL, its Service, and the passes made (page_data.page_run's texts, in order)."""
-    from studygroup.study import page_data
+    its base URL, its Service, and the passes made (payloads.page_run's texts, in order)."""
+    from studygroup.views import payloads
     from studygroup.web.app import create_app
 
     path = write_tiny_gguf(tmp_path_factory.mktemp("views") / "m.gguf", n_layers=VIEW_LAYERS, n_heads=8, n_kv_heads=2,
                            d_head=32, d_mlp=512, context=4096).path
     app = create_app(studygroup.load(str(path)))
-    made, page_run = [], page_data.page_run
+    made, page_run = [], payloads.page_run
 
     def counted(model, text, *args, **kw):
         made.append(text)
         return page_run(model, text, *args, **kw)
 
-    page_data.page_run = counted
+    payloads.page_run = counted
     try:
         for url in served(None, app):
             yield url, app.state.service, made
     finally:
-        page_data.page_run = page_run
+        payloads.page_run = page_run
 
 
 #: Each endpoint that may make a pass, with a body for a text (a head of the last layer: the longest partial pass).

@@ -13,7 +13,7 @@ from gguf import GGMLQuantizationType as Q
 import studygroup
 from conftest import write_tiny_gguf
 from studygroup.gguf.config import size_text
-from studygroup.study.page_data import info
+from studygroup.views.payloads import info
 
 
 def test_the_label_is_basename_size_label_quantization_and_file_size(tmp_path):

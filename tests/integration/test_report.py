@@ -12,7 +12,7 @@ import pytest
 
 import studygroup
 from conftest import write_tiny_gguf
-from studygroup.study import page_data
+from studygroup.views import payloads
 from studygroup.views import report
 
 MARKUP = "a </script><img src=x onerror=alert(1)> & {{7*7}} \u2028 \"q\" 'x' <!-- <s>"
@@ -69,7 +69,7 @@ def test_embed_json_escapes_what_could_end_the_block():
 
 
 def test_report_is_self_contained_and_its_data_round_trips(model, tmp_path):
-    data = page_data.report_data(model, MARKUP, text_a="a lot")
+    data = payloads.report_data(model, MARKUP, text_a="a lot")
     path = report.write_report(data, tmp_path / "r.html")
     text = path.read_text(encoding="utf-8")
     p = parse(text)
@@ -164,6 +164,6 @@ def test_no_notebook_no_registration(monkeypatch):
 def test_report_data_reuses_a_given_explanation(model, explanation, monkeypatch):
     def no(*args, **kwargs):
         raise AssertionError("explained again")
-    monkeypatch.setattr(page_data, "explanation", no)
-    data = page_data.report_data(model, MARKUP, explained=explanation, heads=1)
+    monkeypatch.setattr(payloads, "explanation", no)
+    data = payloads.report_data(model, MARKUP, explained=explanation, heads=1)
     assert data["explanation"] == explanation.to_dict() and len(data["heads"]) == 1

@@ -15,9 +15,10 @@ import torch
 from fastapi.testclient import TestClient
 
 import studygroup
-from studygroup.study import page_data
 from studygroup.formats import percent
 from studygroup.views import assets
+from studygroup.views import compact_json
+from studygroup.views import payloads
 from studygroup.web import app as server
 from studygroup.web import guard as server_guard
 from studygroup.web.app import Limits, create_app
@@ -285,19 +286,18 @@ def test_mask_reasons_say_why_each_cell_is_hidden(client):
 
 def test_the_model_views_json_is_json_dumps_of_its_dict(tmp_path):
     """The page's model view (its thumbnails written from their tensor) is, byte for byte, the
-    compact JSON of page_data.model_view's dict: full maps, a long text's last rows, silencings."""
+    compact JSON of payloads.model_view's dict: full maps, a long text's last rows, silencings."""
     from conftest import write_tiny_gguf
-    from studygroup.study import jsonable
 
     model = studygroup.load(write_tiny_gguf(tmp_path / "roomy.gguf", context=256).path)
     long = "ab " * 60
-    assert len(model.tokenize(long)) > page_data.FULL_MAPS_MAX_T
+    assert len(model.tokenize(long)) > payloads.FULL_MAPS_MAX_T
     for text, members, heads in ((TEXT, (), ()), (TEXT, (2,), ((0, 1),)), (long, (3,), ())):
-        expected = json.dumps(page_data.model_view(model, text, None, Interventions(members, None, frozenset(heads))), ensure_ascii=False,
+        expected = json.dumps(payloads.model_view(model, text, None, Interventions(members, None, frozenset(heads))), ensure_ascii=False,
                               allow_nan=False, separators=(",", ":")).encode("utf-8")
-        assert page_data.model_view_json(model, text, None, Interventions(members, None, frozenset(heads))) == expected
+        assert payloads.model_view_json(model, text, None, Interventions(members, None, frozenset(heads))) == expected
     w = torch.tensor([[[0.5, 0.25], [1 / 3, 2.0]]], dtype=torch.float64)  # not rounded, past 1: json.dumps' own way
-    assert jsonable.rounded_grids(w, 3) == [b"[[0.5,0.25],[0.3333333333333333,2.0]]"]
+    assert compact_json.rounded_grids(w, 3) == [b"[[0.5,0.25],[0.3333333333333333,2.0]]"]
 
 
 def test_a_packed_model_view_holds_the_same_weights(tmp_path):
@@ -337,7 +337,7 @@ def test_a_packed_head_holds_the_same_vectors(client, notation):
     lists = post(client, "/api/head", body).json()
     packed = post(client, "/api/head", body | {"packed": True}).json()
     vectors = packed.pop("packed_vectors")
-    assert set(vectors) == set(page_data.PACKED_VECTORS)
+    assert set(vectors) == set(compact_json.PACKED_VECTORS)
     for name, p in vectors.items():
         x = np.frombuffer(base64.b64decode(p["base64"]), "<f4").reshape(p["shape"]).astype(np.float64)
         assert p["dtype"] == "float32" and packed.pop(name) is None and (x == np.array(lists.pop(name))).all(), name
@@ -442,8 +442,8 @@ def test_one_silenced_pass_serves_the_conclusion_the_model_view_and_the_head(mod
     """Silencing redrawn as the page does it (conclusion, model view, open head): one pass with the
     silencing, and the same answers, within float rounding, as an app that keeps no pass."""
     passes = []
-    real = page_data.page_run
-    monkeypatch.setattr(page_data, "page_run", lambda *a, **k: passes.append(a[2:] or k) or real(*a, **k))
+    real = payloads.page_run
+    monkeypatch.setattr(payloads, "page_run", lambda *a, **k: passes.append(a[2:] or k) or real(*a, **k))
     silencing = {"silence": {"members": [2], "heads": [[0, 1]]}}
     asks = [("/api/conclusion", {"text": TEXT}), ("/api/model_view", {"text": TEXT}),
             ("/api/head", {"text": TEXT, "layer": 1, "head": 2})]
@@ -621,14 +621,14 @@ def test_host_check_reads_the_port_too(model, host):
 def slow_app(model, monkeypatch):
     """An app whose `conclusion` blocks until released, counting its calls."""
     release, calls = threading.Event(), []
-    real = page_data.conclusion
+    real = payloads.conclusion
 
     def slow(*args, **kwargs):
         calls.append(args[1])
         assert release.wait(20)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(page_data, "conclusion", slow)
+    monkeypatch.setattr(payloads, "conclusion", slow)
     app = create_app(model, Limits(max_waiting=2, wait_timeout=10))
     return app, release, calls
 
@@ -657,7 +657,7 @@ def test_busy_server_queues_a_bounded_number_then_answers_503(slow_app):
 
 def test_one_computation_at_a_time(model, monkeypatch):
     running, most = [0], [0]
-    real = page_data.conclusion
+    real = payloads.conclusion
 
     def counted(*args, **kwargs):
         running[0] += 1
@@ -668,7 +668,7 @@ def test_one_computation_at_a_time(model, monkeypatch):
         finally:
             running[0] -= 1
 
-    monkeypatch.setattr(page_data, "conclusion", counted)
+    monkeypatch.setattr(payloads, "conclusion", counted)
     with TestClient(create_app(model)) as c:
         threads = [threading.Thread(target=c.post, args=("/api/conclusion",), kwargs={"json": {"text": f"t {i}"}})
                    for i in range(6)]
@@ -729,7 +729,7 @@ def test_cache_is_safe_to_share_between_threads():
 def test_internal_errors_are_json_500(model, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
-    monkeypatch.setattr(page_data, "conclusion", broken)
+    monkeypatch.setattr(payloads, "conclusion", broken)
     with TestClient(create_app(model), raise_server_exceptions=False) as c:
         assert "RuntimeError" in error_of(c.post("/api/conclusion", json={"text": TEXT}), 500)
 

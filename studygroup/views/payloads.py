@@ -1,28 +1,27 @@
 """What the web page, the HTML report and the notebook view show, gathered from the study layer.
 
-Each function calls `studygroup.study.explain*` / `studygroup.model_view` and returns plain JSON-able
-dicts (the payloads of docs/web-api.md). The server, the report and the notebook share them,
-so the three show the same numbers. No model logic here beyond choosing what to call.
+Each function calls the study layer (`studygroup.study.explain`, `model_view`, `head`, ...) and returns
+plain JSON-able dicts (the payloads of docs/web-api.md). The server, the report and the notebook share
+them, so the three show the same numbers. No model logic here beyond choosing what to call.
 """
 from __future__ import annotations
 
-import base64
-
-import numpy as np
 import torch
 
-from studygroup.study import attribution
-from studygroup.study import effects
-from studygroup.study import jsonable
-from studygroup.study import story
 from studygroup.model.interventions import Interventions
 from studygroup.model.record import KEY_STEPS, Record
+from studygroup.study import attribution
+from studygroup.study import effects
+from studygroup.study import story
+from studygroup.study.compare import compare
+from studygroup.study.explain import explain
+from studygroup.study.head import NOTATIONS, head_view
 from studygroup.study.model_view import FULL_MAPS_MAX_T
 from studygroup.study.model_view import model_view as _model_view
 from studygroup.study.model_view import thumbnails
-from studygroup.study.explain import checked_ids, explain, model_info, top_words  # noqa: F401 (checked_ids: for the server)
-from studygroup.study.compare import compare
-from studygroup.study.head import NOTATIONS, head_view
+from studygroup.study.results import model_info, top_words
+from studygroup.study.text_ids import checked_ids
+from studygroup.views import compact_json
 
 #: Decimals kept in the model view's thumbnails (the head view carries full precision).
 THUMBNAIL_DECIMALS = 3
@@ -135,8 +134,8 @@ def model_view(model, text, explanation=None, interventions: Interventions = Int
 
 def model_view_json(model, text, explanation=None, interventions: Interventions = Interventions(), run=None,
                     packed: bool = False) -> bytes:
-    """`jsonable.compact(model_view(...))`, the same bytes, with the thumbnails written from their
-    tensor (`jsonable.rounded_grids`) instead of a Python float per weight: what the web page asks for.
+    """`compact_json.compact(model_view(...))`, the same bytes, with the thumbnails written from their
+    tensor (`compact_json.rounded_grids`) instead of a Python float per weight: what the web page asks for.
     packed: every head's `weights` null and the thumbnails in `packed_weights` instead (`packed`):
     the same numbers in about half the bytes, read by the page without a number parsed per weight.
 
@@ -151,33 +150,15 @@ def model_view_json(model, text, explanation=None, interventions: Interventions 
         for h in layer:
             h["weights"] = None  # a mark where the thumbnail goes: no other key of the view is "weights"
     if packed:
-        return jsonable.compact(d | {"packed_weights": packed_thumbnails(thumbnails(run, THUMBNAIL_DECIMALS))})
-    parts = jsonable.compact(d).split(b'"weights":null')
-    grids = jsonable.rounded_grids(thumbnails(run, THUMBNAIL_DECIMALS).flatten(0, 1), THUMBNAIL_DECIMALS)  # layer by layer
+        return compact_json.compact(d | {"packed_weights": compact_json.packed_thumbnails(thumbnails(run, THUMBNAIL_DECIMALS), THUMBNAIL_DECIMALS)})
+    parts = compact_json.compact(d).split(b'"weights":null')
+    grids = compact_json.rounded_grids(thumbnails(run, THUMBNAIL_DECIMALS).flatten(0, 1), THUMBNAIL_DECIMALS)  # layer by layer
     if len(parts) != len(grids) + 1:
         raise RuntimeError(f"{len(parts) - 1} thumbnail marks for {len(grids)} heads")
     out = [parts[0]]
     for grid, part in zip(grids, parts[1:]):
         out += [b'"weights":', grid, part]
     return b"".join(out)
-
-
-def packed_thumbnails(w: torch.Tensor) -> dict:
-    """The thumbnails w (n_layers, n_heads, R, T), each weight rounded to THUMBNAIL_DECIMALS, as
-    whole thousandths: little-endian uint16, layer by layer, head by head, row by row, in base64.
-    A weight is its number / scale: the double nearest the three decimals, as the lists' JSON gives.
-
-    >>> p = packed_thumbnails(torch.tensor([[[[1.0, 0.0], [0.25, 0.75]]]], dtype=torch.float64))
-    >>> import struct
-    >>> p["shape"], p["scale"], struct.unpack("<4H", base64.b64decode(p["base64"]))
-    ([1, 1, 2, 2], 1000, (1000, 0, 250, 750))
-    """
-    k = jsonable.whole_units(w, THUMBNAIL_DECIMALS)  # (L, H, R, T) whole thousandths
-    if k is None:
-        raise ValueError("packed thumbnails hold weights in [0, 1] rounded to their decimals")
-    data = k.astype("<u2").tobytes()
-    return {"dtype": "uint16", "scale": 10 ** THUMBNAIL_DECIMALS, "shape": list(w.shape),
-            "base64": base64.b64encode(data).decode("ascii")}
 
 
 def _view_fields(run) -> dict:
@@ -195,7 +176,7 @@ def head(model, text, layer: int, head: int, notation: str = "paper", rows="auto
     or [A, B] members A to B-1 (a Python slice: None leaves an end open, negatives count from the
     end). keys: "all" or [C, D], the answers shown. interventions: the head in a run with these;
     run: that run (page_run), whose recorded vectors are used where it has them.
-    packed: the vectors (PACKED_VECTORS) as `packed_vectors` instead (`packed_vectors`).
+    packed: the vectors (compact_json.PACKED_VECTORS) as `packed_vectors` instead (`compact_json.packed_vectors`).
     """
     T = len(checked_ids(model, text))
     chosen = "all" if rows == "all" or (rows == "auto" and T <= FULL_MAPS_MAX_T) else "last" if rows in ("auto", "last") else "window"
@@ -209,34 +190,7 @@ def head(model, text, layer: int, head: int, notation: str = "paper", rows="auto
     d["contributions"] = contributions.tolist()
     d["rows"] = chosen if chosen != "window" and view.keys_shown == [0, T] else "window"
     d["questions"] = list(range(*view.rows_shown))
-    return packed_vectors(d) if packed else d
-
-
-#: The head view's vectors that `packed_vectors` packs: every member's, at full precision.
-PACKED_VECTORS = ("q_pre_rope", "k_pre_rope", "q", "k", "v", "output")
-
-
-def packed_vectors(d: dict) -> dict:
-    """The head view d with its vectors (PACKED_VECTORS, float32 numbers) null and in
-    `packed_vectors` instead: {name: {"dtype": "float32", "shape": [n, m], "base64": …}}, the
-    float32 numbers little-endian, row by row: the same numbers in a third of the bytes, and
-    none written or read as text. A vector whose numbers are not all float32 ones stays a list.
-
-    >>> p = packed_vectors({"q": [[0.5, -2.0]], "k": [[0.1]]})
-    >>> p["q"], p["packed_vectors"]["q"]["shape"], p["k"], "k" in p["packed_vectors"]
-    (None, [1, 2], [[0.1]], False)
-    """
-    packed = {}
-    for name in PACKED_VECTORS:
-        if d.get(name) is None:
-            continue
-        wide = np.asarray(d[name], dtype=np.float64)  # (n, m)
-        narrow = wide.astype("<f4")
-        if wide.ndim == 2 and np.array_equal(narrow.astype(np.float64), wide):
-            packed[name] = {"dtype": "float32", "shape": list(wide.shape),
-                            "base64": base64.b64encode(narrow.tobytes()).decode("ascii")}
-            d[name] = None
-    return d | {"packed_vectors": packed}
+    return compact_json.packed_vectors(d) if packed else d
 
 
 def answer_sizes(model, layer: int, head: int, v: torch.Tensor) -> torch.Tensor:
