@@ -164,6 +164,8 @@ def _generate_parser(sub) -> None:
     p.set_defaults(handler=_generate)
 
 
+#: How the command line spells a head's window, for a WindowError's message.
+WINDOW_NAMES = {"rows": "--rows A:B", "keys": "--keys C:D"}
 #: The sampling flags' defaults: the most likely word each time, up to the end-of-text token.
 SAMPLING_DEFAULTS = dict(temperature=0.0, top_k=None, top_p=1.0, seed=None, ignore_eos=False)
 
@@ -455,8 +457,8 @@ def _compare(args) -> str:
 def _head(args) -> str:
     from studygroup.views import text as render_text
     from studygroup.study.head import check_notation, head_view
-    from studygroup.errors import InputError
-    from studygroup.study.window import CLI, WindowError, or_last_question
+    from studygroup.errors import InputError, WindowError
+    from studygroup.study.window import or_last_question
 
     check_notation(args.notation)
     _check_figures(args)
@@ -471,7 +473,7 @@ def _head(args) -> str:
                       interventions=_chosen(args), rows=rows, keys=keys,
                       generated_from=generated_from)
     except WindowError as e:
-        raise InputError(e.spelled(CLI)) from None
+        raise InputError(e.spelled(WINDOW_NAMES)) from None
     if args.png is not None or args.svg is not None:
         _check_figure_window(v)
     _save_figures(args, lambda figures: figures.head_view_figure(v.to_dict()))

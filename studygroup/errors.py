@@ -24,3 +24,27 @@ class ModelFileError(StudyGroupError):
 
 class InputError(StudyGroupError, ValueError):
     """Text, token ids, a layer or a head that the model cannot take."""
+
+
+class WindowError(InputError):
+    """A window of a head's grid (studygroup.study.window) that is empty, reversed, out of range or
+    too large. Its message is a template with {rows} and {keys} where the parameters are named;
+    str() spells them as in Python, `spelled` as another caller does (the CLI, the web API).
+
+    >>> e = WindowError("choose {rows}")
+    >>> str(e), e.spelled({"rows": "--rows A:B", "keys": "--keys C:D"})
+    ('choose rows=slice(A, B)', 'choose --rows A:B')
+    """
+
+    #: How Python spells the two parameters: str()'s spelling.
+    PYTHON = {"rows": "rows=slice(A, B)", "keys": "keys=slice(C, D)"}
+
+    def __init__(self, template: str):
+        super().__init__(template)
+        self.template = template
+
+    def spelled(self, names: dict[str, str]) -> str:
+        return " ".join(self.template.format(**names).split())
+
+    def __str__(self) -> str:
+        return self.spelled(self.PYTHON)

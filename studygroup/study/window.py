@@ -5,45 +5,18 @@ A view therefore holds at most MAX_CELLS cells (256 × 256, the whole grid of a 
 past that the caller chooses a window. Rows and keys are Python slices over the members,
 half-open, negatives counting from the end: rows -1: is the last question.
 
-A bad window is refused with a WindowError whose message names the parameters as the caller
-spells them: `rows=slice(A, B)` in Python, `--rows A:B` on the command line, `"rows": [A, B]` in
-the web API.
+A bad window is refused with a WindowError (studygroup.errors) whose message names the parameters
+as the caller spells them: `rows=slice(A, B)` in Python, `--rows A:B` on the command line,
+`"rows": [A, B]` in the web API.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from studygroup.errors import InputError
+from studygroup.errors import WindowError
 
 #: The most cells (questions × answers) one view holds: the whole grid up to 256 members.
 MAX_CELLS = 256 * 256
-#: How each caller spells the two parameters, for messages: Python's by default.
-PYTHON = {"rows": "rows=slice(A, B)", "keys": "keys=slice(C, D)"}
-CLI = {"rows": "--rows A:B", "keys": "--keys C:D"}
-WEB = {"rows": '"rows": [A, B]', "keys": '"keys": [C, D]'}
-
-
-class WindowError(InputError):
-    """A window that is empty, reversed, out of range or too large. Its message is a template with
-    {rows} and {keys} where the parameters are named; str() spells them as in Python, `spelled`
-    as another caller does.
-
-    >>> e = WindowError("choose {rows}")
-    >>> str(e), e.spelled(CLI)
-    ('choose rows=slice(A, B)', 'choose --rows A:B')
-    """
-
-    def __init__(self, template: str):
-        super().__init__(template)
-        self.template = template
-
-    def spelled(self, names: dict[str, str]) -> str:
-        return " ".join(self.template.format(**names).split())
-
-    def __str__(self) -> str:
-        return self.spelled(PYTHON)
-
-
 @dataclass(frozen=True)
 class Window:
     """The questions (rows) and answers (keys) a view holds, as member ranges of a T-member text."""

@@ -1,8 +1,10 @@
 """What the web page, the HTML report and the notebook view show, gathered from the study layer.
 
-Each function calls the study layer (`studygroup.study.explain`, `model_view`, `head`, ...) and returns
-plain JSON-able dicts (the payloads of docs/web-api.md). The server, the report and the notebook share
-them, so the three show the same numbers. No model logic here beyond choosing what to call.
+Each function calls the study layer (`studygroup.study.explain`, `model_view`, `head`, `lens`, ...) and
+returns plain JSON-able dicts (the payloads of docs/web-api.md). The server, the report and the
+notebook share them, so the three show the same numbers; the server reaches the study layer only
+through this module, and checks a text (`checked_ids`), a lens's rows and patching's texts here.
+No model logic here beyond choosing what to call.
 """
 from __future__ import annotations
 
@@ -10,12 +12,19 @@ import torch
 
 from studygroup.model.interventions import Interventions
 from studygroup.model.record import KEY_STEPS, Record
+from studygroup.errors import InputError
+from studygroup.study import DEFAULT_TEXT
 from studygroup.study import attribution
 from studygroup.study import effects
+from studygroup.study import lens as study_lens
+from studygroup.study import overview as study_overview
+from studygroup.study import patching
 from studygroup.study import story
+from studygroup.study import why as study_why
 from studygroup.study.compare import compare
 from studygroup.study.explain import explain
 from studygroup.study.head import NOTATIONS, head_view
+from studygroup.study.lesson_sections import default_head, lesson_sections
 from studygroup.study.model_view import FULL_MAPS_MAX_T
 from studygroup.study.model_view import model_view as _model_view
 from studygroup.study.model_view import thumbnails
@@ -36,6 +45,8 @@ PAGE_RECORD = Record(steps=("weights", *attribution.NEEDED_STEPS, *HEAD_VECTORS,
 LONG_PAGE_RECORD = Record(steps=("weights", *attribution.NEEDED_STEPS), rows="last")
 #: How many decisive heads a report carries whole (both notations).
 REPORT_HEADS = 3
+#: The most blocks on a side of a head's overview (what /api/overview's `side` may ask).
+OVERVIEW_SIDE = study_overview.SIDE
 
 
 def page_run(model, text, interventions: Interventions = Interventions(), base=None):
@@ -206,10 +217,96 @@ def _t(m: list[list[float]]) -> list[list[float]]:
 
 
 def info(model, limits: dict | None = None) -> dict:
-    """The model's shape and the server's limits, for the page's first request."""
+    """The model's shape, the server's limits and the text the page opens with, for the page's first request."""
     c = model.config
     return {"model": model_info(model).to_dict(), "context_length": c.context_length,
-            "group_size": c.group_size, "notations": list(NOTATIONS), "limits": limits or {}}
+            "group_size": c.group_size, "notations": list(NOTATIONS), "limits": limits or {},
+            "default_text": DEFAULT_TEXT}
+
+
+def overview(run, layer: int, head: int, rows=None, keys=None, side: int = OVERVIEW_SIDE) -> dict:
+    """study.overview of one head of `run`: its map pooled into at most side × side blocks."""
+    return study_overview.overview(run, layer, head, rows, keys, side).to_dict()
+
+
+def lesson(model, text, layer: int | None, head: int | None, query: int | None = None, key: int | None = None,
+           interventions: Interventions = Interventions(), ranked: list[tuple[int, int]] = ()) -> dict:
+    """The lesson's sections for one head; layer and head None: the first head of `ranked` (explain's
+    order) not resting on a sink (study.lesson_sections.default_head)."""
+    if layer is None:
+        layer, head = default_head(model, text, list(ranked))
+    return (lesson_sections(model, text, layer, head, query, key, interventions).to_dict()
+            | interventions.ablation_field())
+
+
+def why(model, text, layer: int, head: int, query: int, key: int,
+        interventions: Interventions = Interventions()) -> dict:
+    """study.why: why member `query` listens to member `key` in one head."""
+    return study_why.why(model, text, layer, head, query, key, interventions).to_dict()
+
+
+def lens(model, text, top: int = 3, rows: tuple | None = None, all_positions: bool = False) -> dict:
+    """The logit lens of `text` (study.lens): rows [A, B] the members shown (lens_rows), else the
+    last member, or with all_positions every member up to study.lens.DEFAULT_POSITIONS."""
+    return study_lens.lens(model, text, top=top, positions=rows and slice(*rows), all_positions=all_positions).to_dict()
+
+
+def lens_rows(rows: list | None, T: int) -> tuple | None:
+    """The lens's rows [A, B] (a slice of a T-member text) as a key, checked: InputError where they
+    hold no member, or more than the lens shows at once."""
+    if rows is None:
+        return None
+    n = len(range(T)[slice(*rows)])
+    if n == 0:
+        raise InputError(f"rows {rows} hold no member of this {T}-member text (a Python slice: members A to B-1)")
+    if n > study_lens.DEFAULT_POSITIONS:
+        raise InputError(f"rows {rows} hold {n} members: the lens shows at most {study_lens.DEFAULT_POSITIONS} at "
+                         "once; give a narrower [A, B]")
+    return tuple(rows)
+
+
+def patch(model, clean, corrupted, answer: str | None = None, wrong: str | None = None) -> dict:
+    """Activation patching of `corrupted` from `clean` (study.patching)."""
+    return patching.patch(model, clean, corrupted, answer=answer, wrong=wrong).to_dict()
+
+
+def patch_members(model, clean, corrupted, answer: str | None = None, wrong: str | None = None) -> int:
+    """The members of each of the two texts, checked as patching checks them before any pass (the
+    same length, metric words of one token): InputError otherwise."""
+    return len(patching.checked(model, clean, corrupted, answer, wrong)[0])
+
+
+def patch_cost(model, T: int) -> dict:
+    """What patching two T-member texts costs: its layer passes, and the sentence that says so."""
+    return {"members": T, "layer_passes": patching.passes(model, T), "cost": patching.cost(model, T)}
+
+
+def model_sha256(model) -> str:
+    """SHA-256 of the file a loaded model was read from (a survey names the model by it)."""
+    from studygroup.study.survey.survey import file_sha256, model_file
+
+    return file_sha256(model_file(model))
+
+
+def survey_marks(survey, model, sha256: str) -> dict:
+    """The survey's marks for the page (each head's corpus roles), once the survey is checked to be
+    of the model file whose SHA-256 is `sha256`: InputError where it is another model's."""
+    from studygroup.study.survey.survey import check_surveyed, model_file
+
+    check_surveyed(survey, sha256, model_file(model).name)
+    return survey.marks()
+
+
+def checked_survey(folder: str, model):
+    """The finished survey in `folder` (`serve --survey`), checked to be of `model`'s file:
+    InputError (one line) otherwise."""
+    try:
+        from studygroup.study.survey.survey import check_surveyed, load_survey, model_file
+    except ImportError:
+        raise InputError("--survey reads Parquet files: pip install 'studygroup[survey]' (pyarrow)") from None
+    s = load_survey(folder)
+    check_surveyed(s, model_sha256(model), model_file(model).name)
+    return s
 
 
 def report_data(model, text, text_a=None, top: int = 10, heads: int = REPORT_HEADS, explained=None) -> dict:

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from studygroup.errors import InputError
 from studygroup.model.ablation import Ablation
 from studygroup.model.interventions import Interventions
-from studygroup.study import overview as study_overview
+from studygroup.views.payloads import OVERVIEW_SIDE
 from studygroup.web.jobs import JOB_ID
 
 MAX_TOP = 50
@@ -183,7 +183,7 @@ class OverviewBody(_Followed):
     head: Index
     rows: Literal["all"] | Ends = "all"
     keys: Literal["all"] | Ends = "all"
-    side: Annotated[int, Field(ge=1, le=study_overview.SIDE)] = study_overview.SIDE  # most blocks on a side
+    side: Annotated[int, Field(ge=1, le=OVERVIEW_SIDE)] = OVERVIEW_SIDE  # most blocks on a side
 
 
 class LessonBody(_Followed):

@@ -85,17 +85,6 @@ def url(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
 
 
-def checked_survey(folder: str, model):
-    """The finished survey in `folder`, checked to be of `model`'s file: InputError (one line) otherwise."""
-    try:
-        from studygroup.study.survey.survey import check_surveyed, file_sha256, load_survey, model_file
-    except ImportError:
-        raise InputError("--survey reads Parquet files: pip install 'studygroup[survey]' (pyarrow)") from None
-    s = load_survey(folder)
-    check_surveyed(s, file_sha256(model_file(model)), model_file(model).name)
-    return s
-
-
 def main(args) -> str:
     """Load the model, listen, print the URL, serve until Ctrl+C. Returns the closing line."""
     from studygroup.model import threads
@@ -104,6 +93,7 @@ def main(args) -> str:
     import uvicorn
 
     from studygroup.model.model import load
+    from studygroup.views.payloads import checked_survey
     from studygroup.web.app import LOOPBACK_HOSTS, Limits, create_app
     from studygroup.web.connections import BACKLOG, BoundedH11, quiet_repeats
 

@@ -11,10 +11,10 @@ from fastapi.testclient import TestClient
 
 import studygroup
 from studygroup.cli import main
+from studygroup.errors import WindowError
 from studygroup.study import window as window_
 from studygroup.study.head import head_view
 from studygroup.study.mask_reasons import SILENCED
-from studygroup.study.window import WindowError
 from studygroup.web.app import Limits, create_app
 from studygroup.model.interventions import Interventions
 from conftest import write_tiny_gguf

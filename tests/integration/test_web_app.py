@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 
 import studygroup
 from studygroup.formats import percent
+from studygroup.study import DEFAULT_TEXT
 from studygroup.views import assets
 from studygroup.views import compact_json
 from studygroup.views import payloads
@@ -97,7 +98,7 @@ def test_info(client, model):
     assert d["group_size"] == c.n_heads // c.n_kv_heads and d["notations"] == ["paper", "columns"]
     assert d["limits"]["max_tokens"] == 48 and d["limits"]["max_body_bytes"] == 1024 * 1024
     assert d["limits"]["context_length"] == c.context_length
-    assert d["default_text"] == server.DEFAULT_TEXT
+    assert d["default_text"] == DEFAULT_TEXT
 
 
 def test_conclusion(client):
@@ -798,10 +799,10 @@ def real_client(default_model):
 
 
 def test_default_model_concludes_of(real_client):
-    d = post(real_client, "/api/conclusion", {"text": server.DEFAULT_TEXT}).json()
+    d = post(real_client, "/api/conclusion", {"text": DEFAULT_TEXT}).json()
     assert d["tokens"] == ["C", "ash", "␣or", "␣credit", "␣card", "?", "␣I", "␣have", "␣a", "␣lot"]
     assert d["top"][0]["token"] == "␣of" and d["top"][0]["prob"] > 0.5
-    s = post(real_client, "/api/conclusion", {"text": server.DEFAULT_TEXT, "silence": {"members": [8]}}).json()
+    s = post(real_client, "/api/conclusion", {"text": DEFAULT_TEXT, "silence": {"members": [8]}}).json()
     of = next(w for w in s["words"] if w["token"] == "␣of")
     assert of["prob_after"] < of["prob_before"]  # without "␣a" the group is less sure of "␣of"
 

@@ -15,7 +15,7 @@ from conftest import write_tiny_gguf
 from studygroup.errors import InputError
 from studygroup.study.lens import lens
 from studygroup.study.patching import cost, passes, patch
-from studygroup.web import app as server
+from studygroup.views import payloads
 from studygroup.web.app import Limits, create_app
 
 from .test_jobs import in_thread, post as post_served, progress, sent_then_left, served, stopped_soon, until
@@ -61,14 +61,23 @@ def test_the_same_text_twice_is_said_with_null_cells(client):
     assert all(v is None for g in d["grids"].values() for row in g["normalised"] for v in row)
 
 
-def test_answers_are_cached_per_body(client):
-    service = client.app.state.service
-    for path, body, key in (("/api/lens", {"text": "the can", "top": 4}, ("lens", "the can", 4, None, False)),
-                            ("/api/patch", {"clean": "the on", "corrupted": "the in", "wrong": "t"},
-                             ("patch", "the on", "the in", None, "t"))):
+def test_answers_are_cached_per_body(client, monkeypatch):
+    """The same body (its job aside) is answered from the cache, not computed again; a body that
+    differs in one field is computed."""
+    made = []
+    for name in ("lens", "patch"):
+        real = getattr(payloads, name)
+        monkeypatch.setattr(payloads, name, lambda *a, _real=real, _name=name, **k: made.append(_name) or _real(*a, **k))
+    for path, body, other in (("/api/lens", {"text": "the can", "top": 4}, {"text": "the can", "top": 2}),
+                              ("/api/patch", {"clean": "the on", "corrupted": "the in", "wrong": "t"},
+                               {"clean": "the on", "corrupted": "the in", "wrong": "n"})):
+        name = path.removeprefix("/api/")
         first = client.post(path, json=body)
-        assert first.status_code == 200 and service.answers.get(key) == first.content
-        assert client.post(path, json={**body, "job": "again-" + path[5:]}).content == first.content
+        assert first.status_code == 200 and made.count(name) == 1, first.text
+        assert client.post(path, json={**body, "job": "again-" + name}).content == first.content
+        assert made.count(name) == 1  # the same body: the cached answer
+        again = client.post(path, json=other)
+        assert again.status_code == 200 and again.content != first.content and made.count(name) == 2, again.text
 
 
 @pytest.mark.parametrize("path, body, status, words", [
@@ -98,8 +107,8 @@ def test_a_body_that_is_not_json_names_the_patching_body(client):
 
 def test_the_lens_shows_at_most_its_rows_at_once():
     with pytest.raises(InputError, match=r"rows \[0, 100\] hold 100 members: the lens shows at most 64 at once"):
-        server._lens_rows([0, 100], 200)
-    assert server._lens_rows([-64, None], 200) == (-64, None)
+        payloads.lens_rows([0, 100], 200)
+    assert payloads.lens_rows([-64, None], 200) == (-64, None)
 
 
 #: Two texts of the same length (8 members each time), ending in "can" and "cat": a patching of
