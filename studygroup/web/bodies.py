@@ -220,3 +220,9 @@ class GenerateBody(_Silenced):
     candidates: Annotated[int, Field(ge=1, le=MAX_TOP)] = 5
     layer: Index | None = None  # with head: what each word's question heard in that head
     head: Index | None = None
+
+    def continuation_key(self, ids: list[int], sampling, interventions: Interventions) -> tuple:
+        """The key of the kept generation this request goes on from: the prompt's ids (its text's or
+        its chat's), the sampling (model.sampling.Sampling, checked), ignore_eos, candidates and the
+        interventions; not the words so far, how many more, or the head whose listening is shown."""
+        return (tuple(ids), sampling, self.ignore_eos, self.candidates, interventions)

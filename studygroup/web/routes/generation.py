@@ -25,5 +25,4 @@ async def generate(b: GenerateBody, s: Served):
         raise InputError(f"the text ({T} tokens), the {len(b.words)} words so far and {b.n} more exceed "
                          f"the {s.max_tokens} members this app takes")
     payloads.checked_ids(s.model, ids + list(b.words))  # the words are ids of the vocabulary
-    key = (tuple(ids), kw["sampling"], b.ignore_eos, b.candidates, i)  # the generation to go on from
-    return deprecation(b, await generation.stream(s, b, ids, key, kw, head))
+    return deprecation(b, await generation.stream(s, b, ids, b.continuation_key(ids, kw["sampling"], i), kw, head))
