@@ -253,7 +253,11 @@ def lens(model, text, top: int = 3, rows: tuple | None = None, all_positions: bo
 
 def lens_rows(rows: list | None, T: int) -> tuple | None:
     """The lens's rows [A, B] (a slice of a T-member text) as a key, checked: InputError where they
-    hold no member, or more than the lens shows at once."""
+    hold no member, or more than the lens shows at once.
+
+    >>> lens_rows([-64, None], 200), lens_rows(None, 5)
+    ((-64, None), None)
+    """
     if rows is None:
         return None
     n = len(range(T)[slice(*rows)])
