@@ -161,7 +161,8 @@ def model_view_json(model, text, explanation=None, interventions: Interventions 
         for h in layer:
             h["weights"] = None  # a mark where the thumbnail goes: no other key of the view is "weights"
     if packed:
-        return compact_json.compact(d | {"packed_weights": compact_json.packed_thumbnails(thumbnails(run, THUMBNAIL_DECIMALS), THUMBNAIL_DECIMALS)})
+        packed_weights = compact_json.packed_thumbnails(thumbnails(run, THUMBNAIL_DECIMALS), THUMBNAIL_DECIMALS)
+        return compact_json.compact(d | {"packed_weights": packed_weights})
     parts = compact_json.compact(d).split(b'"weights":null')
     grids = compact_json.rounded_grids(thumbnails(run, THUMBNAIL_DECIMALS).flatten(0, 1), THUMBNAIL_DECIMALS)  # layer by layer
     if len(parts) != len(grids) + 1:

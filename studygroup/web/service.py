@@ -176,12 +176,13 @@ class Service:
 
     def warm(self) -> None:
         """Compute the default text's views, so that the first visit finds them ready."""
-        e, none = self.explanation(payloads.DEFAULT_TEXT, 10), Interventions()
-        for key, fn in ((ExplainBody(text=payloads.DEFAULT_TEXT).cache_key(none), lambda: e.to_dict()),
-                        (ConclusionBody(text=payloads.DEFAULT_TEXT).cache_key(none),
-                         lambda: payloads.conclusion(self.model, payloads.DEFAULT_TEXT, 10, base=self.run(payloads.DEFAULT_TEXT))),
-                        (ModelViewBody(text=payloads.DEFAULT_TEXT, packed=True).cache_key(none, True),
-                         lambda: payloads.model_view_json(self.model, payloads.DEFAULT_TEXT, e, run=self.run(payloads.DEFAULT_TEXT), packed=True))):
+        text, none = payloads.DEFAULT_TEXT, Interventions()
+        e = self.explanation(text, 10)
+        for key, fn in ((ExplainBody(text=text).cache_key(none), lambda: e.to_dict()),
+                        (ConclusionBody(text=text).cache_key(none),
+                         lambda: payloads.conclusion(self.model, text, 10, base=self.run(text))),
+                        (ModelViewBody(text=text, packed=True).cache_key(none, True),
+                         lambda: payloads.model_view_json(self.model, text, e, run=self.run(text), packed=True))):
             if self.answers.get(key) is None:
                 body = dumps(fn())
                 self.answers.put(key, body, len(body))

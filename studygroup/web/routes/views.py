@@ -116,7 +116,8 @@ async def patch_cost(b: PatchTexts, s: Served):
 @router.post("/api/patch")
 async def patch(b: PatchBody, request: Request, s: Served):
     _patch_checked(s, b)
-    return await s.followed(request, b, b.cache_key(), lambda: payloads.patch(s.model, b.clean, b.corrupted, b.answer, b.wrong))
+    return await s.followed(request, b, b.cache_key(), lambda: payloads.patch(
+        s.model, b.clean, b.corrupted, b.answer, b.wrong))
 
 
 def _patch_checked(s: Service, b: PatchTexts) -> int:
