@@ -7,7 +7,7 @@ asks for them (/api/overview of the window, one block per cell: its exact weight
 comparison, as the whole head view of the window (/api/head: vectors, scores, member summaries).
 
 Target (issue 19): a 256 × 256 tile arrives within 0.3 s once the head's first tile has (the
-server keeps the run, payloads.page_run, and the run the layer's vectors). Prints the CPU, the
+server keeps the run, study.page_run, and the run the layer's vectors). Prints the CPU, the
 load average, p50 and p95, and the process's peak resident memory (the app runs in it).
 
     .venv/bin/python bench/map_tiles.py                  # the default model, T=2048, 20 tiles a head

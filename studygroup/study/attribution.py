@@ -145,3 +145,16 @@ def member_shares(run, token: int) -> torch.Tensor:
         per_answer = (v @ read[:, :, None])[..., 0]  # (H, T)
         total += (run[f"layers.{l}.weights"][:, -1].float() * per_answer).sum(0)  # (T,)
     return total.cpu()
+
+
+def answer_sizes(model, layer: int, head: int, v: torch.Tensor) -> torch.Tensor:
+    """‖v_j · W_O[h]‖ for every member j of one head: v (T, d_head) -> (T,) (answers_through_head
+    with the model's W_O).
+
+    >>> answer_sizes(model, 0, 0, torch.zeros(3, model.config.d_head)).tolist()
+    [0.0, 0.0, 0.0]
+    """
+    c = model.config
+    W_O_h = model.w[f"layers.{layer}.W_O"][head * c.d_head:(head + 1) * c.d_head].float()  # (d_head, d_model)
+    sizes, _ = answers_through_head(v.float().to(W_O_h.device), W_O_h)
+    return sizes.cpu()

@@ -17,6 +17,7 @@ import torch
 from studygroup.formulas import attention
 from studygroup.model.interventions import Interventions
 from studygroup.errors import InputError, NotationError
+from studygroup.study.attribution import answer_sizes
 from studygroup.study.jsonable import JSONable
 from studygroup.study.mask_reasons import mask_reasons
 from studygroup.study.text_ids import check_generated_from, checked_ids
@@ -303,3 +304,20 @@ def _members(vec: dict[str, torch.Tensor], g: _Grids, rows: range, tokens: list[
     out, listens = vectors(g.output, k), g.listens.tolist()
     return [MemberRow(i, tokens[i], q[r], q_pre[r], key[r], key_pre[r], v[r], out[r], listens[r])
             for r, i in enumerate(rows)]
+
+
+def answer_contributions(model, view: HeadView) -> tuple[torch.Tensor, torch.Tensor]:
+    """What each answer of a head view brings to each question: the answers' sizes ‖v_j · W_O[h]‖
+    (K,), and contributions[i][j] = w_ij · ‖v_j · W_O[h]‖, the size of member j's answer in
+    question i's weighted sum as the head writes it: (R, K) in paper notation, (K, R) in columns.
+
+    >>> view = head_view(model, "I have a lot", 0, 0)
+    >>> sizes, c = answer_contributions(model, view)
+    >>> tuple(c.shape) == (len(view.weights), len(view.weights[0])) == (len(view.weights), len(sizes))
+    True
+    """
+    paper = view.notation == "paper"
+    v = torch.tensor(view.v if paper else [list(r) for r in zip(*view.v)])  # (K, d_head)
+    sizes = answer_sizes(model, view.layer, view.head, v)  # (K,)
+    weights = torch.tensor(view.weights, dtype=torch.float32)  # (R, K) or (K, R) in the view's orientation
+    return sizes, weights * (sizes[None, :] if paper else sizes[:, None])

@@ -20,7 +20,7 @@ from studygroup.formats import brief, quote
 from studygroup.model.record import Record
 
 #: Up to this many members every head's whole T×T map is kept and shown: the model view's maps, the
-#: page's run (views.payloads.page_run) and a head's grid by default; past it, the last question's row.
+#: page's run (study.page_run) and a head's grid by default; past it, the last question's row.
 FULL_MAPS_MAX_T = 64
 #: How many heads get a rank when ranked by direct contribution.
 RANKED = 10

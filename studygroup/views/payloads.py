@@ -3,119 +3,58 @@
 Each function calls the study layer (`studygroup.study.explain`, `model_view`, `head`, `lens`, ...) and
 returns plain JSON-able dicts (the payloads of docs/web-api.md). The server, the report and the
 notebook share them, so the three show the same numbers; the server reaches the study layer only
-through this module, and checks a text (`checked_ids`), a lens's rows and patching's texts here.
-No model logic here beyond choosing what to call.
+through this module (the page's pass, `page_run`, and a text's check, `checked_ids`, among them),
+and checks a lens's rows and patching's texts here. Every number is the study layer's: this
+module chooses what to call and how the page reads it, and never calls the model itself.
 """
 from __future__ import annotations
 
-import torch
-
-from studygroup.model.interventions import Interventions
-from studygroup.model.record import KEY_STEPS, Record
 from studygroup.errors import InputError
+from studygroup.model.interventions import Interventions
 from studygroup.study import DEFAULT_TEXT
-from studygroup.study import attribution
-from studygroup.study import effects
+from studygroup.study import conclusion as study_conclusion
 from studygroup.study import lens as study_lens
 from studygroup.study import overview as study_overview
 from studygroup.study import patching
-from studygroup.study import story
 from studygroup.study import why as study_why
 from studygroup.study.compare import compare
 from studygroup.study.explain import explain
-from studygroup.study.head import NOTATIONS, head_view
+from studygroup.study.head import NOTATIONS, answer_contributions, head_view
 from studygroup.study.lesson_sections import default_head, lesson_sections
 from studygroup.study.model_view import FULL_MAPS_MAX_T
 from studygroup.study.model_view import model_view as _model_view
 from studygroup.study.model_view import thumbnails
-from studygroup.study.results import model_info, top_words
+from studygroup.study.page_run import page_run
+from studygroup.study.results import model_info
 from studygroup.study.text_ids import checked_ids
 from studygroup.views import compact_json
 
 #: Decimals kept in the model view's thumbnails (the head view carries full precision).
 THUMBNAIL_DECIMALS = 3
-#: The steps a head's view reads: page_run records them for short texts.
-HEAD_VECTORS = ("q_pre_rope", "k_pre_rope", "q", "k", "v")
-#: What page_run keeps up to FULL_MAPS_MAX_T members: every head's map and vectors and the residual
-#: stream entering each layer (where a run silencing a head starts) for every member, and of the rest
-#: (what the direct contributions read) the last member's row only.
-PAGE_RECORD = Record(steps=("weights", *attribution.NEEDED_STEPS, *HEAD_VECTORS, "resid_pre"),
-                     full_rows=KEY_STEPS | {"weights", *HEAD_VECTORS, "resid_pre"}, last_rows=1)
-#: What page_run keeps past FULL_MAPS_MAX_T members: the last question's row of each.
-LONG_PAGE_RECORD = Record(steps=("weights", *attribution.NEEDED_STEPS), rows="last")
 #: How many decisive heads a report carries whole (both notations).
 REPORT_HEADS = 3
 #: The most blocks on a side of a head's overview (what /api/overview's `side` may ask).
 OVERVIEW_SIDE = study_overview.SIDE
 
 
-def page_run(model, text, interventions: Interventions = Interventions(), base=None):
-    """One pass of `text` with these interventions that serves the page's three views of it: the
-    conclusion (its logits), the model view (every head's weights and what the direct
-    contributions need) and, up to FULL_MAPS_MAX_T members, any head's view (its vectors).
-    Past that, each head's view makes its own pass up to its layer. base: a page_run of this text
-    that this run can start from: with the same members silenced (and the same ablation) and fewer
-    heads, its layers before the first head newly silenced (`Run.silence_heads`: the same numbers,
-    those layers not computed again); silencing by zero ablation, with the same heads silenced and
-    fewer members, its rows before the first member newly silenced (`Run.silence_members`: those
-    rows not computed again).
-
-    >>> one = Interventions(silenced_members=(1,))
-    >>> run = page_run(model, "I have a lot", one)
-    >>> a = head(model, "I have a lot", 3, 0, run=run)["weights"]
-    >>> b = head(model, "I have a lot", 3, 0, interventions=one)["weights"]  # its own pass, up to layer 3
-    >>> max(abs(x - y) for ra, rb in zip(a, b) for x, y in zip(ra, rb)) < 1e-5
-    True
-    """
-    ids = checked_ids(model, text)
-    record = PAGE_RECORD if len(ids) <= FULL_MAPS_MAX_T else LONG_PAGE_RECORD
-    wanted = interventions.checked(model, len(ids))
-    if base is not None and base.record == record and list(base.token_ids) == ids and base.interventions.ablation == wanted.ablation:
-        had = base.interventions
-        if had.silenced_members == wanted.silenced_members and had.silenced_heads <= wanted.silenced_heads:
-            return base.silence_heads(wanted.silenced_heads)
-        if (had.silenced_heads == wanted.silenced_heads and had.member_heads is None and wanted.zero
-                and set(had.silenced_members) <= set(wanted.silenced_members)):
-            return base.silence_members(wanted.silenced_members)
-    return model.run(ids, record=record, interventions=wanted)
-
-
 def conclusion(model, text, top: int = 10, interventions: Interventions = Interventions(), base=None,
                after=None) -> dict:
     """The members and the top next words, before and (when anything is silenced) after silencing
-    (by the interventions' ablation, named in "ablation" unless zero).
-
-    One pass without recording (two when silencing); base, after: runs of this text without and
-    with the silencing (page_run) to take the logits from instead. `words` lists every word of
-    either top list with its probability before and after, so the page can draw the old value as
-    a ghost bar; `silenced_story`, the story's conclusion sentence told from the silenced run's
-    top words (story.conclusion_parts).
+    (by the interventions' ablation, named in "ablation" unless zero): study.conclusion as the page
+    reads it. `words` lists every word of either top list with its probability before and after, so
+    the page can draw the old value as a ghost bar; `silenced_story`, the story's conclusion
+    sentence told from the silenced run's top words.
 
     >>> d = conclusion(model, "I have a lot", interventions=Interventions(silenced_members=(2,)))
     >>> d["top"][0]["token"], d["words"][0]["prob_before"] > 0
     ('␣of', True)
     """
-    ids = checked_ids(model, text)
-    base = base if base is not None else model.run(ids, record="none")
-    lp = effects.log_probs(base.last_logits)  # (vocab,)
-    i = interventions.checked(model, len(ids))
-    out = {"tokens": base.tokens, "token_ids": list(ids), "top": [w.to_dict() for w in top_words(base, lp, top)],
-           **i.silenced(), **i.ablation_field(), "silenced": None, "silenced_story": None, "words": []}
-    if not (i.silenced_members or i.silenced_heads):
-        return out
-    if after is None:
-        after = model.run(ids, record="none", interventions=i)
-    lp_after = effects.log_probs(after.last_logits)  # (vocab,)
-    new_top = top_words(after, lp_after, top)
-    out["silenced"] = [w.to_dict() for w in new_top]
-    out["silenced_story"] = story.conclusion_parts(new_top, [f"silenced[{n}].prob" for n in range(len(new_top))], silenced=True,
-                                                   ablation=i.ablation.kind)
-    ids_shown = list(dict.fromkeys([w["id"] for w in out["top"]] + [w.id for w in new_top]))
-    readable = model.tokenizer.readable
-    out["words"] = [{"token": readable(i), "id": i, "prob_before": float(lp[i].exp()),
-                     "prob_after": float(lp_after[i].exp()), "change": float(lp_after[i].exp() - lp[i].exp())}
-                    for i in ids_shown]
-    return out
+    c = study_conclusion.conclusion(model, text, top, interventions, base, after)
+    i = c.interventions
+    return {"tokens": c.tokens, "token_ids": c.token_ids, "top": [w.to_dict() for w in c.top],
+            **i.silenced(), **i.ablation_field(),
+            "silenced": None if c.silenced is None else [w.to_dict() for w in c.silenced],
+            "silenced_story": c.silenced_story, "words": [w.to_dict() for w in c.words]}
 
 
 def explanation(model, text, top: int = 10, interventions: Interventions = Interventions(),
@@ -195,26 +134,12 @@ def head(model, text, layer: int, head: int, notation: str = "paper", rows="auto
     as_slice = lambda w: slice(*w) if isinstance(w, (list, tuple)) else None  # noqa: E731
     view = head_view(model, text, layer, head, notation, interventions=interventions, run=run, rows=slice(-1, None) if chosen == "last" else as_slice(rows), keys=as_slice(keys))
     d = view.to_dict() | interventions.ablation_field()
-    sizes = answer_sizes(model, layer, head, torch.tensor(view.v if notation == "paper" else _t(view.v)))
-    weights = torch.tensor(view.weights, dtype=torch.float32)  # (R, K) or (K, R) in the asked orientation
-    contributions = weights * (sizes[None, :] if notation == "paper" else sizes[:, None])
+    sizes, contributions = answer_contributions(model, view)
     d["answer_sizes"] = sizes.tolist()
     d["contributions"] = contributions.tolist()
     d["rows"] = chosen if chosen != "window" and view.keys_shown == [0, T] else "window"
     d["questions"] = list(range(*view.rows_shown))
     return compact_json.packed_vectors(d) if packed else d
-
-
-def answer_sizes(model, layer: int, head: int, v: torch.Tensor) -> torch.Tensor:
-    """‖v_j · W_O[h]‖ for every member j: v (T, d_head) -> (T,). (Adapter over attribution.)"""
-    c = model.config
-    W_O_h = model.w[f"layers.{layer}.W_O"][head * c.d_head:(head + 1) * c.d_head].float()  # (d_head, d_model)
-    sizes, _ = attribution.answers_through_head(v.float().to(W_O_h.device), W_O_h)
-    return sizes.cpu()
-
-
-def _t(m: list[list[float]]) -> list[list[float]]:
-    return [list(r) for r in zip(*m)]
 
 
 def info(model, limits: dict | None = None) -> dict:

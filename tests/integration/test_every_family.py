@@ -217,15 +217,15 @@ def test_a_member_silenced_from_a_kept_runs_rows_equals_transformers(pair, monke
     windows then start inside the kept rows), and its logits and every head's weights are
     transformers' with that member masked."""
     from studygroup.model.model import Model
-    from studygroup.views import payloads
+    from studygroup.study.page_run import page_run
 
     ours, theirs = pair
     T, j = 14, 9
     ids = ids_of(ours, T, seed=5)
-    base = payloads.page_run(ours, ids)
+    base = page_run(ours, ids)
     rows, real = [], Model._mlp
     monkeypatch.setattr(Model, "_mlp", lambda self, l, x, *a: rows.append(x.shape[1]) or real(self, l, x, *a))
-    quiet = payloads.page_run(ours, ids, Interventions((j,)), base=base)
+    quiet = page_run(ours, ids, Interventions((j,)), base=base)
     assert rows == [T - j] * ours.config.n_layers
     out = reference(ours, theirs, ids, [j], attentions=True)
     assert (quiet.last_logits - out.logits[0, -1]).abs().max() < 1e-4
