@@ -20,10 +20,16 @@ from studygroup.errors import StudyGroupError
 _shown = True  # off in a process whose console is a log (the web server's)
 
 
-def hide() -> None:
-    """From now on, no announcements and no bars in this process (`studygroup serve` calls it)."""
+@contextmanager
+def hidden():
+    """`with hidden(): ...`: no announcements and no bars in this process meanwhile (`studygroup serve`
+    while it serves); as they were after."""
     global _shown
-    _shown = False
+    before, _shown = _shown, False
+    try:
+        yield
+    finally:
+        _shown = before
 
 
 def shown() -> bool:

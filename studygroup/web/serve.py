@@ -90,13 +90,6 @@ def main(args) -> str:
     from studygroup.model import threads
 
     threads.set_wait_policy(serving=True)  # before torch is imported (`python -m studygroup.web.serve`)
-    import uvicorn
-
-    from studygroup.model.model import load
-    from studygroup.views.payloads import checked_survey
-    from studygroup.web.app import LOOPBACK_HOSTS, Limits, create_app
-    from studygroup.web.connections import BACKLOG, BoundedH11, quiet_repeats
-
     if args.max_tokens is not None and args.max_tokens < 1:
         raise InputError(f"--max-tokens {args.max_tokens} is too small: the least is 1")
     from studygroup import progress
@@ -106,7 +99,19 @@ def main(args) -> str:
     if not local:
         print(f"studygroup: warning: listening on {args.host}, not only on this machine: anyone who can reach "
               f"this address can use the app (there is no login)", file=sys.stderr, flush=True)
-    progress.hide()  # the console is the server's log: no per-request announcements or bars
+    with progress.hidden():  # the console is the server's log: no per-request announcements or bars
+        return _serve(args, sock, local)
+
+
+def _serve(args, sock, local: bool) -> str:
+    """Load the model, then serve on the bound socket until stopped."""
+    import uvicorn
+
+    from studygroup.model.model import load
+    from studygroup.views.payloads import checked_survey
+    from studygroup.web.app import LOOPBACK_HOSTS, Limits, create_app
+    from studygroup.web.connections import BACKLOG, BoundedH11, quiet_repeats
+
     model = load(args.model)
     surveyed = None if args.survey is None else checked_survey(args.survey, model)
     hosts = LOOPBACK_HOSTS if local else None

@@ -237,7 +237,6 @@ def test_bad_names_exit_2_in_one_line(capsys, home, model, message):
 
 
 def test_explain_and_serve_take_listed_names(capsys, home, tiny_model, monkeypatch):
-    monkeypatch.setattr("studygroup.progress._shown", True)  # serve hides announcements in this process: undone after
     code = main(["explain", "the tin", "--model", "ollama:tiny", "--json", "--measure-heads", "0"])
     assert code == 0 and json.loads(capsys.readouterr().out)["tokens"] == ["t", "he", "␣t", "in"]
     code = main(["serve", "--model", "nothing-like-it", "--port", "0"])

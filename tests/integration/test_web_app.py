@@ -849,11 +849,11 @@ def test_serve_warns_when_not_on_loopback_and_only_once_it_listens(monkeypatch, 
         raise studygroup.InputError("stopped after listening, in a test")
 
     monkeypatch.setattr(model_module, "load", stop)
-    monkeypatch.setattr(progress, "_shown", progress._shown)  # serve.main hides the announcements: back after the test
     args = argparse.Namespace(host="0.0.0.0", port=0, model=None, max_tokens=256, warm=False)
     with pytest.raises(studygroup.InputError, match="stopped after listening"):
         serve.main(args)
     assert "warning: listening on 0.0.0.0" in capsys.readouterr().err
+    assert progress.shown()  # announcements hidden while serving only, not for the rest of the process
     args.host = "127.0.0.1"
     with pytest.raises(studygroup.InputError, match="stopped after listening"):
         serve.main(args)
