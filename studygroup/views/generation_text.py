@@ -46,7 +46,8 @@ def taken_out(ablation: dict, heads: bool, members: bool) -> str:
         return f" by resample ablation ({what} taken from the other text followed by the same words)"
     n = ablation["reference"]
     over = "the prompt's members" if not n else f"every member of the reference text{'s' if n > 1 else ''}"
-    return f" by mean ablation ({what} replaced by their mean over {over})"
+    means = "its mean" if not members else "their means" if heads else "their mean"
+    return f" by mean ablation ({what} replaced by {means} over {over})"
 
 
 def continuations(c) -> str:

@@ -132,7 +132,7 @@ def test_the_command_names_the_ablation_and_parts_where_the_generation_does(tiny
     assert [w["id"] for w in got["silenced"]["words"]] == want.ids
     assert main(argv) == 0
     assert "taken out by mean ablation (each head's output and each member's key and value replaced by their " \
-           "mean over the prompt's members)" in " ".join(capsys.readouterr().out.split())
+           "means over the prompt's members)" in " ".join(capsys.readouterr().out.split())
     whole = model.generate(text, 6, ignore_eos=True)
     c = continuations(model, model.ids(text), whole, dict(n=6, ignore_eos=True), i)
     k = c.parting.word - 1
