@@ -10,7 +10,7 @@ already in the cache. So:
   prompt and the words so far would change with each word, and with it every cached key and value.)
 - resample: the source text has as many members as the prompt. At a generated member, a silenced
   head takes its output in the source followed by the same words: the source keeps a key/value
-  cache of its own and passes each word too (a second row's pass per word).
+  cache of its own and passes each word too (a second row's pass per word, where heads are silenced).
 
 The silenced members are the prompt's: their keys and values enter the cache taken out, once.
 So the words and logits after k words are those of one run of the prompt and the k words with the
@@ -43,6 +43,7 @@ class GenerationAblation:
             steps = self._pass(ids, Record(steps=("k", "v", "k_pre_rope", "output")))
             taken = [{s: steps[f"layers.{l}.{s}"][0].to(model.dtype) for s in ("output", "k_pre_rope", "v")}
                      for l in range(model.config.n_layers)]  # {step: (H or H_kv, P, d)}
+            self.source = self.source if self.heads else None  # members alone: the words need nothing of it
         self.prompt = interventions.taken_out(model, prompt, taken)
 
     def at(self, p: int) -> Interventions:

@@ -70,19 +70,19 @@ def test_each_words_logits_equal_a_hooked_transformers_run_over_the_words_so_far
     assert changed > 1e-3  # the ablation changes the logits
 
 
-@pytest.mark.parametrize("kind", ["mean", "resample"])
-def test_questions_and_rows_equal_one_run_of_the_words_so_far(tiny_model, kind):
+@pytest.mark.parametrize("kind, heads", [("mean", {(0, 1), (1, 3)}), ("resample", {(0, 1), (1, 3)}), ("resample", set())])
+def test_questions_and_rows_equal_one_run_of_the_words_so_far(tiny_model, kind, heads):
     """Each word's recomputed questions and attention rows are those of one run of the prompt and
     the words before it under `Ablation.over_generated` (a mean over the prompt, the source followed
-    by the same words): the cache's values and a whole run's agree."""
+    by the same words): the cache's values and a whole run's agree (a member alone resampled too)."""
     model = studygroup.load(tiny_model.path, cache=False)
     prompt, source = ids_of(model, 7, seed=23), ids_of(model, 7, seed=24)
     ablation = Ablation(kind, source=tuple(source) if kind == "resample" else None)
-    i = Interventions((2,), None, frozenset({(0, 1), (1, 3)}), ablation=ablation)
+    i = Interventions((2,), None, frozenset(heads), ablation=ablation)
     g = model.generate(prompt, 6, ignore_eos=True, interventions=i)
     for k, word in enumerate(g.words, start=1):
         words = g.ids[:k - 1]
-        one = Interventions((2,), None, frozenset({(0, 1), (1, 3)}), ablation=ablation.over_generated(model, prompt, words))
+        one = Interventions((2,), None, frozenset(heads), ablation=ablation.over_generated(model, prompt, words))
         run = model.run(prompt + words, record=["q", "weights"], interventions=one)
         assert int(run.logits[-1].argmax()) == word.id and abs(float(run.logits[-1, word.id]) - word.logit) < 1e-4
         q = g.questions(k)
