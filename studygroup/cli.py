@@ -473,16 +473,17 @@ def _head(args) -> str:
     rows, keys = args.rows, args.keys
     if not args.json:  # text: a long text's last question unless a window is given
         rows, keys = or_last_question(len(model.ids(text)), rows, keys)
+    chosen = _chosen(args)
     try:
         v = head_view(model, text, args.layer, args.head, args.notation, largest=args.top,
-                      interventions=_chosen(args), rows=rows, keys=keys,
+                      interventions=chosen, rows=rows, keys=keys,
                       generated_from=generated_from)
     except WindowError as e:
         raise InputError(e.spelled(CLI)) from None
     if args.png is not None or args.svg is not None:
         _check_figure_window(v)
     _save_figures(args, lambda figures: figures.head_view_figure(v.to_dict()))
-    return v.to_json(indent=2) if args.json else render_text.head_view(v, full=args.full)
+    return v.to_json(indent=2) if args.json else render_text.head_view(v, full=args.full, ablation=chosen.ablation_field().get("ablation"))
 
 
 def _with_generated(model, args) -> tuple:

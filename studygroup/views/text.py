@@ -293,14 +293,16 @@ def _window(v) -> list[str]:
                  f"at most 256 × 256 cells)", indent="")]
 
 
-def head_view(v, full: bool = False) -> str:
+def head_view(v, full: bool = False, ablation: dict | None = None) -> str:
     """One head over its window: each member's question, key and answer in short, the grids, the
-    notation check. Within 100 lines of at most 400 characters, unless `full`."""
+    notation check. Within 100 lines of at most 400 characters, unless `full`. ablation: how the
+    silenced were taken out where not by zero ablation ({"kind", …})."""
     sums = _weight_sums(v)
     name = lambda i: _member_name(v, i, full)  # noqa: E731
     lines = [_head_members(v.tokens, full, v.generated_from), *generated_line(v.generated_from, len(v.tokens)), "",
              f"layer {v.layer} head {v.head} (key/value head {v.kv_head}, shared by heads {v.shares_keys_with})",
-             f"notation: {v.notation}: {v.orientation}", *_silenced(v, full), *_window(v), *_head_sinks(v), "",
+             f"notation: {v.notation}: {v.orientation}", *_silenced(v, full, ablation),
+             *([wrap(v.taken_out, indent="")] if v.taken_out else []), *_window(v), *_head_sinks(v), "",
              "each member: its question q, the nature of its answer k (before and after RoPE), its answer v,",
              "and the weighted sum of what it heard (norm, then the largest entries by size):"]
     shown = v.members if full else v.members[-HEAD_MEMBERS:]
