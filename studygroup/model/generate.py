@@ -8,6 +8,9 @@ appends its key and value. Per word the result keeps what the questions that cho
 27 KB a word for the default model. The questions themselves (L × H × d float32, 69 KB a word:
 570 MB over the 8,192-member window) are not kept: `Generation.questions(k)` recomputes them from
 the key/value cache on request (one row's pass, exact), and `Generation.row` the whole row from them.
+Silenced members and heads are taken out at every word: by zero ablation through the pass's masks
+and gates, by a mean or resample ablation through the values `generation_ablation` fixes for each
+member as it is passed.
 
 Shapes: L layers, H query heads, H_kv key/value heads, d = d_head, P members before the step.
 """
