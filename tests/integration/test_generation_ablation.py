@@ -108,6 +108,8 @@ def test_a_resample_text_of_another_length_is_refused_in_one_line(tiny_model, ca
     model = studygroup.load(tiny_model.path, cache=False)
     with pytest.raises(InputError, match="same number of tokens"):
         model.generate(ids_of(model, 5), 2, interventions=Interventions((1,), ablation=Ablation("resample", source=tuple(ids_of(model, 4)))))
+    with pytest.raises(InputError, match="silences members in every head"):
+        model.generate(ids_of(model, 5), 2, interventions=Interventions((1,), frozenset({(0, 1)})))
     path = str(tiny_model.path)
     for argv, words in ((["--ablation", "resample", "--from", "the tin"], "same number of tokens"),
                         (["--ablation", "mean", "--from", "the tin"], "goes with the resample ablation")):
