@@ -319,8 +319,10 @@ def _ablation_notes(model, chosen: Interventions, layer: int) -> list[str]:
                     f"{over.format('its')}.")
     if chosen.silenced_members:
         said.append(f"By {a.kind} ablation, the key and value projections of {_each('member', list(map(str, chosen.silenced_members)))} "
-                    f"are replaced by {over.format('their')} in every layer{_then(model)}; they change these parts "
-                    "through what the earlier layers' heads heard.")
+                    f"are replaced by {over.format('their')} in every layer{_then(model)}; " + (
+                        "they reach this score through what the earlier layers' heads heard, and this row's weights "
+                        "through its softmax." if layer else "in layer 0 they do not enter this score (its q and k come "
+                        "from the embeddings alone), only this row's weights through its softmax."))
     return said
 
 
