@@ -11,6 +11,7 @@ stderr with exit status 2.
                     [--chat [--system TEXT]]
     studygroup lesson [TEXT] [--head L.H] [--section N] [--html FILE]   (at a terminal: one section at a time)
     studygroup why [TEXT] --layer L --head H --key J [--query I] [--silence-member J] [--silence-head L.H]
+                    [--ablation zero|mean|resample [--reference FILE ...] [--from TEXT]]
     studygroup lens [TEXT] [--all-positions | --rows A:B]   (the logit lens)
     studygroup patch CLEAN CORRUPTED [--answer WORD] [--wrong WORD] [--full]   (activation patching)
     studygroup ablate [TEXT] [--head L.H] [--reference FILE ...] [--from TEXT]   (zero, mean, resample)
@@ -21,6 +22,7 @@ stderr with exit status 2.
     studygroup models [--full]   (the GGUF models on this disk)
     studygroup generate TEXT -n N [--temperature T] [--top-k K] [--top-p P] [--seed S] [--ignore-eos]
                     [--candidates K] [--chat [--system TEXT]] [--silence-member J] [--silence-head L.H]
+                    [--ablation zero|mean|resample [--reference FILE ...] [--from TEXT]]
 
 Every command takes --json (print the result as JSON instead), --top K and --model PATH.
 """
@@ -142,12 +144,13 @@ def _ablation_sources(p: argparse.ArgumentParser) -> None:
                         "number of tokens)")
 
 
-def _ablation_options(p: argparse.ArgumentParser, what: str) -> None:
-    """--ablation zero|mean|resample for `what`, with its --reference files and --from text."""
+def _ablation_options(p: argparse.ArgumentParser, what: str, note: str = "") -> None:
+    """--ablation zero|mean|resample for `what`, with its --reference files and --from text; `note`
+    ends its help."""
     p.add_argument("--ablation", default="zero", choices=("zero", "mean", "resample"),
                    help=f"how {what} taken out: zero (a head's write zeroed, a member's keys removed: the default), "
                         "mean (a head's output, a member's key and value, replaced by their mean over the members, or "
-                        "over --reference files), resample (taken from --from TEXT)")
+                        f"over --reference files), resample (taken from --from TEXT){note}")
     _ablation_sources(p)
 
 
@@ -160,6 +163,9 @@ def _generate_parser(sub) -> None:
                    help="the most likely words listed per word in --json (default 5)")
     _chat_options(p)
     _interventions(p, "also the continuation")
+    _ablation_options(p, "the silenced members and heads are", "; in generation the mean is over the prompt's members, "
+                      "taken before the first word, and a generated member's resampled output is the one in --from TEXT "
+                      "followed by the same words")
     _model_options(p)
     p.set_defaults(handler=_generate)
 
@@ -272,6 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--query", type=_integer, default=None, metavar="I", help="the member asking (default: the last)")
     p.add_argument("--key", type=_integer, required=True, metavar="J", help="the member answering (J <= I)")
     _interventions(p, "the score")
+    _ablation_options(p, "the silenced members and heads are")
     _common(p, 20, "how many of the largest part pairs to show (default 20)")
     p.set_defaults(handler=_why)
     p = sub.add_parser("lens", help="the logit lens: what the group would conclude after each layer")
@@ -468,16 +475,17 @@ def _head(args) -> str:
     rows, keys = args.rows, args.keys
     if not args.json:  # text: a long text's last question unless a window is given
         rows, keys = or_last_question(len(model.ids(text)), rows, keys)
+    chosen = _chosen(args)
     try:
         v = head_view(model, text, args.layer, args.head, args.notation, largest=args.top,
-                      interventions=_chosen(args), rows=rows, keys=keys,
+                      interventions=chosen, rows=rows, keys=keys,
                       generated_from=generated_from)
     except WindowError as e:
         raise InputError(e.spelled(WINDOW_NAMES)) from None
     if args.png is not None or args.svg is not None:
         _check_figure_window(v)
     _save_figures(args, lambda figures: figures.head_view_figure(v.to_dict()))
-    return v.to_json(indent=2) if args.json else render_text.head_view(v, full=args.full)
+    return v.to_json(indent=2) if args.json else render_text.head_view(v, full=args.full, ablation=chosen.ablation_field().get("ablation"))
 
 
 def _with_generated(model, args) -> tuple:

@@ -66,6 +66,21 @@ class Ablation:
         source = self.source if self.source is None or isinstance(self.source, str) else list(self.source)
         return {"kind": self.kind, "reference": len(self.reference), "from": source}
 
+    def over_generated(self, model, prompt: list[int], words: list[int]) -> "Ablation":
+        """The ablation under which one run of the prompt and these generated words puts in what a
+        generation with this ablation did (`studygroup.model.generation_ablation`): a mean over the
+        prompt's members (unless reference texts are given); resample from the source followed by
+        the same words.
+
+        >>> Ablation("mean").over_generated(model, [1, 2], [3]).reference
+        ((1, 2),)
+        """
+        if self.kind == "mean" and not self.reference:
+            return Ablation("mean", (tuple(prompt),))
+        if self.kind == "resample":
+            return Ablation("resample", source=(*same_length(model, prompt, self.source), *words))
+        return self
+
     def taken(self, model, ids: list[int], steps=STEPS) -> list[dict[str, torch.Tensor]]:
         """Per layer, what the places this ablation takes out take instead in a run of ids:
         {step of `steps` (of STEPS): (H or H_kv, 1 or T, d)} (1: a mean; T: a resampled text's members).

@@ -8,6 +8,9 @@ appends its key and value. Per word the result keeps what the questions that cho
 27 KB a word for the default model. The questions themselves (L × H × d float32, 69 KB a word:
 570 MB over the 8,192-member window) are not kept: `Generation.questions(k)` recomputes them from
 the key/value cache on request (one row's pass, exact), and `Generation.row` the whole row from them.
+Silenced members and heads are taken out at every word: by zero ablation through the pass's masks
+and gates, by a mean or resample ablation through the values `generation_ablation` fixes for each
+member as it is passed.
 
 Shapes: L layers, H query heads, H_kv key/value heads, d = d_head, P members before the step.
 """
@@ -20,7 +23,10 @@ import torch
 
 from studygroup.errors import InputError
 from studygroup.model.arguments import whole_number
+from studygroup.model.ablation import ZERO, Ablation
+from studygroup.model.generation_ablation import GenerationAblation
 from studygroup.model.interventions import Interventions
+from studygroup.model.kv_cache import Cache
 from studygroup.model.record import Record
 from studygroup.model.sampling import Sampling
 from studygroup.model.step import LeanStep
@@ -83,9 +89,9 @@ class Generation:
     @property
     def nbytes(self) -> int:
         """Bytes of the key/value cache it keeps to go on and of its words' records."""
-        cache = self._talk.cache
         records = [t for w in self.words for t in (w.members, w.weights, w.sink)]
-        return sum(t.numel() * t.element_size() for t in cache.k + cache.v + records)
+        ablation = 0 if self._talk.ablation is None else self._talk.ablation.nbytes
+        return self._talk.cache.nbytes + ablation + sum(t.numel() * t.element_size() for t in records)
 
     def word_json(self, k: int, head: tuple[int, int] | None = None) -> dict:
         """Word k (from 1): {token, id, prob, logit, top: [{token, id, prob, logit}], stop?}; with a
@@ -101,10 +107,13 @@ class Generation:
         return out
 
     def to_json(self) -> dict:
-        """{"prompt": {"tokens", "token_ids"}, "words": [{token, id, prob, logit, top, stop?}], "stop"}."""
-        tok = self.model.tokenizer
-        return {"prompt": {"tokens": [tok.readable(i) for i in self.prompt_ids], "token_ids": list(self.prompt_ids)},
-                "words": [self.word_json(k) for k in range(1, len(self.words) + 1)], "stop": self.stop}
+        """{"prompt": {"tokens", "token_ids"}, "words": [{token, id, prob, logit, top, stop?}], "stop",
+        "ablation"?}: "ablation" ({"kind", "reference", "from"}) where something silenced is taken out
+        by a mean or resample ablation."""
+        tok, i = self.model.tokenizer, self.interventions
+        return {"prompt": {"tokens": [tok.readable(t) for t in self.prompt_ids], "token_ids": list(self.prompt_ids)},
+                "words": [self.word_json(k) for k in range(1, len(self.words) + 1)], "stop": self.stop,
+                **(i.ablation_field() if i.silenced_members or i.silenced_heads else {})}
 
     @torch.inference_mode()
     def more(self, n: int, on_word=None) -> "Generation":
@@ -134,10 +143,10 @@ class Generation:
     def questions(self, k: int) -> torch.Tensor:
         """(L, H, d) the questions (after RoPE) that chose word k (from 1): those of the last of the
         P members before it, recomputed by passing that member again over the cache's P - 1 before
-        it, with the generation's silencing."""
+        it, with the generation's silencing (and its ablation's values)."""
         P = self._members_before(k)
         member = (self.prompt_ids + self.ids)[P - 1]
-        _, steps = _row_pass(self.model, self.interventions, self._talk.cache.past(P - 1), member, _QUESTION)
+        _, steps = _row_pass(self.model, self._talk.at(P - 1), self._talk.cache.past(P - 1), member, _QUESTION)
         return torch.stack([steps[f"layers.{l}.q"][0, :, -1] for l in range(self.model.config.n_layers)])
 
     def row(self, k: int, layer: int, head: int, q: torch.Tensor | None = None) -> torch.Tensor:
@@ -171,8 +180,9 @@ def _row_mask(model, interventions: Interventions, layer: int, head: int, P: int
 
 
 def generate(model, text_or_ids, n: int, sampling: Sampling = Sampling(), ignore_eos: bool = False,
-             candidates: int = 5, silence_members=(), silence_heads=(), on_word=None) -> Generation:
-    """Generate up to n words after the prompt. on_word(word) is called as each word comes."""
+             candidates: int = 5, silence_members=(), silence_heads=(), on_word=None, ablation: Ablation = ZERO) -> Generation:
+    """Generate up to n words after the prompt. on_word(word) is called as each word comes.
+    ablation: how the silenced are taken out (`studygroup.model.generation_ablation`)."""
     n = whole_number(n, "the number of words")
     if n < 1:
         raise InputError(f"the number of words must be at least 1, not {n}")
@@ -180,20 +190,25 @@ def generate(model, text_or_ids, n: int, sampling: Sampling = Sampling(), ignore
     if len(ids) + n > model.config.context_length:  # refused before the prompt's pass
         raise InputError(f"the prompt ({len(ids)} tokens) and {n} words exceed the model's context of "
                          f"{model.config.context_length}")
-    return start(model, ids, sampling, ignore_eos, candidates, silence_members, silence_heads, n).more(n, on_word)
+    return start(model, ids, sampling, ignore_eos, candidates, silence_members, silence_heads, n, ablation).more(n, on_word)
 
 
 @torch.inference_mode()
 def start(model, text_or_ids, sampling: Sampling = Sampling(), ignore_eos: bool = False, candidates: int = 5,
-          silence_members=(), silence_heads=(), capacity: int = 1) -> Generation:
+          silence_members=(), silence_heads=(), capacity: int = 1, ablation: Ablation = ZERO) -> Generation:
     """A generation with no words yet: the prompt passed, its keys and values in a cache with room
-    for `capacity` words (more grows it); `more(n)` generates."""
+    for `capacity` words (more grows it); `more(n)` generates. ablation: how the silenced are taken
+    out (zero: silenced; mean or resample: `studygroup.model.generation_ablation`)."""
     ids = model.ids(text_or_ids)
     candidates = whole_number(candidates, "candidates")
-    interventions = Interventions.make(model, len(ids), silence_members, None, silence_heads)
+    interventions = Interventions.make(model, len(ids), silence_members, None, silence_heads, ablation=ablation)
     talk = _Talk(model, interventions, sampling, candidates, set() if ignore_eos else end_ids(model))
-    talk.cache = _Cache(model.config, min(len(ids) + capacity, model.config.context_length), model.device, model.dtype)
-    logits, steps = model.forward(torch.tensor(ids, device=model.device), interventions.plan(model, len(ids), _KEPT))
+    size = min(len(ids) + capacity, model.config.context_length)
+    talk.cache = Cache(model.config, size, model.device, model.dtype)
+    if not interventions.zero and (interventions.silenced_members or interventions.silenced_heads):
+        talk.ablation = GenerationAblation(model, interventions, ids, size)
+    prompt = interventions if talk.ablation is None else talk.ablation.prompt
+    logits, steps = model.forward(torch.tensor(ids, device=model.device), prompt.plan(model, len(ids), _KEPT))
     talk.cache.append(steps)
     talk.logits, talk.w = logits, _last_row(steps, model.config)
     return Generation(model, ids, interventions, _talk=talk)
@@ -210,9 +225,16 @@ class _Talk:
         # silenced, or a family the lean step does not compute: every word through the general pass
         self.general = bool(interventions.silenced_members or interventions.silenced_heads) or not LeanStep.takes(model)
         self.cache, self.lean, self.logits, self.w = None, None, None, None
+        self.ablation: GenerationAblation | None = None  # a mean or resample ablation's values
+
+    def at(self, p: int) -> Interventions:
+        """The interventions of member p's pass alone (its ablation's values at p)."""
+        return self.interventions if self.ablation is None else self.ablation.at(p)
 
     def reserve(self, capacity: int) -> None:
         """Room in the cache for `capacity` members; the lean step is made for its size."""
+        if self.ablation is not None:
+            self.ablation.reserve(capacity)
         if self.cache.reserve(capacity) or (self.lean is None and not self.general):
             self.lean = None if self.general else LeanStep(self.model, self.cache)
 
@@ -230,7 +252,9 @@ class _Talk:
         if self.lean is not None:
             self.logits, self.w = self.lean(word_id)  # (V,), (L, H, P)
         else:
-            self.logits, steps = _row_pass(self.model, self.interventions, self.cache.past(), word_id, _KEPT)
+            if self.ablation is not None:
+                self.ablation.add(word_id)  # resample: the source passes the word first
+            self.logits, steps = _row_pass(self.model, self.at(self.cache.T), self.cache.past(), word_id, _KEPT)
             self.cache.append(steps)
             self.w = _last_row(steps, self.model.config)
 
@@ -261,42 +285,6 @@ def _word(z: torch.Tensor, word_id: int, candidates: int, w: torch.Tensor, conte
     sink = w[..., 0].float().clone()  # (L, H)
     return Word(word_id, float(lp[word_id].exp()), float(z[word_id]), ranked, members.to(index),
                 weights.float(), sink)
-
-
-class _Cache:
-    """Every layer's keys and values so far, in place: (1, H_kv, capacity, d) each, T filled."""
-
-    def __init__(self, c, capacity: int, device, dtype):
-        shape = (1, c.n_kv_heads, capacity, c.d_head)
-        self.k = [torch.empty(shape, device=device, dtype=dtype) for _ in range(c.n_layers)]
-        self.v = [torch.empty(shape, device=device, dtype=dtype) for _ in range(c.n_layers)]
-        self.T = 0
-
-    def reserve(self, capacity: int) -> bool:
-        """Room for `capacity` members (the filled ones copied over); True if it grew."""
-        if capacity <= self.k[0].shape[-2]:
-            return False
-        for kv in (self.k, self.v):
-            for l, old in enumerate(kv):
-                kv[l] = torch.empty((*old.shape[:2], capacity, old.shape[-1]), device=old.device, dtype=old.dtype)
-                kv[l][:, :, :self.T] = old[:, :, :self.T]
-        return True
-
-    def append(self, steps: dict[str, torch.Tensor]) -> None:
-        """Add the keys and values a pass recorded: (1, H_kv, T_new, d) per layer."""
-        T_new = steps["layers.0.k"].shape[-2]
-        for l in range(len(self.k)):
-            self.k[l][:, :, self.T:self.T + T_new] = steps[f"layers.{l}.k"]
-            self.v[l][:, :, self.T:self.T + T_new] = steps[f"layers.{l}.v"]
-        self.T += T_new
-
-    def past(self, T: int | None = None) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
-        """The first T members' keys and values (all filled ones by default): (1, H_kv, T, d) per layer."""
-        T = self.T if T is None else T
-        return {l: (self.k[l][:, :, :T], self.v[l][:, :, :T]) for l in range(len(self.k))}
-
-    def keys(self) -> dict[int, torch.Tensor]:
-        return {l: self.k[l][0, :, :self.T].float() for l in range(len(self.k))}
 
 
 def end_ids(model) -> set[int]:

@@ -227,6 +227,19 @@ class Interventions:
                     for s, t in taken[l].items() if s != "output"]  # (H_kv, 1 or len(members), d)
         return with_fields(self, ablated=tuple(out))
 
+    def cut(self, rows: range) -> "Interventions":
+        """These interventions for a pass of these rows alone (the first members of a text, or one
+        member's pass over a cache of the members before it): the silenced members after the rows
+        dropped (they change nothing in them); under a mean or resample ablation, also those before
+        the rows (their taken-out keys and values are the past's), and each value the ablation puts
+        in cut to the rows (a mean, the same at every row, kept whole). Needs `taken_out` first."""
+        if self.zero:
+            return with_fields(self, silenced_members=tuple(j for j in self.silenced_members if j < rows.stop))
+        if (self.silenced_members or self.silenced_heads) and not self.ablated:
+            raise ValueError(f"{self.ablation.kind} ablation's values are not taken yet: cut interventions.taken_out(model, ids)")
+        ablated = tuple(r for r in (_cut(r, rows) for r in self.ablated) if r is not None)
+        return with_fields(self, silenced_members=tuple(j for j in self.silenced_members if j in rows), ablated=ablated)
+
     def replaced(self) -> dict[str, list[Replacement]]:
         """{full step name: its replacements, the ablation's first, then those given in order}."""
         out: dict[str, list[Replacement]] = {}
@@ -283,6 +296,18 @@ class Interventions:
         """(T, T) bool: which keys each question of this head could see in this run; with rows,
         those questions' rows only (len(rows), T)."""
         return masks_.member_mask(T, self.silenced_members if self.hides_members(layer, head) else (), rows=rows)
+
+
+def _cut(r: Replacement, rows: range) -> Replacement | None:
+    """An ablation's replacement for a pass of these rows alone: its members among them (None where
+    none is), its value cut to their rows (a value of one row, the same at every row, kept whole)."""
+    whole = r.value.shape[-2] == 1
+    if r.members is None:
+        return r if whole else Replacement(r.name, r.value[..., rows.start:rows.stop, :], None, r.heads)
+    kept = [n for n, j in enumerate(r.members) if j in rows]
+    if not kept:
+        return None
+    return Replacement(r.name, r.value if whole else r.value[..., kept, :], tuple(r.members[n] for n in kept), r.heads)
 
 
 def head_gates(copies: Sequence[Iterable[tuple[int, int]]], n_heads: int, device=None) -> dict[int, torch.Tensor]:

@@ -24,6 +24,7 @@ from studygroup.gguf.config import Config
 from studygroup.model.arguments import token_ids, whole_number
 from studygroup.errors import InputError, ModelFileError
 from studygroup.progress import layer_advance, say
+from studygroup.model.ablation import ZERO
 from studygroup.model.interventions import Interventions, PassPlan, each_member_silenced, packed_members_silenced
 from studygroup.model.record import Keeper, resolve
 from studygroup.model.fusing import fuse, join_kept
@@ -484,8 +485,10 @@ class Model:
         cut to `top_k` and `top_p`, with a private generator seeded by `seed` (same seed, same
         words). Stops after an end-of-generation token (its word's stop is "eos") unless
         ignore_eos. candidates: the most likely words kept per step. silence_members (prompt
-        members) and silence_heads apply at every word (or `interventions`' members and heads, which
-        a key/value cache silences with zero ablation only). on_word(word) is called as each comes.
+        members) and silence_heads apply at every word (or `interventions`' members and heads, taken
+        out by its ablation: zero; mean, over the prompt's members or the reference texts, fixed
+        before the first word; resample, from the source followed by the same words:
+        `studygroup.model.generation_ablation`). on_word(word) is called as each comes.
         chat: the text is the user's turn in the model's chat template (`chat`; `system` before it).
         Returns a `studygroup.model.generate.Generation`: `.ids`, `.words`, `.to_json()`.
         """
@@ -496,13 +499,14 @@ class Model:
             text_or_ids = self.chat(text_or_ids, system)
         elif system is not None:
             raise InputError("a system text goes with chat=True (the model's chat template)")
+        ablation = ZERO
         if interventions is not None:
-            if not interventions.zero:
-                raise InputError(f"generation silences with zero ablation only: {interventions.ablation.kind} ablation "
-                                 "is for the views of one text (conclusion, model view, heads)")
+            if interventions.member_heads is not None:
+                raise InputError("generation silences members in every head: give member_heads=None")
             silence_members, silence_heads = interventions.silenced_members, sorted(interventions.silenced_heads)
+            ablation = interventions.ablation
         return generate.generate(self, text_or_ids, n, how, ignore_eos, candidates, silence_members,
-                                 silence_heads, on_word)
+                                 silence_heads, on_word, ablation)
 
     @torch.inference_mode()
     def silenced_logits(self, text_or_ids, members: Sequence[int], heads=None, kv=None, on_layer=None,

@@ -3,11 +3,12 @@ where they part, and how likely each of the two words is there, in either group.
 
 Both are generated with the same settings (and seed, when sampled), so they part because of what
 was silenced. At the first word where they differ, one pass of the shared sequence so far is made
-for each group, and both words' probabilities read from each.
+for each group, and both words' probabilities read from each (the silenced group's with the
+generation's own ablation values: `Ablation.over_generated`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace as with_fields
 
 import torch
 
@@ -41,6 +42,7 @@ class Continuations(JSONable):
     silenced_ids: list[int]
     silenced_members: list[int]
     silenced_heads: list[list[int]]
+    ablation: dict | None  # how the silenced were taken out (Ablation.to_dict) where not by zero ablation
     parting: Parting | None
 
 
@@ -54,13 +56,14 @@ def continuations(model, text, whole, settings: dict, interventions: Interventio
     if k is not None:
         seq = prompt + a[:k]
         p_whole = _probs(model.run(seq))
-        p_silenced = _probs(model.run(seq, interventions=interventions))
+        ablation = interventions.ablation.over_generated(model, prompt, a[:k])  # the generation's values
+        p_silenced = _probs(model.run(seq, interventions=with_fields(interventions, ablation=ablation)))
         tok = model.tokenizer
         parting = Parting(k + 1, tok.readable(a[k]), a[k], tok.readable(b[k]), b[k], float(p_whole[a[k]]),
                           float(p_whole[b[k]]), float(p_silenced[a[k]]), float(p_silenced[b[k]]))
     i = other.interventions.silenced()
     return Continuations(model.tokenizer.decode(prompt), whole.text, a, other.text, b, i["silenced_members"],
-                         i["silenced_heads"], parting)
+                         i["silenced_heads"], interventions.ablation_field().get("ablation"), parting)
 
 
 def _probs(run) -> torch.Tensor:

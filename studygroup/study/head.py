@@ -110,6 +110,7 @@ class HeadView(JSONable):
     silenced_heads: list[list[int]] = field(default_factory=list)  # [layer, head] pairs that wrote nothing
     generated_from: int | None = None  # the first member the model generated (prompt ids + generated ids); None: none
     sink_write: SinkWrite | None = None  # where the last question rests on a sink: its write compared across texts
+    taken_out: str | None = None  # where this head is itself silenced: what its output shown is, and what the run puts in
 
     @property
     def is_whole(self) -> bool:
@@ -217,7 +218,31 @@ def head_view(model, text, layer: int, head: int, notation: str = "paper", large
         q_pre_rope=t(vec["q_pre_rope"][R]).tolist(), k_pre_rope=t(vec["k_pre_rope"][K]).tolist(),
         output=(g.cols_output if notation == "columns" else g.output).tolist(),
         members=_members(vec, g, w.rows, run.tokens, largest), **sinks,
-        check=g.check(), generated_from=generated_from, sink_write=resting, **run.interventions.silenced())
+        check=g.check(), generated_from=generated_from, sink_write=resting, **run.interventions.silenced(),
+        taken_out=taken_out_said(run.interventions, layer, head))
+
+
+def taken_out_said(interventions: Interventions, layer: int, head: int) -> str | None:
+    """Where head (layer, head) is itself silenced in the run: its output and write shown (and in
+    its sink write) are what it computes from its own q, k and v, not what the run passes on; in
+    words, with what the run puts in instead. None where the head is not silenced.
+
+    >>> taken_out_said(Interventions(silenced_heads=frozenset({(2, 0)})), 2, 0).split(":")[0]
+    'Head 2.0 is silenced in this run'
+    """
+    if (layer, head) not in interventions.silenced_heads:
+        return None
+    a = interventions.ablation
+    how = "silenced" if a.kind == "zero" else f"taken out by {a.kind} ablation"
+    over = "the text's members" if not a.reference else "every member of the reference texts"
+    instead = {"zero": "its write is zeroed, so none of what is shown here reaches the residual stream",
+               "mean": f"its output at every member is replaced by its mean over {over}, so the residual stream gets "
+                       "that one mean (through W_O) at every member, not the outputs shown here",
+               "resample": "its output at each member is taken from the other text's run at that member, so the "
+                           "residual stream gets the other text's outputs (through W_O), not those shown here"}[a.kind]
+    return (f"Head {layer}.{head} is {how} in this run: the output shown and the write it makes through W_O (here "
+            f"and where its write is compared across texts) are what it computes from its own q, k and v; in the run "
+            f"{instead}.")
 
 
 def _sinks(vec: dict[str, torch.Tensor], mask: torch.Tensor) -> dict:

@@ -26,6 +26,7 @@ import torch
 from studygroup.errors import InputError
 from studygroup.formulas import attention, rope
 from studygroup.model.interventions import Interventions
+from studygroup.study.story import MEMBER_TAKEN_OUT
 from studygroup.model.record import Record
 from studygroup.study.text_ids import checked_ids, checked_pair
 from studygroup.study.jsonable import JSONable
@@ -109,8 +110,9 @@ class Why(JSONable):
     n_parts: int  # parts per member: len(part_names(...)), 1 + layer·n_heads + layer in a Llama
     pairs: list[PartPair]  # every (query part, key part) pair, largest |value| first
     notes: list[str]  # the two splits in words
-    silenced_members: list[int] = field(default_factory=list)  # members nobody hears in this run
-    silenced_heads: list[list[int]] = field(default_factory=list)  # [layer, head] pairs writing nothing in it
+    silenced_members: list[int] = field(default_factory=list)  # members taken out in this run (zero: nobody hears them)
+    silenced_heads: list[list[int]] = field(default_factory=list)  # [layer, head] pairs taken out (zero: writing nothing)
+    ablation: dict | None = None  # how they were taken out where not by zero ablation: {"kind", "reference", "from"}
 
     def __repr__(self) -> str:
         return brief(self, f"of head {self.layer}.{self.head}: member {self.query} listens to member {self.key} "
@@ -163,8 +165,11 @@ def why(model, text, layer: int, head: int, query: int, key: int,
     The score q_i·k_j/√d_k split into content + position, and into every (query part, key part)
     pair of the residual stream's parts (see the module's docstring). A question hears only the
     members up to itself, so key <= query; the text after member i changes nothing and is not run.
-    interventions: the score in a run with its members and heads silenced (members in every head;
-    a silenced key is refused: nobody hears it, so its score decides nothing), by zero ablation.
+    interventions: the score in a run with its members and heads silenced (members in every head),
+    taken out by its ablation. Zero: a silenced key is refused (nobody hears it, so its score decides
+    nothing). Mean or resample: the values put in are the whole text's (its members' mean, or the
+    other text's at the same member), as in a run of the whole text; a silenced key is refused (its
+    key is the ablation's, not made from its residual stream: it has no parts).
 
     >>> w = why(model, "I have a lot", layer=2, head=0, query=3, key=1)
     >>> abs(w.content + w.position - w.score) < 1e-5, len(w.pairs) == w.n_parts ** 2
@@ -174,11 +179,13 @@ def why(model, text, layer: int, head: int, query: int, key: int,
     ids = checked_ids(model, text)
     i, j = checked_pair(model, len(ids), query, key)
     chosen = interventions.checked(model, len(ids))
-    if not chosen.zero:  # the runs below stop at the members asking: a mean or resample over the whole text does not cut
-        raise InputError(f"why splits a score in runs of the text up to each member, which silence with zero ablation "
-                         f"only: give no {chosen.ablation.kind} ablation")
-    before = Interventions(tuple(m for m in chosen.silenced_members if m <= i), None, chosen.silenced_heads)
-    if not before.mask(layer, head, i + 1, rows=range(i, i + 1))[0, j]:  # (members after i change nothing up to i)
+    if not chosen.zero and j in chosen.silenced_members:
+        raise InputError(f"member {j} is taken out by {chosen.ablation.kind} ablation in this run: its key is the "
+                         f"ablation's ({MEMBER_TAKEN_OUT[chosen.ablation.kind]}), not made from its residual stream, so "
+                         f"its score has no parts to split; give another key, or leave member {j} as it is")
+    # the ablation's values from the whole text (the runs below stop at the members asking; members after i change nothing up to i)
+    before = chosen.taken_out(model, ids).cut(range(i + 1))
+    if not before.mask(layer, head, i + 1, rows=range(i, i + 1))[0, j]:
         raise InputError(f"member {j} is silenced in this run: member {i}'s question does not hear it, so its "
                          f"score decides nothing; give another key, or leave member {j} heard")
     layout = Layout.of(model, layer)
@@ -189,10 +196,10 @@ def why(model, text, layer: int, head: int, query: int, key: int,
     names = part_names(layer, model.config.n_heads, layout)
     total = float(values.sum())
     tokens = [model.tokenizer.readable(t) for t in ids]
-    notes = _notes(model, layer, layout, i, j, score, content, total, len(names))
+    notes = _notes(model, layer, layout, i, j, score, content, total, len(names)) + _ablation_notes(model, before, layer)
     return Why(text if isinstance(text, str) else None, tokens, list(ids), layer, head, model.config.kv_head_of(head),
                i, j, score, weight, content, score - content, model.rope, total, len(names),
-               _sorted_pairs(values, names), notes, **chosen.silenced())
+               _sorted_pairs(values, names), notes, **chosen.silenced(), ablation=chosen.ablation_field().get("ablation"))
 
 
 def _record(model, layer: int, layout: Layout) -> Record:
@@ -208,9 +215,9 @@ def _record(model, layer: int, layout: Layout) -> Record:
 
 def _last_row_run(model, ids: list[int], m: int, layer: int, layout: Layout, silenced: Interventions):
     """A run of members 0…m recording `_record`'s rows of member m (the members after m change
-    nothing up to m, and neither do the silenced ones after it)."""
-    upto = Interventions(tuple(x for x in silenced.silenced_members if x <= m), None, silenced.silenced_heads)
-    return model.run(ids[:m + 1], record=_record(model, layer, layout), interventions=upto)
+    nothing up to m, and neither do the silenced ones after it); `silenced` holds its ablation's
+    values for the whole text, cut here to members 0…m."""
+    return model.run(ids[:m + 1], record=_record(model, layer, layout), interventions=silenced.cut(range(m + 1)))
 
 
 def _score(run, layer: int, head: int, j: int) -> tuple[float, float, float]:
@@ -295,6 +302,39 @@ def _notes(model, layer: int, layout: Layout, i: int, j: int, score: float, cont
         f"linear in the {P} parts ({_listing(layer, c.n_heads, layout)}), so the score is the sum of {P}×{P} pair "
         f"values: {total:.6g} in float64.",
     ]
+
+
+def _ablation_notes(model, chosen: Interventions, layer: int) -> list[str]:
+    """Under a mean or resample ablation, what the silenced heads' parts and the silenced members up
+    to the one asking are in this run."""
+    if chosen.zero or not (chosen.silenced_members or chosen.silenced_heads):
+        return []
+    a = chosen.ablation
+    over = "the other text's at the same member" if a.kind == "resample" else \
+        "{} mean over " + ("the text's members" if not a.reference else "every member of the reference texts")
+    said = []
+    below = [f"{l}.{h}" for l, h in sorted(chosen.silenced_heads) if l < layer]
+    if below:
+        said.append(f"By {a.kind} ablation, the part of {_each('head', below)} is its write with its output replaced by "
+                    f"{over.format('its')}.")
+    if chosen.silenced_members:
+        said.append(f"By {a.kind} ablation, the key and value projections of {_each('member', list(map(str, chosen.silenced_members)))} "
+                    f"are replaced by {over.format('their')} in every layer{_then(model)}; " + (
+                        "they reach this score through what the earlier layers' heads heard, and this row's weights "
+                        "through its softmax." if layer else "in layer 0 they do not enter this score (its q and k come "
+                        "from the embeddings alone), only this row's weights through its softmax."))
+    return said
+
+
+def _then(model) -> str:
+    """What the family does to a replaced key projection next, in words ("" where nothing)."""
+    done = (["normed per head"] if _head_norms(model, 0) else []) + (["turned by RoPE"] if model.rope else [])
+    return f" (the key then {' and '.join(done)} at the member's own position)" if done else ""
+
+
+def _each(what: str, names: list[str]) -> str:
+    """"head 3.0", or "each of heads 3.0, 10.2"."""
+    return f"{what} {names[0]}" if len(names) == 1 else f"each of {what}s {', '.join(names)}"
 
 
 def _listing(layer: int, n_heads: int, layout: Layout) -> str:

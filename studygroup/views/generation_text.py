@@ -38,10 +38,24 @@ def generation_end(g) -> str:
     return f"({len(g.words)} words)"
 
 
+def taken_out(ablation: dict, heads: bool, members: bool) -> str:
+    """How a generation's silenced heads and members were taken out, after "With … taken out"
+    (`studygroup.model.generation_ablation`)."""
+    what = " and ".join((["each head's output"] if heads else []) + (["each member's key and value"] if members else []))
+    if ablation["kind"] == "resample":
+        return f" by resample ablation ({what} taken from the other text followed by the same words)"
+    n = ablation["reference"]
+    over = "the prompt's members" if not n else f"every member of the reference text{'s' if n > 1 else ''}"
+    means = "its mean" if not members else "their means" if heads else "their mean"
+    return f" by mean ablation ({what} replaced by {means} over {over})"
+
+
 def continuations(c) -> str:
     """Both continuations and where they part."""
-    what = [f"member {j}" for j in c.silenced_members] + [f"head {l}.{h}" for l, h in c.silenced_heads]
-    lines = [f"Without {', '.join(what)}, the group continues:", f"  {c.silenced!r}", f"instead of:", f"  {c.whole!r}"]
+    what = ", ".join([f"member {j}" for j in c.silenced_members] + [f"head {l}.{h}" for l, h in c.silenced_heads])
+    opening = f"Without {what}" if c.ablation is None else \
+        f"With {what} taken out{taken_out(c.ablation, bool(c.silenced_heads), bool(c.silenced_members))}"
+    lines = [f"{opening}, the group continues:", f"  {c.silenced!r}", f"instead of:", f"  {c.whole!r}"]
     p = c.parting
     if p is None:
         lines.append("The two continuations are the same.")

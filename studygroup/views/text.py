@@ -13,7 +13,7 @@ from studygroup.study import byte_pieces
 from studygroup.study.mask_reasons import OUTSIDE_WINDOW
 from studygroup.study.sinks import REST_WEIGHT, quiet_sinks
 from studygroup.formats import percent, signed
-from studygroup.study.story import TAKEN_OUT
+from studygroup.study.story import MEMBER_TAKEN_OUT, TAKEN_OUT
 from studygroup.views.colours import generated_line, generated_mark
 
 __all__ = ["bounded", "comparison", "explanation", "head_view", "models", "percent", "roles", "table", "why"]
@@ -293,14 +293,16 @@ def _window(v) -> list[str]:
                  f"at most 256 × 256 cells)", indent="")]
 
 
-def head_view(v, full: bool = False) -> str:
+def head_view(v, full: bool = False, ablation: dict | None = None) -> str:
     """One head over its window: each member's question, key and answer in short, the grids, the
-    notation check. Within 100 lines of at most 400 characters, unless `full`."""
+    notation check. Within 100 lines of at most 400 characters, unless `full`. ablation: how the
+    silenced were taken out where not by zero ablation ({"kind", …})."""
     sums = _weight_sums(v)
     name = lambda i: _member_name(v, i, full)  # noqa: E731
     lines = [_head_members(v.tokens, full, v.generated_from), *generated_line(v.generated_from, len(v.tokens)), "",
              f"layer {v.layer} head {v.head} (key/value head {v.kv_head}, shared by heads {v.shares_keys_with})",
-             f"notation: {v.notation}: {v.orientation}", *_silenced(v, full), *_window(v), *_head_sinks(v), "",
+             f"notation: {v.notation}: {v.orientation}", *_silenced(v, full, ablation),
+             *([wrap(v.taken_out, indent="")] if v.taken_out else []), *_window(v), *_head_sinks(v), "",
              "each member: its question q, the nature of its answer k (before and after RoPE), its answer v,",
              "and the weighted sum of what it heard (norm, then the largest entries by size):"]
     shown = v.members if full else v.members[-HEAD_MEMBERS:]
@@ -344,13 +346,17 @@ def _outside_window(v) -> list[str]:
                  f"window), so {n} cells shown are masked as outside the window (weight 0), not as the future", indent="")]
 
 
-def _silenced(v, full: bool = True) -> list[str]:
-    """A line saying what is silenced in the run shown, if anything (with --full, every one)."""
-    parts = [f"member {j} ({_short(v.tokens[j], 24)}): nobody hears its answer" for j in v.silenced_members]
-    parts += [f"layer {l} head {h}: writes nothing" for l, h in v.silenced_heads]
+def _silenced(v, full: bool = True, ablation: dict | None = None) -> list[str]:
+    """A line saying what is silenced in the run shown, if anything (with --full, every one), and how
+    where a mean or resample `ablation` ({"kind", …}) took it out."""
+    kind = "zero" if ablation is None else ablation["kind"]
+    member, head = ("nobody hears its answer", "writes nothing") if kind == "zero" else (MEMBER_TAKEN_OUT[kind], TAKEN_OUT[kind])
+    parts = [f"member {j} ({_short(v.tokens[j], 24)}): {member}" for j in v.silenced_members]
+    parts += [f"layer {l} head {h}: {head}" for l, h in v.silenced_heads]
     if not full and len(parts) > SILENCED_LISTED:
         parts = parts[:SILENCED_LISTED] + [f"and {len(parts) - SILENCED_LISTED} more (--full lists them)"]
-    return [wrap("silenced in this run: " + "; ".join(parts), indent="")] if parts else []
+    said = "silenced in this run" if kind == "zero" else f"taken out by {kind} ablation in this run"
+    return [wrap(f"{said}: " + "; ".join(parts), indent="")] if parts else []
 
 
 WHY_PAIRS_SHOWN = 20
@@ -361,7 +367,8 @@ def why(w, shown: int = WHY_PAIRS_SHOWN) -> str:
     """The score of one cell, split into content + position and into its largest part pairs."""
     q, k = w.tokens[w.query], w.tokens[w.key]
     lines = [f"head {w.layer}.{w.head} (kv head {w.kv_head}): why member {w.query} ({q}) listens to member "
-             f"{w.key} ({k})", *_silenced(w), f"  score q·k/√d_k = {w.score:.4f}   weight {percent(w.weight)}", "",
+             f"{w.key} ({k})", *_silenced(w, ablation=w.ablation),
+             f"  score q·k/√d_k = {w.score:.4f}   weight {percent(w.weight)}", "",
              "content + position:", f"  content   {signed(w.content, 4)}   " + ("(before this layer's rotation: distance 0)"
                                                                          if w.rope else "(the whole score)"),
              f"  position  {signed(w.position, 4)}   " + (f"(what distance {w.query - w.key} adds through RoPE)" if w.rope
@@ -373,6 +380,7 @@ def why(w, shown: int = WHY_PAIRS_SHOWN) -> str:
     rest_sum, rest_mass = sum(p.value for p in rest), sum(abs(p.value) for p in rest)
     lines += [f"  the other {len(rest):,} pairs: {signed(rest_sum, 4)} in all, {percent(rest_mass / mass)} of Σ|value|",
               f"  all pairs: {w.parts_total:.6f} (the score, in float64)", "", wrap(w.notes[2], indent="")]
+    lines += [wrap(n, indent="") for n in w.notes[3:]]  # what a mean or resample ablation put in
     return "\n".join(lines)
 
 

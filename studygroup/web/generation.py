@@ -1,6 +1,6 @@
 """`POST /api/generate`: words streamed one JSON line each, from generations kept to go on from.
 
-A generation is kept by its prompt, settings and silencing (the last few, bounded in bytes of
+A generation is kept by its prompt, settings and silencing with its ablation (the last few, bounded in bytes of
 key/value cache), so that a request for more words after the ones the page has goes on from the
 kept cache instead of passing the prompt again. A request whose kept generation is gone makes it
 again (same settings, same seed: the same words) and checks it gives the words the page has.
@@ -64,13 +64,10 @@ def prompt(service, b) -> list[int]:
 
 
 def settings(b, interventions) -> dict:
-    """The body's generation settings as start() takes them, with what its interventions silence
-    (sampling checked here, and a key/value cache silences by zero ablation only: InputError)."""
+    """The body's generation settings as start() takes them, with what its interventions silence and
+    how (sampling checked here: InputError)."""
     sampling = Sampling(b.temperature, b.top_k, b.top_p, b.seed)
-    if not interventions.zero:
-        raise InputError(f"generation silences with zero ablation only: {interventions.ablation.kind} ablation is for "
-                         "the views of one text (conclusion, model view, heads)")
-    return dict(sampling=sampling, ignore_eos=b.ignore_eos, candidates=b.candidates,
+    return dict(sampling=sampling, ignore_eos=b.ignore_eos, candidates=b.candidates, ablation=interventions.ablation,
                 silence_members=interventions.silenced_members, silence_heads=sorted(interventions.silenced_heads))
 
 

@@ -128,3 +128,30 @@ def test_continue_with_a_head_and_a_member_silenced_shows_the_silenced_run_throu
         assert members == record.members[1, 3][:6].tolist(), k
     assert "silenced group" in page.locator(".sg-gen-word").inner_text()
     assert_no_markup_ran(page)
+
+
+def test_continue_under_mean_ablation_shows_the_mean_ablated_generation_and_says_so(page, server_url, markup_model):
+    """A head and a member silenced, the ⊘ control set to mean ablation, then Continue: the chips are
+    Model.generate's words under that mean ablation (the mean over the text's members, taken before
+    the first word; checked against transformers in test_generation_ablation.py), and the word's
+    conclusion and the comparison name the ablation and its rule."""
+    from studygroup.model.ablation import Ablation
+
+    from .test_page import ABLATE, SILENCE
+
+    page.goto(server_url)
+    wait_idle(page)
+    explain(page, "I have a lot")
+    page.evaluate(SILENCE, {"head": [1, 3]})
+    page.evaluate(SILENCE, {"member": 1})
+    page.evaluate(ABLATE, {"kind": "mean"})
+    page.click(".sg-continue")
+    page.locator(".sg-gen-both .sg-gen-part").wait_for(timeout=60_000)
+    model = studygroup.load(markup_model.path)
+    chosen = model.generate("I have a lot", 4, interventions=Interventions((1,), None, frozenset({(1, 3)}), ablation=Ablation("mean")))
+    readable = lambda ids: [model.tokenizer.readable(i) for i in ids]  # noqa: E731
+    assert page.locator(".sg-gen-chips .sg-genchip .sg-tok").all_inner_texts() == readable(chosen.ids)
+    assert page.locator(".sg-gen-both .sg-gen-silenced .sg-tok").all_inner_texts() == readable(chosen.ids)
+    rule = "taken out by mean ablation: the mean over the text's members, taken before the first word"
+    assert rule in page.locator(".sg-gen-word").inner_text() and rule in page.locator(".sg-gen-both").inner_text()
+    assert_no_markup_ran(page)

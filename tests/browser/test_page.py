@@ -213,6 +213,9 @@ def test_the_silencings_ablation_redraws_every_view_and_the_story_names_it(page,
     story = page.locator(".sg-silenced-sentence").first.inner_text()
     assert f"With the silencing by {ablation['kind']} ablation" in story
     assert page.locator(".sg-ablation").input_value() == ablation["kind"]
+    taken = "its key and value replaced by their mean" if kind == "mean" else "its key and value taken from the other text"
+    assert f"Taken out by {kind} ablation in this run: member 2 (" in page.locator(".sg-check").inner_text()
+    assert taken in page.locator(".sg-check").inner_text() and "nobody hears" not in page.locator(".sg-check").inner_text()
     assert_no_markup_ran(page)
 
 

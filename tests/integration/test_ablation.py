@@ -3,6 +3,8 @@ hook on the same weights, in every family: mean ablation puts each head's mean o
 text's members, or a reference set) in front of W_O at every member; resample the other text's."""
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -129,9 +131,10 @@ def their_kv(theirs, family, l, H, H_kv, d):
     return (a.k_proj, a.v_proj), slice(None), slice(None)
 
 
-def their_ablated_log_probs(theirs, family, c, ids, members, heads, source):
-    """transformers' last log-probabilities with each member's key and value projections and each
-    head's output replaced by `source`'s: source(place, l) -> the value, place "k", "v" or "output"."""
+@contextlib.contextmanager
+def replaced(theirs, family, c, members, heads, source):
+    """transformers with each member's key and value projections and each head's output replaced by
+    `source`'s while the block runs: source(place, l) -> the value (T, n·d), place "k", "v" or "output"."""
     H, H_kv, d = c.n_heads, c.n_kv_heads, c.d_head
     handles = []
     for l in range(c.n_layers):
@@ -152,11 +155,17 @@ def their_ablated_log_probs(theirs, family, c, ids, members, heads, source):
                 return (x, *a[1:])
             handles.append(modules(theirs, family, l)[3].register_forward_pre_hook(put_output))
     try:
-        with torch.no_grad():
-            return torch.log_softmax(theirs(torch.tensor([ids])).logits[0, -1].double(), -1)
+        yield
     finally:
         for handle in handles:
             handle.remove()
+
+
+def their_ablated_log_probs(theirs, family, c, ids, members, heads, source):
+    """transformers' last log-probabilities with each member's key and value projections and each
+    head's output replaced by `source`'s (`replaced`)."""
+    with replaced(theirs, family, c, members, heads, source), torch.no_grad():
+        return torch.log_softmax(theirs(torch.tensor([ids])).logits[0, -1].double(), -1)
 
 
 def their_steps(theirs, family, c, ids):
@@ -203,12 +212,10 @@ def test_zero_ablation_is_silencing_bit_for_bit(tiny_model):
     assert torch.equal(a.logits, b.logits) and all(torch.equal(a.steps[n], b.steps[n]) for n in b.steps)
 
 
-def test_a_member_ablation_in_chosen_heads_or_in_generation_is_refused(tiny_model):
+def test_a_member_ablation_in_chosen_heads_is_refused(tiny_model):
     model = studygroup.load(tiny_model.path, cache=False)
     with pytest.raises(InputError, match="zero ablation only"):
         Interventions.make(model, 5, [1], member_heads=[(0, 1)], ablation=Ablation("mean"))
-    with pytest.raises(InputError, match="zero ablation only"):
-        model.generate(ids_of(model, 5), 2, interventions=Interventions((1,), ablation=Ablation("mean")))
 
 
 def test_head_and_compare_take_the_ablation_of_their_silencing_from_the_command_line(tiny_model, capsys):
@@ -308,3 +315,35 @@ def test_a_long_text_takes_each_member_out_for_the_last_question_by_its_ablation
     assert long.scope != short.scope and "taken out" in long.members_silenced
     got = {m.index: m.effect_last_question for m in long.members}
     assert all(abs(got[m.index] - m.effect_last_question) < 1e-4 for m in short.members)  # float32 passes of another shape
+
+
+@pytest.mark.parametrize("kind", ["zero", "mean", "resample"])
+def test_the_head_view_of_a_head_taken_out_shows_what_it_computes_and_says_what_the_run_puts_in(tiny_model, capsys, kind):
+    """A head taken out itself: the view's output is its own weighted sum (the clean run's, nothing
+    silenced before it), and its `taken_out` sentence says what the run passes on instead, which the
+    run's recorded output is: the mean of the outputs shown (mean ablation over the text's own
+    members), or the other text's output (resample)."""
+    from studygroup.study.head import head_view
+
+    model = studygroup.load(tiny_model.path, cache=False)
+    ids, other = ids_of(model, 7, seed=12), ids_of(model, 7, seed=13)
+    l, h = 1, 2
+    i = Interventions((), None, frozenset({(l, h)}), ablation=Ablation(kind, source=tuple(other) if kind == "resample" else None))
+    view, clean = head_view(model, ids, l, h, interventions=i), head_view(model, ids, l, h)
+    shown = torch.tensor(view.output)  # (T, d_head)
+    assert torch.equal(shown, torch.tensor(clean.output)) and clean.taken_out is None
+    put = model.run(ids, interventions=i, record=["output"])["output", l][h]  # (T, d_head): what the run passes on
+    if kind == "mean":
+        assert (put - shown.mean(0)).abs().max() < 1e-5 and "replaced by its mean over the text's members" in view.taken_out
+    if kind == "resample":
+        assert (put - model.run(other, record=["output"])["output", l][h]).abs().max() < 1e-5
+        assert "taken from the other text's run" in view.taken_out
+    if kind == "zero":
+        assert "its write is zeroed" in view.taken_out
+    assert view.taken_out.startswith(f"Head {l}.{h} is ") and head_view(model, ids, 0, h, interventions=i).taken_out is None
+    argv = ["head", "the tin can", "--model", str(tiny_model.path), "--layer", str(l), "--head", str(h), "--silence-head", f"{l}.{h}",
+            *(["--ablation", kind] if kind != "resample" else ["--ablation", "resample", "--from", "the can tin"])]
+    assert main(argv) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    said = "writes nothing" if kind == "zero" else f"taken out by {kind} ablation in this run: layer {l} head {h}: its output"
+    assert said in out and f"Head {l}.{h} is " in out

@@ -11,6 +11,7 @@ import studygroup
 
 from integration.test_web_app import error_of
 from studygroup.web.app import Limits, create_app
+from studygroup.model.ablation import Ablation
 from studygroup.model.interventions import Interventions
 
 TEXT = "the tin"
@@ -33,12 +34,15 @@ def generate(client, **body):
 
 
 @pytest.mark.parametrize("settings", [{}, {"temperature": 0.9, "top_k": 9, "top_p": 0.9, "seed": 5},
-                                      {"silence": {"members": [1], "heads": [[0, 1]]}}])
+                                      {"silence": {"members": [1], "heads": [[0, 1]]}},
+                                      {"silence": {"members": [1], "heads": [[0, 1]]}, "ablation": {"kind": "mean"}},
+                                      {"silence": {"heads": [[1, 2]]}, "ablation": {"kind": "resample", "from": "tin tin"}}])
 def test_streamed_words_equal_model_generate(client, model, settings):
     got = generate(client, n=6, **settings)
-    silence = settings.get("silence", {})
-    kw = {k: v for k, v in settings.items() if k != "silence"}
-    quiet = Interventions(tuple(silence.get("members", ())), None, frozenset(map(tuple, silence.get("heads", ()))))
+    silence, a = settings.get("silence", {}), settings.get("ablation", {})
+    kw = {k: v for k, v in settings.items() if k not in ("silence", "ablation")}
+    quiet = Interventions(tuple(silence.get("members", ())), None, frozenset(map(tuple, silence.get("heads", ()))),
+                          ablation=Ablation(a.get("kind", "zero"), source=a.get("from")))
     g = model.generate(TEXT, 6, ignore_eos=True, **kw, interventions=quiet)
     assert [line["word"] for line in got] == [1, 2, 3, 4, 5, 6]
     assert [line["id"] for line in got] == g.ids
@@ -54,6 +58,15 @@ def test_more_words_go_on_from_the_kept_generation(client, model):
     g = model.generate(TEXT, 7, ignore_eos=True, temperature=0.7, seed=2)
     assert [x["id"] for x in first + more] == g.ids
     assert kept.size >= before > 0  # the cache kept (and grown), not a second one
+
+
+def test_more_words_under_resample_ablation_go_on_as_one_generation(client, model):
+    """The kept generation goes on with the source's own cache: 3 words, then 4, are the 7 of one call."""
+    body = {"silence": {"members": [0], "heads": [[0, 2]]}, "ablation": {"kind": "resample", "from": "tin tin"}}
+    first = generate(client, n=3, **body)
+    more = generate(client, n=4, words=[x["id"] for x in first], **body)
+    i = Interventions((0,), None, frozenset({(0, 2)}), ablation=Ablation("resample", source="tin tin"))
+    assert [x["id"] for x in first + more] == model.generate(TEXT, 7, ignore_eos=True, interventions=i).ids
 
 
 def test_a_generation_no_longer_kept_is_made_again(model):

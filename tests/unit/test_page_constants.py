@@ -36,3 +36,14 @@ def test_the_page_mirrors_the_servers_limits(file, name, expected):
 
 def test_a_limit_is_a_square():
     assert math.isqrt(window.MAX_CELLS) ** 2 == window.MAX_CELLS
+
+
+def test_the_page_words_an_ablation_as_the_story_does():
+    """format.js's TAKEN_OUT: how a mean or resample ablation takes a member and a head out, in the
+    words of studygroup.study.story (the CLI's): [member, head] per kind."""
+    from studygroup.study.story import MEMBER_TAKEN_OUT, TAKEN_OUT
+
+    text = (STATIC / "format.js").read_text()
+    for kind in ("mean", "resample"):
+        found = re.findall(rf'{kind}: \["([^"]+)", "([^"]+)"\]', text)
+        assert found == [(MEMBER_TAKEN_OUT[kind], TAKEN_OUT[kind])], kind

@@ -60,12 +60,19 @@
   /** Whether a view (model view or head) was computed with something silenced. */
   const isSilenced = (d) => Boolean(d && ((d.silenced_members || []).length || (d.silenced_heads || []).length));
 
-  /** " Silenced in this run: …" for a view computed with something silenced, else "" (as the CLI words it). */
+  /** How a mean or resample ablation takes a member and a head out, as the CLI words it (studygroup.study.story). */
+  const TAKEN_OUT = { mean: ["its key and value replaced by their mean", "its output replaced by its mean output"],
+    resample: ["its key and value taken from the other text", "its output taken from the other text"] };
+
+  /** " Silenced in this run: …" for a view computed with something silenced, else "" (as the CLI words
+   * it); " Taken out by mean ablation in this run: …" where the view's `ablation` is not zero. */
   function silencedNote(d) {
     if (!isSilenced(d)) return "";
-    const parts = (d.silenced_members || []).map((j) => "member " + j + (d.tokens ? " (" + d.tokens[j] + ")" : "") + ": nobody hears its answer (masked, as the future is)");
-    for (const [a, b] of d.silenced_heads || []) parts.push("layer " + a + " head " + b + ": writes nothing");
-    return " Silenced in this run: " + parts.join("; ") + ".";
+    const [member, head] = d.ablation ? TAKEN_OUT[d.ablation.kind] : ["nobody hears its answer (masked, as the future is)", "writes nothing"];
+    const parts = (d.silenced_members || []).map((j) => "member " + j + (d.tokens ? " (" + d.tokens[j] + ")" : "") + ": " + member);
+    for (const [a, b] of d.silenced_heads || []) parts.push("layer " + a + " head " + b + ": " + head);
+    return (d.ablation ? " Taken out by " + d.ablation.kind + " ablation in this run: " : " Silenced in this run: ") + parts.join("; ") + "." +
+      (d.taken_out ? " " + d.taken_out : "");
   }
 
   Object.assign(sg, { el, clear, MONO, SANS, DECISIVE_SHOWN, tokenNode, short, fixed, percent, sig4, signed, isSilenced, silencedNote });

@@ -138,7 +138,7 @@
       this.q(".sg-gen-k").textContent = line ? " " + k + " of " + g.lines.length : "";
       for (const c of this.qa(".sg-genchip")) c.classList.toggle("sg-selected", Number(c.dataset.word) === k);
       if (!line) return;
-      const group = g.chosen === JSON.stringify({ silence: { members: [], heads: [] } }) ? "The group's" : "The silenced group's (the silencing shown above)";
+      const group = g.chosen === JSON.stringify({ silence: { members: [], heads: [] } }) ? "The group's" : "The silenced group's (the silencing shown above" + this.takenOutSaid(g.chosen) + ")";
       box.appendChild(el("p", {}, ["Word " + k + ": ", tokenNode(line.token), " (p = " + percent(line.prob) + "). " + group + " conclusion at that point:"]));
       const bars = el("div", { cls: "sg-gen-top" });
       for (const c of line.top) {
@@ -165,7 +165,7 @@
       const part = g.whole.findIndex((x, i) => !g.lines[i] || g.lines[i].id !== x.id);
       const row = (label, lines, cls) => el("p", { cls }, [el("span", { cls: "sg-label", text: label }),
         ...lines.map((x, i) => tokenNode(x.token, i === part ? "sg-parted" : ""))]);
-      box.appendChild(row("Silenced group (the words above): ", g.lines, "sg-gen-silenced"));
+      box.appendChild(row("Silenced group (the words above" + this.takenOutSaid(g.chosen) + "): ", g.lines, "sg-gen-silenced"));
       box.appendChild(row("Whole group, for comparison: ", g.whole, "sg-gen-whole"));
       if (part < 0) { box.appendChild(el("p", { cls: "sg-gen-part", text: "The two continuations are the same." })); return; }
       const whole = g.whole[part], silenced = g.lines[part], quote = (t) => "\u201c" + t + "\u201d";
@@ -173,6 +173,15 @@
       // both groups have heard the same words up to here: each word's line holds its group's candidates there
       const both = (line, group) => group + ": " + quote(whole.token) + " " + this.probIn(line, whole.id) + ", " + quote(silenced.token) + " " + this.probIn(line, silenced.id) + ".";
       box.appendChild(el("p", { cls: "sg-gen-cross", text: both(whole, "In the whole group") + " " + both(silenced, "In the silenced group") }));
+    }
+
+    /** How the words' silencing `chosen` (JSON of silencing()) took them out, where not by zero
+     * ablation: a generation's own rule for the members it adds (studygroup.model.generation_ablation). */
+    takenOutSaid(chosen) {
+      const a = JSON.parse(chosen).ablation;
+      if (!a) return "";
+      return a.kind === "mean" ? ", taken out by mean ablation: the mean over the text's members, taken before the first word, at every member"
+        : ", taken out by resample ablation: from the other text, followed by the same words";
     }
 
     /** A word's probability among a line's candidates, or the bound its absence gives. */
