@@ -16,14 +16,26 @@
 
   /** What every view can reach: its page, the store's state and the page's shared commands. A view
    * sets `section` (its card, or null) and `place` ("layout": the grid of the text, the conclusion,
-   * the story, the model view and the head; otherwise the column under it), and answers to what the
-   * page tells it by methods of those names (see Instance.tell). */
+   * the story, the model view and the head; otherwise the column under it); `draws` (fields of the
+   * store's d) and `draw()`, called when one of those arrives (Instance.update) and for a new text.
+   * It answers what the page tells it (Instance.tell) by methods of these names, each optional:
+   *   mounted()               every view's card is in the page
+   *   informed(info)          the server's /api/info (the page)       shown()      a report's data is in the store
+   *   beforeText()            a new text is asked for                 newText()    its state is fresh (store.newText)
+   *   explained()             its explanation arrived (a promise)     explored()   every step of the text is drawn
+   *   afterText()             after the text's steps (a promise)
+   *   selected(), hovered()   the member selected or hovered changed (store.ui)
+   *   silenced()              the silencing changed; then, for the redraw:
+   *   redraw(body, current)   its request for the silencing in body (the API's, null in a report), drawn
+   *                           while current() holds: a promise, or null when it asks nothing
+   *   redrawn()               every view is redrawn for the silencing shown last
+   *   headOpened(), headDrawn(), headShown(), notation()   the head card opened a head, drew it, showed
+   *                           it with its data; the orientation changed */
   class View {
     constructor(page) { this.page = page; this.section = null; this.place = "below"; }
     get store() { return this.page.store; }
     get d() { return this.page.store.d; }
     get ui() { return this.page.store.ui; }
-    get gen() { return this.page.store.gen; }
     get api() { return this.page.api; }
     get tip() { return this.page.tip; }
     q(sel) { return this.page.q(sel); }
