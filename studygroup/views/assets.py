@@ -20,25 +20,27 @@ SCRIPTS = (
     "colour.js",      # the scales of StudyGroup.colours as functions; the hatch of a masked cell
     "grid.js",        # drawing a head's grid, its legend, a thumbnail; masked cells and their reasons
     "api.js",         # the client of the web API (docs/web-api.md)
-    "instance.js",    # one view on one root element: its skeleton and state
-    "session.js",     # asking the server (page) or showing embedded data (report, notebook)
+    "store.js",       # the page's state and the guards every answer passes (the text's generation, the silencing)
     "jobs.js",        # long computations: their progress polled, a Cancel button
-    "complete.js",    # the quick ranking replaced by the complete one, measured in the background
-    "members.js",     # the members as chips: select, hover, silence
-    "finder.js",      # among hundreds of chips: find a word, jump to a member
-    "conclusion.js",  # the top next words, before and after silencing, and a comparison's shift
-    "story.js",       # the sentences of `explain`, with members as chips
+    "instance.js",    # one page on one root: its views, in this list's order, and the commands they share
+    "session.js",     # a text step by step (page) or embedded data (report, notebook); the silencing redraw
+    # the views, each registered with StudyGroup.view: the page mounts them in this order
+    "members.js",     # the text and its members as chips: select, hover, silence
+    "finder.js",      # among hundreds of chips: find a word, jump to a member (part of members.js's card)
     "generation.js",  # Continue: generated members, each word's conclusion and attention, both continuations
+    "conclusion.js",  # the top next words, before and after silencing, and a comparison's shift
+    "story.js",       # the sentences of `explain`, with members as chips; the decisive heads
+    "complete.js",    # the quick ranking replaced by the complete one, measured in the background
     "model_view.js",  # every head as a thumbnail, layer × head
     "head.js",        # one head: its score and weight grids
     "map.js",         # a long text's head map: the overview, zoom and pan down to tiles of cells
     "listening.js",   # the selected member's question: weights and contributions
-    "saving.js",      # PNG and JSON downloads
+    "saving.js",      # PNG and JSON downloads (the model view's and the head's buttons)
     "lesson.js",      # Lesson mode: the article's sections on the text, one head; the state in the URL
-    "residual.js",    # the residual stream at the last member: what each layer's heads and MLP add (a view of its own)
-    "lens.js",        # the logit lens: a layer × member grid of top words (a view of its own, sg.view)
+    "residual.js",    # the residual stream at the last member: what each layer's heads and MLP add
+    "lens.js",        # the logit lens: a layer × member grid of top words
     "patching.js",    # activation patching: two texts, the cost, then the layer × member and head grids
-    "survey.js",      # a survey's corpus roles marked on the model view's heads (a view of its own, sg.view)
+    "survey.js",      # a survey's corpus roles marked on the model view's heads
     "mount.js",       # StudyGroup.mount and the page's automatic start
 )
 #: The other files the page is made of, and their media types.

@@ -8,9 +8,15 @@
 
   const headsOf = (e) => e.model.n_layers * e.model.n_heads;
 
-  sg.mixin(class {
+  /** A view without a card of its own: its line sits under the story's sentences. */
+  class Complete extends sg.View {
+    newText() { this.stop("new text"); }
+    explored() { this.start(); }
+    /** A silencing redraw stops it (its request is none). */
+    redraw() { this.stop("silencing"); return null; }
+
     /** Start the complete explain of the text shown, unless its explanation is complete already. */
-    async completeRanking() {
+    async start() {
       const e = this.d.explanation;
       if (!this.api || !e || this.d.comparison || e.heads_measured >= headsOf(e)) return;
       const job = { stopped: null };
@@ -18,14 +24,13 @@
       const box = this.completeBox();
       const words = (p) => "Measuring every head exactly in the background: " + (p.state === "waiting" ? "waiting for the model" :
         (p.stage || "starting") + " " + Math.floor(100 * p.done / Math.max(1, p.total)) + "%") + " (" + p.elapsed_s.toFixed(1) + " s)";
-      this.paintProgress({ state: "waiting", stage: "", done: 0, total: 0, steps: 0, elapsed_s: 0 }, box, words);
+      this.page.jobs.paintProgress({ state: "waiting", stage: "", done: 0, total: 0, steps: 0, elapsed_s: 0 }, box, words);
       try {
         const all = await this.longPost("/explain", { text: this.d.text, top: 10, measure_heads: "all" },
           { box, words, wanted: () => this.completing === job });
         if (this.completing !== job) return;
         this.completing = null;
-        this.d.explanation = all;
-        this.renderMembers(); this.renderConclusion(); this.renderStory(); this.renderModelView();
+        this.page.update({ explanation: all });
         const where = all.heads.length && all.heads[0].silence_effect == null ? "at the last position only" : "at every position";
         this.completeSaid("done", "Complete: all " + headsOf(all) + " heads measured exactly, each silenced " + where +
           ". The decisive heads, their numbers in the model view and the story are now the complete ranking's.");
@@ -40,7 +45,7 @@
     }
 
     /** Stop the complete explain in the background, if one runs; why: "new text" or "silencing". */
-    stopComplete(why) {
+    stop(why) {
       const job = this.completing;
       if (!job) return;
       job.stopped = why;
@@ -61,5 +66,7 @@
       box.querySelector("progress").hidden = true;
       box.querySelector(".sg-progress-stage").textContent = words;
     }
-  });
+  }
+
+  sg.view("complete", (page) => new Complete(page), { pageOnly: true });
 })(window.StudyGroup = window.StudyGroup || {});

@@ -7,11 +7,25 @@
   /** A change of probability in percentage points, one decimal; "±0.0" when it rounds to nothing (never "-0.0"). */
   const points = (d) => (Math.abs(100 * d) < 0.05 ? "\u00b10.0" : signed(100 * d, 1)) + " pts";
 
-  sg.mixin(class {
+  class Conclusion extends sg.View {
+    constructor(page) {
+      super(page);
+      this.place = "layout";
+      this.section = this.card("sg-conclusion", "The conclusion", "The most likely next words. Silencing shows the old value as a ghost bar.");
+      this.section.appendChild(this.bars = el("div", { cls: "sg-bars" }));
+      this.section.appendChild(this.shift = el("div", { cls: "sg-shift" }));
+      this.draws = ["conclusion", "explanation"];
+    }
 
-    renderConclusion() {
-      const bars = clear(this.q(".sg-bars"));
-      const shift = clear(this.q(".sg-shift"));
+    /** The silencing redraw's request: the conclusion of the silenced run (a report: the effects it holds). */
+    redraw(body, current) {
+      if (!body) { this.draw(); return null; }
+      return this.post("/conclusion", { ...body, top: 10 }).then((c) => { if (current()) this.page.update({ conclusion: c }); });
+    }
+
+    draw() {
+      const bars = clear(this.bars);
+      const shift = clear(this.shift);
       const c = this.d.conclusion, e = this.d.explanation;
       const top = (c && c.top) || (e && e.top);
       if (!top) return;
@@ -72,5 +86,7 @@
       }
       return null;
     }
-  });
+  }
+
+  sg.view("conclusion", (page) => new Conclusion(page));
 })(window.StudyGroup = window.StudyGroup || {});

@@ -10,10 +10,23 @@
   const STEP = 4; // words one press of Continue adds
   const MAX_WORDS = 256; // words one POST /api/generate streams at most
 
-  sg.mixin(class {
-    /** The section's skeleton; `section(cls, title, hint)` makes a card. */
-    generationSection(section) {
-      const s = section("sg-generate", "The group keeps talking",
+  class Generation extends sg.View {
+    constructor(page) {
+      super(page);
+      this.place = "layout";
+      this.section = this.skeleton();
+    }
+
+    /** A change of silencing: the words so far again in the run it chooses (once the redraw's requests are out). */
+    silenced() {
+      if (this.gw && this.gw.lines.length) Promise.resolve().then(() => this.regenerateChosen()).catch((e) => this.say("Generating: " + e.message, "error"));
+    }
+    /** A head opened or drawn again: what each word's question heard in it. */
+    headShown() { this.listenInHead(); }
+
+    /** The section's skeleton. */
+    skeleton() {
+      const s = this.card("sg-generate", "The group keeps talking",
         "Continue adds " + STEP + " words, one at a time, each the most likely next word; every new word joins the group as a member (marked \u201cgenerated\u201d) and asks its own question.");
       const slider = el("input", { cls: "sg-gen-slider", attrs: { type: "range", min: 1, max: 1, value: 1, disabled: "", "aria-label": "generated word" } });
       slider.addEventListener("input", () => this.renderGeneratedWord());
@@ -29,11 +42,9 @@
     /** The words so far for the current text (a new text starts again): lines, of the silencing
      * `chosen` (JSON of silencing()); whole: the whole group's words beside them when that silences any. */
     generated() {
-      if (!this.gw || this.gw.text !== this.d.text) this.gw = { text: this.d.text, lines: [], chosen: JSON.stringify(this.silencing()), whole: null, asked: 0 };
+      if (!this.gw || this.gw.text !== this.d.text) this.gw = { text: this.d.text, lines: [], chosen: this.store.silencingKey(), whole: null, asked: 0 };
       return this.gw;
     }
-
-    silencesAny() { return this.ui.members.size > 0 || this.ui.headsSilenced.size > 0; }
 
     openHeadBody() { return this.ui.layer == null ? {} : { layer: this.ui.layer, head: this.ui.head }; }
 
@@ -60,7 +71,7 @@
       button.disabled = true;
       try {
         this.say("The group keeps talking\u2026", "busy");
-        if (g.chosen !== JSON.stringify(this.silencing())) await this.regenerateChosen(); // words of another silencing
+        if (g.chosen !== this.store.silencingKey()) await this.regenerateChosen(); // words of another silencing
         const asked = ++g.asked;
         await this.streamWords({ text: g.text, n: STEP, words: g.lines.map((x) => x.id), ...this.openHeadBody(), ...this.silencing() }, (line) => {
           if (asked !== g.asked) return;
@@ -96,7 +107,7 @@
     /** The silencing changed: the words so far again, as many, in the run it chooses (with what each
      * question heard in the open head), then the whole group's beside them. */
     async regenerateChosen() {
-      const g = this.generated(), chosen = JSON.stringify(this.silencing()), asked = ++g.asked, lines = [];
+      const g = this.generated(), chosen = this.store.silencingKey(), asked = ++g.asked, lines = [];
       Object.assign(g, { chosen, whole: null });
       this.renderBoth();
       if (!g.lines.length) return;
@@ -189,5 +200,7 @@
       const c = line.top.find((t) => t.id === id), last = line.top[line.top.length - 1];
       return c ? percent(c.prob) : "below " + percent(last.prob) + " (not among its " + line.top.length + " most likely)";
     }
-  });
+  }
+
+  sg.view("generation", (page) => new Generation(page), { pageOnly: true });
 })(window.StudyGroup = window.StudyGroup || {});

@@ -30,43 +30,100 @@
   }
   sg.cellWords = cellWords;
 
-  sg.mixin(class {
+  class Head extends sg.View {
+    constructor(page) {
+      super(page);
+      this.place = "layout";
+      this.section = this.skeleton();
+      for (const kind of ["scores", "weights"]) this.wireGrid(this.section.querySelector(".sg-grid-" + kind), kind);
+      this.draws = [];
+    }
+
+    /** The card: its title, the orientation switch, silence / full grid / save, the two grids, the
+     * check, "why", the selected member's question (listening.js) and the long text's map (map.js). */
+    skeleton() {
+      const head = this.card("sg-head", "The head");
+      head.appendChild(el("div", { cls: "sg-head-title" }));
+      const orient = el("div", { cls: "sg-orient", attrs: { role: "group", "aria-label": "orientation" } }, [
+        el("button", { attrs: { type: "button", "aria-pressed": "true" }, data: { notation: "paper" }, text: "Paper: rows are questions" }),
+        el("button", { attrs: { type: "button", "aria-pressed": "false" }, data: { notation: "columns" }, text: "Video: columns are questions" })]);
+      orient.addEventListener("click", (e) => { const b = e.target.closest("button"); if (b) this.setNotation(b.dataset.notation); });
+      head.appendChild(el("div", { cls: "sg-head-controls" }, [orient,
+        el("button", { cls: "sg-silence-head", attrs: { type: "button", "aria-pressed": "false" }, text: "\u2298 Silence this head", on: { click: () => this.page.toggleHead(this.ui.layer, this.ui.head) } }),
+        el("button", { cls: "sg-full", attrs: { type: "button", hidden: "" }, text: "Show the full grid", on: { click: () => { this.ui.rows = "all"; this.open(this.ui.layer, this.ui.head); } } }),
+        el("button", { cls: "sg-save-head", attrs: { type: "button" }, text: "Save head (PNG)", on: { click: () => sg.save.head(this.page) } })]));
+      const figure = (kind, caption) => el("figure", { cls: "sg-fig sg-fig-" + kind }, [
+        el("figcaption", { text: caption }),
+        el("div", { cls: "sg-canvas-wrap" }, [el("canvas", { cls: "sg-grid sg-grid-" + kind, attrs: { tabindex: "-1", role: "img" } })]),
+        el("canvas", { cls: "sg-legend sg-legend-" + kind, attrs: { role: "img" } })]);
+      head.appendChild(el("div", { cls: "sg-figs" }, [figure("scores", "Scores Q\u00b7K\u1d40/\u221ad\u2096"), figure("weights", "Weights: softmax of the scores")]));
+      head.appendChild(el("p", { cls: "sg-check sg-hint" }));
+      head.appendChild(el("div", { cls: "sg-why", attrs: { hidden: "", role: "region", "aria-label": "why" } }));
+      head.appendChild(el("div", { cls: "sg-member" }));
+      head.appendChild(el("p", { cls: "sg-head-empty sg-hint" }));
+      return head;
+    }
+
+    /** The silencing redraw's request: the open head of the silenced run. */
+    redraw(body, current) {
+      const l = this.ui.layer, h = this.ui.head;
+      if (!body || l == null) return null;
+      return this.askHead(l, h).then(() => {
+        if (current() && this.ui.layer === l && this.ui.head === h) { this.draw(); this.page.tell("headShown"); }
+      });
+    }
+    /** The explanation arrived: its first head (the most decisive one not resting on a sink) opens, unless the reader chose one. */
+    explained() {
+      const first = this.d.explanation.first_head;
+      if (!this.ui.headChosen && first) return this.open(first[0], first[1], false);
+      this.draw();
+      return null;
+    }
+    silenced() { this.paintHeadControls(); }
+    selected() { this.drawHeadGrids(); }
+    hovered() { this.drawHeadGrids(); }
+    headOpened() { this.paintHeadControls(); }
+    notation() {
+      this.paintNotation();
+      if (this.ui.layer != null) this.open(this.ui.layer, this.ui.head, false);
+    }
+
     /** Shows head (l, h), asking the server for it if needed; false when it was not shown (an error,
      * its computation cancelled, or a new text meanwhile), with the status saying why. */
-    async openHead(l, h, chosen) {
+    async open(l, h, chosen) {
       if (chosen !== false) this.ui.headChosen = true;
       if (this.ui.layer !== l || this.ui.head !== h) this.ui.rows = "auto";
       this.ui.layer = l; this.ui.head = h;
-      this.paintThumbs(); this.paintHeadControls();
-      if (!this.api) { this.renderHead(); return true; }
-      if (!this.heads.has(this.headKey(l, h))) {
-        const gen = this.gen;
+      this.page.tell("headOpened");
+      if (!this.api) { this.draw(); return true; }
+      if (!this.store.heads.has(this.headKey(l, h))) {
+        const live = this.store.textGuard();
         try {
           this.say("Opening head " + h + " of layer " + l + "\u2026", "busy");
           await this.askHead(l, h, true);
-          if (gen !== this.gen) return false;
+          if (!live()) return false;
           this.say("");
         } catch (e) {
-          if (gen === this.gen) this.say(this.stoppedSaid(e, "head " + h + " of layer " + l, "Click its thumbnail to open it again."), "error");
+          if (live()) this.say(this.stoppedSaid(e, "head " + h + " of layer " + l, "Click its thumbnail to open it again."), "error");
           return false;
         }
       }
-      if (this.ui.layer === l && this.ui.head === h) { this.renderHead(); this.listenInHead(); }
+      if (this.ui.layer === l && this.ui.head === h) { this.draw(); this.page.tell("headShown"); }
       return true;
     }
 
-    /** Head (l, h) as the page asks for it now (its orientation, rows and silencing): kept in this.heads
+    /** Head (l, h) as the page asks for it now (its orientation, rows and silencing): kept in the store's heads
      * (at most 41), or asked of the server and kept there unless a new text came meanwhile.
      * followed: as a job whose progress and Cancel show if it runs long (session.js: followedPost). */
     async askHead(l, h, followed = false) {
       const key = this.headKey(l, h);
-      if (this.heads.has(key)) return this.heads.get(key);
-      const gen = this.gen;
+      const heads = this.store.heads, live = this.store.textGuard();
+      if (heads.has(key)) return heads.get(key);
       const body = { text: this.d.text, layer: l, head: h, notation: this.ui.notation, ...this.headWindow(), ...this.silencing() };
-      const d = await (followed ? this.followedPost("/head", body, (p, b) => sg.api.head(this.api, b)) : sg.api.head(this.api, body));
-      if (gen === this.gen) {
-        if (this.heads.size > 40) this.heads.delete(this.heads.keys().next().value);
-        this.heads.set(key, d);
+      const d = await (followed ? this.page.jobs.followedPost("/head", body, (p, b) => sg.api.head(this.api, b)) : sg.api.head(this.api, body));
+      if (live()) {
+        if (heads.size > 40) heads.delete(heads.keys().next().value);
+        heads.set(key, d);
       }
       return d;
     }
@@ -76,7 +133,7 @@
      * holds at most WINDOW_SIDE² cells) the last WINDOW_SIDE questions × the last WINDOW_SIDE answers. */
     headWindow() {
       if (this.ui.rows !== "all") return { rows: this.ui.rows };
-      const T = this.heads.get(this.headKeyWith(this.ui.layer, this.ui.head, "auto"))?.tokens.length || 0;
+      const T = this.store.heads.get(this.headKeyWith(this.ui.layer, this.ui.head, "auto"))?.tokens.length || 0;
       return T > WINDOW_SIDE ? { rows: [-WINDOW_SIDE, null], keys: [-WINDOW_SIDE, null] } : { rows: "all" };
     }
 
@@ -86,12 +143,12 @@
     }
 
     headKeyWith(l, h, rows) {
-      return [l, h, this.ui.notation, rows].join(".") + ":" + JSON.stringify(this.silencing());
+      return [l, h, this.ui.notation, rows].join(".") + ":" + this.store.silencingKey();
     }
 
     currentHead() {
       if (this.ui.layer == null) return null;
-      if (this.api) return this.heads.get(this.headKey(this.ui.layer, this.ui.head)) || null;
+      if (this.api) return this.store.heads.get(this.headKey(this.ui.layer, this.ui.head)) || null;
       const both = this.d.embeddedHeads && this.d.embeddedHeads[this.ui.layer + "." + this.ui.head];
       return both ? both[this.ui.notation] : null;
     }
@@ -105,9 +162,7 @@
     setNotation(n) {
       if (n === this.ui.notation) return;
       this.ui.notation = n;
-      this.paintNotation();
-      this.renderModelView();
-      if (this.ui.layer != null) this.openHead(this.ui.layer, this.ui.head, false);
+      this.page.tell("notation");
     }
 
     /** The head card's Paper/Video switch pressed as this.ui.notation says. */
@@ -123,7 +178,7 @@
       b.disabled = this.ui.layer == null;
     }
 
-    renderHead() {
+    draw() {
       const figs = this.q(".sg-figs");
       const d = this.currentHead();
       const l = this.ui.layer, h = this.ui.head;
@@ -137,7 +192,7 @@
       this.q(".sg-check").textContent = d ? d.check.statement + silencedNote(d) : "";
       this.q(".sg-full").hidden = !(d && d.rows === "last");
       if (d) this.q(".sg-full").textContent = d.tokens.length > WINDOW_SIDE ? "Show the last " + WINDOW_SIDE + " \u00d7 " + WINDOW_SIDE + " of the grid" : "Show the full grid";
-      if (l == null) { empty.textContent = ""; this.renderMap(); this.renderMemberPanel(); return; }
+      if (l == null) { empty.textContent = ""; this.page.tell("headDrawn"); return; }
       const mvShape = this.d.modelView || (this.d.explanation && this.d.explanation.model);
       const group = mvShape ? mvShape.n_heads / mvShape.n_kv_heads : 1;
       const kv = Math.floor(h / group);
@@ -157,8 +212,7 @@
           (lh ? "; below, whom this head's last question listens to." : ".");
       } else empty.textContent = "";
       this.drawHeadGrids(width);
-      this.renderMap();
-      this.renderMemberPanel();
+      this.page.tell("headDrawn");
     }
 
     /** Under the head's title: where it rests on a sink, what it matters through (its write across
@@ -244,10 +298,7 @@
         if (!hit) { this.tip.hidden = true; return; }
         const { g, r, c } = hit;
         const qm = g.questionAxis === "rows" ? g.rows[r] : g.cols[c], am = g.questionAxis === "rows" ? g.cols[c] : g.rows[r];
-        this.tip.textContent = cellWords(g, r, c);
-        this.tip.hidden = false;
-        this.tip.style.left = (ev.clientX + 14) + "px";
-        this.tip.style.top = (ev.clientY + 14) + "px";
+        this.showTip(cellWords(g, r, c), ev);
       });
       canvas.addEventListener("mouseleave", () => { this.tip.hidden = true; });
       canvas.addEventListener("click", (ev) => {
@@ -263,7 +314,7 @@
     /** "Why": the score of member i's question against member j's answer in the open head, split
      * into the parts of the residual stream that made it (POST /api/why), in a small panel. */
     async openWhy(i, j) {
-      const l = this.ui.layer, h = this.ui.head, gen = this.gen;
+      const l = this.ui.layer, h = this.ui.head, live = this.store.textGuard();
       this.ui.why = { l, h, i, j };
       const box = clear(this.q(".sg-why"));
       box.hidden = false;
@@ -271,9 +322,9 @@
       try {
         const d = await this.post("/why", { text: this.d.text, layer: l, head: h, query: i, key: j });
         const now = this.ui.why;
-        if (gen !== this.gen || !now || now.l !== l || now.h !== h || now.i !== i || now.j !== j) return;
+        if (!live() || !now || now.l !== l || now.h !== h || now.i !== i || now.j !== j) return;
         this.renderWhy(d);
-      } catch (e) { if (gen === this.gen) { clear(box).appendChild(el("p", { cls: "sg-hint", text: e.message })); } }
+      } catch (e) { if (live()) { clear(box).appendChild(el("p", { cls: "sg-hint", text: e.message })); } }
     }
 
     renderWhy(d) {
@@ -292,5 +343,7 @@
       for (const n of d.notes) box.appendChild(el("p", { cls: "sg-hint", text: n }));
       if (this.ui.members.size || this.ui.headsSilenced.size) box.appendChild(el("p", { cls: "sg-hint", text: "Measured on the text with nothing silenced." }));
     }
-  });
+  }
+
+  sg.view("head", (page) => new Head(page));
 })(window.StudyGroup = window.StudyGroup || {});

@@ -11,7 +11,18 @@
   /** A new job id: 128 bits from the browser's cryptographic generator, as 32 hex digits (not to be guessed by another page). */
   const newJobId = () => Array.from(crypto.getRandomValues(new Uint8Array(16)), (b) => b.toString(16).padStart(2, "0")).join("");
 
-  sg.mixin(class {
+  /** Milliseconds a view's request runs before its progress and Cancel show (a long text's pass). */
+  const SLOW_MS = 700;
+
+  /** The jobs of one page: each POST that may run long, its progress box and its Cancel button. */
+  class Jobs {
+    constructor(page) { this.page = page; }
+    get store() { return this.page.store; }
+    post(path, body) { return sg.api.post(this.page.api, path, body); }
+
+    /** POST path with body as a job whose progress and Cancel show once it runs past SLOW_MS; send: as longPost's. */
+    followedPost(path, body, send) { return this.longPost(path, body, { after: SLOW_MS, send }); }
+
     /** POST path with body as a job the page follows and may cancel; the answer's JSON (a cancelled one rejects).
      * opts.box: the progress box to paint (default: the one under the status, hidden again at the end);
      * opts.wanted: () => whether the answer is still wanted (default: no new text), else it is cancelled;
@@ -20,8 +31,7 @@
      * opts.after: milliseconds before the box shows (default 0): a quicker answer never shows it. */
     async longPost(path, body, opts = {}) {
       const job = newJobId();
-      const gen = this.gen;
-      const wanted = opts.wanted || (() => gen === this.gen);
+      const wanted = opts.wanted || this.store.textGuard();
       const box = opts.box || this.progressBox();
       let finished = false;
       const answer = (opts.send || ((p, b) => this.post(p, b)))(path, { ...body, job });
@@ -57,8 +67,8 @@
     }
 
     /** A box for a job's progress, made on first use and placed after `after`: a Cancel button, a bar, the words. */
-    jobBox(cls, after) {
-      let box = this.q("." + cls);
+    box(cls, after) {
+      let box = this.page.q("." + cls);
       if (box) return box;
       box = el("div", { cls: "sg-job " + cls, attrs: { hidden: "" } }, [ // the button first: it stays where it is as the words change
         el("button", { attrs: { type: "button" }, text: "Cancel" }),
@@ -69,7 +79,7 @@
     }
 
     /** The progress line under the status. */
-    progressBox() { return this.jobBox("sg-progress", this.status); }
+    progressBox() { return this.box("sg-progress", this.page.status); }
 
     /** A progress answer drawn in box: by default "silencing 24 members, layer by layer: 120/720 (3.1 s)". */
     paintProgress(p, box, words) {
@@ -81,5 +91,7 @@
       box.dataset.state = p.state;
       box.dataset.steps = String(p.steps);
     }
-  });
+  }
+
+  sg.Jobs = Jobs;
 })(window.StudyGroup = window.StudyGroup || {});

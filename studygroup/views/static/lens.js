@@ -9,9 +9,9 @@
   const { el, clear, tokenNode, short, percent, rgb, isLight, weightColor } = sg;
   const SHOWN_CHARS = 8; // characters of a top word written in its cell
 
-  class Lens {
-    constructor(inst) {
-      this.inst = inst;
+  class Lens extends sg.View {
+    constructor(page) {
+      super(page);
       this.data = null;
       this.go = el("button", { cls: "sg-lens-go", attrs: { type: "button" }, text: "Read every layer", on: { click: () => this.read() } });
       this.said = el("p", { cls: "sg-lens-status sg-hint", attrs: { role: "status", "aria-live": "polite" } });
@@ -29,12 +29,11 @@
           "that member's final word (the model's own top word after the last layer, in the bottom row). Hover a cell for its top " +
           "words; click a row to open that layer's heads." }),
         actions, this.legend, this.grid, this.story]);
-      this.box = inst.jobBox("sg-lens-job", actions);
-      inst.root.addEventListener("sg-text", () => this.forget());
+      this.box = this.jobBox("sg-lens-job", actions);
     }
 
     /** A new text: the lens of the last one is not this one's. */
-    forget() {
+    newText() {
       this.data = null;
       this.draw();
       this.said.textContent = "";
@@ -42,18 +41,18 @@
 
     /** Asks the server for the lens of the text shown, its progress under the button. */
     async read() {
-      const inst = this.inst, gen = inst.gen, text = inst.d.text;
+      const live = this.store.textGuard(), text = this.d.text;
       if (!text) { this.said.textContent = "Type a text and press Explain first."; return; }
       this.go.disabled = true;
       this.said.textContent = "Reading the residual stream after every layer\u2026";
       try {
-        const d = await inst.longPost("/lens", { text, top: 5, all_positions: true }, { box: this.box, after: 300 });
-        if (gen !== inst.gen) return;
+        const d = await this.longPost("/lens", { text, top: 5, all_positions: true }, { box: this.box, after: 300 });
+        if (!live()) return;
         this.data = d;
         this.said.textContent = "";
         this.draw();
       } catch (e) {
-        if (gen === inst.gen) this.said.textContent = inst.stoppedSaid(e, "the lens", "Press Read every layer to ask again.");
+        if (live()) this.said.textContent = this.stoppedSaid(e, "the lens", "Press Read every layer to ask again.");
       } finally {
         this.box.hidden = true;
         this.go.disabled = false;
@@ -97,26 +96,20 @@
       const words = "after layer " + l + ", member " + j + " (\u201c" + d.tokens[j] + "\u201d): " +
         c.top.map((w) => w.token + " " + percent(w.prob)).join(", ") + "\nits final word " + d.final[p].token + ": " +
         percent(c.final_prob) + ", rank " + c.final_rank;
-      td.addEventListener("mousemove", (ev) => this.tip(words, ev));
-      td.addEventListener("mouseleave", () => { this.inst.tip.hidden = true; });
+      td.addEventListener("mousemove", (ev) => this.showTip(words, ev));
+      td.addEventListener("mouseleave", () => { this.tip.hidden = true; });
       return td;
-    }
-
-    tip(words, ev) {
-      const tip = this.inst.tip;
-      tip.textContent = words; tip.hidden = false;
-      tip.style.left = (ev.clientX + 14) + "px"; tip.style.top = (ev.clientY + 14) + "px";
     }
 
     /** Opens layer l's heads: its highest-ranked head (head 0 before any ranking), scrolled into view in the model view. */
     openLayer(l) {
-      const inst = this.inst, ranked = inst.rankedHeads().find(([a]) => a === l), h = ranked ? ranked[1] : 0;
+      const ranked = this.rankedHeads().find(([a]) => a === l), h = ranked ? ranked[1] : 0;
       for (const tr of this.grid.querySelectorAll(".sg-lens-row")) tr.classList.toggle("sg-open", Number(tr.dataset.layer) === l);
-      inst.openHead(l, h);
-      const thumb = inst.q('.sg-thumb[data-layer="' + l + '"][data-head="' + h + '"]');
+      this.openHead(l, h);
+      const thumb = this.q('.sg-thumb[data-layer="' + l + '"][data-head="' + h + '"]');
       if (thumb) { thumb.scrollIntoView({ block: "center" }); thumb.focus({ preventScroll: true }); }
     }
   }
 
-  sg.view("lens", (inst) => new Lens(inst));
+  sg.view("lens", (page) => new Lens(page), { pageOnly: true });
 })(window.StudyGroup = window.StudyGroup || {});

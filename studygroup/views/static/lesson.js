@@ -31,9 +31,10 @@
   const isField = (t) => t && (t.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(t.tagName));
   const num = (v, path, text) => el("td", { cls: "sg-num", text: text != null ? text : sig4(v), data: v == null ? {} : { path, value: v } });
 
-  sg.mixin(class {
-    /** Adds the Explore/Lesson switch and the lesson's card to a page view; restores the URL's state. */
-    buildLesson() {
+  class Lesson extends sg.View {
+    /** The lesson's card, and the Explore/Lesson switch in the page's header; the URL's state taken. */
+    constructor(page) {
+      super(page);
       this.lesson = { gen: 0 };
       this.applyHash(readHash(location.hash));
       const sw = el("div", { cls: "sg-modes", attrs: { role: "group", "aria-label": "mode" } }, [
@@ -41,12 +42,21 @@
         el("button", { attrs: { type: "button" }, data: { mode: "lesson" }, text: "Lesson" })]);
       sw.addEventListener("click", (e) => { const b = e.target.closest("button"); if (b) this.setMode(b.dataset.mode); });
       this.q(".sg-header").appendChild(sw);
-      const card = el("section", { cls: "sg-card sg-lesson", attrs: { "aria-label": "lesson" } }, [
+      this.section = el("section", { cls: "sg-card sg-lesson", attrs: { "aria-label": "lesson" } }, [
         el("div", { cls: "sg-lesson-nav" }), el("div", { cls: "sg-lesson-pick" }), el("div", { cls: "sg-lesson-body", attrs: { "aria-live": "polite" } })]);
-      this.q(".sg-layout").after(card);
       document.addEventListener("keydown", (e) => this.lessonKey(e));
       window.addEventListener("hashchange", () => { if (location.hash !== this.hashWritten) this.restoreHash(); });
-      this.showMode();
+    }
+
+    mounted() { this.showMode(); }
+    // In Explore, the head opened, its notation and the member selected are the URL's.
+    selected() { if (!this.lesson.on) this.writeHash(); }
+    headOpened() { if (!this.lesson.on) this.writeHash(); }
+    notation() { if (!this.lesson.on) this.writeHash(); }
+    /** A silencing redrawn: the URL's, and the lesson's numbers for it. */
+    redrawn() {
+      this.writeHash();
+      if (this.lesson.on) this.loadLesson();
     }
 
     lessonKey(e) {
@@ -64,7 +74,7 @@
     }
 
     showMode() {
-      this.root.classList.toggle("sg-mode-lesson", this.lesson.on);
+      this.page.root.classList.toggle("sg-mode-lesson", this.lesson.on);
       for (const b of this.qa(".sg-modes button")) b.setAttribute("aria-pressed", String((b.dataset.mode === "lesson") === this.lesson.on));
       if (this.lesson.on) this.renderLesson();
     }
@@ -101,14 +111,14 @@
     applyHash(s) {
       const on = s.mode === "lesson";
       Object.assign(this.lesson, { on, section: s.section, head: on ? s.head : null, query: s.query, key: s.key, notation: on ? s.notation : "paper", data: null });
-      if (!on && s.notation !== this.ui.notation) { this.ui.notation = s.notation; this.paintNotation(); }
+      if (!on && s.notation !== this.ui.notation) { this.ui.notation = s.notation; this.page.views.head.paintNotation(); }
       this.pendingUrl = s;
     }
 
     /** The head open in Explore, or, while none is yet, the one the URL asks for. */
     exploreHead() {
       if (this.ui.layer != null) return [this.ui.layer, this.ui.head];
-      return this.asked ? this.asked.head : null;
+      return this.store.asked ? this.store.asked.head : null;
     }
 
     /** A hash changed by hand in an open tab: the page becomes what a fresh load of the new address
@@ -119,27 +129,29 @@
       Object.assign(this.lesson, { asked: null, gen: this.lesson.gen + 1 }); // an old lesson's answer is dropped
       clear(this.q(".sg-lesson-body"));
       this.showMode();
-      if (s.text != null) { this.q(".sg-text").value = s.text; this.submit(); } else if (this.lesson.on) this.loadLesson();
+      if (s.text != null) { this.q(".sg-text").value = s.text; this.page.submit(); } else if (this.lesson.on) this.loadLesson();
     }
 
-    /** Called by submit (session.js) around the explore view's work: the URL's text and silencing first. */
-    async submitWithLesson(explore) {
+    /** Before a new text (session.js): the URL's text, head and member first, its silencing held until the text is drawn. */
+    beforeText() {
       const s = this.pendingUrl;
       this.pendingUrl = null;
       if (s && s.text != null) this.q(".sg-text").value = s.text;
       if (!s) Object.assign(this.lesson, { head: null, query: null, key: null }); // a new text: its own default head
-      this.asked = s && s.mode === "explore" ? { head: s.head, member: s.member } : null; // openFirstHead's
+      this.store.asked = s && s.mode === "explore" ? { head: s.head, member: s.member } : null; // the session's openFirstHead
       Object.assign(this.lesson, { data: null, asked: null });
       const silence = s && (s.members.length || s.heads.length) ? s : null;
       this.lesson.pendingSilence = silence; // the URL's silencing until the explore view has it
       if (this.lesson.on) this.loadLesson(silence);
-      await explore();
+    }
+
+    /** After a new text is drawn: the URL's silencing redrawn, or the URL written. */
+    async afterText() {
+      const silence = this.lesson.pendingSilence;
       this.lesson.pendingSilence = null;
       if (silence) {
-        this.ui.members = new Set(silence.members);
-        this.ui.headsSilenced = new Set(silence.heads.map((x) => x.join(".")));
-        this.renderMembers();
-        await this.resilence();
+        this.store.silence(silence.members, silence.heads);
+        await this.page.afterSilence();
       } else this.writeHash();
     }
 
@@ -409,26 +421,9 @@
       if (values.length > count) box.appendChild(el("span", { cls: "sg-hint", text: "\u2026 " + (values.length - count) + " more" }));
       return box;
     }
-  });
-
-  // The explore view's text and silencing changes carry the lesson along (and the URL).
-  const P = sg.Instance.prototype, submit = P.submit, resilence = P.resilence;
-  // In Explore, the head opened, its notation and the member selected are the URL's.
-  for (const name of ["openHead", "setNotation", "select", "clearSelection"]) {
-    const f = P[name];
-    P[name] = function (...args) {
-      const r = f.apply(this, args);
-      if (this.lesson && !this.lesson.on) this.writeHash();
-      return r;
-    };
   }
-  P.submit = function () { return this.lesson ? this.submitWithLesson(() => submit.call(this)) : submit.call(this); };
-  P.resilence = async function () {
-    await resilence.call(this);
-    if (!this.lesson) return;
-    this.writeHash();
-    if (this.lesson.on) this.loadLesson();
-  };
+
+  sg.view("lesson", (page) => new Lesson(page), { pageOnly: true });
 
   sg.lessonSections = NAMES;
   sg.readLessonHash = readHash;

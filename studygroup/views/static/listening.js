@@ -8,13 +8,17 @@
   /** What an attention sink is, in one line (studygroup.study.sinks.MEANING, through views/colours.py). */
   const SINK_MEANING = sg.colours.sink.meaning;
 
-  sg.mixin(class {
+  /** A view without a card of its own: its panel is the head card's .sg-member. */
+  class Listening extends sg.View {
+    headDrawn() { this.draw(); }
+    selected() { this.draw(); }
+
     /** The selected member's question in this head: its weights, and what each answer contributed. */
-    renderMemberPanel() {
-      const box = clear(this.q(".sg-member"));
-      const d = this.currentHead(), i = this.ui.selected;
+    draw() {
+      const box = clear(this.q(".sg-member")), head = this.page.views.head;
+      const d = head.currentHead(), i = this.ui.selected;
       let entries = null, asker = null;
-      const lh = this.listenedHead(), e = this.d.explanation;
+      const lh = head.listenedHead(), e = this.d.explanation;
       const sameText = lh && e && (!d || d.tokens.length === e.tokens.length);
       const sinks = sameText && lh.sinks ? lh.sinks : [];  // this head's sinks on the explained text
       if (d && i != null && d.questions.includes(i)) {
@@ -71,5 +75,7 @@
         box.appendChild(el("p", { cls: "sg-hint sg-sink-note", text: SINK_MEANING }));
       }
     }
-  });
+  }
+
+  sg.view("listening", (page) => new Listening(page));
 })(window.StudyGroup = window.StudyGroup || {});

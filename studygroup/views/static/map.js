@@ -24,7 +24,10 @@
     return out;
   }
 
-  sg.mixin(class {
+  /** A view without a card of its own: its box sits in the head's card, above the head's check. */
+  class HeadMap extends sg.View {
+    headDrawn() { this.renderMap(); }
+
     /** The map's box in the head card, made on first use. */
     mapBox() {
       let box = this.q(".sg-map");
@@ -49,11 +52,10 @@
 
     /** Shows the map of the open head of a long text (hidden otherwise), from its whole map on a new head. */
     renderMap() {
-      if (!this.api) return;
       const box = this.mapBox(), T = this.tokens().length;
       box.hidden = !(this.ui.layer != null && T > FULL_MAPS_MAX_T);
       if (box.hidden) return;
-      const key = [this.ui.layer, this.ui.head, this.ui.notation, JSON.stringify(this.silencing()), this.d.text].join(":");
+      const key = [this.ui.layer, this.ui.head, this.ui.notation, this.store.silencingKey(), this.d.text].join(":");
       if (!this.mapView || this.mapView.key !== key) this.mapView = { key, T, r0: 0, c0: 0, n: T };
       this.showMap();
     }
@@ -183,7 +185,7 @@
     /** A tile: its weights as cells, labelled where they fit (the head's grid drawing). */
     drawMapCells(d) {
       const canvas = this.q(".sg-map-canvas");
-      const spec = this.gridSpecOf(d, "weights", Math.max(260, (this.q(".sg-map").clientWidth || 600) - 4));
+      const spec = this.page.views.head.gridSpecOf(d, "weights", Math.max(260, (this.q(".sg-map").clientWidth || 600) - 4));
       drawGrid(canvas, spec);
       canvas.__map = { spec, geom: canvas.__geom };
       canvas.dataset.mode = "cells";
@@ -191,7 +193,7 @@
     }
 
     /** For tests and curious readers: what the map shows now (cells: the tile's weights as drawn; overview: the blocks). */
-    mapShown() {
+    shown() {
       const s = this.mapShownNow;
       if (!s) return null;
       const v = { rows: [s.v.r0, s.v.r0 + s.v.n], keys: [s.v.c0, s.v.c0 + s.v.n] };
@@ -231,8 +233,7 @@
         if (drag) { this.tip.hidden = true; return; }
         const hit = this.mapHit(canvas, ev);
         if (!hit) { this.tip.hidden = true; return; }
-        this.tip.textContent = hit.words; this.tip.hidden = false;
-        this.tip.style.left = (ev.clientX + 14) + "px"; this.tip.style.top = (ev.clientY + 14) + "px";
+        this.showTip(hit.words, ev);
       });
       canvas.addEventListener("mouseleave", () => { this.tip.hidden = true; });
       canvas.addEventListener("wheel", (ev) => {
@@ -247,7 +248,7 @@
         drag = null;
         if (Math.abs(dx) + Math.abs(dy) < 4) { // a click: select the question (and, on a visible cell, why)
           const hit = this.mapHit(canvas, ev);
-          if (hit) { this.select(hit.i); if (hit.visible) this.openWhy(hit.i, hit.j); }
+          if (hit) { this.select(hit.i); if (hit.visible) this.page.views.head.openWhy(hit.i, hit.j); }
           return;
         }
         const transpose = this.ui.notation === "columns"; // the video's drawing: questions across
@@ -263,5 +264,7 @@
         this.moveMap(how);
       });
     }
-  });
+  }
+
+  sg.view("map", (page) => new HeadMap(page), { pageOnly: true });
 })(window.StudyGroup = window.StudyGroup || {});

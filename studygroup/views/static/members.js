@@ -1,14 +1,81 @@
-/* The members as chips: select (click, Enter), hover, silence (\u2298); the list of what is silenced. */
+/* The text and its members: the text box (the page) or the text given (a report), the members as
+ * chips (select: click, Enter; hover; silence: \u2298), the list of what is silenced and how it is
+ * taken out; among hundreds of members, the finder (finder.js). */
 (function (sg) {
   "use strict";
 
   const { el, clear, tokenNode, signed } = sg;
 
-  sg.mixin(class {
-    renderMembers() {
-      const box = clear(this.q(".sg-chips"));
-      const e = this.d.explanation;
-      this.tokens().forEach((t, j) => {
+  /** A member's chip (a .sg-chip here, a .sg-storychip in the story) marked as ui says: selected, hovered, silenced. */
+  function markChip(chip, ui) {
+    const j = Number(chip.dataset.index);
+    chip.classList.toggle("sg-selected", j === ui.selected);
+    chip.classList.toggle("sg-hover", j === ui.hover);
+    chip.classList.toggle("sg-muted", ui.members.has(j));
+    chip.style.background = ui.members.has(j) ? sg.colours.masked.css : ""; // masked as the grids mask a cell
+    const mute = chip.querySelector(".sg-mute");
+    if (mute) mute.setAttribute("aria-pressed", String(ui.members.has(j)));
+  }
+  sg.markChip = markChip;
+
+  class Members extends sg.View {
+    constructor(page) {
+      super(page);
+      this.place = "layout";
+      const input = this.section = this.card("sg-input", "The text and its members");
+      if (this.api) input.appendChild(this.form());
+      else input.appendChild(el("p", { cls: "sg-given" }));
+      input.appendChild(el("p", { cls: "sg-hint", text: "Tab to a member and press Enter to select its question; \u2298 silences it (nobody hears its answer; \u201ctaken out by\u201d, once something is silenced, puts in its mean or another text's instead). Esc clears the selection. \u2423 marks a space, \u21b5 a newline, \u21e5 a tab." }));
+      input.appendChild(this.chips = el("div", { cls: "sg-chips", attrs: { role: "list", "aria-label": "members" } }));
+      input.appendChild(this.list = el("div", { cls: "sg-silenced" }));
+      this.finder = this.api ? new sg.Finder(this, this.chips) : null;
+      this.draws = ["conclusion", "explanation"];
+    }
+
+    /** The page's form: the text, another context to compare with, Explain (or Ctrl+Enter). */
+    form() {
+      const p = this.page;
+      const form = el("form", { cls: "sg-form", on: { submit: (e) => { e.preventDefault(); p.submit(); } } }, [
+        el("label", { cls: "sg-label", attrs: { for: p.id("text") }, text: "Text (the group predicts the word that comes next)" }),
+        el("textarea", { cls: "sg-text", attrs: { id: p.id("text"), name: "text", rows: 2, spellcheck: "false" } }),
+        el("label", { cls: "sg-label", attrs: { for: p.id("other") }, text: "Compare with another context (optional): the same text without its first sentence, say" }),
+        el("input", { cls: "sg-other", attrs: { id: p.id("other"), name: "other", type: "text", spellcheck: "false", placeholder: "e.g. I have a lot" } }),
+        el("div", { cls: "sg-actions" }, [el("button", { cls: "sg-go", attrs: { type: "submit" }, text: "Explain" }),
+          el("span", { cls: "sg-hint", text: "Ctrl+Enter in the text box does the same." })]),
+        el("p", { cls: "sg-hint sg-limit" })]);
+      form.querySelector("textarea").addEventListener("keydown", (e) => {
+        if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); p.submit(); }
+      });
+      return form;
+    }
+
+    /** The server's default text in the box, and the longest text it takes. */
+    informed(info) {
+      this.q(".sg-text").value = info.default_text;
+      const most = info.limits && info.limits.max_tokens;
+      if (most) this.q(".sg-limit").textContent = "Texts of up to " + most + " tokens" +
+        (most === info.context_length ? " (the model's context)." : " (the server's --max-tokens; the model's context holds " + info.context_length + ").") +
+        " A longer text is refused with a message, never cut.";
+    }
+
+    /** A report's text (and the one it is compared with). */
+    shown() {
+      const given = clear(this.q(".sg-given")), d = this.d;
+      given.appendChild(el("span", { cls: "sg-label", text: "Text" }));
+      given.appendChild(el("q", { text: d.text == null ? "(token ids)" : d.text }));
+      if (d.comparison) {
+        given.appendChild(el("span", { cls: "sg-label", text: "compared with" }));
+        given.appendChild(el("q", { text: d.comparison.a.text }));
+      }
+    }
+
+    /** The chips, made again where the members or their explanation changed; else marked again. */
+    draw() {
+      const e = this.d.explanation, toks = this.tokens(), shown = [toks.join("\u0000"), e];
+      if (this.shown && this.shown[0] === shown[0] && this.shown[1] === shown[1]) { this.silenced(); return; }
+      this.shown = shown;
+      const box = clear(this.chips);
+      toks.forEach((t, j) => {
         const m = e && e.members[j];
         const main = el("button", { cls: "sg-chip-main", attrs: { type: "button", "aria-label": "member " + j + ": " + t },
           on: { click: () => this.select(j) } }, [tokenNode(t)]);
@@ -17,45 +84,43 @@
         if (m && m.effect_last_question != null) said.push("effect_last_question (silenced for the last member's question only) " + signed(m.effect_last_question, 3));
         main.title = "member " + j + (said.length ? "; change in log p(" + e.predicted.token + "): " + said.join("; ") : "");
         const mute = el("button", { cls: "sg-mute", attrs: { type: "button", "aria-pressed": this.ui.members.has(j), "aria-label": "silence member " + j, title: "silence member " + j },
-          text: "\u2298", on: { click: () => this.toggleMember(j) } });
+          text: "\u2298", on: { click: () => this.page.toggleMember(j) } });
         const chip = el("span", { cls: "sg-chip", attrs: { role: "listitem" }, data: { index: j } }, [main, mute]);
         chip.addEventListener("mouseenter", () => this.setHover(j));
         chip.addEventListener("mouseleave", () => this.setHover(null));
         box.appendChild(chip);
       });
-      this.renderSilencedList();
-      this.paintMembers();
-      this.renderFinder();
+      this.silenced();
+      if (this.finder) this.finder.draw();
     }
 
-    paintMembers() {
-      for (const chip of this.qa(".sg-chip, .sg-storychip")) {
-        const j = Number(chip.dataset.index);
-        chip.classList.toggle("sg-selected", j === this.ui.selected);
-        chip.classList.toggle("sg-hover", j === this.ui.hover);
-        chip.classList.toggle("sg-muted", this.ui.members.has(j));
-        chip.style.background = this.ui.members.has(j) ? sg.colours.masked.css : ""; // masked as the grids mask a cell
-        const mute = chip.querySelector(".sg-mute");
-        if (mute) mute.setAttribute("aria-pressed", String(this.ui.members.has(j)));
-      }
+    /** Every member's chip marked: selected, hovered, silenced. */
+    paint() { for (const chip of this.chips.children) markChip(chip, this.ui); }
+    selected() { this.paint(); }
+    hovered() { this.paint(); }
+
+    /** The list of what is silenced, and the chips marked. */
+    silenced() {
+      this.renderList();
+      this.paint();
     }
 
-    renderSilencedList() {
-      const box = clear(this.q(".sg-silenced"));
+    renderList() {
+      const box = clear(this.list);
       if (!this.ui.members.size && !this.ui.headsSilenced.size) return;
       box.appendChild(el("span", { cls: "sg-label", text: "Silenced: " }));
-      const toks = this.tokens();
+      const toks = this.tokens(), p = this.page;
       for (const j of [...this.ui.members].sort((a, b) => a - b)) {
-        box.appendChild(el("button", { cls: "sg-pill", attrs: { type: "button", title: "hear member " + j + " again" }, on: { click: () => this.toggleMember(j) } },
+        box.appendChild(el("button", { cls: "sg-pill", attrs: { type: "button", title: "hear member " + j + " again" }, on: { click: () => p.toggleMember(j) } },
           [tokenNode(toks[j]), " (" + j + ") \u00d7"]));
       }
       for (const k of this.ui.headsSilenced) {
         const [l, h] = k.split(".");
-        box.appendChild(el("button", { cls: "sg-pill", attrs: { type: "button", title: "let this head write again" }, on: { click: () => this.toggleHead(+l, +h) } },
+        box.appendChild(el("button", { cls: "sg-pill", attrs: { type: "button", title: "let this head write again" }, on: { click: () => p.toggleHead(+l, +h) } },
           ["layer " + l + " head " + h + " \u00d7"]));
       }
       box.appendChild(el("button", { cls: "sg-link", attrs: { type: "button" }, text: "clear all", on: { click: () => {
-        this.ui.members.clear(); this.ui.headsSilenced.clear(); this.afterSilence(); } } }));
+        p.clearSilencing(); p.afterSilence(); } } }));
       if (this.api) box.appendChild(this.ablationChoice());
     }
 
@@ -64,7 +129,7 @@
     ablationChoice() {
       const a = this.ui.ablation || (this.ui.ablation = { kind: "zero", from: "" });
       const kinds = { zero: "zero (silenced)", mean: "mean ablation", resample: "resample ablation" };
-      const redraw = () => { if (a.kind !== "resample" || a.from.trim()) this.afterSilence(); else this.renderSilencedList(); };
+      const redraw = () => { if (a.kind !== "resample" || a.from.trim()) this.page.afterSilence(); else this.renderList(); };
       const select = el("select", { cls: "sg-ablation", attrs: { "aria-label": "how the silenced are taken out",
         title: "zero: a member's keys removed, a head's write zeroed; mean: replaced by their mean over this text's members; "
           + "resample: taken from another text of as many tokens" }, on: { change: () => { a.kind = select.value; redraw(); } } },
@@ -78,48 +143,7 @@
       }
       return el("span", { cls: "sg-ablation-choice" }, parts);
     }
+  }
 
-    toggleMember(j) {
-      if (this.ui.members.has(j)) this.ui.members.delete(j);
-      else {
-        if (!this.api) this.clearSilencing(); // a file holds one silencing at a time
-        this.ui.members.add(j);
-      }
-      this.afterSilence();
-    }
-
-    toggleHead(l, h) {
-      if (l == null) return;
-      const k = l + "." + h;
-      if (this.ui.headsSilenced.has(k)) this.ui.headsSilenced.delete(k);
-      else {
-        if (!this.api) this.clearSilencing();
-        this.ui.headsSilenced.add(k);
-      }
-      this.afterSilence();
-    }
-
-    clearSilencing() { this.ui.members.clear(); this.ui.headsSilenced.clear(); }
-
-    afterSilence() {
-      this.renderSilencedList(); this.paintMembers(); this.paintThumbs(); this.paintHeadControls(); this.renderStory();
-      this.resilence();
-      if (this.api && this.gw && this.gw.lines.length) this.regenerateChosen().catch((e) => this.say("Generating: " + e.message, "error"));
-    }
-
-    select(j) {
-      this.ui.selected = this.ui.selected === j ? null : j;
-      this.paintMembers(); this.drawHeadGrids(); this.renderMemberPanel();
-    }
-    setHover(j) {
-      if (this.ui.hover === j) return;
-      this.ui.hover = j;
-      this.paintMembers(); this.drawHeadGrids();
-    }
-    clearSelection() {
-      this.ui.selected = null; this.ui.hover = null;
-      this.tip.hidden = true;
-      this.paintMembers(); this.drawHeadGrids(); this.renderMemberPanel();
-    }
-  });
+  sg.view("members", (page) => new Members(page));
 })(window.StudyGroup = window.StudyGroup || {});

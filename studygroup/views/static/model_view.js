@@ -35,15 +35,27 @@
     if (role != null && s.dataset.role !== role) s.dataset.role = role;
   }
 
-  sg.mixin(class {
-    rankedHeads() {
-      const e = this.d.explanation, mv = this.d.modelView;
-      if (e && e.heads.length) return e.heads.slice(0, e.heads_measured).map((h) => [h.layer, h.head]);  // ranked by one measure
-      if (!mv) return [];
-      const ranked = [];
-      mv.heads.forEach((row) => row.forEach((h) => { if (h.rank != null) ranked[h.rank - 1] = [h.layer, h.head]; }));
-      return ranked.filter(Boolean);
+  class ModelView extends sg.View {
+    constructor(page) {
+      super(page);
+      this.place = "layout";
+      const mv = this.section = this.card("sg-modelview", "The model view", "Every head's weights on this text: one row per layer, one column per head. Click a head (or Tab to it and press Enter) to open it.");
+      mv.appendChild(el("div", { cls: "sg-mv-grid" }));
+      mv.appendChild(el("div", { cls: "sg-mv-legend" }));
+      mv.appendChild(el("div", { cls: "sg-save" }, [
+        el("button", { attrs: { type: "button" }, text: "Save model view (PNG)", on: { click: () => sg.save.modelView(page) } }),
+        el("button", { attrs: { type: "button" }, text: "Save data (JSON)", on: { click: () => sg.save.data(page) } })]));
+      this.draws = ["modelView", "explanation"];
     }
+
+    /** The silencing redraw's request: every head of the silenced run (its unchanged heads kept as drawn). */
+    redraw(body, current) {
+      if (!body) return null;
+      return sg.api.modelView(this.api, body, this.d.modelView).then((mv) => { if (current()) this.page.update({ modelView: mv }); });
+    }
+    silenced() { this.paintThumbs(); }
+    headOpened() { this.paintThumbs(); }
+    notation() { this.draw(); }
 
     /** Draws every head's thumbnail. The thumbnails' elements are built once per model shape and
      * kept: a redraw (a silencing, the explanation's ranks, the orientation) sets their pixels,
@@ -52,7 +64,7 @@
      * array where they are the same numbers: api.js's modelView; its masked cells, the colouring, the
      * orientation, the size and the screen's pixels): a silenced head leaves the layers up to its own as they are drawn.
      * The grid's __painted lists the heads ("layer.head") this call drew. */
-    renderModelView() {
+    draw() {
       const grid = this.q(".sg-mv-grid");
       const scale = this.q(".sg-mv-legend canvas") || el("canvas", { attrs: { role: "img" } });  // kept, as the thumbnails are
       const legend = clear(this.q(".sg-mv-legend"));
@@ -174,7 +186,7 @@
     colourByChoice() {
       const by = this.ui.colourBy || "weight";
       const button = (v) => el("button", { attrs: { type: "button", "aria-pressed": String(by === v) }, data: { colourBy: v }, text: v,
-        on: { click: () => { this.ui.colourBy = v; this.renderModelView(); } } });
+        on: { click: () => { this.ui.colourBy = v; this.draw(); } } });
       return el("div", { cls: "sg-colour-by", attrs: { role: "group", "aria-label": "colour the heads by" } }, ["colour by: ", button("weight"), " | ", button("role")]);
     }
 
@@ -195,7 +207,9 @@
         b.classList.toggle("sg-muted", this.ui.headsSilenced.has(l + "." + h));
       }
     }
-  });
+  }
+
+  sg.view("modelView", (page) => new ModelView(page));
 
   /** Whether a thumbnail's drawing inputs (an array of strings, numbers and the weights' array, compared
    * by identity) differ from those it was last drawn with; kept on it for the next call when they do. */

@@ -14,9 +14,9 @@
   const NUMBERS_UP_TO = 24; // members (or heads) past which the cells hold colour only
   const COST_WAIT_MS = 400; // a pause in typing before the cost is asked
 
-  class Patching {
-    constructor(inst) {
-      this.inst = inst;
+  class Patching extends sg.View {
+    constructor(page) {
+      super(page);
       this.runs = 0;
       this.data = null;
       this.kind = "resid_pre";
@@ -39,7 +39,7 @@
           "corrupted text with one thing taken from the clean run at that place, and shows how much of the clean run's difference " +
           "that alone brings back: 0 = corrupted, 1 = clean." }),
         this.form, this.result]);
-      this.box = inst.jobBox("sg-patch-job", this.form.querySelector(".sg-actions"));
+      this.box = this.jobBox("sg-patch-job", this.form.querySelector(".sg-actions"));
       this.costSoon(0);
     }
 
@@ -59,7 +59,7 @@
         const b = this.body(), asked = JSON.stringify(b), line = this.form.querySelector(".sg-patch-cost");
         if (!b.clean.trim() || !b.corrupted.trim()) { line.textContent = "Type both texts."; line.dataset.kind = "error"; return; }
         try {
-          const c = await this.inst.post("/patch_cost", b);
+          const c = await this.post("/patch_cost", b);
           if (asked !== JSON.stringify(this.body())) return;
           line.textContent = "Before it runs, " + c.members + " members: " + c.cost + ".";
           line.dataset.kind = "";
@@ -75,13 +75,13 @@
       go.disabled = true;
       status.textContent = "Patching\u2026";
       try {
-        const d = await this.inst.longPost("/patch", this.body(), { box: this.box, wanted: () => my === this.runs, words: progressWords });
+        const d = await this.longPost("/patch", this.body(), { box: this.box, wanted: () => my === this.runs, words: progressWords });
         if (my !== this.runs) return;
         this.data = d;
         status.textContent = "";
         this.draw();
       } catch (e) {
-        if (my === this.runs) status.textContent = this.inst.stoppedSaid(e, "patching", "Press Run patching to ask again.");
+        if (my === this.runs) status.textContent = this.stoppedSaid(e, "patching", "Press Run patching to ask again.");
       } finally {
         if (my === this.runs) { this.box.hidden = true; go.disabled = false; }
       }
@@ -168,5 +168,5 @@
     return what + " (" + p.elapsed_s.toFixed(1) + " s)";
   }
 
-  sg.view("patching", (inst) => new Patching(inst));
+  sg.view("patching", (page) => new Patching(page), { pageOnly: true });
 })(window.StudyGroup = window.StudyGroup || {});

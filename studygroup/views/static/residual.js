@@ -1,7 +1,7 @@
 /* The residual stream at the last member (the page only; explain's numbers, study/attribution.py):
  * per layer, how much its heads (a tick each, their sum as a bar) and its MLP ("thinking alone")
  * add along the predicted word's unembedding direction, and the logit built so far. Drawn when
- * the explanation arrives (an "sg-explained" event); hovering a row lists its heads, a click opens
+ * the explanation arrives; hovering a row lists its heads, a click opens
  * its largest head. The bars' colours are the figure's (views/colours.py: ATTENTION, THINKING). */
 (function (sg) {
   "use strict";
@@ -9,9 +9,9 @@
   const { el, clear, tokenNode, sig4 } = sg;
   const { attention: ATTENTION, thinking: THINKING } = sg.colours.writers;
 
-  class Residual {
-    constructor(inst) {
-      this.inst = inst;
+  class Residual extends sg.View {
+    constructor(page) {
+      super(page);
       this.said = el("p", { cls: "sg-hint sg-res-said", text: "Drawn once the text is explained." });
       this.chart = el("div", { cls: "sg-res-chart", attrs: { role: "list", "aria-label": "the residual stream, layer by layer" } });
       this.story = el("div", { cls: "sg-res-story" });
@@ -23,9 +23,10 @@
       this.section = el("section", { cls: "sg-card sg-residual", attrs: { "aria-label": "the residual stream" } }, [
         el("h2", { text: "The residual stream: what each layer adds to the predicted word" }),
         this.said, this.legend, this.chart, this.story]);
-      inst.root.addEventListener("sg-text", () => this.draw(null));
-      inst.root.addEventListener("sg-explained", () => this.draw(inst.d.explanation));
     }
+
+    newText() { this.draw(null); }
+    explained() { this.draw(this.d.explanation); }
 
     /** The chart of explanation e (null: none yet): the embedding's row, a row per layer, the logit's row. */
     draw(e) {
@@ -64,11 +65,11 @@
       const r = el("div", { cls: "sg-res-row sg-res-" + kind, data: layer == null ? { sofar } : { sofar, layer },
         attrs: { role: "listitem", tabindex: layer == null ? null : "0", "aria-label": words } },
       [el("span", { cls: "sg-res-label", text: label }), track, el("span", { cls: "sg-res-sofar", text: sofar.toFixed(2) })]);
-      r.addEventListener("mousemove", (ev) => this.tip(words, ev));
-      r.addEventListener("mouseleave", () => { this.inst.tip.hidden = true; });
+      r.addEventListener("mousemove", (ev) => this.showTip(words, ev));
+      r.addEventListener("mouseleave", () => { this.tip.hidden = true; });
       if (layer != null) {
-        r.addEventListener("click", () => this.inst.openHead(layer, this.largest(layer)));
-        r.addEventListener("keydown", (ev) => { if (ev.key === "Enter") this.inst.openHead(layer, this.largest(layer)); });
+        r.addEventListener("click", () => this.openHead(layer, this.largest(layer)));
+        r.addEventListener("keydown", (ev) => { if (ev.key === "Enter") this.openHead(layer, this.largest(layer)); });
       }
       return r;
     }
@@ -87,7 +88,7 @@
 
     /** The head of layer l whose direct contribution is largest in size. */
     largest(l) {
-      const row = this.inst.d.explanation.contributions[l];
+      const row = this.d.explanation.contributions[l];
       return row.reduce((best, c, h) => (Math.abs(c) > Math.abs(row[best]) ? h : best), 0);
     }
 
@@ -103,13 +104,7 @@
         " as much. What the probability follows is the gap between them, whose shares the story gives. A direct contribution also leaves out what later layers make of a write; silencing a head counts that."]);
       story.append(p1, p2);
     }
-
-    tip(words, ev) {
-      const tip = this.inst.tip;
-      tip.textContent = words; tip.hidden = false;
-      tip.style.left = (ev.clientX + 14) + "px"; tip.style.top = (ev.clientY + 14) + "px";
-    }
   }
 
-  sg.view("residual", (inst) => new Residual(inst));
+  sg.view("residual", (page) => new Residual(page), { pageOnly: true });
 })(window.StudyGroup = window.StudyGroup || {});

@@ -1,4 +1,4 @@
-/* Saving: the open head and the model view as PNG, the view's data as JSON. */
+/* Saving (the views' buttons call these): the open head and the model view as PNG, the view's data as JSON. */
 (function (sg) {
   "use strict";
 
@@ -14,24 +14,27 @@
     setTimeout(() => URL.revokeObjectURL(url), 5000);
   }
 
-  sg.mixin(class {
-    saveData() { downloadJSON("studygroup.json", this.d); }
+  sg.save = {
+    /** The page's data as JSON. */
+    data(page) { downloadJSON("studygroup.json", page.store.d); },
 
-    saveHead() {
-      const a = this.q(".sg-grid-scores"), b = this.q(".sg-grid-weights");
-      if (!this.currentHead()) return;
+    /** The open head's two grids side by side as PNG. */
+    head(page) {
+      const a = page.q(".sg-grid-scores"), b = page.q(".sg-grid-weights"), ui = page.store.ui;
+      if (!page.views.head.currentHead()) return;
       const out = document.createElement("canvas");
       out.width = a.width + b.width + 20; out.height = Math.max(a.height, b.height);
       const ctx = out.getContext("2d");
       ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, out.width, out.height);
       ctx.drawImage(a, 0, 0); ctx.drawImage(b, a.width + 20, 0);
-      download("head-L" + this.ui.layer + "-H" + this.ui.head + "-" + this.ui.notation + ".png", out.toDataURL("image/png"));
-    }
+      download("head-L" + ui.layer + "-H" + ui.head + "-" + ui.notation + ".png", out.toDataURL("image/png"));
+    },
 
-    saveModelView() {
-      const thumbs = this.qa(".sg-thumb canvas");
+    /** Every thumbnail of the model view, where it is drawn, as PNG. */
+    modelView(page) {
+      const thumbs = page.qa(".sg-thumb canvas");
       if (!thumbs.length) return;
-      const first = thumbs[0], grid = this.q(".sg-mv-grid").getBoundingClientRect();
+      const first = thumbs[0], grid = page.q(".sg-mv-grid").getBoundingClientRect();
       const r = first.width / first.getBoundingClientRect().width;
       const out = document.createElement("canvas");
       out.width = Math.ceil(grid.width * r); out.height = Math.ceil(grid.height * r);
@@ -42,6 +45,6 @@
         ctx.drawImage(c, (b.left - grid.left) * r, (b.top - grid.top) * r);
       }
       download("model-view.png", out.toDataURL("image/png"));
-    }
-  });
+    },
+  };
 })(window.StudyGroup = window.StudyGroup || {});

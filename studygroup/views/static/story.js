@@ -7,10 +7,26 @@
   /** Whether a story sentence is the one that tells the conclusion (its first piece says so). */
   const aboutConclusion = (parts) => parts.length > 0 && parts[0].about === "conclusion";
 
-  sg.mixin(class {
-    renderStory() {
-      const box = clear(this.q(".sg-sentences"));
-      const dec = clear(this.q(".sg-decisive"));
+  class Story extends sg.View {
+    constructor(page) {
+      super(page);
+      this.place = "layout";
+      const story = this.section = this.card("sg-story", "The story");
+      story.appendChild(this.note = el("p", { cls: "sg-story-note sg-hint", attrs: { hidden: "" } }));
+      story.appendChild(this.sentences = el("div", { cls: "sg-sentences" }));
+      story.appendChild(this.decisive = el("div", { cls: "sg-decisive" }));
+      this.draws = ["conclusion", "explanation", "untold"];
+    }
+
+    silenced() { this.draw(); }
+    selected() { this.paint(); }
+    hovered() { this.paint(); }
+    /** The story's member chips marked as the members' are. */
+    paint() { for (const chip of this.sentences.querySelectorAll(".sg-storychip")) sg.markChip(chip, this.ui); }
+
+    draw() {
+      const box = clear(this.sentences);
+      const dec = clear(this.decisive);
       const own = this.silencedRun(), swap = own ? null : this.silencedConclusion();
       this.renderStoryNote(own, swap);
       const e = own || this.d.explanation, cmp = own ? null : this.d.comparison;
@@ -26,7 +42,7 @@
       if (e.story_parts) for (const parts of e.story_parts) box.appendChild(swap && aboutConclusion(parts) ? this.silencedSentence(swap, tokens) : this.partsSentence(parts, tokens));
       else for (const s of e.story) box.appendChild(this.sentence(s, tokens));
       if (swap) this.markUnsilenced(box);
-      this.paintMembers();
+      this.paint();
       if (e.heads.length) this.renderDecisive(dec, e);
     }
 
@@ -44,25 +60,19 @@
       dec.appendChild(list);
     }
 
-    /** The silencing shown, as one string: an answer is current when it was asked for this one. */
-    silencingKey() {
-      const s = this.silencing(), a = s.ablation || { kind: "zero" };
-      return JSON.stringify([s.silence.members, s.silence.heads, a.kind, a.from || null]);
-    }
-
     /** The conclusion's sentence told from the silenced run (/api/conclusion's silenced_story), when
      * the conclusion shown was computed for the silencing shown; else null. */
     silencedConclusion() {
       const c = this.d.conclusion;
       if (!this.api || !c || !c.silenced_story) return null;
-      const a = c.ablation || { kind: "zero", from: null };
-      return JSON.stringify([c.silenced_members, c.silenced_heads, a.kind, a.from]) === this.silencingKey() ? c.silenced_story : null;
+      const s = this.silencing();
+      return said(c.silenced_members, c.silenced_heads, c.ablation) === said(s.silence.members, s.silence.heads, s.ablation) ? c.silenced_story : null;
     }
 
     /** The explanation of the run with the silencing shown, once asked for and answered; else null. */
     silencedRun() {
       const r = this.d.silencedRun;
-      return r && r.explanation && r.key === this.silencingKey() ? r.explanation : null;
+      return r && r.explanation && r.key === this.store.silencingKey() ? r.explanation : null;
     }
 
     /** The silenced run's conclusion sentence, marked as such; its fields are paths in /api/conclusion's answer. */
@@ -85,13 +95,13 @@
 
     /** Above the story: which run its sentences were measured on, and a button that explains the silenced run. */
     renderStoryNote(own, swap) {
-      const note = clear(this.q(".sg-story-note"));
+      const note = clear(this.note);
       const filed = !this.api && this.d.explanation && (this.ui.members.size || this.ui.headsSilenced.size);
       note.hidden = !(own || swap || filed);
       if (own) note.appendChild(document.createTextNode("The story below is the silenced run's: explained with the silencing in effect, every number is that run's."));
       else if (filed) note.appendChild(document.createTextNode("The sentences below were measured on the text with nothing silenced; the conclusion's bars show the silenced run."));
       else if (swap) {
-        const r = this.d.silencedRun, asked = r && !r.explanation && r.key === this.silencingKey();
+        const r = this.d.silencedRun, asked = r && !r.explanation && r.key === this.store.silencingKey();
         note.appendChild(document.createTextNode("The conclusion's sentence below is the silenced run's; the other sentences were measured on the text with nothing silenced. "));
         note.appendChild(el("button", { cls: "sg-explain-silenced", attrs: { type: "button", disabled: asked ? "" : null },
           text: asked ? "Explaining the silenced run\u2026" : "Explain the silenced run", on: { click: () => this.explainSilenced() } }));
@@ -101,11 +111,12 @@
     /** Asks /api/explain for the run with the silencing shown (a job with its progress), then tells its story.
      * A change of silencing or text meanwhile cancels it. */
     async explainSilenced() {
-      const key = this.silencingKey(), gen = this.gen, run = { key, explanation: null };
-      const wanted = () => gen === this.gen && this.d.silencedRun === run && key === this.silencingKey();
-      const box = this.jobBox("sg-story-progress", this.q(".sg-story-note"));
+      const key = this.store.silencingKey(), current = this.store.guard(), run = { key, explanation: null };
+      const wanted = () => current() && this.d.silencedRun === run;
+      const box = this.jobBox("sg-story-progress", this.note);
+      const live = this.store.textGuard();
       this.d.silencedRun = run;
-      this.renderStory();
+      this.draw();
       const answer = this.longPost("/explain", { text: this.d.text, top: 10, ...this.silencing() }, { box, wanted });
       const job = box.dataset.job;
       try {
@@ -114,7 +125,7 @@
         if (wanted()) { this.d.silencedRun = null; this.say(err.message, "error"); }
       } finally {
         if (box.dataset.job === job) box.hidden = true;
-        if (gen === this.gen) this.renderStory();
+        if (live()) this.draw();
       }
     }
 
@@ -157,5 +168,10 @@
       if (last < s.length) p.appendChild(document.createTextNode(s.slice(last)));
       return p;
     }
-  });
+  }
+
+  /** A silencing as one comparable string: the store's (silencing()) or the one an answer of /api/conclusion names. */
+  const said = (members, heads, a) => JSON.stringify([members, heads, a ? a.kind : "zero", (a && a.from) || null]);
+
+  sg.view("story", (page) => new Story(page));
 })(window.StudyGroup = window.StudyGroup || {});

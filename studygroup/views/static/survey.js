@@ -10,9 +10,9 @@
   const ROLES = sg.colours.roles; // Okabe–Ito colours and short labels, from views/colours.py
   const FALLBACK = "#999999"; // a role the page has no colour for
 
-  class Survey {
-    constructor(inst) {
-      this.inst = inst;
+  class Survey extends sg.View {
+    constructor(page) {
+      super(page);
       this.data = null;
       this.shown = true;
       this.said = el("p", { cls: "sg-survey-status sg-hint", attrs: { role: "status", "aria-live": "polite" } });
@@ -24,14 +24,14 @@
         el("h2", { text: "The survey: each head's role over a corpus" }), this.about, this.said,
         el("label", { cls: "sg-survey-toggle" }, [toggle, " mark the model view's heads by their role over the survey"]),
         this.legend, this.story]);
-      if (inst.api) this.load();
+      this.load();
       // the model view builds its thumbnails once per model shape: marks go on each new set
-      new MutationObserver(() => this.mark()).observe(inst.q(".sg-mv-grid"), { childList: true });
+      new MutationObserver(() => this.mark()).observe(this.q(".sg-mv-grid"), { childList: true });
     }
 
     async load() {
       let res;
-      try { res = await fetch(this.inst.api + "/survey"); } catch (e) { return; } // no server: the page says so itself
+      try { res = await fetch(this.api + "/survey"); } catch (e) { return; } // no server: the page says so itself
       let d = null;
       try { d = await res.json(); } catch (e) { d = null; }
       if (res.status === 404) return; // no survey served
@@ -58,7 +58,7 @@
     mark() {
       const d = this.data, by = new Map();
       if (d && this.shown) for (const h of d.heads) by.set(h.layer + "." + h.head, h);
-      for (const b of this.inst.qa(".sg-thumb")) {
+      for (const b of this.qa(".sg-thumb")) {
         const old = b.querySelector(".sg-survey-mark");
         if (old) old.remove();
         const h = by.get(b.dataset.layer + "." + b.dataset.head);
@@ -80,5 +80,5 @@
     return m;
   }
 
-  sg.view("survey", (inst) => new Survey(inst));
+  sg.view("survey", (page) => new Survey(page), { pageOnly: true });
 })(window.StudyGroup = window.StudyGroup || {});
