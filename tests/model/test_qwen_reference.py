@@ -1,13 +1,15 @@
 """The two packaged Qwen2.5-Coder files (0.5B and 1.5B Instruct, Q4_K_M, qwen2), by name: joined from
 their packages and checked, holding the tensor types they were published with; ids against
-transformers' tokenizer, last logits against transformers'.
+llama.cpp's and transformers' tokenizers, the top-1 against llama.cpp's, last logits against
+transformers'.
 
-tests/data/reference_qwen/ (made by tests/data/make_qwen_reference.py) holds, for each model, the
-ids of the tokenizer transformers builds from the GGUF on plain texts, and transformers' float32
-eager last-position logits on a few of them, the GGUF dequantized: five for the 0.5B (one of 355
-tokens), one short one for the 1.5B (its load, not its pass, is what costs).
-The models load with cache=False: the 1.5B's float32 cache entry (7.1 GB) is larger than the cache's
-size bound and would push the run's other entries out.
+tests/data/reference_qwen/ (made by tests/data/make_qwen_reference.py) holds, for each model and
+each of 12 plain texts (up to 1,994 tokens), llama.cpp's ids and its most likely next tokens on the
+GGUF as it is, the ids of the tokenizer transformers builds from the GGUF, and transformers' float32
+eager last-position logits on a few of the texts, the GGUF dequantized: six for the 0.5B, two for
+the 1.5B, the longest text among them for both.
+The models load with cache=False and as they load by default: both keep their matrices as the
+file's blocks (their float32 weights, 2.0 and 6.2 GB, are more than studygroup dequantizes and caches).
 """
 import hashlib
 import json
@@ -19,7 +21,7 @@ import pytest
 
 import studygroup
 from studygroup.gguf.container import read_gguf
-from studygroup.model import disk_cache
+from studygroup.model import disk_cache, estimate
 from studygroup.model.packaged import PACKAGED
 
 REFERENCE = Path(__file__).resolve().parents[1] / "data" / "reference_qwen"
@@ -35,7 +37,20 @@ LABELS = {"qwen2.5-coder-0.5b": "Qwen2.5-Coder 0.5B · Q4_K_M · 491 MB",
 @pytest.fixture(scope="module", params=list(MODELS))
 def qwen(request):
     """(name, Model): one model at a time (pytest finishes one name's tests before loading the next)."""
+    _last_logits.clear()
     return request.param, studygroup.load(request.param, cache=False)
+
+
+_last_logits: dict[tuple[str, tuple[int, ...]], np.ndarray] = {}
+
+
+def last_logits(qwen, ids: list[int]) -> np.ndarray:
+    """studygroup's last-position logits (vocab,) on `ids`, computed once per model and ids."""
+    name, model = qwen
+    key = (name, tuple(ids))
+    if key not in _last_logits:
+        _last_logits[key] = model.run(ids, record="none").logits[-1].numpy()
+    return _last_logits[key]
 
 
 def test_the_file_is_joined_into_the_cache_and_is_the_model(qwen):
@@ -66,20 +81,43 @@ def test_config_is_qwen2_of_its_size(qwen):
     assert (c.n_layers, c.n_heads, c.n_kv_heads, c.d_model, c.d_head) == SHAPES[name]
 
 
+def test_both_load_as_the_files_blocks(qwen):
+    name, model = qwen
+    assert estimate.keeps_blocks(model.config)
+    last = model.config.n_layers - 1
+    assert {"embed", "unembed", "layers.0.W_QKV", f"layers.{last}.W_down"} <= set(model.w.kept)
+
+
+def test_ids_equal_llama_cpp(qwen):
+    name, model = qwen
+    for t in MODELS[name]:
+        assert model.tokenize(t["text"]) == t["token_ids"], f"text {t['index']}: {t['text'][:40]!r}"
+
+
 def test_ids_equal_transformers_on_plain_text(qwen):
     name, model = qwen
     for t in MODELS[name]:
         assert model.tokenize(t["text"]) == t["hf_token_ids"], f"text {t['index']}: {t['text'][:40]!r}"
 
 
-def test_a_prompt_has_several_hundred_tokens():
-    assert max(len(t["hf_token_ids"]) for t in MODELS["qwen2.5-coder-0.5b"] if "hf_top1" in t) >= 300
+def test_top1_equals_llama_cpp(qwen):
+    """llama.cpp rounds its activations to 8 bits: its logits are near ours, not equal, so the top-1
+    is compared. Its lead over the second token differs from ours by up to 0.22 here, and the
+    narrowest lead is 0.05 (README): a closer tie could part them without a fault on either side."""
+    name, model = qwen
+    for t in MODELS[name]:
+        assert int(last_logits(qwen, t["token_ids"]).argmax()) == t["top10"][0]["id"], f"text {t['index']}"
+
+
+def test_both_models_have_a_prompt_of_about_2000_tokens():
+    for texts in MODELS.values():
+        assert 1900 <= max(len(t["hf_token_ids"]) for t in texts if "hf_top1" in t) <= 2000
 
 
 def test_last_logits_match_transformers(qwen):
     name, model = qwen
     for t in (t for t in MODELS[name] if "hf_top1" in t):
-        logits = model.run(t["hf_token_ids"], record="none").logits[-1].numpy()  # (vocab,)
+        logits = last_logits(qwen, t["hf_token_ids"])
         hf = np.load(REFERENCE / f"{name}_{t['index']:02d}_hf.npy")
         assert np.abs(logits - hf).max() <= 2e-3, f"text {t['index']}"
         assert int(logits.argmax()) == int(hf.argmax()) == t["hf_top1"], f"text {t['index']}"

@@ -17,7 +17,7 @@ ARCHITECTURE = REPO / "docs" / "architecture.md"
 RESULTS = REPO / "bench" / "results"
 #: The files searched for paths they name, and the folders left out (not ours, or records kept as made).
 WRITTEN_IN = ("*.md", "*.py", "*.js", "*.toml", "Makefile")
-SKIPPED = {".venv", ".git", "artifacts", "results", "node_modules", "__pycache__"}
+SKIPPED = {".venv", ".bench", ".git", "artifacts", "results", "node_modules", "__pycache__"}
 PATH = re.compile(r"\b(?:docs|bench|tests|studygroup)/[\w./-]+\.(?:py|md|js|css|html|json|txt|sh|c|png|svg|npy)\b")
 
 
