@@ -27,7 +27,7 @@ from studygroup.model.ablation import ZERO, Ablation
 from studygroup.model.generation_ablation import GenerationAblation
 from studygroup.model.interventions import Interventions
 from studygroup.model.kv_cache import Cache
-from studygroup.model.record import Record
+from studygroup.model.record import Record, step_name
 from studygroup.model.sampling import Sampling
 from studygroup.model.step import LeanStep
 
@@ -147,7 +147,7 @@ class Generation:
         P = self._members_before(k)
         member = (self.prompt_ids + self.ids)[P - 1]
         _, steps = _row_pass(self.model, self._talk.at(P - 1), self._talk.cache.past(P - 1), member, _QUESTION)
-        return torch.stack([steps[f"layers.{l}.q"][0, :, -1] for l in range(self.model.config.n_layers)])
+        return torch.stack([steps[step_name("q", l)][0, :, -1] for l in range(self.model.config.n_layers)])
 
     def row(self, k: int, layer: int, head: int, q: torch.Tensor | None = None) -> torch.Tensor:
         """(P,) the whole attention row, in this head, of the question that chose word k (from 1):
@@ -271,7 +271,7 @@ def _row_pass(model, interventions: Interventions, past: dict, member_id: int, r
 
 def _last_row(steps, c) -> torch.Tensor:
     """The last member's weights (L, H, P) from a general pass's record."""
-    return torch.stack([steps[f"layers.{l}.weights"][0, :, -1] for l in range(c.n_layers)])  # (L, H, P)
+    return torch.stack([steps[step_name("weights", l)][0, :, -1] for l in range(c.n_layers)])  # (L, H, P)
 
 
 def _word(z: torch.Tensor, word_id: int, candidates: int, w: torch.Tensor, context: int) -> Word:

@@ -26,7 +26,7 @@ import torch
 from studygroup.model.ablation import same_length
 from studygroup.model.interventions import Interventions, PassPlan, Replacement
 from studygroup.model.kv_cache import Cache
-from studygroup.model.record import Record
+from studygroup.model.record import Record, step_name
 
 
 class GenerationAblation:
@@ -41,7 +41,7 @@ class GenerationAblation:
             ids = same_length(model, prompt, interventions.ablation.source)
             self.source = Cache(model.config, capacity, model.device, model.dtype)
             steps = self._pass(ids, Record(steps=("k", "v", "k_pre_rope", "output")))
-            taken = [{s: steps[f"layers.{l}.{s}"][0].to(model.dtype) for s in ("output", "k_pre_rope", "v")}
+            taken = [{s: steps[step_name(s, l)][0].to(model.dtype) for s in ("output", "k_pre_rope", "v")}
                      for l in range(model.config.n_layers)]  # {step: (H or H_kv, P, d)}
             self.source = self.source if self.heads else None  # members alone: the words need nothing of it
         self.prompt = interventions.taken_out(model, prompt, taken)
@@ -51,7 +51,7 @@ class GenerationAblation:
         if self.source is None or p < self.P:  # a mean (the same at every member), or the prompt's own values
             return self.prompt.cut(range(p, p + 1))
         out = self.outputs[p - self.P]  # (len(heads), d)
-        ablated = tuple(Replacement(f"layers.{l}.output", out[n][None], heads=(h,)) for n, (l, h) in enumerate(self.heads))
+        ablated = tuple(Replacement(step_name("output", l), out[n][None], heads=(h,)) for n, (l, h) in enumerate(self.heads))
         return with_fields(self.prompt, silenced_members=(), ablated=ablated)
 
     def reserve(self, capacity: int) -> None:
@@ -64,8 +64,8 @@ class GenerationAblation:
         if self.source is None:
             return
         layers = sorted({l for l, _ in self.heads})
-        steps = self._pass([word_id], Record(steps=("k", "v", *(f"layers.{l}.output" for l in layers))))
-        self.outputs.append(torch.stack([steps[f"layers.{l}.output"][0, h, -1] for l, h in self.heads]).to(self.model.dtype)
+        steps = self._pass([word_id], Record(steps=("k", "v", *(step_name("output", l) for l in layers))))
+        self.outputs.append(torch.stack([steps[step_name("output", l)][0, h, -1] for l, h in self.heads]).to(self.model.dtype)
                             if self.heads else torch.empty(0))
 
     @property

@@ -18,7 +18,7 @@ from studygroup.formulas import masks as masks_
 from studygroup.model import record as record_
 from studygroup.model.ablation import ZERO, Ablation
 from studygroup.model.arguments import head_set
-from studygroup.model.record import NOTHING, Record
+from studygroup.model.record import NOTHING, Record, step_name
 
 @dataclass
 class PassPlan:
@@ -221,9 +221,9 @@ class Interventions:
         members = self.silenced_members
         steps = (("output",) if self.silenced_heads else ()) + (("k_pre_rope", "v") if members else ())
         taken = self.ablation.taken(model, ids, steps) if taken is None else taken
-        out = [Replacement(f"layers.{l}.output", taken[l]["output"][h], heads=(h,)) for l, h in sorted(self.silenced_heads)]
+        out = [Replacement(step_name("output", l), taken[l]["output"][h], heads=(h,)) for l, h in sorted(self.silenced_heads)]
         for l in range(model.config.n_layers) if members else ():
-            out += [Replacement(f"layers.{l}.{s}", t if t.shape[1] == 1 else t[:, list(members)], members=members)
+            out += [Replacement(step_name(s, l), t if t.shape[1] == 1 else t[:, list(members)], members=members)
                     for s, t in taken[l].items() if s != "output"]  # (H_kv, 1 or len(members), d)
         return with_fields(self, ablated=tuple(out))
 
@@ -250,12 +250,12 @@ class Interventions:
     def replaces_in(self, layer: int, steps, given: bool = False) -> bool:
         """Whether one of these steps of this layer is replaced (given: by a Replacement given, not
         by the ablation)."""
-        return any(r.name in {f"layers.{layer}.{s}" for s in steps} for r in (*(() if given else self.ablated), *self.replacements))
+        return any(r.name in {step_name(s, layer) for s in steps} for r in (*(() if given else self.ablated), *self.replacements))
 
     def ablated_output(self, layer: int, head: int, output: torch.Tensor) -> torch.Tensor:
         """A head's output (…, T, d_head) as this run has it: the ablation's value where it takes the head out."""
         for r in self.ablated:
-            if r.name == f"layers.{layer}.output" and r.heads == (head,):
+            if r.name == step_name("output", layer) and r.heads == (head,):
                 return r.value.to(output.dtype).expand_as(output)
         return output
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import torch
 
+from studygroup.model.record import step_name
+
 
 class Cache:
     """Every layer's keys and values so far, in place: (1, H_kv, capacity, d) each, T filled."""
@@ -31,8 +33,8 @@ class Cache:
         """Add the keys and values a pass recorded: (1, H_kv, T_new, d) per layer."""
         T_new = steps["layers.0.k"].shape[-2]
         for l in range(len(self.k)):
-            self.k[l][:, :, self.T:self.T + T_new] = steps[f"layers.{l}.k"]
-            self.v[l][:, :, self.T:self.T + T_new] = steps[f"layers.{l}.v"]
+            self.k[l][:, :, self.T:self.T + T_new] = steps[step_name("k", l)]
+            self.v[l][:, :, self.T:self.T + T_new] = steps[step_name("v", l)]
         self.T += T_new
 
     def past(self, T: int | None = None) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:

@@ -78,13 +78,22 @@ def shape(step: str, config, T: int) -> tuple[int, ...]:
     return tuple(sizes[axis.strip()] for axis in described[1:described.index(")")].split(","))
 
 
+def step_name(step: str, layer: int) -> str:
+    """The recorded name of a layer's step: what `run[step, layer]` reads.
+
+    >>> step_name("weights", 5)
+    'layers.5.weights'
+    """
+    return f"layers.{layer}.{step}"
+
+
 def names(n_layers: int) -> list[str]:
     """Every name a run can record, in forward order.
 
     >>> names(1)[:3]
     ['embed', 'layers.0.resid_pre', 'layers.0.E']
     """
-    per_layer = [f"layers.{l}.{step}" for l in range(n_layers) for step in LAYER_STEPS]
+    per_layer = [step_name(step, l) for l in range(n_layers) for step in LAYER_STEPS]
     return ["embed", *per_layer, "resid_final", "final"]
 
 
@@ -241,7 +250,7 @@ class Keeper:
         self.replace, self.first_row = replace or {}, first_row
 
     def name(self, step: str) -> str:
-        return step if self.layer is None else f"layers.{self.layer}.{step}"
+        return step if self.layer is None else step_name(step, self.layer)
 
     def keeps(self, step: str) -> bool:
         """Whether the pass keeps this step of the current layer (see Record.keeps)."""

@@ -9,7 +9,7 @@ from studygroup.formulas import attention
 from studygroup.errors import InputError
 from studygroup.model.arguments import whole_number
 from studygroup.model.interventions import Interventions
-from studygroup.model.record import KEY_STEPS, LAYER_STEPS, MAP_STEPS, Record
+from studygroup.model.record import FAMILY_STEPS, KEY_STEPS, LAYER_STEPS, MAP_STEPS, Record, step_name
 
 #: The steps one head needs to be shown whole.
 HEAD_STEPS = ("q_pre_rope", "k_pre_rope", "q", "k", "v", "scores", "weights", "output", "write")
@@ -124,14 +124,14 @@ class Run:
         """"layers.5.weights" for ("weights", 5); a name as it is; InputError for another tuple."""
         if not isinstance(name, tuple):
             return name
-        if len(name) != 2 or name[0] not in LAYER_STEPS:
+        if len(name) != 2 or (name[0] not in LAYER_STEPS and name[0] not in FAMILY_STEPS):
             raise InputError(f"run[{', '.join(map(repr, name))}]: give a layer's step and the layer, "
                              f"as run[\"weights\", 5] (steps: {', '.join(LAYER_STEPS)})")
         layer = whole_number(name[1], "a layer")
         L = self.model.config.n_layers
         if not 0 <= layer < L:
             raise InputError(f"layer {layer} does not exist: the model has {L} layers (0-{L - 1})")
-        return f"layers.{layer}.{name[0]}"
+        return step_name(name[0], layer)
 
     def _on_demand(self, name: str) -> bool:
         """Whether `name` is a map this run computes when read (Record.maps == "on_demand")."""
@@ -140,7 +140,7 @@ class Run:
                 and self.record.wants(name) and self._has_q_and_k(parts[1]))
 
     def _has_q_and_k(self, layer) -> bool:
-        return f"layers.{layer}.q" in self.steps and f"layers.{layer}.k" in self.steps
+        return step_name("q", layer) in self.steps and step_name("k", layer) in self.steps
 
     @torch.inference_mode()
     def map(self, layer: int, step: str = "weights", heads=None, last: int | None = None) -> torch.Tensor:
@@ -159,9 +159,9 @@ class Run:
         if not self._has_q_and_k(layer):
             raise KeyError(f"layer {layer}'s maps need its q and k, which this run did not keep; "
                            f"record with Record(maps='on_demand') or record=[...] including q and k")
-        q = self.steps[f"layers.{layer}.q"][heads]  # (h, R, d)
+        q = self.steps[step_name("q", layer)][heads]  # (h, R, d)
         q = q if last is None else q[:, -last:]
-        k = self.steps[f"layers.{layer}.k"][[c.kv_head_of(h) for h in heads]]  # (h, T, d)
+        k = self.steps[step_name("k", layer)][[c.kv_head_of(h) for h in heads]]  # (h, T, d)
         if step == "scores":
             return attention.scores(q, k, validate=False).to(self.record.map_dtype)  # (h, R, T)
         _, weights, _ = attention.by_rows(q, k, None, self._rows_mask(layer, heads, q.shape[-2]),
@@ -191,14 +191,14 @@ class Run:
             return self._recompute_head(layer, head, kv)
 
         def get(s: str) -> torch.Tensor:
-            if f"layers.{layer}.{s}" not in self.steps:  # a map on demand: this head's only
+            if step_name(s, layer) not in self.steps:  # a map on demand: this head's only
                 return self.map(layer, s, heads=[head])[0].float()
-            return self.steps[f"layers.{layer}.{s}"][kv if s in KEY_STEPS else head].float()
+            return self.steps[step_name(s, layer)][kv if s in KEY_STEPS else head].float()
 
         return Head(layer, head, kv, *(get(s) for s in HEAD_STEPS), self.head_mask(layer, head))
 
     def _has_whole(self, layer: int) -> bool:
-        return all(self.record.rows_kept(s) is None and f"layers.{layer}.{s}" in self for s in HEAD_STEPS)
+        return all(self.record.rows_kept(s) is None and step_name(s, layer) in self for s in HEAD_STEPS)
 
     @torch.inference_mode()
     def head_vectors(self, layer: int, head: int) -> dict[str, torch.Tensor]:
@@ -210,7 +210,7 @@ class Run:
         self.model.check_head(layer, head)
         kv = self.model.config.kv_head_of(head)
         vectors = ("q_pre_rope", "k_pre_rope", "q", "k", "v")
-        if all(self.record.rows_kept(s) is None and f"layers.{layer}.{s}" in self.steps for s in vectors):
+        if all(self.record.rows_kept(s) is None and step_name(s, layer) in self.steps for s in vectors):
             steps = {n: t[None] for n, t in self.steps.items()}  # as the pass returns them: (1, H, T, d)
         elif self._layer_vectors is not None and self._layer_vectors[0] == layer:
             steps = self._layer_vectors[1]
@@ -219,8 +219,8 @@ class Run:
             plan = self.interventions.plan(self.model, self.T, record, stop_after=layer)
             _, steps = self.model.forward(torch.tensor(self.token_ids, device=self.model.device), plan)
             self._layer_vectors = (layer, steps)  # the next window of any head of this layer needs no pass
-        out = {s: steps[f"layers.{layer}.{s}"][0, kv if s in KEY_STEPS else head].float() for s in vectors}
-        pre_norm = steps.get(f"layers.{layer}.attn_pre_norm")  # (1, T, d_model) where the family has that norm
+        out = {s: steps[step_name(s, layer)][0, kv if s in KEY_STEPS else head].float() for s in vectors}
+        pre_norm = steps.get(step_name("attn_pre_norm", layer))  # (1, T, d_model) where the family has that norm
         if pre_norm is not None:
             out["attn_pre_norm"] = pre_norm[0].float()
         return out
@@ -305,7 +305,7 @@ class Run:
         first = min(new, default=0)
         if first == 0 or not self._rows_reusable(first, s):
             return Run.compute(self.model, self.token_ids, s, self.record, self._logits_kind)
-        past = {l: (self.steps[f"layers.{l}.k"][:, :first], self.steps[f"layers.{l}.v"][:, :first])
+        past = {l: (self.steps[step_name("k", l)][:, :first], self.steps[step_name("v", l)][:, :first])
                 for l in range(self.model.config.n_layers)}  # (n_kv_heads, first, d_head) each
         run = Run.compute(self.model, self.token_ids, s, self.record, self._logits_kind, past=past)
         R = self.T - first
@@ -326,7 +326,7 @@ class Run:
                 and self.record.maps == "kept"
                 and all((n := rows_kept(name.rpartition(".")[2])) is None or n <= self.T - first for name in self.steps)
                 and not any(name.endswith(".scores") for name in self.steps)
-                and all(rows_kept(x) is None and f"layers.{l}.{x}" in self.steps for l in range(n_layers) for x in ("k", "v")))
+                and all(rows_kept(x) is None and step_name(x, l) in self.steps for l in range(n_layers) for x in ("k", "v")))
 
     def silence_head(self, layer: int, head: int) -> "Run":
         """A new run with this head's write to the residual stream zeroed."""
@@ -346,7 +346,7 @@ class Run:
         new = frozenset(self.model.check_head(l, h) for l, h in heads) - self.interventions.silenced_heads
         s = replace(self.interventions, silenced_heads=self.interventions.silenced_heads | new, ablated=())
         first = min((l for l, _ in new), default=0)
-        start = self.steps.get(f"layers.{first}.resid_pre")
+        start = self.steps.get(step_name("resid_pre", first))
         if first == 0 or start is None or self.record.rows_kept("resid_pre") is not None:
             return Run.compute(self.model, self.token_ids, s, self.record, self._logits_kind)
         run = Run.compute(self.model, self.token_ids, s, self.record, self._logits_kind, start=(first, start))

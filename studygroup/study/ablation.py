@@ -22,7 +22,7 @@ import torch
 from studygroup.errors import InputError
 from studygroup.model.ablation import KINDS, ZERO, Ablation, same_length  # noqa: F401 (the study's names for them)
 from studygroup.model.interventions import Interventions, PassPlan
-from studygroup.model.record import Record
+from studygroup.model.record import Record, step_name
 from studygroup.study import effects, last_question
 from studygroup.study.jsonable import JSONable
 from studygroup.study.results import ModelInfo, model_info
@@ -115,7 +115,7 @@ def member_log_probs(model, run, token: int, ablation: Ablation, every: Sequence
         if j == T - 1:
             at_last.append(at_every[list(every).index(j)] if j in every else whole(j))
             continue
-        swapped = {l: tuple(_swapped(x, ablated[f"layers.{l}.{s}"], j, model.dtype) for x, s in zip(kv, "kv"))
+        swapped = {l: tuple(_swapped(x, ablated[step_name(s, l)], j, model.dtype) for x, s in zip(kv, "kv"))
                    for l, kv in past.items()}
         logits = model.forward(torch.tensor(ids[-1:], device=model.device), PassPlan(past=swapped))[0][:, -1]
         at_last.append(_log_p(logits, token))

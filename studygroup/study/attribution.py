@@ -95,8 +95,8 @@ def direct_contributions(run, token: int) -> LogitParts:
         raise KeyError(f"direct contributions need the recorded steps {', '.join(missing)}")
     L = run.model.config.n_layers
     u = direction_for(run, token)  # (d_model,)
-    writes = torch.stack([run[f"layers.{l}.write"][:, -1] for l in range(L)])  # (L, H, d_model)
-    mlps = torch.stack([run[f"layers.{l}.mlp_out"][-1] for l in range(L)])  # (L, d_model)
+    writes = torch.stack([run["write", l][:, -1] for l in range(L)])  # (L, H, d_model)
+    mlps = torch.stack([run["mlp_out", l][-1] for l in range(L)])  # (L, d_model)
     return LogitParts(logit=float(run.last_logits[token]), embed=float(run["embed"][-1] @ u),
                       heads=writes @ u, mlps=mlps @ u,  # (L, H), (L,)
                       position=float(run["pos_embed"][-1] @ u) if "pos_embed" in run.steps else 0.0,
@@ -141,9 +141,9 @@ def member_shares(run, token: int) -> torch.Tensor:
     for l in range(c.n_layers):
         W_O = run.model.W_O_heads(l).float()  # (H, d_head, d_model)
         read = W_O @ u  # (H, d_head): what one unit of each answer dimension adds to the logit
-        v = run[f"layers.{l}.v"].repeat_interleave(c.group_size, dim=0)  # (H, T, d_head)
+        v = run["v", l].repeat_interleave(c.group_size, dim=0)  # (H, T, d_head)
         per_answer = (v @ read[:, :, None])[..., 0]  # (H, T)
-        total += (run[f"layers.{l}.weights"][:, -1].float() * per_answer).sum(0)  # (T,)
+        total += (run["weights", l][:, -1].float() * per_answer).sum(0)  # (T,)
     return total.cpu()
 
 

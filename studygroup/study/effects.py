@@ -20,7 +20,7 @@ import torch
 from studygroup.formulas import masks as masks_
 from studygroup.model.interventions import CopyReplacement, PassPlan
 from studygroup.model.model import Model
-from studygroup.model.record import Record
+from studygroup.model.record import Record, step_name
 from studygroup.model.interventions import Interventions, each_added
 from studygroup.model.run import Run
 from studygroup.study import last_question
@@ -166,9 +166,9 @@ def keys_and_values(run: Run) -> dict[int, tuple[torch.Tensor, torch.Tensor]] | 
     """{layer: (k, v)}, each (H_kv, T, d), from a run without interventions that recorded them
     (else None)."""
     n = run.model.config.n_layers
-    if run.interventions != Interventions() or not all(f"layers.{l}.{s}" in run for l in range(n) for s in ("k", "v")):
+    if run.interventions != Interventions() or not all((s, l) in run for l in range(n) for s in ("k", "v")):
         return None
-    return {l: (run[f"layers.{l}.k"], run[f"layers.{l}.v"]) for l in range(n)}
+    return {l: (run["k", l], run["v", l]) for l in range(n)}
 
 
 def added_log_probs(model: Model, ids: list[int], token: int, base: Interventions,
@@ -216,7 +216,7 @@ def head_log_probs(model: Model, ids: list[int], token: int, heads: Sequence[tup
     def replacements(copies, joined, device):
         l, at = heads[copies[0][1]][0], torch.tensor([heads[i][1] for _, i in copies])
         value = values[l, at].expand(-1, len(ids), -1)  # (B_l, T, d_head)
-        return CopyReplacement(f"layers.{l}.output", value, torch.tensor([b for b, _ in copies]), heads=at)
+        return CopyReplacement(step_name("output", l), value, torch.tensor([b for b, _ in copies]), heads=at)
     change = {"gates": gates} if values is None else {"replace": replacements}
     return _joined_log_probs(model, ids, token, [l for l, _ in heads], resid_pre, bar, past=past,
                              per_pass=per_pass, **change)
@@ -233,7 +233,7 @@ def last_position_head_log_probs(model: Model, run: Run, token: int, heads: Sequ
     every row, and resid_pre, its last row at least (explain's recordings do).
     """
     past = last_question.earlier_keys_and_values(model, run)  # {layer: (1, H_kv, T-1, d) each}
-    resid_pre = {l: run[f"layers.{l}.resid_pre"][-1:] for l in range(model.config.n_layers)}  # {layer: (1, d_model)}
+    resid_pre = {l: run["resid_pre", l][-1:] for l in range(model.config.n_layers)}  # {layer: (1, d_model)}
     heads = [model.check_head(l, h) for l, h in heads]
     return head_log_probs(model, run.token_ids[-1:], token, heads, resid_pre, bar, past=past,
                           per_pass=last_question.COPIES_PER_PASS, values=None if values is None else values[:, :, -1:])
@@ -279,7 +279,7 @@ def _joined_log_probs(model: Model, ids: list[int], token: int, layers: Sequence
     on_layer = _layers_of(bar, sum(c.n_layers - layers[g[0]] for g in groups) + (c.n_layers if resid_pre is None else 0))
     if resid_pre is None:
         _, steps = model.forward(ids_t, PassPlan(record=Record(steps=("resid_pre",)), on_layer=on_layer))
-        resid_pre = {l: steps[f"layers.{l}.resid_pre"][0] for l in range(c.n_layers)}
+        resid_pre = {l: steps[step_name("resid_pre", l)][0] for l in range(c.n_layers)}
     finals = torch.empty(len(layers), c.d_model, device=model.device, dtype=model.dtype)  # (B, d_model)
     with torch.inference_mode():
         for group in groups:
@@ -310,4 +310,4 @@ def _joined_final(model: Model, ids_t: torch.Tensor, layers: list[int], resid_pr
                     record=Record(steps=("resid_post",), rows="last", layers=(last,)), stop_after=last,
                     on_layer=on_layer, past=past or {}, **{kind: changes})
     _, steps = model.forward(ids_t, plan)
-    return steps[f"layers.{last}.resid_post"][:, -1].to(model.dtype)  # (B, d_model)
+    return steps[step_name("resid_post", last)][:, -1].to(model.dtype)  # (B, d_model)

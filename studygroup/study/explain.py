@@ -233,7 +233,7 @@ class EveryQuestion:
 
     def heads(self, run, token: int, lp_t, direct, estimate, measure_heads) -> tuple[list[HeadEffect], str]:
         c = run.model.config
-        resid_pre = {l: run[f"layers.{l}.resid_pre"] for l in range(c.n_layers)} if "layers.0.resid_pre" in run else None
+        resid_pre = {l: run["resid_pre", l] for l in range(c.n_layers)} if ("resid_pre", 0) in run else None
         clean = self.chosen == Interventions()  # the last-position and in-head measures reuse the clean run
         with Progress(1, f"silencing every head at the last position, layer by layer", show=self.show and clean) as bar:
             last = every_head_last_position(run, token, bar, self.values) if clean else {}  # {(layer, head): log p(t)}
@@ -590,8 +590,8 @@ def _minus(lp: float | None, lp_t: float) -> float | None:
 def _head_effect(run, l: int, h: int, u, direct: float, effect, effect_last, prob, est, rank: int) -> HeadEffect:
     c = run.model.config
     kv = c.kv_head_of(h)
-    weights = run[f"layers.{l}.weights"][h, -1].float()  # (T,)
-    sizes, reads = attribution.answers_through_head(run[f"layers.{l}.v"][kv], run.model.W_O_head(l, h).float(), u)  # (T,), (T,)
+    weights = run["weights", l][h, -1].float()  # (T,)
+    sizes, reads = attribution.answers_through_head(run["v", l][kv], run.model.W_O_head(l, h).float(), u)  # (T,), (T,)
     contribution = weights * sizes  # (T,)
     order = contribution.argsort(descending=True, stable=True).tolist()
     if run.T > LISTEN_ALL_MAX_T:
@@ -599,7 +599,7 @@ def _head_effect(run, l: int, h: int, u, direct: float, effect, effect_last, pro
     tokens = run.tokens
     listened = [Listened(j, tokens[j], float(weights[j]), float(sizes[j]), float(contribution[j]),
                          float(weights[j] * reads[j])) for j in order]
-    q_norm = float(run[f"layers.{l}.q"][h, -1].norm())
+    q_norm = float(run["q", l][h, -1].norm())
     return HeadEffect(layer=l, head=h, kv_head=kv, logit_contribution=direct, silence_effect=effect,
                       silence_effect_last_position=effect_last, silence_estimate=est, prob_silenced=prob, rank_by_contribution=rank, question_norm=q_norm,
                       listened=listened)

@@ -39,7 +39,7 @@ def earlier_keys_and_values(model: Model, run) -> dict[int, tuple[torch.Tensor, 
     """Keys and values of members 0..T-2 from the run: {layer: ((1, H_kv, T-1, d), same)}."""
     past = {}
     for l in range(model.config.n_layers):
-        k, v = run[f"layers.{l}.k"], run[f"layers.{l}.v"]  # (H_kv, T, d)
+        k, v = run["k", l], run["v", l]  # (H_kv, T, d)
         past[l] = (k[None, :, :-1].to(model.dtype), v[None, :, :-1].to(model.dtype))
     return past
 

@@ -23,7 +23,7 @@ from studygroup.errors import InputError, NotationError
 from studygroup.formulas import attention
 from studygroup.formulas.softmax_example import softmax_example
 from studygroup.model.interventions import Interventions
-from studygroup.model.record import Record
+from studygroup.model.record import Record, step_name
 from studygroup.study.ablation import head_effects
 from studygroup.study.jsonable import JSONable
 from studygroup.study.results import top_words
@@ -164,8 +164,8 @@ def lesson_sections(model, text: str, layer: int, head: int, query: int | None =
     T = len(ids)
     i = T - 1 if query is None else model.check_member(query, T)
     key = None if key is None else checked_pair(model, T, i, key)[1]  # refused before the pass
-    vectors = tuple(f"layers.{layer}.{s}" for s in ("q_pre_rope", "k_pre_rope", "q", "k", "v"))
-    record = Record(steps=("layers.0.E", f"layers.{layer}.E", f"layers.{layer}.resid_pre", *vectors))
+    vectors = tuple(step_name(s, layer) for s in ("q_pre_rope", "k_pre_rope", "q", "k", "v"))
+    record = Record(steps=(step_name("E", 0), step_name("E", layer), step_name("resid_pre", layer), *vectors))
     run = model.run(ids, record=record, interventions=interventions)
     h = followed(run, layer, head, i)
     j = int(h.row("weights", i).argmax()) if key is None else key
@@ -216,7 +216,7 @@ def _embedding(model, run, h, i, j, text, top) -> dict:
 
 
 def _layer_input(model, run, h, i, j, text, top) -> dict:
-    E = run[f"layers.{h.layer}.E"]  # (T, d_model)
+    E = run["E", h.layer]  # (T, d_model)
     writers = "layer 0" if h.layer == 1 else f"the {h.layer} earlier layers"
     earlier = ("Layer 0: nothing has been written yet, so the input is E itself." if h.layer == 0 else
                f"It is not the token embedding: it is E plus what {writers} wrote (the residual "
@@ -231,7 +231,7 @@ def _layer_input(model, run, h, i, j, text, top) -> dict:
 def _qkv(model, run, h, i, j, text, top) -> dict:
     T, d = h.q.shape
     shown = shown_members(T, i, j)
-    d_model = run[f"layers.{h.layer}.E"].shape[1]
+    d_model = run["E", h.layer].shape[1]
     normed = f"layers.{h.layer}.q_norm" in model.w  # Gemma 3: a per-head RMSNorm of q and k before RoPE
     then = ("q and k then normalised per head (RMSNorm over d_head) and turned by RoPE" if normed else
             "q and k then turned by RoPE" if model.config.arch.position == "rope" else "no turning: position entered with E")

@@ -112,7 +112,7 @@ def thumbnails(run, decimals: int | None = None) -> torch.Tensor:
     rows = "all" if run.T <= FULL_MAPS_MAX_T else "last"
     run = _with_steps(run, rows)
     cut = slice(None) if rows == "all" else slice(-1, None)
-    w = torch.stack([run[f"layers.{l}.weights"][:, cut] for l in range(c.n_layers)])  # (L, H, R, T)
+    w = torch.stack([run["weights", l][:, cut] for l in range(c.n_layers)])  # (L, H, R, T)
     return w.float() if decimals is None else w.double().round(decimals=decimals)
 
 
@@ -137,7 +137,7 @@ def _roles(run, rows: str) -> list[list[RoleScores | None]]:
     c = run.model.config
     if rows != "all" or run.T < 2:
         return [[None] * c.n_heads for _ in range(c.n_layers)]
-    w = torch.stack([run[f"layers.{l}.weights"].float() for l in range(c.n_layers)])  # (L, H, T, T)
+    w = torch.stack([run["weights", l].float() for l in range(c.n_layers)])  # (L, H, T, T)
     scores = heads_role_scores(w.flatten(0, 1), list(run.token_ids))  # L·H of them, layer by layer
     return [scores[l * c.n_heads:(l + 1) * c.n_heads] for l in range(c.n_layers)]
 
@@ -146,7 +146,7 @@ def _with_steps(run, rows: str):
     """The run itself if it recorded what the view needs, else the same run recomputed to record it."""
     needed = ("weights", *attribution.NEEDED_STEPS)
     L = run.model.config.n_layers
-    has = all(f"layers.{l}.{s}" in run for l in range(L) for s in ("weights", "write", "mlp_out"))
+    has = all((s, l) in run for l in range(L) for s in ("weights", "write", "mlp_out"))
     has = has and "embed" in run and "resid_final" in run and ("pos_embed" in run or "pos_embed" not in run.model.w)
     if has and (rows == "last" or run["layers.0.weights"].shape[-2] == run.T):
         return run

@@ -26,7 +26,7 @@ import torch
 from studygroup.errors import InputError
 from studygroup.model import estimate
 from studygroup.model.interventions import CopyReplacement, PassPlan
-from studygroup.model.record import NOTHING, Record
+from studygroup.model.record import NOTHING, Record, step_name
 from studygroup.progress import Progress
 from studygroup.study.jsonable import JSONable
 from studygroup.study.lens import LensWord
@@ -198,7 +198,7 @@ def _patched_logits(model, ids, l, chunk, clean_run, corrupt_run, on_layer) -> t
         name = "output" if grid == "heads" else grid
         value = clean_run[name, l][at]  # (N, d_model) rows, or (N, T, d_head) heads
         rows, heads = (None, at) if grid == "heads" else (at, None)
-        replace[f"layers.{l}.{name}"] = [CopyReplacement(f"layers.{l}.{name}", value, torch.tensor(copies), rows, heads)]
+        replace[step_name(name, l)] = [CopyReplacement(step_name(name, l), value, torch.tensor(copies), rows, heads)]
     plan = PassPlan(record=NOTHING, start=(l, start), replace=replace, on_layer=on_layer)
     logits, _ = model.forward(torch.tensor(ids, device=dev), plan)  # (B, 1, vocab)
     return logits[:, -1].float()

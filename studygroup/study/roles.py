@@ -212,14 +212,14 @@ def batch_layer_roles(model, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
     ((2, 30, 9, 6), (2, 30, 9))
     """
     from studygroup.model.interventions import PassPlan
-    from studygroup.model.record import Record
+    from studygroup.model.record import Record, step_name
 
     B, T = ids.shape
     L, R = model.config.n_layers, min(T, MAX_QUESTIONS)
     plan = PassPlan(record=Record(steps=("weights",), last_rows=None if R == T else R), stop_after=L - 1,
                     start=(0, model.embed(ids)), on_layer=lambda: None)
     _, steps = model.forward(ids[0].to(model.device), plan)
-    maps = [steps.pop(f"layers.{l}.weights").float().cpu() for l in range(L)]  # L × (B, n_heads, R, T)
+    maps = [steps.pop(step_name("weights", l)).float().cpu() for l in range(L)]  # L × (B, n_heads, R, T)
     return (torch.stack([batch_role_scores(w, ids) for w in maps], 1),  # (B, L, n_heads, 6)
             torch.stack([first_weight(w) for w in maps], 1))  # (B, L, n_heads)
 

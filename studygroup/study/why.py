@@ -27,7 +27,7 @@ from studygroup.errors import InputError
 from studygroup.formulas import attention, rope
 from studygroup.model.interventions import Interventions
 from studygroup.study.story import MEMBER_TAKEN_OUT
-from studygroup.model.record import Record
+from studygroup.model.record import Record, step_name
 from studygroup.study.text_ids import checked_ids, checked_pair
 from studygroup.study.jsonable import JSONable
 from studygroup.formats import brief
@@ -207,10 +207,10 @@ def _record(model, layer: int, layout: Layout) -> Record:
     writes, and of this layer's input, q (normed per head where the family does) and weights;
     this layer's k for every member. No T×T map: what it keeps grows with the text's length as
     one layer's keys do (model.estimate.recording_bytes)."""
-    steps = [f"layers.{l}.{s}" for l in range(layer) for s in PART_STEPS]
+    steps = [step_name(s, l) for l in range(layer) for s in PART_STEPS]
     own = LAYER_STEPS + (HEAD_NORMED if _head_norms(model, layer) else ())
     first = ("embed", "pos_embed") if layout.position else ("embed",)
-    return Record(steps=(*first, *steps, *(f"layers.{layer}.{s}" for s in own)), rows="last")
+    return Record(steps=(*first, *steps, *(step_name(s, layer) for s in own)), rows="last")
 
 
 def _last_row_run(model, ids: list[int], m: int, layer: int, layout: Layout, silenced: Interventions):
@@ -230,8 +230,8 @@ def _score(run, layer: int, head: int, j: int) -> tuple[float, float, float]:
     if not run.model.rope:
         return score, weight, score
     before = HEAD_NORMED if _head_norms(run.model, layer) else ("q_pre_rope", "k_pre_rope")  # before the rotation
-    q_pre, k_pre = (run[f"layers.{layer}.{before[0]}"][head, -1].double(),
-                    run[f"layers.{layer}.{before[1]}"][kv, j].double())  # (d_head,)
+    q_pre, k_pre = (run[before[0], layer][head, -1].double(),
+                    run[before[1], layer][kv, j].double())  # (d_head,)
     return score, weight, float(q_pre @ k_pre) / math.sqrt(q_pre.shape[0])
 
 
