@@ -5,6 +5,7 @@ bytes, never copied; a block type not read, a file shorter than its blocks and a
 mapped are each one checked error."""
 from __future__ import annotations
 
+import collections
 import mmap
 import os
 import subprocess
@@ -80,17 +81,24 @@ def test_a_pass_with_a_gradient_gives_the_float32_models_gradient(pair):
     assert torch.equal(run_a.logits, run_b.logits) and torch.equal(est_a, est_b)
 
 
-def test_the_backward_pass_dequantizes_the_buffers_it_needs_again(tmp_path, monkeypatch):
-    path = write_tiny_gguf(tmp_path / "m.gguf", tensor_type=Q.Q8_0, n_layers=3, **WIDE).path
+def test_a_pass_with_a_gradient_keeps_of_each_layer_only_its_input(tmp_path, monkeypatch):
+    """The backward pass computes each layer again from its input (its MLP's (T, d_mlp) rows are not
+    kept), each of the layer's matrices dequantized once more for both; the gradient, the logits and
+    every recorded step are the float32 model's."""
+    path = write_tiny_gguf(tmp_path / "m.gguf", tensor_type=Q.Q8_0, n_layers=3, d_head=64, d_mlp=512).path
     kept, plain = load(path, "blocks", monkeypatch), load(path, "float32", monkeypatch)
-    asked = []
-    unpack = packed.Weights._unpack
-    monkeypatch.setattr(packed.Weights, "_unpack", lambda self, saved: asked.append(saved) or unpack(self, saved))
+    saved, read = [], collections.Counter()
+    pack, dequantize = packed.Weights._pack, packed.dequantize_rows
+    monkeypatch.setattr(packed.Weights, "_pack", lambda self, t: saved.append(t.shape) or pack(self, t))
+    monkeypatch.setattr(packed, "dequantize_rows", lambda m, rows, out: read.update([m.name]) or dequantize(m, rows, out))
     ids = plain.ids(TEXT)
-    (_, est_a), (_, est_b) = gradient_run(kept, ids, Record()), gradient_run(plain, ids, Record())
-    noted = {s[0][0] for s in asked if not isinstance(s, torch.Tensor)}  # the matrices noted, not kept
-    assert {"layers.0.W_O", "layers.0.W_gate_up", "layers.2.W_down"} <= noted
-    assert torch.equal(est_a, est_b) and est_a.abs().sum() > 0
+    (run_a, est_a), (run_b, est_b) = gradient_run(kept, ids, Record()), gradient_run(plain, ids, Record())
+    assert torch.equal(est_a, est_b) and est_a.abs().sum() > 0 and torch.equal(run_a.logits, run_b.logits)
+    assert run_a.steps.keys() == run_b.steps.keys() and "layers.2.write" in run_a.steps
+    assert all(torch.equal(run_a.steps[n], run_b.steps[n]) for n in run_a.steps)
+    assert saved and not any(512 in shape for shape in saved)  # no MLP row is kept for the backward pass
+    layers = {name: n for name, n in read.items() if name.startswith("blk.")}
+    assert len(layers) == 3 * 7 and set(layers.values()) == {2}  # the pass, then the layer again
 
 
 def test_generated_words_are_the_float32_models(pair):
