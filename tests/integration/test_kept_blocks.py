@@ -6,6 +6,7 @@ mapped are each one checked error."""
 from __future__ import annotations
 
 import collections
+import re
 import mmap
 import os
 import subprocess
@@ -207,3 +208,27 @@ def test_studygroup_models_says_what_the_weights_take_either_way(tmp_path, monke
     matrices = sum(t.n_bytes for t in file.tensors.values() if len(t.dims) == 2)
     layer = 4 * sum(int(np.prod(t.dims)) for n, t in file.tensors.items() if n.startswith("blk.0.") and len(t.dims) == 2)
     assert listed.memory == matrices + layer + 4 * c.vocab_size * c.d_model + norms
+
+
+def test_explain_says_the_memory_of_the_weights_as_loaded(tmp_path, monkeypatch, capsys):
+    """The announcement before a long explain counts the weights as they are held: the file's
+    blocks and one layer in float32 (not the float32 model), and the pass with a gradient checkpointed."""
+    from studygroup.study import explain as study
+
+    path = write_tiny_gguf(tmp_path / "m.gguf", tensor_type=Q.Q4_K, **WIDE).path
+    file = read_gguf(path)
+    kept = load(path, "blocks", monkeypatch)
+    c = kept.config
+    matrices = sum(t.n_bytes for t in file.tensors.values() if len(t.dims) == 2)
+    layer = 4 * sum(int(np.prod(t.dims)) for n, t in file.tensors.items() if n.startswith("blk.0.") and len(t.dims) == 2)
+    need = matrices + layer + 4 * c.vocab_size * c.d_model + 4 * (2 * c.n_layers + 1) * c.d_model
+    assert estimate.loaded_bytes(kept) == need < estimate.weight_bytes(c)
+    asked = []
+    explain_bytes = estimate.explain_bytes
+    monkeypatch.setattr(estimate, "explain_bytes", lambda *a, **k: asked.append((a, k)) or explain_bytes(*a, **k))
+    monkeypatch.setattr(study, "ANNOUNCE_PAST_T", 4)
+    monkeypatch.setattr(study, "shown", lambda: True)
+    study.explain(kept, kept.ids(TEXT), measure_heads=1, measure_members=1)
+    (args, kwargs), = asked
+    assert args[4] == need and kwargs == {"checkpointed": True}
+    assert re.search(rf"about {explain_bytes(*args, **kwargs) / 2**30:.1f} GiB and", capsys.readouterr().err)
