@@ -10,6 +10,9 @@ copies). The run's layer-rows are counted through a hook and checked against the
 
     .venv/bin/python bench/explain_estimate.py --out bench/results/       # T = 50, 384, 600
     .venv/bin/python bench/explain_estimate.py --T 384 --reps 2
+    .venv/bin/python bench/explain_estimate.py --model qwen2.5-coder-1.5b --T 50 --no-warm
+
+Each T also prints the estimate of explain with every head measured exactly (measure_heads="all").
 """
 from __future__ import annotations
 
@@ -53,6 +56,7 @@ def one(model, T: int) -> dict:
     speed = estimate.speed(model, T)
     probe_s = time.perf_counter() - start
     heads, members, work, further = strategy.expected(None, None)
+    every_head = strategy.expected("all", None)[2].seconds(speed, c, T)  # measure_heads="all", as estimated
     rows, mlp, probe = [0], Model._mlp, estimate.speed
     Model._mlp = lambda self, l, x, buffers: (rows.__setitem__(0, rows[0] + x.shape[0] * x.shape[1]), mlp(self, l, x, buffers))[1]
     estimate.speed = lambda model, T: speed  # the announcement reuses the probe above, outside the time
@@ -81,6 +85,7 @@ def one(model, T: int) -> dict:
             "estimate_of_what_ran_s": round(done.seconds(speed, c, T), 1), "wall_s": round(wall, 1),
             "cpu_s": round(cpu_s, 1), "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2),
             "measured_over_estimate": round(wall / done.seconds(speed, c, T), 2),
+            "every_head_estimate_s": round(every_head, 1), "heads": c.n_layers * c.n_heads,
             "rows_counted": rows[0], "rows_modelled": round(done.rows)}
 
 
@@ -88,12 +93,15 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--T", type=int, nargs="+", default=[50, 384, 600])
     ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--model", default=None, help="a path or a packaged name (default: the default model)")
+    ap.add_argument("--no-warm", action="store_true", help="skip the warm-up explain (a large model's takes minutes)")
     ap.add_argument("--out", type=Path, default=None, help="also write the figures as JSON into this folder")
     args = ap.parse_args()
-    model = studygroup.load()
+    model = studygroup.load(args.model)
     from studygroup.study import explain
-    explain.explain(model, "Cash or credit card? I have a lot")  # warm: kernels and caches
-    out = {"commit": commit(), "cpu": cpu(), "runs": []}
+    if not args.no_warm:
+        explain.explain(model, "Cash or credit card? I have a lot")  # warm: kernels and caches
+    out = {"commit": commit(), "cpu": cpu(), "model": model.config.label, "runs": []}
     for _ in range(args.reps):
         for T in args.T:
             out["runs"].append(one(model, T))
@@ -101,7 +109,8 @@ def main() -> None:
     for r in out["runs"]:
         print(f"T={r['T']}: estimate {r['estimate_of_what_ran_s']} s (announced {r['announced_s']} s with "
               f"{r['announced_heads']} heads; {r['heads_measured']} measured), took {r['wall_s']} s wall, "
-              f"{r['cpu_s']} CPU s, load {r['load_before']}-{r['load_after']}: {r['measured_over_estimate']}x")
+              f"{r['cpu_s']} CPU s, load {r['load_before']}-{r['load_after']}: {r['measured_over_estimate']}x; "
+              f"every one of the {r['heads']} heads exactly: estimated {r['every_head_estimate_s']} s")
     if args.out:
         save(out, args.out, "explain-estimate")
 
