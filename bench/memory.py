@@ -94,15 +94,17 @@ def main() -> None:
     ap.add_argument("--ways", default=",".join(WAYS), help="comma-separated, of " + ", ".join(WAYS))
     ap.add_argument("--out")
     args = ap.parse_args()
-    print(f"CPU: {cpu()}; load before: {os.getloadavg()}")
+    print(f"CPU: {cpu()}; load before: {os.getloadavg()}", flush=True)
     rows = []
     for model in args.models.split(","):
-        got = {way: measure(model, way, args) for way in args.ways.split(",")}
-        for way, r in got.items():
+        got = {}
+        for way in args.ways.split(","):
+            r = got[way] = measure(model, way, args)
             rows.append({"model": model, "way": way, **r})
             print(f"{model:20s} {way:12s} T={r['tokens']:5d} load {r['load_s']:6.2f} s  pass {r['pass_s']:7.3f} s  "
                   f"{args.explain} explain {r['explain_s']:7.1f} s  peak {r['peak_rss'] / 2**30:5.2f} GiB "
-                  f"(after load {r['rss_load'] / 2**30:5.2f})  predicts {r['predicted']!r}")
+                  f"(after load {r['rss_load'] / 2**30:5.2f})  predicts {r['predicted']!r}; "
+                  f"load average {os.getloadavg()[0]:.1f}", flush=True)
         for peer in ("float32", "blocks-saved"):
             if "blocks" in got and peer in got:
                 b, f = got["blocks"], got[peer]
