@@ -4,8 +4,9 @@ layer at a time.
 A matrix kept as blocks (`studygroup.gguf.blocks.FileMatrix`, the file's mapped bytes) is turned
 into float32 only while it is used: during a pass, the layer being computed is dequantized into
 buffers that every layer reuses (`enter_layer`), the unembedding a slice of its rows at a time
-(`unembed`), the embedding only the rows of the text's tokens (`rows`). Any other look-up
-(`weights["layers.3.W_O"]`, say, a head's write in a study) dequantizes that matrix afresh. The
+(`unembed`, in a buffer let go after each pass), the embedding only the rows of the text's tokens
+(`rows`). Any other look-up (`weights["layers.3.W_O"]`, say, a head's write in a study) dequantizes
+that matrix afresh. The
 float32 numbers are those of gguf's dequantizer bit for bit (the compiled kernel is checked
 against it at load; without a compiler gguf's own numpy code runs), laid out as the float32 model
 holds them, (out, in) rows seen as (in, out): the same multiplies give the same results.
@@ -125,13 +126,16 @@ class Weights(Mapping):
             return _project(x, self["unembed"])
         (m,) = self.kept[name]
         step = max(1, UNEMBED_SLICE_BYTES // (4 * m.n_in))
-        if step >= m.n_out:
-            return _project(x, self._buffer(name, "unembed", m.n_out).T)
-        out = x.new_empty(*x.shape[:-1], m.n_out)  # (…, vocab)
-        for a in range(0, m.n_out, step):
-            b = min(a + step, m.n_out)
-            out[..., a:b] = _project(x, self._buffer(name, "unembed", b - a, a).T)
-        return out
+        try:
+            if step >= m.n_out:
+                return _project(x, self._buffer(name, "unembed", m.n_out).T)
+            out = x.new_empty(*x.shape[:-1], m.n_out)  # (…, vocab)
+            for a in range(0, m.n_out, step):
+                b = min(a + step, m.n_out)
+                out[..., a:b] = _project(x, self._buffer(name, "unembed", b - a, a).T)
+            return out
+        finally:  # not held between passes: the next pass's layers may use its memory
+            self._drop("unembed")
 
     def enter_layer(self, l: int) -> None:
         """Layer l's matrices into float32, in the buffers the previous layer used."""
@@ -207,6 +211,12 @@ class Weights(Mapping):
         rows = buf[:n]
         self._held[buf.data_ptr()] = (name, first, first + n)
         return self._float32(name, rows, first)
+
+    def _drop(self, kind: str) -> None:
+        """Let the buffer of `kind` go (a later use makes a fresh one)."""
+        buf = self._buffers.pop(kind, None)
+        if buf is not None:
+            self._held.pop(buf.data_ptr(), None)
 
     def _float32(self, name: str, out: torch.Tensor, first: int = 0) -> torch.Tensor:
         """The rows first … first + len(out) − 1 of the kept matrix `name`, dequantized into out (n, in)."""
