@@ -13,6 +13,7 @@ line: that is its figure.
     python bench/big_models.py FOLDER --only llama3.1:8b --T 50 --words 0
     python bench/big_models.py FOLDER --file qwen2.5-coder-1.5b --T 50 --words 0   # a file as it is
     python bench/big_models.py FOLDER --only llama3.1:8b --heads 0 --members 0      # explain's base measures only
+    python bench/big_models.py --file FILE --heads -1                                # no explain: load, generate
 
 Disk: each file is 2.0-5.0 GB (shaped_gguf's sizes) and is written only when the folder's disk has
 it and 1 GB more free. The CPU and the load (1-minute average) are printed before and after.
@@ -60,10 +61,11 @@ def measure(path: str, T: int, words: int, heads=None, members=None) -> dict:
         return {"refused": str(e), "load_s": round(time.perf_counter() - start, 1)}
     figures = {"load_s": round(time.perf_counter() - start, 1), "model": model.config.label}
     ids = ids_of(model, T)
-    start = time.perf_counter()
-    e = studygroup.explain(model, ids, measure_heads=heads, measure_members=members)
-    figures |= {"T": len(ids), "explain_s": round(time.perf_counter() - start, 1),
-                "heads": model.config.n_layers * model.config.n_heads, "predicted": e.predicted.token}
+    figures |= {"T": len(ids), "heads": model.config.n_layers * model.config.n_heads}
+    if heads != -1:
+        start = time.perf_counter()
+        e = studygroup.explain(model, ids, measure_heads=heads, measure_members=members)
+        figures |= {"explain_s": round(time.perf_counter() - start, 1), "predicted": e.predicted.token}
     if words:
         start = time.perf_counter()
         g = model.generate(ids, words, ignore_eos=True)
@@ -118,7 +120,8 @@ def row(name: str, f: dict) -> str:
         why = f.get("refused") or f.get("failed") or f.get("skipped")
         return f"| {name} | {f.get('file_gb', '')} GB | {why} | | | {f.get('peak_gib', '')} GiB |"
     gen = f"{f['generate_s']} s ({f['words_per_s']} words/s)" if "generate_s" in f else "—"
-    return (f"| {name} | {f.get('file_gb', '')} GB | {f['load_s']} s | {f['explain_s']} s ({f['T']} tokens) "
+    explain = f"{f['explain_s']} s" if "explain_s" in f else "not run"
+    return (f"| {name} | {f.get('file_gb', '')} GB | {f['load_s']} s | {explain} ({f['T']} tokens) "
             f"| {gen} | {f['peak_gib']} GiB |")
 
 
@@ -129,7 +132,7 @@ def main() -> None:
     ap.add_argument("--file", action="append", default=[], help="measure this model (a path or a packaged name) as it is")
     ap.add_argument("--T", type=int, default=256)
     ap.add_argument("--words", type=int, default=16)
-    ap.add_argument("--heads", type=int, help="heads explain silences exactly (default: explain's own rule)")
+    ap.add_argument("--heads", type=int, help="heads explain silences exactly (default: explain's own rule; -1: no explain)")
     ap.add_argument("--members", type=int, help="members explain silences exactly (default: explain's own rule)")
     ap.add_argument("--keep", action="store_true", help="keep the files written")
     ap.add_argument("--out", help="also write the figures, the CPU, the load and the commit as JSON")
