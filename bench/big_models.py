@@ -12,6 +12,8 @@ line: that is its figure.
     python bench/big_models.py FOLDER                                 # every shape, T=256, 16 words
     python bench/big_models.py FOLDER --only llama3.1:8b --T 50 --words 0
     python bench/big_models.py FOLDER --file qwen2.5-coder-1.5b --T 50 --words 0   # a file as it is
+    python bench/big_models.py FOLDER --only llama3.1:8b --heads 0 --members 0      # explain's base measures only
+    python bench/big_models.py --file FILE --heads -1                                # no explain: load, generate
 
 Disk: each file is 2.0-5.0 GB (shaped_gguf's sizes) and is written only when the folder's disk has
 it and 1 GB more free. The CPU and the load (1-minute average) are printed before and after.
@@ -47,8 +49,9 @@ def commit() -> str:
     return head + ("+" if dirty.strip() else "")
 
 
-def measure(path: str, T: int, words: int) -> dict:
-    """In this process: load, explain T ids, generate `words`; the figures (a refusal: its line)."""
+def measure(path: str, T: int, words: int, heads=None, members=None) -> dict:
+    """In this process: load, explain T ids (measure_heads=heads, measure_members=members; None: explain's
+    defaults), generate `words`; the figures (a refusal: its line)."""
     import studygroup  # before torch, as a user's program does (studygroup sets torch's threads)
 
     start = time.perf_counter()
@@ -58,10 +61,11 @@ def measure(path: str, T: int, words: int) -> dict:
         return {"refused": str(e), "load_s": round(time.perf_counter() - start, 1)}
     figures = {"load_s": round(time.perf_counter() - start, 1), "model": model.config.label}
     ids = ids_of(model, T)
-    start = time.perf_counter()
-    e = studygroup.explain(model, ids)
-    figures |= {"T": len(ids), "explain_s": round(time.perf_counter() - start, 1),
-                "heads": model.config.n_layers * model.config.n_heads, "predicted": e.predicted.token}
+    figures |= {"T": len(ids), "heads": model.config.n_layers * model.config.n_heads}
+    if heads != -1:
+        start = time.perf_counter()
+        e = studygroup.explain(model, ids, measure_heads=heads, measure_members=members)
+        figures |= {"explain_s": round(time.perf_counter() - start, 1), "predicted": e.predicted.token}
     if words:
         start = time.perf_counter()
         g = model.generate(ids, words, ignore_eos=True)
@@ -78,10 +82,12 @@ def ids_of(model, T: int) -> list[int]:
     return (once * (T // len(once) + 1))[:T]
 
 
-def run_child(path: Path, T: int, words: int) -> dict:
-    """`measure` in a child process; its own peak resident memory from wait4, whatever its end."""
+def run_child(path: Path, T: int, words: int, bounds: list[str]) -> dict:
+    """`measure` in a child process; its own peak resident memory from wait4, whatever its end.
+    bounds: the --heads/--members arguments, passed on."""
     with tempfile.TemporaryFile("w+") as out:
-        child = subprocess.Popen([sys.executable, str(HERE), "--measure", str(path), "--T", str(T), "--words", str(words)],
+        child = subprocess.Popen([sys.executable, str(HERE), "--measure", str(path), "--T", str(T), "--words", str(words),
+                                  *bounds],
                                  stdout=out, stderr=subprocess.PIPE, text=True)
         err = child.stderr.read()
         _, status, usage = os.wait4(child.pid, 0)
@@ -114,7 +120,8 @@ def row(name: str, f: dict) -> str:
         why = f.get("refused") or f.get("failed") or f.get("skipped")
         return f"| {name} | {f.get('file_gb', '')} GB | {why} | | | {f.get('peak_gib', '')} GiB |"
     gen = f"{f['generate_s']} s ({f['words_per_s']} words/s)" if "generate_s" in f else "—"
-    return (f"| {name} | {f.get('file_gb', '')} GB | {f['load_s']} s | {f['explain_s']} s ({f['T']} tokens) "
+    explain = f"{f['explain_s']} s" if "explain_s" in f else "not run"
+    return (f"| {name} | {f.get('file_gb', '')} GB | {f['load_s']} s | {explain} ({f['T']} tokens) "
             f"| {gen} | {f['peak_gib']} GiB |")
 
 
@@ -125,12 +132,14 @@ def main() -> None:
     ap.add_argument("--file", action="append", default=[], help="measure this model (a path or a packaged name) as it is")
     ap.add_argument("--T", type=int, default=256)
     ap.add_argument("--words", type=int, default=16)
+    ap.add_argument("--heads", type=int, help="heads explain silences exactly (default: explain's own rule; -1: no explain)")
+    ap.add_argument("--members", type=int, help="members explain silences exactly (default: explain's own rule)")
     ap.add_argument("--keep", action="store_true", help="keep the files written")
     ap.add_argument("--out", help="also write the figures, the CPU, the load and the commit as JSON")
     ap.add_argument("--measure", help=argparse.SUPPRESS)  # the child: one model, figures as JSON
     args = ap.parse_args()
     if args.measure:
-        print(json.dumps(measure(args.measure, args.T, args.words), ensure_ascii=False))
+        print(json.dumps(measure(args.measure, args.T, args.words, args.heads, args.members), ensure_ascii=False))
         return
     import shaped_gguf
 
@@ -139,22 +148,26 @@ def main() -> None:
     if unknown or (names and not args.folder):
         sys.exit(f"big_models: {'unknown shapes ' + ', '.join(unknown) if unknown else 'name a folder to write into'}"
                  f" (shapes: {', '.join(shaped_gguf.SHAPES)})")
-    run = {"cpu": cpu(), "load_before": load_average(), "commit": commit(), "T": args.T, "words": args.words}
-    print(f"CPU: {run['cpu']}; load {run['load_before']}; code {run['commit']}; T={args.T}, {args.words} words", flush=True)
+    bounds = [*(["--heads", str(args.heads)] if args.heads is not None else []),
+              *(["--members", str(args.members)] if args.members is not None else [])]
+    run = {"cpu": cpu(), "load_before": load_average(), "commit": commit(), "T": args.T, "words": args.words,
+           "heads": args.heads, "members": args.members}
+    print(f"CPU: {run['cpu']}; load {run['load_before']}; code {run['commit']}; T={args.T}, {args.words} words"
+          f"{'; explain ' + ' '.join(bounds) if bounds else ''}", flush=True)
     print("| model | file | load | explain | generate | peak RSS |\n|---|---|---|---|---|---|", flush=True)
     results = {}
     for name in names:
         path, figures = shaped_file(name, Path(args.folder))
         if path is not None:
             try:
-                figures |= run_child(path, args.T, args.words)
+                figures |= run_child(path, args.T, args.words, bounds)
             finally:
                 if not args.keep:
                     path.unlink()
         results[name] = figures
         print(row(name, figures), flush=True)
     for model in args.file:
-        results[model] = run_child(model, args.T, args.words)
+        results[model] = run_child(model, args.T, args.words, bounds)
         print(row(model, results[model]), flush=True)
     run |= {"load_after": load_average(), "results": results}
     print(f"load after: {run['load_after']}")

@@ -107,6 +107,17 @@ def weights_memory(c: Config, matrix_bytes: int) -> int:
     return kept_bytes(c, matrix_bytes) if keeps_blocks(c) else weight_bytes(c)
 
 
+def loaded_bytes(model) -> int:
+    """Bytes the model's weights take as loaded: `kept_bytes` where its matrices are the file's
+    blocks, else every weight in its dtype.
+
+    >>> loaded_bytes(model) == weight_bytes(model.config)  # the default model: float32
+    True
+    """
+    c = model.config
+    return kept_bytes(c, model.w.blocks_bytes) if model.w.kept else weight_bytes(c, model.dtype.itemsize)
+
+
 def check_weights_fit(c: Config, blocks_bytes: int = 0) -> None:
     """Refuse at once, in one line, a model whose weights would not fit in the memory this machine has
     available now: float32 (and the bfloat16 figure), or kept as `blocks_bytes` of the file's blocks."""
@@ -137,6 +148,20 @@ def activation_bytes(c: Config, T: int, batch: int = 1) -> int:
     """Live activations of one layer (residual, Q/K/V, MLP hidden), float32."""
     width = 4 * c.d_model + (c.n_heads + 2 * c.n_kv_heads) * c.d_head + 3 * c.d_mlp
     return 4 * batch * T * width
+
+
+def gradient_bytes(c: Config, T: int, checkpointed: bool) -> int:
+    """What a pass with a gradient over T tokens keeps for its backward pass: every layer's
+    activations and its two T×T maps (scores, weights), float32; checkpointed (weights kept as
+    blocks: `packed.Weights.checkpointed`), every layer's input and one layer's activations.
+
+    >>> from studygroup.gguf.config import Config
+    >>> c = Config(28, 12, 2, 1536, 128, 8960, 32768, 1e6, 1e-6, 151936)  # Qwen2.5-1.5B
+    >>> round(gradient_bytes(c, 512, False) / 2**20), round(gradient_bytes(c, 512, True) / 2**20)
+    (2590, 176)
+    """
+    layer = activation_bytes(c, T) + 2 * 4 * c.n_heads * T * T
+    return 4 * c.n_layers * T * c.d_model + layer if checkpointed else c.n_layers * layer
 
 
 def kv_bytes(c: Config, T: int) -> int:
@@ -206,21 +231,26 @@ def machine_flops_per_second() -> float:
     return 2 * 256 * 576 * 1536 * n / (time.perf_counter() - start)
 
 
-def forward(c: Config, T: int, keep_kv: bool = False) -> Estimate:
-    """One pass over T tokens, optionally keeping every member's keys and values.
+def forward(c: Config, T: int, keep_kv: bool = False, weights: int | None = None) -> Estimate:
+    """One pass over T tokens, optionally keeping every member's keys and values; weights: the bytes
+    the weights take (`loaded_bytes`; None: float32).
 
     >>> from studygroup.gguf.config import Config
     >>> c = Config(30, 9, 3, 576, 64, 1536, 8192, 1e5, 1e-5, 49152)
     >>> forward(c, 8192).bytes < 2 * 2**30
     True
     """
-    memory = weight_bytes(c) + activation_bytes(c, T) + (kv_bytes(c, T) if keep_kv else 0)
+    weights = weight_bytes(c) if weights is None else weights
+    memory = weights + activation_bytes(c, T) + (kv_bytes(c, T) if keep_kv else 0)
     return Estimate(int(memory * 1.2) + 200 * 2**20, flops(c, T) / machine_flops_per_second())
 
 
-def explain_bytes(c: Config, T: int, copies: int, rows_per_pass: int) -> int:
-    """Peak memory of explain's exact path on T members: the weights, every member's keys and
-    values, and the largest batched pass of `copies` copies of the text (at most `rows_per_pass` rows).
+def explain_bytes(c: Config, T: int, copies: int, rows_per_pass: int, weights: int | None = None,
+                  checkpointed: bool = False) -> int:
+    """Peak memory of explain's exact path on T members: the weights (`weights` bytes, as
+    `loaded_bytes` gives; None: float32), every member's keys and values, and the larger of the pass
+    with a gradient (`gradient_bytes`: checkpointed where the weights are kept as blocks) and the
+    largest batched pass of `copies` copies of the text (at most `rows_per_pass` rows).
 
     >>> from studygroup.gguf.config import Config
     >>> c = Config(30, 9, 3, 576, 64, 1536, 8192, 1e5, 1e-5, 49152)
@@ -228,7 +258,8 @@ def explain_bytes(c: Config, T: int, copies: int, rows_per_pass: int) -> int:
     True
     """
     largest = min(rows_per_pass, max(T, copies * T))  # rows of the largest batched pass
-    memory = weight_bytes(c) + activation_bytes(c, largest) + kv_bytes(c, T)
+    work = max(activation_bytes(c, largest), gradient_bytes(c, T, checkpointed))
+    memory = (weight_bytes(c) if weights is None else weights) + work + kv_bytes(c, T)
     return int(memory * 1.2) + 200 * 2**20
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -174,16 +175,12 @@ class Model:
             w.enter_layer(l)
             if l in plan.joining:
                 x = torch.cat([x, plan.joining[l].to(x.dtype)])  # (B + B_l, T, d_model)
-            x = keep("resid_pre", x)
-            E = keep("E", self._norm(x, f"layers.{l}.attn_norm"))  # (B, T, d_model)
             # In the last layer only the asked questions predict: unless more is kept, the other
             # rows give their keys and values and nothing else.
             shortcut = l == c.n_layers - 1 and not plan.all_logits and keep.last_row_suffices() and not keep.replaces_from(l)
-            cos, sin = angles[c.rope_of(l)]
-            attn_out = self._attention(l, E, cos, sin, plan, keep, asked if shortcut else None)  # (B, T or R, d_model)
-            x = keep("resid_mid", (x[:, asked] if shortcut else x) + attn_out)
-            mlp_out = keep("mlp_out", self._mlp(l, self._norm(x, f"layers.{l}.mlp_norm"), buffers))  # (B, T or R, d_model)
-            x = keep("resid_post", x + mlp_out)
+            layer = partial(self._layer, l, angles=angles, plan=plan, keep=keep, rows=asked if shortcut else None,
+                            buffers=buffers)
+            x = w.checkpointed(l, layer, x, partial(keep.quiet, l))  # (B, T or R, d_model)
             if trim:  # the blocks this layer freed, back to the system (see studygroup.model.heap)
                 heap.return_freed_memory()
             if on_layer is not None:
@@ -195,6 +192,18 @@ class Model:
         x = x if plan.all_logits or shortcut else x[:, asked]  # (B, T or R, d_model): only asked rows predict
         final = keep("final", self._norm(x, "final_norm"))
         return w.unembed(final), keep.steps  # (B, T or R, vocab)
+
+    def _layer(self, l: int, x: torch.Tensor, angles, plan: PassPlan, keep, rows, buffers: "_Buffers") -> torch.Tensor:
+        """Layer l: attention, then the MLP, each added to the residual stream; rows: the questions
+        that go on past attention (None: all). x (B, T, d_model) -> (B, T or R, d_model)"""
+        keep.layer = l
+        x = keep("resid_pre", x)
+        E = keep("E", self._norm(x, f"layers.{l}.attn_norm"))  # (B, T, d_model)
+        cos, sin = angles[self.config.rope_of(l)]
+        attn_out = self._attention(l, E, cos, sin, plan, keep, rows)  # (B, T or R, d_model)
+        x = keep("resid_mid", (x if rows is None else x[:, rows]) + attn_out)
+        mlp_out = keep("mlp_out", self._mlp(l, self._norm(x, f"layers.{l}.mlp_norm"), buffers))  # (B, T or R, d_model)
+        return keep("resid_post", x + mlp_out)
 
     def final_logits(self, resid_final: torch.Tensor) -> torch.Tensor:
         """Logits from the last layer's residual stream: the family's final norm (RMSNorm, or GPT-2's

@@ -7,7 +7,9 @@ key/value head: query head h shares key/value head ``h // (n_heads // n_kv_heads
 """
 from __future__ import annotations
 
+import contextlib
 import fnmatch
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -248,6 +250,18 @@ class Keeper:
     def __init__(self, record: Record, replace: dict | None = None, first_row: int = 0):
         self.record, self.layer, self.steps = record, None, {}
         self.replace, self.first_row = replace or {}, first_row
+        self.storing = True  # False while a layer is computed again (see `quiet`)
+
+    @contextlib.contextmanager
+    def quiet(self, layer: int) -> Iterator[None]:
+        """Layer `layer` computed again, as the backward pass of a checkpointed layer does: the same
+        steps, replaced alike, and nothing recorded twice."""
+        was = self.layer, self.storing
+        self.layer, self.storing = layer, False
+        try:
+            yield
+        finally:
+            self.layer, self.storing = was
 
     def name(self, step: str) -> str:
         return step if self.layer is None else step_name(step, self.layer)
@@ -285,7 +299,7 @@ class Keeper:
 
     def store(self, step: str, t: torch.Tensor, is_map: bool = False) -> None:
         """Record t under the step's full name, if the record asks for it (no replacement)."""
-        if not self.keeps(step):
+        if not self.storing or not self.keeps(step):
             return
         cut = self.record.rows_kept(step)
         if cut is not None and t.shape[-2] > cut:

@@ -184,8 +184,9 @@ class EveryQuestion:
         c, T = self.model.config, len(self.ids)
         heads, members, work, further = self.expected(measure_heads, measure_members)
         speed = estimate.speed(self.model, T)
-        need = (f"about {estimate.explain_bytes(c, T, heads + members, effects.ROWS_PER_PASS) / 2**30:.1f} GiB and "
-                f"{estimate.duration(work.seconds(speed, c, T))}")
+        memory = estimate.explain_bytes(c, T, heads + members, effects.ROWS_PER_PASS, estimate.loaded_bytes(self.model),
+                                        checkpointed=bool(self.model.w.kept))
+        need = f"about {memory / 2**30:.1f} GiB and {estimate.duration(work.seconds(speed, c, T))}"
         if further is not None:  # the stopping rule
             say(f"explaining {T} members: {need} with the first {heads} heads, "
                 f"{estimate.duration(further.seconds(speed, c, T))} more for each further {STOP_AFTER} "
@@ -334,7 +335,7 @@ class LastQuestion:
             return
         c, T = self.model.config, len(self.ids)
         heads, members, work, _ = self.expected(measure_heads, measure_members)
-        need = (f"about {estimate.forward(c, T, keep_kv=True).bytes / 2**30:.1f} GiB and "
+        need = (f"about {estimate.forward(c, T, keep_kv=True, weights=estimate.loaded_bytes(self.model)).bytes / 2**30:.1f} GiB and "
                 f"{estimate.duration(work.seconds(estimate.speed(self.model, T), c, T))}")
         say(f"explaining {T} members: {need} (a pass for the heads' sinks, one keeping every member's keys and "
             f"values, then one row for each of {heads} silenced heads and {members} silenced members)", stream)

@@ -5,6 +5,8 @@ bytes, never copied; a block type not read, a file shorter than its blocks and a
 mapped are each one checked error."""
 from __future__ import annotations
 
+import collections
+import re
 import mmap
 import os
 import subprocess
@@ -80,17 +82,24 @@ def test_a_pass_with_a_gradient_gives_the_float32_models_gradient(pair):
     assert torch.equal(run_a.logits, run_b.logits) and torch.equal(est_a, est_b)
 
 
-def test_the_backward_pass_dequantizes_the_buffers_it_needs_again(tmp_path, monkeypatch):
-    path = write_tiny_gguf(tmp_path / "m.gguf", tensor_type=Q.Q8_0, n_layers=3, **WIDE).path
+def test_a_pass_with_a_gradient_keeps_of_each_layer_only_its_input(tmp_path, monkeypatch):
+    """The backward pass computes each layer again from its input (its MLP's (T, d_mlp) rows are not
+    kept), each of the layer's matrices dequantized once more for both; the gradient, the logits and
+    every recorded step are the float32 model's."""
+    path = write_tiny_gguf(tmp_path / "m.gguf", tensor_type=Q.Q8_0, n_layers=3, d_head=64, d_mlp=512).path
     kept, plain = load(path, "blocks", monkeypatch), load(path, "float32", monkeypatch)
-    asked = []
-    unpack = packed.Weights._unpack
-    monkeypatch.setattr(packed.Weights, "_unpack", lambda self, saved: asked.append(saved) or unpack(self, saved))
+    saved, read = [], collections.Counter()
+    pack, dequantize = packed.Weights._pack, packed.dequantize_rows
+    monkeypatch.setattr(packed.Weights, "_pack", lambda self, t: saved.append(t.shape) or pack(self, t))
+    monkeypatch.setattr(packed, "dequantize_rows", lambda m, rows, out: read.update([m.name]) or dequantize(m, rows, out))
     ids = plain.ids(TEXT)
-    (_, est_a), (_, est_b) = gradient_run(kept, ids, Record()), gradient_run(plain, ids, Record())
-    noted = {s[0][0] for s in asked if not isinstance(s, torch.Tensor)}  # the matrices noted, not kept
-    assert {"layers.0.W_O", "layers.0.W_gate_up", "layers.2.W_down"} <= noted
-    assert torch.equal(est_a, est_b) and est_a.abs().sum() > 0
+    (run_a, est_a), (run_b, est_b) = gradient_run(kept, ids, Record()), gradient_run(plain, ids, Record())
+    assert torch.equal(est_a, est_b) and est_a.abs().sum() > 0 and torch.equal(run_a.logits, run_b.logits)
+    assert run_a.steps.keys() == run_b.steps.keys() and "layers.2.write" in run_a.steps
+    assert all(torch.equal(run_a.steps[n], run_b.steps[n]) for n in run_a.steps)
+    assert saved and not any(512 in shape for shape in saved)  # no MLP row is kept for the backward pass
+    layers = {name: n for name, n in read.items() if name.startswith("blk.")}
+    assert len(layers) == 3 * 7 and set(layers.values()) == {2}  # the pass, then the layer again
 
 
 def test_generated_words_are_the_float32_models(pair):
@@ -199,3 +208,27 @@ def test_studygroup_models_says_what_the_weights_take_either_way(tmp_path, monke
     matrices = sum(t.n_bytes for t in file.tensors.values() if len(t.dims) == 2)
     layer = 4 * sum(int(np.prod(t.dims)) for n, t in file.tensors.items() if n.startswith("blk.0.") and len(t.dims) == 2)
     assert listed.memory == matrices + layer + 4 * c.vocab_size * c.d_model + norms
+
+
+def test_explain_says_the_memory_of_the_weights_as_loaded(tmp_path, monkeypatch, capsys):
+    """The announcement before a long explain counts the weights as they are held: the file's
+    blocks and one layer in float32 (not the float32 model), and the pass with a gradient checkpointed."""
+    from studygroup.study import explain as study
+
+    path = write_tiny_gguf(tmp_path / "m.gguf", tensor_type=Q.Q4_K, **WIDE).path
+    file = read_gguf(path)
+    kept = load(path, "blocks", monkeypatch)
+    c = kept.config
+    matrices = sum(t.n_bytes for t in file.tensors.values() if len(t.dims) == 2)
+    layer = 4 * sum(int(np.prod(t.dims)) for n, t in file.tensors.items() if n.startswith("blk.0.") and len(t.dims) == 2)
+    need = matrices + layer + 4 * c.vocab_size * c.d_model + 4 * (2 * c.n_layers + 1) * c.d_model
+    assert estimate.loaded_bytes(kept) == need < estimate.weight_bytes(c)
+    asked = []
+    explain_bytes = estimate.explain_bytes
+    monkeypatch.setattr(estimate, "explain_bytes", lambda *a, **k: asked.append((a, k)) or explain_bytes(*a, **k))
+    monkeypatch.setattr(study, "ANNOUNCE_PAST_T", 4)
+    monkeypatch.setattr(study, "shown", lambda: True)
+    study.explain(kept, kept.ids(TEXT), measure_heads=1, measure_members=1)
+    (args, kwargs), = asked
+    assert args[4] == need and kwargs == {"checkpointed": True}
+    assert re.search(rf"about {explain_bytes(*args, **kwargs) / 2**30:.1f} GiB and", capsys.readouterr().err)
