@@ -642,7 +642,13 @@ def _generate(args) -> str:
             out["silenced"] = model.generate(prompt, **kw, interventions=silenced).to_json()
         return json.dumps(out, indent=2, ensure_ascii=False)
     stream = render_text.Stream(model.tokenizer, model.tokenizer.decode(prompt) if args.chat else args.text)
-    g = model.generate(prompt, **kw, on_word=lambda w: print(stream.add(w.id), end="", flush=True))
+    with _interrupts_kept() as interrupted:
+        def on_word(w):
+            if interrupted:  # a Ctrl+C whose KeyboardInterrupt was raised where it is ignored (a finaliser)
+                raise KeyboardInterrupt
+            print(stream.add(w.id), end="", flush=True)
+
+        g = model.generate(prompt, **kw, on_word=on_word)
     print(stream.rest())
     lines = [render_text.generation_end(g)]
     if args.silence_member or args.silence_head:
@@ -650,6 +656,33 @@ def _generate(args) -> str:
 
         lines.append(render_text.continuations(continuations(model, prompt, g, kw, silenced)))
     return "\n".join(l for l in lines if l)
+
+
+class _interrupts_kept:
+    """`with _interrupts_kept() as interrupted:` Ctrl+C raises KeyboardInterrupt as always and is also
+    noted in `interrupted` (a list), so a loop can raise it again where Python ignored it (an
+    exception raised inside a finaliser is printed and dropped). The handler before is restored after."""
+
+    def __enter__(self) -> list:
+        import signal
+        import threading
+
+        self.seen: list = []
+        main = threading.current_thread() is threading.main_thread()  # the only thread that may set a handler
+        self.before = signal.getsignal(signal.SIGINT) if main else None
+        if self.before is signal.default_int_handler:  # only where Ctrl+C means KeyboardInterrupt
+            signal.signal(signal.SIGINT, self._handle)
+        return self.seen
+
+    def _handle(self, signum, frame):
+        self.seen.append(signum)
+        raise KeyboardInterrupt
+
+    def __exit__(self, *exc) -> None:
+        import signal
+
+        if self.before is signal.default_int_handler:
+            signal.signal(signal.SIGINT, self.before)
 
 
 def _page(pages: list[str]) -> str:
