@@ -57,48 +57,42 @@ def test_sampling_outside_its_range_is_one_line_naming_the_range(capsys, tiny, c
 CTRL_C_AS_AT_A_TERMINAL = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
 
 
-def test_a_ctrl_c_python_ignores_in_a_finaliser_still_stops_generation(tiny_model):
-    """SIGINT while a finaliser runs: Python prints that KeyboardInterrupt and drops it; the words
-    still stop at the next one and the exit is 130 (under load a Ctrl+C could land in one)."""
+def interrupted_generation(tiny_model, slow_step: str):
+    """`generate` of 60 words in a child whose each word's step is `slow_step` (Python defining
+    slow(self, i) from `step`, the real one), sent SIGINT once words stream: (returncode, first bytes, rest
+    of stdout, stderr)."""
     import os
     import signal
     import subprocess
     import sys
 
     code = (CTRL_C_AS_AT_A_TERMINAL + "import time, studygroup.model.generate as g\n"
-            "step = g._Talk.step\n"
-            "class Slow:\n    def __del__(self): time.sleep(0.3)\n"
-            "def slow(self, i):\n    Slow(); return step(self, i)\n"
-            "g._Talk.step = slow\n"
-            "from studygroup.cli import main\nraise SystemExit(main())\n")
-    argv = [sys.executable, "-c", code, "generate", "the tin", "-n", "60", "--ignore-eos", "--model", str(tiny_model.path)]
-    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    first = p.stdout.read(len("the tin") + 1)
-    p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=60)
-    assert p.returncode == 130 and first.startswith(b"the tin"), err.decode()[-500:]
-    assert err.decode().strip().splitlines()[-1] == "studygroup: interrupted"
-    assert "words)" not in (first + out).decode(errors="replace")  # stopped before the end
-
-
-def test_ctrl_c_keeps_the_words_so_far_and_exits_130(tiny_model):
-    """SIGINT while words stream: what was printed stays, one line on stderr, exit 130."""
-    import os
-    import signal
-    import subprocess
-    import sys
-
-    code = (CTRL_C_AS_AT_A_TERMINAL + "import time, studygroup.model.generate as g\n"
-            "step = g._Talk.step\n"
-            "def slow(self, i):\n    time.sleep(0.3); return step(self, i)\n"
-            "g._Talk.step = slow\n"
+            "step = g._Talk.step\n" + slow_step + "g._Talk.step = slow\n"
             "from studygroup.cli import main\nraise SystemExit(main())\n")
     argv = [sys.executable, "-c", code, "generate", "the tin", "-n", "60", "--ignore-eos", "--model", str(tiny_model.path)]
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     first = p.stdout.read(len("the tin") + 1)  # the prompt and the first word's first byte: words are streaming
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=60)
-    assert p.returncode == 130 and first.startswith(b"the tin")
+    return p.returncode, first, out, err
+
+
+def test_a_ctrl_c_python_ignores_in_a_finaliser_still_stops_generation(tiny_model):
+    """SIGINT while a finaliser runs: Python prints that KeyboardInterrupt and drops it; the words
+    still stop at the next one and the exit is 130 (under load a Ctrl+C could land in one)."""
+    code, first, out, err = interrupted_generation(
+        tiny_model, "class Slow:\n    def __del__(self): time.sleep(0.3)\n"
+                    "def slow(self, i):\n    Slow(); return step(self, i)\n")
+    assert code == 130 and first.startswith(b"the tin"), err.decode()[-500:]
+    assert err.decode().strip().splitlines()[-1] == "studygroup: interrupted"
+    assert "words)" not in (first + out).decode(errors="replace")  # stopped before the end
+
+
+def test_ctrl_c_keeps_the_words_so_far_and_exits_130(tiny_model):
+    """SIGINT while words stream: what was printed stays, one line on stderr, exit 130."""
+    code, first, out, err = interrupted_generation(
+        tiny_model, "def slow(self, i):\n    time.sleep(0.3); return step(self, i)\n")
+    assert code == 130 and first.startswith(b"the tin")
     assert err.decode().strip().splitlines() == ["studygroup: interrupted"]
     shown = (first + out).decode(errors="replace")
     assert len(shown) > len("the tin") and "words)" not in shown  # words kept on screen, stopped before the end
