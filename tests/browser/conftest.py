@@ -103,3 +103,13 @@ def page(browser):
     p.watch = Watch(p)
     yield p
     context.close()
+
+
+#: A thumbnail of the model view as a person sees it: the pixels of the model view's canvas under the
+#: thumbnail's button b, {side, data}: side × side device pixels, RGBA, row by row.
+THUMB_PIXELS = """(b) => {
+  const c = b.closest('.sg-mv-grid').querySelector('canvas'), cr = c.getBoundingClientRect(), br = b.getBoundingClientRect();
+  const r = c.width / cr.width, side = Math.round(br.width * r);
+  const data = c.getContext('2d').getImageData(Math.round((br.left - cr.left) * r), Math.round((br.top - cr.top) * r), side, side).data;
+  return { side, data };
+}"""

@@ -11,7 +11,7 @@ import pytest
 import studygroup
 from conftest import write_tiny_gguf
 
-from .conftest import _serve
+from .conftest import THUMB_PIXELS, _serve
 from .test_page import explain, wait_idle
 from .test_rough_edges import LAYOUT
 
@@ -138,9 +138,10 @@ def test_the_long_text_fits_a_phone(browser, url, screenshots):
 #: About 200 members of the default model.
 PARAGRAPH = ("Every Thursday evening, Tom and Maria met in the quiet library on the hill to study for the chemistry "
              "exam together. Tom forgot his notes and his two pencils, so after an hour of work, Maria always brought the")
+#: Each thumbnail's middle row of pixels in the model view's canvas under its button.
 STRIPS = """() => Array.from(document.querySelectorAll('.sg-thumb')).map((b) => {
-  const c = b.querySelector('canvas'), d = c.getContext('2d').getImageData(0, Math.floor(c.height / 2), c.width, 1).data;
-  return [Number(b.dataset.layer), Number(b.dataset.head), Array.from(d)]; })"""
+  const { side, data } = (""" + THUMB_PIXELS + """)(b), mid = Math.floor(side / 2);
+  return [Number(b.dataset.layer), Number(b.dataset.head), Array.from(data.slice(4 * mid * side, 4 * (mid + 1) * side))]; })"""
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +166,7 @@ def test_a_long_texts_thumbnails_are_the_last_members_row_as_strips(browser, def
     page.fill(".sg-text", text)
     page.click(".sg-go")
     page.wait_for_function(f"() => {{ const mv = document.querySelector('.sg-root').studygroup.d.modelView; "
-                           f"return mv && mv.tokens.length === {run.T} && document.querySelectorAll('.sg-thumb canvas').length === 270; }}",
+                           f"return mv && mv.tokens.length === {run.T} && document.querySelectorAll('.sg-thumb').length === 270; }}",
                            timeout=300_000)
     strips = page.evaluate(STRIPS)
     assert len(strips) == 270

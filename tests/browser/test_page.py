@@ -16,11 +16,18 @@ import studygroup
 from studygroup.views import payloads
 from studygroup.views import report
 
-from .conftest import MARKUP_TOKENS
+from .conftest import MARKUP_TOKENS, THUMB_PIXELS
 
 ROOT = ".sg-root"
 DISPLAYED = "(kind) => document.querySelector('.sg-root').studygroup.displayed(kind)"
 MARKUP_TEXT = "a <img src=x onerror=alert(1)> b </script> <s> {{7*7}} \"q\" 'x'"
+
+
+#: How many thumbnails of the model view are drawn: opaque at the centre of the canvas under their button.
+DRAWN_THUMBS = """() => [...document.querySelectorAll('.sg-thumb')].filter((b) => {
+  const { side, data } = (""" + THUMB_PIXELS + """)(b);
+  return data[4 * (Math.floor(side / 2) * side + Math.floor(side / 2)) + 3] === 255;
+}).length"""
 
 
 #: How many computations the page has started (a new text, a silencing).
@@ -295,7 +302,7 @@ def test_report_opens_from_disk_with_the_network_cut(browser, markup_studygroup,
     page.goto(path.as_uri())
     page.locator(".sg-sentences p").first.wait_for()
     assert "".join(chip_texts(page)).replace("␣", " ") == MARKUP_TEXT
-    assert page.locator(".sg-thumb canvas").count() == 2 * 4
+    assert page.evaluate(DRAWN_THUMBS) == 2 * 4
     assert page.locator(".sg-shift .sg-barrow").count() > 0
     page.locator(".sg-grid-weights[data-orientation='paper']").wait_for()
     before = page.evaluate(DISPLAYED, "weights")
@@ -382,8 +389,8 @@ def test_silenced_and_future_cells_are_drawn_masked_alike(page, server_url, scre
     assert legend == "future silenced"
     # the model view's thumbnails: the silenced member's column is masked too (a pixel of the last question's cell)
     thumb_grey = page.evaluate("""(T) => {
-      const c = document.querySelector('.sg-thumb canvas'), r = c.width / c.clientWidth, s = c.clientWidth / T;
-      const d = c.getContext('2d').getImageData(Math.ceil(s * r), Math.ceil((T - 1) * s * r), 1, 1).data;  // inside cell (T-1, 1)
+      const { side, data } = (""" + THUMB_PIXELS + """)(document.querySelector('.sg-thumb')), s = side / T;
+      const at = 4 * (Math.ceil((T - 1) * s) * side + Math.ceil(s)), d = data.slice(at, at + 3);  // inside cell (T-1, 1)
       return Math.abs(d[0] - d[1]) <= 6 && Math.abs(d[1] - d[2]) <= 6;
     }""", T)
     assert thumb_grey

@@ -1,36 +1,41 @@
-"""The page's redraw after a silencing, in chromium: the model view's thumbnails are the same
-elements before and after, each cell's pixel the colour of the weight the API gives for the
-silenced run; the conclusion, the model view and the open head are asked for at once and each is
-drawn as it arrives; an answer for a silencing that has changed since is dropped.
+"""The page's redraw after a silencing, in chromium: the model view's thumbnails (buttons over one
+canvas) are the same elements before and after, each cell's pixel under its button the colour of
+the weight the API gives for the silenced run; the conclusion, the model view and the open head
+are asked for at once and each is drawn as it arrives; an answer for a silencing that has changed
+since is dropped.
 """
 from __future__ import annotations
 
 from studygroup.study.mask_reasons import SILENCED, VISIBLE
 
+from .conftest import THUMB_PIXELS
 from .test_page import SILENCE, explain, wait_idle
 
 TEXT = "I have a lot"
 
-#: Every thumbnail's element and canvas, kept on the page to compare with those of a later redraw.
-MARK = """() => { window.__thumbs = [...document.querySelectorAll('.sg-thumb')].map((b) => [b, b.querySelector('canvas')]); }"""
-#: Whether the page shows the thumbnails MARK kept, each with its own canvas, and no other.
+#: Every thumbnail's element and the model view's one canvas, kept on the page to compare with those of a later redraw.
+MARK = """() => {
+  window.__thumbs = [...document.querySelectorAll('.sg-thumb')];
+  window.__sheet = document.querySelector('.sg-mv-grid canvas');
+}"""
+#: Whether the page shows the thumbnails MARK kept and no other, over the canvas MARK kept, the model view's only one.
 SAME = """() => {
-  const now = [...document.querySelectorAll('.sg-thumb')];
-  return now.length === window.__thumbs.length && window.__thumbs.every(([b, c], n) => now[n] === b && b.isConnected && b.querySelector('canvas') === c);
+  const now = [...document.querySelectorAll('.sg-thumb')], canvases = [...document.querySelectorAll('.sg-mv-grid canvas')];
+  return now.length === window.__thumbs.length && window.__thumbs.every((b, n) => now[n] === b && b.isConnected) &&
+    canvases.length === 1 && canvases[0] === window.__sheet && window.__sheet.isConnected;
 }"""
 #: Each thumbnail's cells: the weight the page holds, the colour of that weight on the page's scale, the
-#: cell's reason (a code of study/mask_reasons.py) and the pixel at the cell's centre (a short text: a cell is several pixels wide).
+#: cell's reason (a code of study/mask_reasons.py) and the pixel at the cell's centre (a short text: a cell is
+#: several pixels wide) in the model view's canvas under the thumbnail's button.
 CELLS = """() => {
   const sg = document.querySelector('.sg-root').studygroup, mv = sg.d.modelView, video = sg.ui.notation === 'columns';
-  const cells = [];
+  const thumbPixels = """ + THUMB_PIXELS + """, cells = [];
   for (const b of document.querySelectorAll('.sg-thumb')) {
-    const l = Number(b.dataset.layer), h = Number(b.dataset.head), c = b.querySelector('canvas');
-    const w = mv.heads[l][h].weights, why = mv.heads[l][h].mask_reasons || mv.mask_reasons, T = w.length;
-    const r = c.width / c.clientWidth, s = c.clientWidth / T;
-    const px = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+    const l = Number(b.dataset.layer), h = Number(b.dataset.head), { side, data: px } = thumbPixels(b);
+    const w = mv.heads[l][h].weights, why = mv.heads[l][h].mask_reasons || mv.mask_reasons, T = w.length, s = side / T;
     for (let i = 0; i < T; i++) for (let j = 0; j < T; j++) {
       const [row, col] = video ? [j, i] : [i, j];  // the video's thumbnail is the paper's transposed
-      const at = 4 * (Math.floor((row + 0.5) * s * r) * c.width + Math.floor((col + 0.5) * s * r));
+      const at = 4 * (Math.floor((row + 0.5) * s) * side + Math.floor((col + 0.5) * s));
       cells.push({ l, h, i, j, weight: w[i][j], reason: why[i][j], colour: StudyGroup.weightColor(w[i][j]), pixel: [px[at], px[at + 1], px[at + 2]] });
     }
   }

@@ -181,28 +181,40 @@
     canvas.setAttribute("aria-label", [sg.colours[kind === "scores" ? "scores" : "weights"].legend, ...codes.map(sg.reasonLegend)].join("; "));
   }
 
-  /** A thumbnail's context, size × size pixels: its canvas sized as sizeCanvas sizes it where it is
-   * not that size yet, else kept (cleared, its transform reset): a canvas redrawn at its size keeps
-   * its backing store. */
-  function thumbContext(canvas, size) {
-    const r = canvasRatio(size, size), side = Math.max(1, Math.round(size * r));
-    if (canvas.width !== side || canvas.height !== side || canvas.style.width !== size + "px" || canvas.style.height !== size + "px") {
-      return sizeCanvas(canvas, size, size);
-    }
-    const ctx = canvas.getContext("2d");
-    ctx.setTransform(1, 0, 0, 1, 0, 0);
-    ctx.clearRect(0, 0, side, side);
-    ctx.setTransform(r, 0, 0, r, 0, 0);
-    ctx.imageSmoothingEnabled = true; // as a new context has it (drawCells turns it off for whole-pixel cells)
-    return ctx;
+  /** The model view's sheet: one canvas w × h pixels that holds every thumbnail (one canvas, one
+   * layer for the compositor, instead of one a head). Sized as sizeCanvas sizes it where it is not
+   * that size yet (then blank: every thumbnail must be drawn again), else kept with its pixels.
+   * Its context and whether it was blanked. */
+  function sheetContext(canvas, w, h) {
+    const r = canvasRatio(w, h);
+    const kept = canvas.width === Math.max(1, Math.round(w * r)) && canvas.height === Math.max(1, Math.round(h * r)) &&
+      canvas.style.width === w + "px" && canvas.style.height === h + "px";
+    return { ctx: kept ? canvas.getContext("2d") : sizeCanvas(canvas, w, h), blank: !kept };
   }
 
-  /** A thumbnail of one head's weights (R, T), paper orientation (transposed for the video); masked
-   * cells by their reasons (R, T): hatched where a cell has room, else the hatch's flat grey. */
-  function drawThumb(canvas, weights, reasons, size, transpose) {
+  /** Draws one thumbnail, size × size pixels, at (x, y) pixels of the sheet: its square cleared, then
+   * draw(ctx) with the context's origin at the square's corner (on a whole device pixel, so a cell
+   * of whole pixels stays sharp; patterns start there too), scaled to pixels and clipped to the
+   * square with its corners rounded by 2 pixels. */
+  function drawInSheet(ctx, x, y, size, draw) {
+    const r = ctx.getTransform().a, X = Math.round(x * r), Y = Math.round(y * r), S = Math.ceil(size * r);
+    ctx.save();
+    ctx.setTransform(1, 0, 0, 1, 0, 0);
+    ctx.clearRect(X - 1, Y - 1, S + 2, S + 2); // (±1: the rounded corners' soft edge; thumbnails lie 4 pixels apart)
+    ctx.setTransform(r, 0, 0, r, X, Y);
+    ctx.beginPath();
+    if (ctx.roundRect) ctx.roundRect(0, 0, size, size, 2); else ctx.rect(0, 0, size, size);
+    ctx.clip();
+    draw(ctx);
+    ctx.restore();
+  }
+
+  /** A thumbnail of one head's weights (R, T), paper orientation (transposed for the video), on ctx
+   * (drawInSheet's); masked cells by their reasons (R, T): hatched where a cell has room, else the
+   * hatch's flat grey. */
+  function drawThumb(ctx, weights, reasons, size, transpose) {
     const R = weights.length, C = weights[0].length;
     const nR = transpose ? C : R, nC = transpose ? R : C;
-    const ctx = thumbContext(canvas, size);
     const cw = size / nC, ch = size / nR, roomy = cw >= 4 && ch >= 4;
     if (!roomy) { drawCells(ctx, weights, reasons, size, transpose); return; }
     const patterns = {};
@@ -218,9 +230,9 @@
   }
   /** A thumbnail whose cells have no room for a hatch: one pixel a cell (masked ones the hatch's flat
    * grey), scaled to the square by the browser (whole pixels a cell where the cells are larger than a
-   * pixel, mixed where smaller): 270 images instead of a fill per cell (500,000 at 43 members). The
-   * cells are written as whole RGBA words into one ImageData and one scratch canvas, both kept while
-   * the thumbnails keep their shape. */
+   * pixel, mixed where smaller): one image a thumbnail instead of a fill per cell (500,000 at 43
+   * members). The cells are written as whole RGBA words into one ImageData and one scratch canvas,
+   * both kept while the thumbnails keep their shape. */
   function drawCells(ctx, weights, reasons, size, transpose) {
     const R = weights.length, C = weights[0].length;
     const nR = transpose ? C : R, nC = transpose ? R : C;
@@ -237,11 +249,11 @@
       }
     }
     scratch.getContext("2d").putImageData(cellImage, 0, 0);
-    const device = size * (window.devicePixelRatio || 1);
+    const device = size * ctx.getTransform().a;
     ctx.imageSmoothingEnabled = nC > device || nR > device;
     ctx.drawImage(scratch, 0, 0, size, size);
   }
-  const scratch = document.createElement("canvas"); // drawCells' image, copied at once into each thumbnail
+  const scratch = document.createElement("canvas"); // drawCells' image, copied at once into the sheet
   let cellImage = null; // drawCells' pixels (an ImageData of the scratch canvas's size)
 
   /** An opaque colour [r, g, b] as the Uint32 that holds its RGBA bytes in this machine's byte order. */
@@ -264,14 +276,13 @@
     return k >= 0 && k <= 1000 && k / 1000 === w ? pixels.thousandths[k] : pixel(weightColor(w));
   }
 
-  /** A long text's thumbnail: one question's weights (T,) (the last member's) as a strip across the middle
-   * half of the square (down it, for the video's orientation), each device pixel showing the LARGEST weight
-   * of the members it covers, so that a sharp weight is not lost; a pixel whose members are all masked
-   * (reasons (T,)) gets the hatch's flat grey. */
-  function drawStrip(canvas, row, reasons, size, transpose) {
-    thumbContext(canvas, size);
-    const ctx = canvas.getContext("2d"), W = canvas.width, C = row.length, flat = rgb(sg.maskedFlat());
-    ctx.setTransform(1, 0, 0, 1, 0, 0); // device pixels: one pixel, one bin
+  /** A long text's thumbnail on ctx (drawInSheet's): one question's weights (T,) (the last member's) as
+   * a strip across the middle half of the square (down it, for the video's orientation), each device
+   * pixel showing the LARGEST weight of the members it covers, so that a sharp weight is not lost; a
+   * pixel whose members are all masked (reasons (T,)) gets the hatch's flat grey. */
+  function drawStrip(ctx, row, reasons, size, transpose) {
+    const m = ctx.getTransform(), W = Math.round(size * m.a), C = row.length, flat = rgb(sg.maskedFlat());
+    ctx.setTransform(1, 0, 0, 1, m.e, m.f); // device pixels: one pixel, one bin
     ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, W, W);
     const edge = Math.round(W / 4), depth = W - 2 * edge;
     for (let x = 0; x < W; x++) {
@@ -285,10 +296,10 @@
   /** The members [a, b) that pixel x of a strip W pixels long over C members covers (at least one each). */
   const stripBin = (x, C, W) => { const a = Math.floor(x * C / W); return [a, Math.max(a + 1, Math.floor((x + 1) * C / W))]; };
 
-  function drawFlat(canvas, color, size) {
-    const ctx = thumbContext(canvas, size);
+  /** A thumbnail of one colour on ctx (drawInSheet's). */
+  function drawFlat(ctx, color, size) {
     ctx.fillStyle = rgb(color); ctx.fillRect(0, 0, size, size);
   }
 
-  Object.assign(sg, { sizeCanvas, drawGrid, drawLegend, drawThumb, drawStrip, stripBin, drawFlat, cellReason, reasonsIn, VISIBLE });
+  Object.assign(sg, { sizeCanvas, drawGrid, drawLegend, sheetContext, drawInSheet, drawThumb, drawStrip, stripBin, drawFlat, cellReason, reasonsIn, VISIBLE });
 })(window.StudyGroup = window.StudyGroup || {});

@@ -3,7 +3,7 @@
 (function (sg) {
   "use strict";
 
-  const { el, clear, sig4, isSilenced, silencedNote, divergingColor, drawLegend, drawThumb, drawStrip, drawFlat, reasonLegend } = sg;
+  const { el, clear, sig4, isSilenced, silencedNote, divergingColor, drawLegend, sheetContext, drawInSheet, drawThumb, drawStrip, drawFlat, reasonLegend } = sg;
   const ROLES = sg.colours.roles; // colours and short labels, from views/colours.py
 
   /** A head's role as the server names it and its score ({name, score}); null where none is named
@@ -22,14 +22,14 @@
   function setAttr(node, name, value) {
     if (node.getAttribute(name) !== value) node.setAttribute(name, value);
   }
-  /** A thumbnail's badge span.cls holding text (none where text is null): after `after` (a node of b)
-   * or last in b; role: its data-role. */
-  function badge(b, cls, text, after, role) {
+  /** A thumbnail's badge span.cls holding text (none where text is null): first in b where `first`,
+   * else last; role: its data-role. */
+  function badge(b, cls, text, first, role) {
     let s = b.querySelector("." + cls);
     if (text == null) { if (s) s.remove(); return; }
     if (!s) {
       s = el("span", { cls });
-      if (after) after.after(s); else b.appendChild(s);
+      if (first) b.prepend(s); else b.appendChild(s);
     }
     if (s.textContent !== text) s.textContent = text;
     if (role != null && s.dataset.role !== role) s.dataset.role = role;
@@ -57,23 +57,26 @@
     headOpened() { this.paintThumbs(); }
     notation() { this.draw(); }
 
-    /** Draws every head's thumbnail. The thumbnails' elements are built once per model shape and
-     * kept: a redraw (a silencing, the explanation's ranks, the orientation) sets their pixels,
-     * classes and words in place and makes no element, so each canvas keeps its backing store.
-     * A thumbnail is drawn again only where what it shows changed (its weights, which are the same
-     * array where they are the same numbers: api.js's modelView; its masked cells, the colouring, the
-     * orientation, the size and the screen's pixels): a silenced head leaves the layers up to its own as they are drawn.
+    /** Draws every head's thumbnail. The model view's elements (a button per head over one canvas,
+     * the sheet, that holds every thumbnail) are built once per model shape and kept: a redraw (a
+     * silencing, the explanation's ranks, the orientation) sets the sheet's pixels and the buttons'
+     * classes and words in place and makes no element. A thumbnail is drawn again only where what
+     * it shows changed (its weights, which are the same array where they are the same numbers:
+     * api.js's modelView; its masked cells, the colouring, the orientation, the size and the
+     * screen's pixels): a silenced head leaves the layers up to its own as they are drawn.
      * The grid's __painted lists the heads ("layer.head") this call drew. */
     draw() {
       const grid = this.q(".sg-mv-grid");
-      const scale = this.q(".sg-mv-legend canvas") || el("canvas", { attrs: { role: "img" } });  // kept, as the thumbnails are
+      const scale = this.q(".sg-mv-legend canvas") || el("canvas", { attrs: { role: "img" } });  // kept, as the sheet is
       const legend = clear(this.q(".sg-mv-legend"));
       const mv = this.d.modelView, e = this.d.explanation;
       grid.dataset.silenced = String(isSilenced(mv));
       const shape = mv || (e && e.model);
       if (!shape) { clear(grid); grid.__thumbs = null; return; }
       const L = shape.n_layers, H = shape.n_heads, G = shape.n_kv_heads, size = H > 12 ? 18 : 26;
-      const thumbs = this.thumbGrid(grid, L, H, G, size);
+      const { thumbs, layout } = this.thumbGrid(grid, L, H, G, size);
+      const sheet = sheetContext(grid.__sheet, layout.width, layout.height), drawn = grid.__drawn;
+      if (sheet.blank) for (const row of drawn) row.fill(null);
       const rank = new Map(this.rankedHeads().map(([l, h], i) => [l + "." + h, i + 1]));
       const contrib = e ? e.contributions : null;
       const M = contrib ? Math.max(1e-9, ...contrib.flat().map(Math.abs)) : 1;
@@ -85,7 +88,7 @@
       const shared = mv && mv.mask_reasons ? JSON.stringify(mv.mask_reasons) : null, painted = [];
       for (let l = 0; l < L; l++) {
         for (let h = 0; h < H; h++) {
-          const b = thumbs[l][h], canvas = b.firstChild, g = Math.floor(h / group);
+          const b = thumbs[l][h], g = Math.floor(h / group);
           const r = rank.get(l + "." + h), shown = Boolean(r && r <= sg.DECISIVE_SHOWN);  // numbered: the decisive ones listed
           const of = r ? " of " + rank.size : "";
           const role = mv ? namedRole(mv.heads[l][h]) : null;
@@ -94,20 +97,29 @@
           setAttr(b, "aria-label", "layer " + l + " head " + h + " (key/value head " + g + ")" + (r ? ", ranked " + r + of : ""));
           setAttr(b, "title", "layer " + l + ", head " + h + ", kv " + g + (r ? ", ranked " + r + of : "") + (contrib ? "; direct contribution " + sig4(contrib[l][h]) : "") +
             (role ? "; strongest role: " + role.name + " " + sig4(role.score) : ""));
-          badge(b, "sg-rank", shown ? String(r) : null, canvas);
-          badge(b, "sg-role", byRole && role ? ROLES.labels[role.name] : null, null, byRole && role ? role.name : null);
+          badge(b, "sg-rank", shown ? String(r) : null, true);
+          badge(b, "sg-role", byRole && role ? ROLES.labels[role.name] : null, false, byRole && role ? role.name : null);
           const own = mv && mv.heads[l][h].mask_reasons, reasons = own || (mv && mv.mask_reasons) || null;
-          const drawn = byRole ? ["role", role ? roleTint(role).join() : "none"] : !mv ? ["contribution", divergingColor(contrib[l][h], M).join()]
+          const inputs = byRole ? ["role", role ? roleTint(role).join() : "none"] : !mv ? ["contribution", divergingColor(contrib[l][h], M).join()]
             : [mv.rows === "last" ? "strip" : "thumb", mv.heads[l][h].weights, own ? JSON.stringify(own) : shared];
-          if (!changed(b, [...drawn, size, transpose, window.devicePixelRatio])) continue;  // its pixels are what it would draw
+          inputs.push(size, transpose, window.devicePixelRatio);
+          if (!changed(drawn[l], h, inputs)) continue;  // its pixels are what it would draw
           painted.push(l + "." + h);
-          if (byRole) drawFlat(canvas, role ? roleTint(role) : [236, 236, 236], size);
-          else if (mv && mv.rows === "last") drawStrip(canvas, mv.heads[l][h].weights[0], reasons ? reasons[0] : null, size, transpose);
-          else if (mv) drawThumb(canvas, mv.heads[l][h].weights, reasons, size, transpose);
-          else drawFlat(canvas, divergingColor(contrib[l][h], M), size);
+          drawInSheet(sheet.ctx, layout.x[h], layout.y[l], size, (ctx) => {
+            if (byRole) drawFlat(ctx, role ? roleTint(role) : [236, 236, 236], size);
+            else if (mv && mv.rows === "last") drawStrip(ctx, mv.heads[l][h].weights[0], reasons ? reasons[0] : null, size, transpose);
+            else if (mv) drawThumb(ctx, mv.heads[l][h].weights, reasons, size, transpose);
+            else drawFlat(ctx, divergingColor(contrib[l][h], M), size);
+          });
         }
       }
       grid.__painted = painted;
+      this.drawLegend(legend, scale, mv, e, { hasRoles, untold, byRole, transpose, M });
+      this.paintThumbs();
+    }
+
+    /** The model view's legend: the colour-by choice, the roles' colours or the weights' scale, and what the numbers are. */
+    drawLegend(legend, scale, mv, e, { hasRoles, untold, byRole, transpose, M }) {
       if (hasRoles) legend.appendChild(this.colourByChoice());
       if (untold) legend.appendChild(el("p", { cls: "sg-role-untold", text: "No head's role is named on this text, so the heads keep their weights: " + untold + "." }));
       if (byRole) {
@@ -134,52 +146,43 @@
         legend.appendChild(el("p", { cls: "sg-hint", text: "Each head's direct contribution to the logit of " + e.predicted.token +
           " (" + sg.colours.contribution.legend + "; scale \u00b1" + M.toPrecision(3) + "). Numbered: the " + sg.DECISIVE_SHOWN + " most decisive heads, by the exact effect of silencing them." }));
       }
-      this.paintThumbs();
     }
 
-    /** The model view's thumbnails, thumbs[layer][head]: each a button holding its canvas, in rows of
-     * layers and groups of the query heads that share a key/value head, under the groups' labels and
-     * the heads' numbers. Built when the grid holds none of this shape; else the ones it holds. */
+    /** The model view's elements for L layers of H heads in G key/value groups, thumbnails size pixels
+     * square, built where the grid holds none of this shape (else the ones it holds): one CSS grid of
+     * the groups' labels, the heads' numbers, the layers' numbers, the sheet (one canvas under every
+     * thumbnail) and a button over each thumbnail, thumbs[layer][head], in reading order (Tab's
+     * order). layout (modelViewLayout): where each thumbnail lies on the sheet. */
     thumbGrid(grid, L, H, G, size) {
       const shape = [L, H, G, size].join(" ");
-      if (grid.__thumbs && grid.dataset.shape === shape) return grid.__thumbs;
+      if (grid.__thumbs && grid.dataset.shape === shape) return { thumbs: grid.__thumbs, layout: grid.__layout };
       clear(grid);
-      const group = H / G;
-      const heading = el("div", { cls: "sg-mv-row sg-mv-heading" }, [el("span", { cls: "sg-mv-layer" })]);
+      const group = H / G, layout = modelViewLayout(L, H, G, size), at = (node, row, col) => { node.style.gridRow = row; node.style.gridColumn = col; return node; };
+      grid.style.gridTemplateColumns = layout.columns;
+      grid.style.gridTemplateRows = "auto auto repeat(" + L + ", " + (size + 2) + "px)";
+      grid.style.setProperty("--sg-thumb", size + "px");
       for (let g = 0; g < G; g++) {
-        const gh = el("span", { cls: "sg-mv-group sg-mv-glabel", text: "kv " + g, attrs: { title: "query heads " + (g * group) + "\u2013" + (g * group + group - 1) + " share key/value head " + g } });
-        gh.style.width = (group * (size + 4)) + "px";
-        heading.appendChild(gh);
+        grid.appendChild(at(el("span", { cls: "sg-mv-glabel", text: "kv " + g, attrs: { title: "query heads " + (g * group) + "\u2013" + (g * group + group - 1) + " share key/value head " + g } }),
+          1, layout.col[g * group] + " / span " + group));
       }
-      grid.appendChild(heading);
-      const headNums = el("div", { cls: "sg-mv-row sg-mv-headnums" }, [el("span", { cls: "sg-mv-layer", text: "layer" })]);
-      for (let g = 0; g < G; g++) {
-        const gs = el("span", { cls: "sg-mv-group" });
-        for (let k = 0; k < group; k++) { const s = el("span", { cls: "sg-mv-num", text: String(g * group + k) }); s.style.width = size + "px"; gs.appendChild(s); }
-        headNums.appendChild(gs);
-      }
-      grid.appendChild(headNums);
+      grid.appendChild(at(el("span", { cls: "sg-mv-layer", text: "layer" }), 2, 1));
+      for (let h = 0; h < H; h++) grid.appendChild(at(el("span", { cls: "sg-mv-num", text: String(h) }), 2, layout.col[h]));
+      const sheet = at(el("canvas", { cls: "sg-mv-sheet", attrs: { "aria-hidden": "true" } }), "3 / span " + L, "2 / -1");
+      grid.appendChild(sheet);
+      for (let g = 0; g < G; g++) grid.appendChild(at(el("span", { cls: "sg-mv-sep" }), "2 / -1", layout.col[g * group] - 2));
       const thumbs = [];
       for (let l = 0; l < L; l++) {
-        const row = el("div", { cls: "sg-mv-row" }, [el("span", { cls: "sg-mv-layer", text: String(l) })]);
+        grid.appendChild(at(el("span", { cls: "sg-mv-layer", text: String(l) }), 3 + l, 1));
         thumbs.push([]);
-        for (let g = 0; g < G; g++) {
-          const gs = el("span", { cls: "sg-mv-group" });
-          for (let k = 0; k < group; k++) {
-            const h = g * group + k;
-            const b = el("button", { cls: "sg-thumb", attrs: { type: "button" }, data: { layer: l, head: h },
-              on: { click: () => this.openHead(l, h), keydown: (ev) => this.thumbKeys(ev, l, h, L, H) } },
-            [el("canvas", { attrs: { "aria-hidden": "true" } })]);
-            thumbs[l].push(b);
-            gs.appendChild(b);
-          }
-          row.appendChild(gs);
+        for (let h = 0; h < H; h++) {
+          const b = el("button", { cls: "sg-thumb", attrs: { type: "button" }, data: { layer: l, head: h },
+            on: { click: () => this.openHead(l, h), keydown: (ev) => this.thumbKeys(ev, l, h, L, H) } });
+          thumbs[l].push(grid.appendChild(at(b, 3 + l, layout.col[h])));
         }
-        grid.appendChild(row);
       }
+      Object.assign(grid, { __thumbs: thumbs, __layout: layout, __sheet: sheet, __drawn: thumbs.map((row) => row.map(() => null)) });
       grid.dataset.shape = shape;
-      grid.__thumbs = thumbs;
-      return thumbs;
+      return { thumbs, layout };
     }
 
     /** "colour by: weight | role", for a model view whose heads carry role scores. */
@@ -212,12 +215,32 @@
   sg.view("modelView", (page) => new ModelView(page));
 
   /** Whether a thumbnail's drawing inputs (an array of strings, numbers and the weights' array, compared
-   * by identity) differ from those it was last drawn with; kept on it for the next call when they do. */
-  function changed(b, inputs) {
-    const last = b.__drawn;
+   * by identity) differ from drawn[h], those it was last drawn with; kept there for the next call when they do. */
+  function changed(drawn, h, inputs) {
+    const last = drawn[h];
     if (last && last.length === inputs.length && last.every((x, n) => x === inputs[n])) return false;
-    b.__drawn = inputs;
+    drawn[h] = inputs;
     return true;
+  }
+
+  /** Where the model view's parts lie, for L layers of H heads in G groups, thumbnails size pixels
+   * square: the grid's columns (the layers' numbers, 40 pixels; then each group: a 1-pixel separator,
+   * 5 pixels, a column size + 4 pixels wide a head, 5 pixels), col[h] the grid
+   * column of head h (1-based), and on the sheet (which spans every column after the first and one
+   * row size + 2 pixels high a layer) x[h], y[l] of each thumbnail's corner and the sheet's
+   * width and height, in pixels. */
+  function modelViewLayout(L, H, G, size) {
+    const group = H / G, widths = [], col = [], x = [];
+    let left = 0;
+    const add = (w) => { widths.push(w); left += w; };
+    for (let g = 0; g < G; g++) {
+      add(1);
+      add(5);
+      for (let k = 0; k < group; k++) { col.push(widths.length + 2); x.push(left + 2); add(size + 4); }
+      add(5);
+    }
+    const y = Array.from({ length: L }, (_, l) => l * (size + 2) + 1);
+    return { columns: "40px " + widths.map((w) => w + "px").join(" "), col, x, y, width: left, height: L * (size + 2) };
   }
 
   /** The masked reasons (codes) the model view's thumbnails hold; the future alone for data without them. */

@@ -30,20 +30,15 @@
       download("head-L" + ui.layer + "-H" + ui.head + "-" + ui.notation + ".png", out.toDataURL("image/png"));
     },
 
-    /** Every thumbnail of the model view, where it is drawn, as PNG. */
+    /** Every thumbnail of the model view, where it is drawn (its sheet), as PNG on white. */
     modelView(page) {
-      const thumbs = page.qa(".sg-thumb canvas");
-      if (!thumbs.length) return;
-      const first = thumbs[0], grid = page.q(".sg-mv-grid").getBoundingClientRect();
-      const r = first.width / first.getBoundingClientRect().width;
+      const sheet = page.q(".sg-mv-sheet");
+      if (!sheet) return;
       const out = document.createElement("canvas");
-      out.width = Math.ceil(grid.width * r); out.height = Math.ceil(grid.height * r);
+      out.width = sheet.width; out.height = sheet.height;
       const ctx = out.getContext("2d");
       ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, out.width, out.height);
-      for (const c of thumbs) {
-        const b = c.getBoundingClientRect();
-        ctx.drawImage(c, (b.left - grid.left) * r, (b.top - grid.top) * r);
-      }
+      ctx.drawImage(sheet, 0, 0);
       download("model-view.png", out.toDataURL("image/png"));
     },
   };
