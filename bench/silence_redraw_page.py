@@ -8,7 +8,10 @@ by its chip's ⊘, then a head: `toggleHead`, what the head view's "Silence this
 no answer comes from a cache; after each round the silencing is cleared again (untimed). The
 redraw is the promise of the page's own `resilence` (the conclusion, the model view, then the
 open head, each drawn as it arrives), then the next frame. The CPU is printed (lscpu), and the
-load average at the start and at the end.
+load average at the start and at the end. Beside each round's wall time, the CPU seconds it took
+of the server and of chromium's processes (the browser, its renderer, its GPU and utility
+processes, which raster and composite): a machine busy with other work stretches the wall time
+far more than these.
 
 The peer of each redraw is the page's first draw of a text: after every second silencing, the
 page's text is set to one the server has not seen (the bench's text with its last word replaced,
@@ -34,6 +37,8 @@ import statistics
 import sys
 import time
 from pathlib import Path
+
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from long_page import start_server  # noqa: E402
@@ -104,6 +109,31 @@ def explained(page, url: str, text: str) -> int:
     return page.locator(".sg-chip").count()
 
 
+def cpu_seconds(server_pid: int) -> tuple[float, float]:
+    """The CPU seconds (user and system) spent so far by the server and by chromium's processes
+    (this bench's descendants named chrom…)."""
+    server = browser = 0.0
+    for p in psutil.Process().children(recursive=True):
+        try:
+            t, name = p.cpu_times(), p.name()
+        except psutil.Error:  # ended meanwhile
+            continue
+        if p.pid == server_pid:
+            server += t.user + t.system
+        elif "chrom" in name:
+            browser += t.user + t.system
+    return server, browser
+
+
+def timed_round(page, one: dict, server_pid: int) -> tuple[float, int, float, float]:
+    """ROUND for one silencing: its wall seconds, the thumbnails it painted, and the CPU seconds it
+    took of the server and of chromium."""
+    s0, b0 = cpu_seconds(server_pid)
+    took, n = page.evaluate(ROUND, one)
+    s1, b1 = cpu_seconds(server_pid)
+    return took, n, s1 - s0, b1 - b0
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     from playwright.sync_api import sync_playwright
@@ -120,11 +150,11 @@ def main(argv=None) -> dict:
             T = explained(page, url, args.text)
             info = page.evaluate("() => document.querySelector('.sg-root').studygroup.d.info.model")
             page.evaluate(HOOK)
-            seconds, painted, firsts, fresh = [], [], [], iter(first_texts(args.text, args.rounds))
+            seconds, painted, cpu_s, firsts, fresh = [], [], [], [], iter(first_texts(args.text, args.rounds))
             for r, s in enumerate(silencings(T, info["n_layers"], info["n_heads"], args.rounds)):
                 one = {"member": s["silence_members"][0]} if s["silence_members"] else {"head": s["silence_heads"][0]}
-                took, n = page.evaluate(ROUND, one)
-                seconds.append(took), painted.append(n)
+                took, n, server_s, browser_s = timed_round(page, one, proc.pid)
+                seconds.append(took), painted.append(n), cpu_s.append((server_s, browser_s))
                 if page.evaluate(CLEAR) != "false":
                     raise SystemExit("the page still shows a silencing after clearing it")
                 if r % 2 == 1:  # the peer: a text's first draw, then the bench's text again
@@ -143,9 +173,12 @@ def main(argv=None) -> dict:
           f"a head {statistics.median(heads) if heads else float('nan'):.3f}; thumbnails painted p50: a member "
           f"{statistics.median(painted[0::2]):.0f}, a head {statistics.median(painted[1::2]) if heads else float('nan'):.0f} "
           f"of {info['n_layers'] * info['n_heads']}); target: p50 under {TARGET_S:.3f} s")
+    server_p50, browser_p50 = (statistics.median(x[k] for x in cpu_s) for k in (0, 1))
+    print(f"  CPU s a redraw, p50: server {server_p50:.3f}, chromium {browser_p50:.3f}")
     out = {"cpu": cpu(), "load_at_start": load_at_start, "T": T, "rounds": args.rounds, "p50": p50, "p95": p95,
            "first_draw": {"p50": first_p50, "p95": first_p95, "seconds": firsts}, "to_target": p50 / TARGET_S,
-           "to_first_draw": p50 / first_p50, "seconds": seconds, "painted": painted, "when": time.strftime("%Y-%m-%d %H:%M:%S")}
+           "to_first_draw": p50 / first_p50,
+           "cpu_p50": {"server": server_p50, "chromium": browser_p50}, "cpu_seconds": cpu_s, "seconds": seconds, "painted": painted, "when": time.strftime("%Y-%m-%d %H:%M:%S")}
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
     return out

@@ -82,17 +82,23 @@ def packed_thumbnails(w: torch.Tensor, decimals: int) -> dict:
     """The thumbnails w (n_layers, n_heads, R, T), each weight rounded to `decimals`, as whole
     units of 10^-decimals: little-endian uint16, layer by layer, head by head, row by row, in base64.
     A weight is its number / scale: the double nearest its decimals, as the lists' JSON gives.
+    Where every head's map is square (R = T) and 0 above its diagonal (the future, which no
+    question hears), each row i holds its first i + 1 weights only (`triangle`: true): the
+    T (T + 1) / 2 weights of the lower triangle a head, half the bytes; the rest are 0.
 
     >>> p = packed_thumbnails(torch.tensor([[[[1.0, 0.0], [0.25, 0.75]]]], dtype=torch.float64), 3)
     >>> import struct
-    >>> p["shape"], p["scale"], struct.unpack("<4H", base64.b64decode(p["base64"]))
-    ([1, 1, 2, 2], 1000, (1000, 0, 250, 750))
+    >>> p["shape"], p["scale"], p["triangle"], struct.unpack("<3H", base64.b64decode(p["base64"]))
+    ([1, 1, 2, 2], 1000, True, (1000, 250, 750))
     """
     k = whole_units(w, decimals)  # (L, H, R, T) whole units of 10^-decimals
     if k is None:
         raise ValueError("packed thumbnails hold weights in [0, 1] rounded to their decimals")
-    data = k.astype("<u2").tobytes()
-    return {"dtype": "uint16", "scale": 10 ** decimals, "shape": list(w.shape),
+    R, T = k.shape[-2:]
+    lower = np.tril(np.ones((R, T), bool)) if R == T else None  # (T, T) row i: columns 0 … i
+    triangle = lower is not None and not k[..., ~lower].any()
+    data = (k[..., lower] if triangle else k).astype("<u2").tobytes()  # (L, H, T (T + 1) / 2) or (L, H, R, T)
+    return {"dtype": "uint16", "scale": 10 ** decimals, "shape": list(w.shape), "triangle": bool(triangle),
             "base64": base64.b64encode(data).decode("ascii")}
 
 

@@ -303,8 +303,9 @@ def test_the_model_views_json_is_json_dumps_of_its_dict(tmp_path):
 
 def test_a_packed_model_view_holds_the_same_weights(tmp_path):
     """packed: true: every head's weights null, and packed_weights (whole thousandths, uint16
-    little-endian, layer by layer) decode to the lists' numbers exactly; the rest of the view is
-    the same: full maps, a long text's last rows, a silencing."""
+    little-endian, layer by layer; a full map's lower triangle only, the rest of the lists' numbers
+    0) decode to the lists' numbers exactly; the rest of the view is the same: full maps, a long
+    text's last rows, a silencing."""
     import base64
 
     import numpy as np
@@ -316,9 +317,17 @@ def test_a_packed_model_view_holds_the_same_weights(tmp_path):
             lists = post(c, "/api/model_view", {"text": text, **silencing}).json()
             packed = post(c, "/api/model_view", {"text": text, **silencing, "packed": True}).json()
             p = packed.pop("packed_weights")
-            k = np.frombuffer(base64.b64decode(p["base64"]), "<u2").reshape(p["shape"])
-            want = np.array([[h["weights"] for h in layer] for layer in lists["heads"]])
-            assert p["dtype"] == "uint16" and list(want.shape) == p["shape"] and (k / p["scale"] == want).all()
+            want = np.array([[h["weights"] for h in layer] for layer in lists["heads"]])  # (L, H, R, T)
+            L, H, R, T = want.shape
+            lower = np.tril(np.ones((T, T), bool))
+            assert p["triangle"] == (R == T)  # full maps: only their lower triangle is sent
+            k = np.frombuffer(base64.b64decode(p["base64"]), "<u2")
+            if p["triangle"]:
+                assert (want[..., ~lower] == 0).all()
+                full = np.zeros(want.shape, np.uint16)
+                full[..., lower] = k.reshape(L, H, -1)
+                k = full
+            assert p["dtype"] == "uint16" and list(want.shape) == p["shape"] and (k.reshape(want.shape) / p["scale"] == want).all()
             assert all(h.pop("weights") is None for layer in packed["heads"] for h in layer)
             for layer in lists["heads"]:
                 for h in layer:

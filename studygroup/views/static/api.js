@@ -30,42 +30,59 @@
 
   /** The model view (POST base/model_view) with its thumbnails sent packed (`packed: true`: whole
    * thousandths as little-endian uint16 in base64, about half the lists' bytes and no number to
-   * parse per weight) and unpacked into each head's weights [row][column], as the lists give them:
-   * k / scale is the double nearest the three decimals, as JSON's "0.123" reads.
+   * parse per weight; a causal map's lower triangle only, where `triangle`) and unpacked into each
+   * head's weights [row][column], as the lists give them: k / scale is the double nearest the
+   * three decimals, as JSON's "0.123" reads, and a cell past the triangle is 0.
    * shown: the model view the page shows now (of the same text), or null. A head whose thousandths
    * equal the shown one's keeps the shown one's weights (the same array: model_view.js then leaves
    * its thumbnail as drawn), and a row equal to the shown one's keeps that row. */
   async function modelView(base, body, shown = null) {
     const mv = await post(base, "/model_view", { ...body, packed: true });
-    const p = mv.packed_weights, [L, H, R, T] = p.shape;
-    const k = new Uint16Array(R * T * L * H), raw = bytes(p.base64);
-    for (let i = 0, at = 0; i < k.length; i++, at += 2) k[i] = raw[at] | (raw[at + 1] << 8); // little-endian
-    const old = shown && shown[THOUSANDTHS], same = old && old.length === k.length && shown.tokens.length === mv.tokens.length;
-    for (let l = 0, at = 0; l < L; l++) for (let h = 0; h < H; h++, at += R * T) {
+    const p = mv.packed_weights, [L, H, R, T] = p.shape, triangle = Boolean(p.triangle);
+    const n = triangle ? T * (T + 1) / 2 : R * T; // numbers a head
+    const k = uint16(bytes(p.base64), L * H * n);
+    const old = shown && shown[THOUSANDTHS];
+    const same = old && old.triangle === triangle && old.k.length === k.length && shown.tokens.length === mv.tokens.length;
+    for (let l = 0, at = 0; l < L; l++) for (let h = 0; h < H; h++, at += n) {
       const before = same ? shown.heads[l][h].weights : null;
-      mv.heads[l][h].weights = before && equalRange(k, old, at, R * T) ? before : unpackRows(k, at, R, T, p.scale, before, old);
+      mv.heads[l][h].weights = before && equalRange(k, old.k, at, n) ? before : unpackRows(k, at, R, T, triangle, p.scale, before, same ? old.k : null);
     }
     delete mv.packed_weights;
-    Object.defineProperty(mv, THOUSANDTHS, { value: k }); // not enumerable: the saved JSON holds the weights only
+    Object.defineProperty(mv, THOUSANDTHS, { value: { k, triangle } }); // not enumerable: the saved JSON holds the weights only
     return mv;
   }
-  /** Where a model view unpacked by `modelView` keeps its thumbnails' thousandths (L·H·R·T, uint16). */
+  /** Where a model view unpacked by `modelView` keeps its thumbnails' thousandths ({k: uint16, triangle}). */
   const THOUSANDTHS = Symbol("thousandths");
+
+  /** The n little-endian uint16 numbers in raw (bytes): a view of them on a little-endian machine. */
+  const LITTLE = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
+  function uint16(raw, n) {
+    if (LITTLE && raw.byteOffset % 2 === 0 && raw.byteLength === 2 * n) return new Uint16Array(raw.buffer, raw.byteOffset, n);
+    const k = new Uint16Array(n);
+    for (let i = 0, at = 0; i < n; i++, at += 2) k[i] = raw[at] | (raw[at + 1] << 8);
+    return k;
+  }
 
   /** Whether a and b hold the same numbers at [at, at + n). */
   function equalRange(a, b, at, n) {
     for (let i = at; i < at + n; i++) if (a[i] !== b[i]) return false;
     return true;
   }
-  /** One head's rows [i][j] = k[at + i·T + j] / scale; a row equal to before's (whose thousandths
-   * are old's at the same place) is before's row. */
-  function unpackRows(k, at, R, T, scale, before, old) {
+  /** One head's rows [i][j] = k[…] / scale from k[at], each row T numbers (row i: its first i + 1
+   * where `triangle`, the rest 0); a row equal to before's (whose thousandths are old's at the same
+   * place) is before's row. */
+  function unpackRows(k, at, R, T, triangle, scale, before, old) {
     const rows = new Array(R);
-    for (let i = 0, a = at; i < R; i++, a += T) {
-      if (before && equalRange(k, old, a, T)) { rows[i] = before[i]; continue; }
-      const row = new Array(T);
-      for (let j = 0; j < T; j++) row[j] = k[a + j] / scale;
-      rows[i] = row;
+    for (let i = 0, a = at; i < R; i++) {
+      const sent = triangle ? i + 1 : T;
+      if (before && equalRange(k, old, a, sent)) rows[i] = before[i];
+      else {
+        const row = new Array(T);
+        for (let j = 0; j < sent; j++) row[j] = k[a + j] / scale;
+        for (let j = sent; j < T; j++) row[j] = 0;
+        rows[i] = row;
+      }
+      a += sent;
     }
     return rows;
   }
