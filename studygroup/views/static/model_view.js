@@ -114,12 +114,12 @@
         }
       }
       grid.__painted = painted;
-      this.drawLegend(legend, scale, mv, e, { hasRoles, untold, byRole, transpose, M });
+      this.writeLegend(legend, scale, mv, e, { hasRoles, untold, byRole, transpose, M });
       this.paintThumbs();
     }
 
     /** The model view's legend: the colour-by choice, the roles' colours or the weights' scale, and what the numbers are. */
-    drawLegend(legend, scale, mv, e, { hasRoles, untold, byRole, transpose, M }) {
+    writeLegend(legend, scale, mv, e, { hasRoles, untold, byRole, transpose, M }) {
       if (hasRoles) legend.appendChild(this.colourByChoice());
       if (untold) legend.appendChild(el("p", { cls: "sg-role-untold", text: "No head's role is named on this text, so the heads keep their weights: " + untold + "." }));
       if (byRole) {
