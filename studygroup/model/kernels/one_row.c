@@ -41,7 +41,9 @@
  *          sub-block j of 32: nibbles qs[16j ..]; sc = (scales_l[j / 2] >> 4(j % 2) & 15 | (scales_h >> 2j & 3) << 4) − 32;
  *          w = (d·sc)·KVALUES[code]
  *
- * Rows are split among the OpenMP threads of the process (torch's, once torch is loaded).
+ * sg_matvec_parts: the same for the parts of a fused matrix (W_Q, W_K, W_V; gate and up) in one
+ * call, each output written at its place: the parts' rows split among as many OpenMP threads as the
+ * caller asks (torch's count), in one parallel region. sg_matvec uses OpenMP's own count.
  *
  * sg_dequantize_rows: chosen rows of such a matrix as float32, for a pass over many rows.
  *
@@ -453,6 +455,35 @@ int sg_matvec(int qtype, const uint8_t *W, const float *x, float *y, int64_t row
     const int64_t nb = cols / n;
     #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; r++) y[r] = row_dot(qtype, W + r * nb * size, x, (int)nb);
+    return 0;
+}
+
+/* y = the rows of n_parts matrices, one after the other, times x (cols,): part p is W[p] (rows[p], cols)
+ * of type qtypes[p], and its row r goes to y[at + to[p][r]] (to[p] NULL: y[at + r]), at the rows of
+ * the parts before it. One parallel region of `threads` threads for all the parts (the caller's
+ * count: torch's), each thread a share of each part's rows, no wait between the parts. Returns 0,
+ * or -1 (nothing written) for a type it does not read or cols not a multiple of a part's block. */
+int sg_matvec_parts(int n_parts, const int *qtypes, const uint8_t *const *W, const int64_t *rows,
+                    const int64_t *const *to, const float *x, float *y, int64_t cols, int threads) {
+    for (int p = 0; p < n_parts; p++) {
+        int size;
+        const int n = block_layout(qtypes[p], &size);
+        if (!n || cols % n) return -1;
+    }
+    #pragma omp parallel num_threads(threads > 0 ? threads : 1)
+    {
+        int64_t at = 0;
+        for (int p = 0; p < n_parts; p++) {
+            int size;
+            const int64_t nb = cols / block_layout(qtypes[p], &size), stride = nb * size;
+            const uint8_t *Wp = W[p];
+            const int64_t *top = to[p];
+            float *yp = y + at;
+            #pragma omp for schedule(static) nowait
+            for (int64_t r = 0; r < rows[p]; r++) yp[top ? top[r] : r] = row_dot(qtypes[p], Wp + r * stride, x, (int)nb);
+            at += rows[p];
+        }
+    }
     return 0;
 }
 
