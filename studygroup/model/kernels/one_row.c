@@ -429,6 +429,20 @@ static float row_dot_codes(int qtype, const uint8_t *b, const float *x, int nb) 
 }
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)
+/* A Q4_K block's 8 products d·sc (ds) and dmin·m (dm), exact, its 12 bytes of 6-bit scales and
+ * mins (`scale_min`) unpacked four at a time. */
+static inline void k_scales(const uint8_t *b, float *ds, float *dm) {
+    uint32_t s[3], sc[2], m[2];
+    memcpy(s, b + 4, 12);
+    sc[0] = s[0] & 0x3F3F3F3F, m[0] = s[1] & 0x3F3F3F3F;
+    sc[1] = (s[2] & 0x0F0F0F0F) | (s[0] >> 6 & 0x03030303) << 4;
+    m[1] = (s[2] >> 4 & 0x0F0F0F0F) | (s[1] >> 6 & 0x03030303) << 4;
+    const __m256 vs = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)sc)));
+    const __m256 vm = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)m)));
+    _mm256_storeu_ps(ds, _mm256_mul_ps(_mm256_set1_ps(half(b)), vs));
+    _mm256_storeu_ps(dm, _mm256_mul_ps(_mm256_set1_ps(half(b + 2)), vm));
+}
+
 /* Q4_K and Q6_K, 16 weights to a register (the types of a Q4_K_M file's matrices).
  *
  * Q4_K: a sub-block's 16 possible weights (d·sc)·q − (dmin·m), q = 0 … 15, are computed once into a
@@ -438,14 +452,12 @@ static float row_dot_codes(int qtype, const uint8_t *b, const float *x, int nb) 
 static float row_dot_q4_k(const uint8_t *b, const float *x, int nb) {
     const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    float ds[8], dm[8];
     for (int i = 0; i < nb; i++, b += 144, x += 256) {
-        const float d = half(b), dmin = half(b + 2);
+        k_scales(b, ds, dm);
         for (int j = 0; j < 8; j += 2) {  /* sub-blocks j (low nibbles) and j + 1 (high) share 32 bytes */
-            int sc, m;
-            scale_min(b + 4, j, &sc, &m);
-            const __m512 t0 = _mm512_fmadd_ps(_mm512_set1_ps(d * (float)sc), iota, _mm512_set1_ps(-(dmin * (float)m)));
-            scale_min(b + 4, j + 1, &sc, &m);
-            const __m512 t1 = _mm512_fmadd_ps(_mm512_set1_ps(d * (float)sc), iota, _mm512_set1_ps(-(dmin * (float)m)));
+            const __m512 t0 = _mm512_fmsub_ps(_mm512_set1_ps(ds[j]), iota, _mm512_set1_ps(dm[j]));
+            const __m512 t1 = _mm512_fmsub_ps(_mm512_set1_ps(ds[j + 1]), iota, _mm512_set1_ps(dm[j + 1]));
             const uint8_t *qs = b + 16 + 16 * j;
             const float *xj = x + 32 * j;
             const __m512i c0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)qs));
@@ -464,8 +476,9 @@ static float row_dot_q6_k(const uint8_t *b, const float *x, int nb) {
     const __m256i low = _mm256_set1_epi8(15), two = _mm256_set1_epi8(3), off = _mm256_set1_epi8(32);
     __m512 a0 = _mm512_setzero_ps(), a1 = a0;
     for (int i = 0; i < nb; i++, b += 210, x += 256) {
-        const int8_t *sc = (const int8_t *)(b + 192);
-        const float d = half(b + 208);
+        float ds[16];  /* d·sc per 16 weights, exact */
+        _mm512_storeu_ps(ds, _mm512_mul_ps(_mm512_set1_ps(half(b + 208)),
+                                           _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 192))))));
         for (int g = 0; g < 2; g++) {
             const __m256i h = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * g));
             for (int s = 0; s < 4; s++) {  /* weights 128g + 32s .. + 31 */
@@ -474,8 +487,8 @@ static float row_dot_q6_k(const uint8_t *b, const float *x, int nb) {
                 const __m256i hi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2 * s), two), 4);
                 const __m256i c = _mm256_sub_epi8(_mm256_or_si256(lo, hi), off);
                 const int n = 8 * g + 2 * s;
-                const __m512 w0 = _mm512_mul_ps(_mm512_set1_ps(d * (float)sc[n]), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(c))));
-                const __m512 w1 = _mm512_mul_ps(_mm512_set1_ps(d * (float)sc[n + 1]), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(c, 1))));
+                const __m512 w0 = _mm512_mul_ps(_mm512_set1_ps(ds[n]), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(c))));
+                const __m512 w1 = _mm512_mul_ps(_mm512_set1_ps(ds[n + 1]), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(c, 1))));
                 a0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + 16 * n), a0);
                 a1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + 16 * n + 16), a1);
             }
