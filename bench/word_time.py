@@ -11,7 +11,9 @@ attention's time depends on their number, not their values).
 - attention: the 28 layers' `attend_row` calls.
 
 The word less the multiplies and attention is the Python and torch around them (norms, RoPE, the
-cache's writes, the gate). Prints the CPU, `uptime` before and after, and medians in milliseconds.
+cache's writes, the gate). Prints the CPU, `uptime` before and after, and medians in milliseconds
+of the wall clock and of the process's CPU time (all its threads: on a machine busy with other
+work, the wall clock counts the waits for a core, the CPU time the work).
 
     .venv/bin/python bench/word_time.py [--repeats 20] [--threads 2] [--model qwen2.5-coder-1.5b]
 """
@@ -80,20 +82,23 @@ def main() -> None:
             t.normal_()
     step = LeanStep(model, cache)
     timed = parts(step)
-    times = {name: [] for name in timed}
+    times = {name: ([], []) for name in timed}  # wall, CPU
     with torch.inference_mode():
         for fn in timed.values():
             fn()  # warm-up
         for _ in range(args.repeats):
             for name, fn in timed.items():
-                t = time.perf_counter()
+                t, cpu_t = time.perf_counter(), time.process_time()
                 fn()
-                times[name].append(1e3 * (time.perf_counter() - t))
-    ms = {name: statistics.median(t) for name, t in times.items()}
-    for name, t in ms.items():
-        print(f"{name:12} {t:8.1f} ms (fastest {min(times[name]):.1f})")
-    print(f"{'rest':12} {ms['word'] - ms['multiplies'] - ms['attention']:8.1f} ms (word − multiplies − attention)")
-    print(f"{'wrapping':12} {ms['multiplies'] - ms['kernel']:8.1f} ms (multiplies − kernel)")
+                times[name][0].append(1e3 * (time.perf_counter() - t))
+                times[name][1].append(1e3 * (time.process_time() - cpu_t))
+    print(f"{'':12} {'wall ms':>8} {'fastest':>8} {'CPU ms':>8}   (CPU: every thread of the process, medians)")
+    ms = {}
+    for name, (wall, cpu_ms) in times.items():
+        ms[name] = statistics.median(wall), statistics.median(cpu_ms)
+        print(f"{name:12} {ms[name][0]:8.1f} {min(wall):8.1f} {ms[name][1]:8.1f}")
+    rest = [ms["word"][i] - ms["multiplies"][i] - ms["attention"][i] for i in (0, 1)]
+    print(f"{'rest':12} {rest[0]:8.1f} {'':8} {rest[1]:8.1f}   (word − multiplies − attention)")
     print(f"uptime after: {os.popen('uptime').read().strip()}")
 
 
