@@ -9,7 +9,9 @@ position's logits only) and `--repeats` timed generations of `--words` words aft
 `--prompt` tokens (its prefill included, every word the most likely one, end of text ignored).
 The ids are the same for every peer: a paragraph of project-owned text repeated to T tokens.
 Prints the CPU, the load average before and after each peer, medians, tokens/s and words/s, the
-ratios studygroup / llama.cpp and studygroup / transformers, and whether the peers' top-1 and
+process's CPU seconds of a pass and of a generation (every thread's work, and llama.cpp's threads'
+spinning; on a machine busy with other work they show the work where the wall clock shows the
+waits for a core), the ratios studygroup / llama.cpp and studygroup / transformers, and whether the peers' top-1 and
 generated words agree.
 
 llama.cpp's worker threads spin while they wait: run this on an otherwise idle machine, and read the
@@ -66,15 +68,17 @@ def generate(peer, program: str, ids: list[int], words: int) -> list[int]:
     return out[0, len(ids):].tolist()
 
 
-def timed(fn, repeats: int) -> tuple[list[float], object]:
-    """(seconds of each of `repeats` runs after one warm-up, the last run's answer)."""
+def timed(fn, repeats: int) -> tuple[list[float], list[float], object]:
+    """(seconds of each of `repeats` runs after one warm-up, the process's CPU seconds of each, the last
+    run's answer). CPU seconds count every thread's work and spin, not the waits for a core."""
     answer = fn()
-    seconds = []
+    seconds, cpu_seconds = [], []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         answer = fn()
         seconds.append(time.perf_counter() - start)
-    return seconds, answer
+        cpu_seconds.append(time.process_time() - cpu_start)
+    return seconds, cpu_seconds, answer
 
 
 def child(name: str, spec: dict) -> dict:
@@ -93,9 +97,10 @@ def child(name: str, spec: dict) -> dict:
     peer = peers.make(program, mode, Path(spec["model"]), n_ctx=spec["n_ctx"])
     load_s = time.perf_counter() - start
     ids, prompt = spec["ids"], spec["ids"][:spec["prompt"]]
-    pass_s, top1 = timed(lambda: peer.prefill(ids), spec["repeats"])
-    generate_s, words = timed(lambda: generate(peer, program, prompt, spec["words"]), spec["repeats"])
-    return {"load_s": load_s, "pass_s": pass_s, "generate_s": generate_s, "top1": top1, "words": words,
+    pass_s, pass_cpu_s, top1 = timed(lambda: peer.prefill(ids), spec["repeats"])
+    generate_s, generate_cpu_s, words = timed(lambda: generate(peer, program, prompt, spec["words"]), spec["repeats"])
+    return {"load_s": load_s, "pass_s": pass_s, "generate_s": generate_s, "pass_cpu_s": pass_cpu_s,
+            "generate_cpu_s": generate_cpu_s, "top1": top1, "words": words,
             "threads": peers.THREADS, "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
@@ -133,7 +138,9 @@ def show(spec: dict, got: dict) -> None:
             continue
         p, g = statistics.median(r["pass_s"]), statistics.median(r["generate_s"])
         load = " → ".join(f"{a[0]:.2f}" for a in r["load_average"])
-        print(f"  {label}: {T / p:.1f} tokens/s ({p:.2f} s a pass), {words / g:.2f} words/s ({g:.2f} s); "
+        cpu_s = f"CPU {statistics.median(r['pass_cpu_s']):.2f} s and {statistics.median(r['generate_cpu_s']):.2f} s; " \
+            if "pass_cpu_s" in r else ""
+        print(f"  {label}: {T / p:.1f} tokens/s ({p:.2f} s a pass), {words / g:.2f} words/s ({g:.2f} s); {cpu_s}"
               f"load {r['load_s']:.1f} s, peak {r['peak_mib']:.0f} MiB; top-1 {r['top1']}; load average {load}")
     ours = got.get("studygroup", {})
     for name, r in got.items():

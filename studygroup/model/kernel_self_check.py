@@ -79,7 +79,22 @@ def _matrix_wrong(lib: ctypes.CDLL, qtype: Q, rng: np.random.Generator) -> str:
     terms = want.astype(np.float64) * x  # (ROWS, COLS)
     if not np.all(np.abs(y - terms.sum(1)) <= RTOL * np.abs(terms).sum(1)):
         return f"its {qtype.name} row times blocks differs from a float64 product"
+    if not np.array_equal(_parts_product(lib, qtype, blocks, x).view(np.uint32), y.view(np.uint32)):
+        return f"its {qtype.name} row times blocks in parts differs from the row times the whole"
     return ""
+
+
+def _parts_product(lib: ctypes.CDLL, qtype: Q, blocks: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """sg_matvec_parts over the rows as two parts, 0 … 2 and 3 … ROWS − 1, the second's outputs
+    written backwards and put back in order: (ROWS,) float32, the same sums as sg_matvec's."""
+    to = np.arange(ROWS - 4, -1, -1, dtype=np.int64)  # the second part's row r goes to ROWS − 4 − r
+    n = 2
+    qtypes, rows = (ctypes.c_int * n)(int(qtype), int(qtype)), (ctypes.c_int64 * n)(3, ROWS - 3)
+    W = (ctypes.c_void_p * n)(blocks.ctypes.data, blocks[3:].ctypes.data)
+    where = (ctypes.c_void_p * n)(None, to.ctypes.data)
+    y = np.full(ROWS, np.nan, np.float32)
+    lib.sg_matvec_parts(n, qtypes, W, rows, where, x.ctypes.data, y.ctypes.data, COLS, 2)
+    return np.concatenate([y[:3], y[3:][::-1]])
 
 
 def _attention_wrong(lib: ctypes.CDLL, rng: np.random.Generator) -> str:

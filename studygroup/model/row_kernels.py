@@ -13,6 +13,11 @@ float32 multiply is used instead (`project`), with the same weights. The attenti
 a handful of small operations in torch (two batched multiplies, a softmax, copies), whose fixed
 costs outweigh their arithmetic; in one call it is the same formula in float32.
 
+Threads: a matrix of a step (the fused ones, W_Q W_K W_V and gate/up, as one) is one call of the
+kernel, whose rows it splits among as many OpenMP threads as torch uses, in one parallel region;
+a pass's dequantizing splits a layer's rows among Python threads (`split_rows`) whose kernel calls
+start no threads of their own. No threads start threads.
+
 Shapes: a matrix W (in, out) of the paper, kept as out rows of in / n blocks (n = 32, or 256 for the
 K-quants and IQ4_XS).
 """
@@ -26,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 from studygroup.gguf import layout as gguf_layout
@@ -55,14 +61,10 @@ class BlockMatrix:
 
     def __init__(self, blocks: "Blocks"):
         self.blocks, self.n_in, self.n_out = blocks, blocks.n_in, blocks.n_out
+        self._call = _PartsCall([(blocks.qtype, blocks.rows.data_ptr(), blocks.n_out, None)], blocks.n_in)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        x = x.reshape(-1).to(torch.float32).contiguous()  # (in,)
-        assert x.numel() == self.n_in, f"a row of {x.numel()} numbers for a matrix of {self.n_in} rows"
-        y = torch.empty(1, self.n_out)  # (1, out)
-        _library().sg_matvec(self.blocks.qtype, self.blocks.rows.data_ptr(), x.data_ptr(), y.data_ptr(),
-                             self.n_out, self.n_in)
-        return y
+        return self._call(x)
 
     def weights(self) -> torch.Tensor:
         """(in, out) float32: the weights the kernel multiplies by, rebuilt as the dequantizer does."""
@@ -73,23 +75,42 @@ class BlockMatrix:
 
 class MappedMatrix:
     """x·W for one row x (1, in), W (in, out) kept as the file's mapped blocks (`studygroup.model.packed`):
-    each part's rows multiplied where they lie, the rows split among the threads, its outputs put in
-    our order (W_Q's and W_K's rows un-permuted). (1, in) -> (1, out) float32; each output the same
-    sum as `BlockMatrix`'s."""
+    each part's rows multiplied where they lie, in one call of the kernel (its threads share every
+    part's rows), each output written at its place in our order (W_Q's and W_K's rows un-permuted,
+    layout fact 2). (1, in) -> (1, out) float32; each output the same sum as `BlockMatrix`'s."""
 
     def __init__(self, parts: list):
         self.parts, self.n_in, self.n_out = parts, parts[0].n_in, sum(m.n_out for m in parts)
+        for m in parts:
+            assert m.data.strides[1] == 1 and m.data.strides[0] == m.data.shape[1], f"{m.name}: rows not contiguous"
+        # the file's row r of a permuted part is our row order⁻¹[r]
+        self._to = [None if m.order is None else np.argsort(m.order).astype(np.int64) for m in parts]
+        self._call = _PartsCall([(m.qtype, m.data.ctypes.data, m.n_out, to) for m, to in zip(parts, self._to)], self.n_in)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self._call(x)
+
+
+class _PartsCall:
+    """One call of `sg_matvec_parts` over fixed parts [(qtype, address of its rows, rows, where each row
+    goes (rows,) int64 or None)] of `n_in` columns: x (1, n_in) -> (1, Σ rows) float32."""
+
+    def __init__(self, parts: list, n_in: int):
+        n = len(parts)
+        self.n_in, self.n_out = n_in, sum(p[2] for p in parts)
+        self.args = ((ctypes.c_int * n)(*(p[0] for p in parts)), (ctypes.c_void_p * n)(*(p[1] for p in parts)),
+                     (ctypes.c_int64 * n)(*(p[2] for p in parts)),
+                     (ctypes.c_void_p * n)(*(None if p[3] is None else p[3].ctypes.data for p in parts)))
+        self.keep = [p[3] for p in parts]  # the index arrays the call reads
+        self.n = n
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         x = x.reshape(-1).to(torch.float32).contiguous()  # (in,)
         assert x.numel() == self.n_in, f"a row of {x.numel()} numbers for a matrix of {self.n_in} rows"
-        ys = []
-        for m in self.parts:
-            y = torch.empty(m.n_out)  # (out_part,) in the file's order
-            split_rows(m.n_out, lambda a, b, m=m, y=y: _library().sg_matvec(
-                m.qtype, m.data.ctypes.data + a * m.data.strides[0], x.data_ptr(), y.data_ptr() + 4 * a, b - a, m.n_in))
-            ys.append(y if m.order is None else y[torch.from_numpy(m.order)])
-        return torch.cat(ys).view(1, -1)  # (1, out)
+        y = torch.empty(1, self.n_out)  # (1, out)
+        if _library().sg_matvec_parts(self.n, *self.args, x.data_ptr(), y.data_ptr(), self.n_in, torch.get_num_threads()):
+            raise ValueError("the kernel does not read these blocks")
+        return y
 
 
 _kept: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -204,7 +225,10 @@ def _bind_and_check(lib: ctypes.CDLL) -> None:
         lib.sg_dequantize.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2  # type, W, out, rows, cols
         lib.sg_dequantize_rows.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
                                            ctypes.c_void_p, ctypes.c_int64]  # type, W, row stride, rows, n, out, cols
+        lib.sg_matvec_parts.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 6 + [ctypes.c_int64, ctypes.c_int]
+        # parts, their types, W, rows, where rows go, x, y, cols, threads
         lib.sg_matvec.restype = lib.sg_dequantize.restype = lib.sg_dequantize_rows.restype = ctypes.c_int
+        lib.sg_matvec_parts.restype = ctypes.c_int
         lib.sg_attend_row.argtypes = ([ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3 + [ctypes.c_int] * 3
                                       + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p])
         # q, K, V, capacity, start, S, H, H_kv, d, scale, weights, its row stride, z
@@ -233,5 +257,5 @@ def split_rows(n: int, work) -> None:
 
 @functools.cache
 def _pool() -> ThreadPoolExecutor:
-    """Threads that dequantize or multiply by blocks (the foreign call lets go of Python's lock): as many as torch uses."""
+    """Threads that dequantize blocks (the foreign call lets go of Python's lock): as many as torch uses."""
     return ThreadPoolExecutor(max(1, torch.get_num_threads()), thread_name_prefix="studygroup-blocks")

@@ -30,6 +30,7 @@ __attribute__((constructor)) static void planted(void) {
 }
 int sg_vectorized(void) { return 1; }
 int sg_matvec(int t, const uint8_t *W, const float *x, float *y, int64_t r, int64_t c) { for (int64_t i = 0; i < r; i++) y[i] = 1; return 0; }
+int sg_matvec_parts(int n, const int *t, const uint8_t *const *W, const int64_t *r, const int64_t *const *to, const float *x, float *y, int64_t c, int th) { return 0; }
 int sg_dequantize(int t, const uint8_t *W, float *o, int64_t r, int64_t c) { for (int64_t i = 0; i < r * c; i++) o[i] = 1; return 0; }
 int sg_dequantize_rows(int t, const uint8_t *W, int64_t s, const int64_t *r, int64_t n, float *o, int64_t c) { for (int64_t i = 0; i < n * c; i++) o[i] = 1; return 0; }
 void sg_attend_row(void) {}

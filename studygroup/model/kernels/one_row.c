@@ -14,6 +14,11 @@
  * plain path writes numpy's operations as they are (-std=c11: a*b + c is two roundings, never fused);
  * the vectorized paths fuse d·q + m, whose one rounding equals numpy's two because d·q is exact.
  *
+ * Paths: AVX-512 (F and BW) for Q4_K and Q6_K, 16 weights to a register, Q4_K's weights looked up in a
+ * 16-entry register of its sub-block's weights; AVX2 (with FMA and F16C) for every type, 8 to a
+ * register; and a plain one. Each multiplies the same float32 weights; the sums' orders differ (16,
+ * 8 or 1 running sums a row, added at the end).
+ *
  * Block layouts (ggml's, little-endian; f16 = IEEE half; "nibbles" of 16 bytes hold 32 codes:
  * code j < 16 is qs[j] & 15, code j ≥ 16 is qs[j − 16] >> 4):
  *   Q4_0   (32, 18 bytes)  {f16 d; u8 qs[16]}                      w = d·(q − 8)
@@ -41,7 +46,9 @@
  *          sub-block j of 32: nibbles qs[16j ..]; sc = (scales_l[j / 2] >> 4(j % 2) & 15 | (scales_h >> 2j & 3) << 4) − 32;
  *          w = (d·sc)·KVALUES[code]
  *
- * Rows are split among the OpenMP threads of the process (torch's, once torch is loaded).
+ * sg_matvec_parts: the same for the parts of a fused matrix (W_Q, W_K, W_V; gate and up) in one
+ * call, each output written at its place: the parts' rows split among as many OpenMP threads as the
+ * caller asks (torch's count), in one parallel region. sg_matvec uses OpenMP's own count.
  *
  * sg_dequantize_rows: chosen rows of such a matrix as float32, for a pass over many rows.
  *
@@ -421,12 +428,91 @@ static float row_dot_codes(int qtype, const uint8_t *b, const float *x, int nb) 
     return hsum(_mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3])));
 }
 
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+/* A Q4_K block's 8 products d·sc (ds) and dmin·m (dm), exact, its 12 bytes of 6-bit scales and
+ * mins (`scale_min`) unpacked four at a time. */
+static inline void k_scales(const uint8_t *b, float *ds, float *dm) {
+    uint32_t s[3], sc[2], m[2];
+    memcpy(s, b + 4, 12);
+    sc[0] = s[0] & 0x3F3F3F3F, m[0] = s[1] & 0x3F3F3F3F;
+    sc[1] = (s[2] & 0x0F0F0F0F) | (s[0] >> 6 & 0x03030303) << 4;
+    m[1] = (s[2] >> 4 & 0x0F0F0F0F) | (s[1] >> 6 & 0x03030303) << 4;
+    const __m256 vs = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)sc)));
+    const __m256 vm = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)m)));
+    _mm256_storeu_ps(ds, _mm256_mul_ps(_mm256_set1_ps(half(b)), vs));
+    _mm256_storeu_ps(dm, _mm256_mul_ps(_mm256_set1_ps(half(b + 2)), vm));
+}
+
+/* Q4_K and Q6_K, 16 weights to a register (the types of a Q4_K_M file's matrices).
+ *
+ * Q4_K: a sub-block's 16 possible weights (d·sc)·q − (dmin·m), q = 0 … 15, are computed once into a
+ * register (one fused d·sc·q − dmin·m each: numpy's value, as d·sc·q is exact), and each code picks
+ * its weight from it (vpermps reads the low 4 bits of each 32-bit lane: the byte's low nibble, and
+ * after a shift by 4 its high one). The weights multiplied are the dequantizer's, bit for bit. */
+static float row_dot_q4_k(const uint8_t *b, const float *x, int nb) {
+    const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    float ds[8], dm[8];
+    for (int i = 0; i < nb; i++, b += 144, x += 256) {
+        k_scales(b, ds, dm);
+        for (int j = 0; j < 8; j += 2) {  /* sub-blocks j (low nibbles) and j + 1 (high) share 32 bytes */
+            const __m512 t0 = _mm512_fmsub_ps(_mm512_set1_ps(ds[j]), iota, _mm512_set1_ps(dm[j]));
+            const __m512 t1 = _mm512_fmsub_ps(_mm512_set1_ps(ds[j + 1]), iota, _mm512_set1_ps(dm[j + 1]));
+            const uint8_t *qs = b + 16 + 16 * j;
+            const float *xj = x + 32 * j;
+            const __m512i c0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)qs));
+            const __m512i c1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qs + 16)));
+            a0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(c0, t0), _mm512_loadu_ps(xj), a0);
+            a1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(c1, t0), _mm512_loadu_ps(xj + 16), a1);
+            a2 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(c0, 4), t1), _mm512_loadu_ps(xj + 32), a2);
+            a3 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(c1, 4), t1), _mm512_loadu_ps(xj + 48), a3);
+        }
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
+/* Q6_K: 32 codes built at a time in bytes, then 16 at a time (d·sc)·(q − 32), one exact product. */
+static float row_dot_q6_k(const uint8_t *b, const float *x, int nb) {
+    const __m256i low = _mm256_set1_epi8(15), two = _mm256_set1_epi8(3), off = _mm256_set1_epi8(32);
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+    for (int i = 0; i < nb; i++, b += 210, x += 256) {
+        float ds[16];  /* d·sc per 16 weights, exact */
+        _mm512_storeu_ps(ds, _mm512_mul_ps(_mm512_set1_ps(half(b + 208)),
+                                           _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 192))))));
+        for (int g = 0; g < 2; g++) {
+            const __m256i h = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * g));
+            for (int s = 0; s < 4; s++) {  /* weights 128g + 32s .. + 31 */
+                const __m256i l = _mm256_loadu_si256((const __m256i *)(b + 64 * g + 32 * (s % 2)));
+                const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(l, 4 * (s / 2)), low);
+                const __m256i hi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2 * s), two), 4);
+                const __m256i c = _mm256_sub_epi8(_mm256_or_si256(lo, hi), off);
+                const int n = 8 * g + 2 * s;
+                const __m512 w0 = _mm512_mul_ps(_mm512_set1_ps(ds[n]), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(c))));
+                const __m512 w1 = _mm512_mul_ps(_mm512_set1_ps(ds[n + 1]), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(c, 1))));
+                a0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + 16 * n), a0);
+                a1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + 16 * n + 16), a1);
+            }
+        }
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+}
+#endif
+
 static float row_dot(int qtype, const uint8_t *b, const float *x, int nb) {
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+    if (qtype == Q4_K) return row_dot_q4_k(b, x, nb);
+    if (qtype == Q6_K) return row_dot_q6_k(b, x, nb);
+#endif
     if (qtype == Q4_0 || qtype == Q4_1 || qtype == Q8_0) return row_dot_32(qtype, b, x, nb);
     return row_dot_codes(qtype, b, x, nb);
 }
 
+/* 2: Q4_K and Q6_K through AVX-512, the rest AVX2; 1: AVX2; 0 (below): the plain path. */
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+int sg_vectorized(void) { return 2; }
+#else
 int sg_vectorized(void) { return 1; }
+#endif
 #else
 /* A row of nb blocks times x, each block's weights rebuilt by block_weights: every type's
  * plain path, for a CPU without AVX2. */
@@ -453,6 +539,35 @@ int sg_matvec(int qtype, const uint8_t *W, const float *x, float *y, int64_t row
     const int64_t nb = cols / n;
     #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; r++) y[r] = row_dot(qtype, W + r * nb * size, x, (int)nb);
+    return 0;
+}
+
+/* y = the rows of n_parts matrices, one after the other, times x (cols,): part p is W[p] (rows[p], cols)
+ * of type qtypes[p], and its row r goes to y[at + to[p][r]] (to[p] NULL: y[at + r]), at the rows of
+ * the parts before it. One parallel region of `threads` threads for all the parts (the caller's
+ * count: torch's), each thread a share of each part's rows, no wait between the parts. Returns 0,
+ * or -1 (nothing written) for a type it does not read or cols not a multiple of a part's block. */
+int sg_matvec_parts(int n_parts, const int *qtypes, const uint8_t *const *W, const int64_t *rows,
+                    const int64_t *const *to, const float *x, float *y, int64_t cols, int threads) {
+    for (int p = 0; p < n_parts; p++) {
+        int size;
+        const int n = block_layout(qtypes[p], &size);
+        if (!n || cols % n) return -1;
+    }
+    #pragma omp parallel num_threads(threads > 0 ? threads : 1)
+    {
+        int64_t at = 0;
+        for (int p = 0; p < n_parts; p++) {
+            int size;
+            const int64_t nb = cols / block_layout(qtypes[p], &size), stride = nb * size;
+            const uint8_t *Wp = W[p];
+            const int64_t *top = to[p];
+            float *yp = y + at;
+            #pragma omp for schedule(static) nowait
+            for (int64_t r = 0; r < rows[p]; r++) yp[top ? top[r] : r] = row_dot(qtypes[p], Wp + r * stride, x, (int)nb);
+            at += rows[p];
+        }
+    }
     return 0;
 }
 
