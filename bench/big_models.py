@@ -59,19 +59,22 @@ def commit() -> str:
 
 
 class Steps:
-    """Peak resident memory of each step of this process, sampled by a thread of its own: the step
-    is `stage` (set here between steps, and by every progress bar's advance through a Watch)."""
+    """Peak resident memory of each step of this process, sampled by a thread of its own: a step is
+    the part (loading, explain, generating: `begin`) and the stage its progress bars last named
+    (every advance reports it through a Watch)."""
 
     def __init__(self):
         from studygroup.progress import Watch
 
-        self.watch, self.peaks = Watch(), {}  # step -> {"rss", "anon", "file"} bytes, at its peak rss
-        self.watch.stage = "loading"
+        self.watch, self.peaks, self.part = Watch(), {}, "loading"  # peaks: step -> {"rss", "anon", "file"} bytes
         threading.Thread(target=self._sample, daemon=True).start()
+
+    def begin(self, part: str) -> None:
+        self.part, self.watch.stage = part, ""
 
     def _sample(self) -> None:
         while True:
-            now, step = resident(), self.watch.stage
+            now, step = resident(), self.part + (f": {self.watch.stage}" if self.watch.stage else "")
             if now["rss"] > self.peaks.get(step, {"rss": -1})["rss"]:
                 self.peaks[step] = now
             time.sleep(STEP_SAMPLE_S)
@@ -95,11 +98,12 @@ def measure(path: str, T: int, words: int, heads=None, members=None, steps: bool
 
     seen = Steps() if steps else None
     with watching(seen.watch) if steps else contextlib.nullcontext():
-        figures = _measure(path, T, words, heads, members, seen.watch if steps else None)
+        figures = _measure(path, T, words, heads, members, seen.begin if steps else lambda part: None)
     return figures | ({"steps": seen.figures()} if steps else {})
 
 
-def _measure(path: str, T: int, words: int, heads, members, watch) -> dict:
+def _measure(path: str, T: int, words: int, heads, members, begin) -> dict:
+    """measure's work; begin(part) names each part as it starts."""
     import studygroup
 
     start = time.perf_counter()
@@ -112,14 +116,12 @@ def _measure(path: str, T: int, words: int, heads, members, watch) -> dict:
     figures |= {"T": len(ids), "heads": model.config.n_layers * model.config.n_heads}
     if heads != -1:
         start = time.perf_counter()
-        if watch is not None:
-            watch.stage = "explain, before its first step"
+        begin("explain")
         e = studygroup.explain(model, ids, measure_heads=heads, measure_members=members)
         figures |= {"explain_s": round(time.perf_counter() - start, 1), "predicted": e.predicted.token}
     if words:
         start = time.perf_counter()
-        if watch is not None:
-            watch.stage = "generating"
+        begin("generate")
         g = model.generate(ids, words, ignore_eos=True)
         took = time.perf_counter() - start
         figures |= {"words": len(g.words), "generate_s": round(took, 1), "words_per_s": round(len(g.words) / took, 2)}
