@@ -55,8 +55,10 @@ def token_log_probs(logits: torch.Tensor, token: int) -> torch.Tensor:
     >>> torch.equal(token_log_probs(x, 7), log_probs(x)[:, 7])
     True
     """
-    return torch.cat([log_probs(logits[a:a + LOG_PROB_ROWS])[:, token]
-                      for a in range(0, logits.shape[0], LOG_PROB_ROWS)] or [torch.empty(0, dtype=torch.float64)])
+    out = torch.empty(logits.shape[0], dtype=torch.float64, device=logits.device)  # (B,)
+    for a in range(0, logits.shape[0], LOG_PROB_ROWS):
+        out[a:a + LOG_PROB_ROWS] = log_probs(logits[a:a + LOG_PROB_ROWS])[:, token]  # a copy: the chunk goes
+    return out
 
 
 def gradient_run(model: Model, ids: list[int], record: Record, on_layer=None,

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import write_tiny_gemma3_gguf, write_tiny_gguf
+from conftest import allocation_peak, write_tiny_gemma3_gguf, write_tiny_gguf
 from gguf import GGMLQuantizationType as Q
 
 import studygroup
@@ -121,8 +121,6 @@ def test_logits_of_many_rows_take_the_place_of_the_layers_float32_buffers(tmp_pa
     8B layer is 872 MB, 1,024 rows of logits 525 MB): its peak over what was held before is the
     logits, the unembedding's float32 rows and the normed rows, less the layer's buffers, as the
     allocator records them (torch's profiler); the logits are the float32 model's."""
-    from torch.profiler import ProfilerActivity, profile
-
     path = write_tiny_gguf(tmp_path / "m.gguf", tensor_type=Q.Q8_0, d_head=64, d_mlp=1024,
                            user_tokens=[f"<|w{i}|>" for i in range(3000)]).path
     kept, plain = load(path, "blocks", monkeypatch), load(path, "float32", monkeypatch)
@@ -130,20 +128,9 @@ def test_logits_of_many_rows_take_the_place_of_the_layers_float32_buffers(tmp_pa
     layer = 4 * sum(int(np.prod(t.dims)) for n, t in file.tensors.items() if n.startswith("blk.0.") and len(t.dims) == 2)
     c = kept.config
     x = torch.randn(50, c.d_model)  # (R, d_model)
-    mark = 12345  # bytes of a marker allocation: what was held before final_logits
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        kept.run(TEXT)  # the layers' buffers made
-        torch.empty(mark, dtype=torch.uint8)
-        logits = kept.final_logits(x)  # (R, vocab)
-    held, peak = 0, None
-    for _, n in sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"):
-        held += n
-        if n == mark and peak is None:
-            before = peak = held
-        elif peak is not None:
-            peak = max(peak, held)
+    logits, peak = allocation_peak(lambda: kept.final_logits(x), first=lambda: kept.run(TEXT))  # (R, vocab); the run makes the buffers
     unembed = 4 * c.vocab_size * c.d_model
-    assert layer > logits.nbytes and peak - before <= logits.nbytes + unembed + x.nbytes - layer
+    assert layer > logits.nbytes and peak <= logits.nbytes + unembed + x.nbytes - layer
     assert torch.equal(logits, plain.final_logits(x))
 
 
