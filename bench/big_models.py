@@ -14,6 +14,12 @@ line: that is its figure.
     python bench/big_models.py FOLDER --file qwen2.5-coder-1.5b --T 50 --words 0   # a file as it is
     python bench/big_models.py FOLDER --only llama3.1:8b --heads 0 --members 0      # explain's base measures only
     python bench/big_models.py --file FILE --heads -1                                # no explain: load, generate
+    python bench/big_models.py FOLDER --only llama3.2:3b --T 64 --steps              # peak memory of each step
+
+--steps also prints, for each step of the child (loading, each of explain's steps as its progress
+bars name them, generating), the peak resident memory sampled every STEP_SAMPLE_S from
+/proc/self/status, and at that moment its anonymous part (the process's own allocations: float32
+buffers, activations, logits) and its file part (the mapped model's pages read, and the libraries).
 
 Disk: each file is 2.0-5.0 GB (shaped_gguf's sizes) and is written only when the folder's disk has
 it and 1 GB more free. The CPU and the load (1-minute average) are printed before and after.
@@ -21,12 +27,14 @@ it and 1 GB more free. The CPU and the load (1-minute average) are printed befor
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -35,6 +43,7 @@ from cache_check import cpu  # noqa: E402
 
 HERE = Path(__file__).resolve()
 SPARE_DISK = 2**30  # bytes left free on the folder's disk after a file is written
+STEP_SAMPLE_S = 0.05  # --steps: seconds between two readings of the child's resident memory
 
 
 def load_average() -> str:
@@ -49,10 +58,53 @@ def commit() -> str:
     return head + ("+" if dirty.strip() else "")
 
 
-def measure(path: str, T: int, words: int, heads=None, members=None) -> dict:
+class Steps:
+    """Peak resident memory of each step of this process, sampled by a thread of its own: a step is
+    the part (loading, explain, generating: `begin`) and the stage its progress bars last named
+    (every advance reports it through a Watch)."""
+
+    def __init__(self):
+        from studygroup.progress import Watch
+
+        self.watch, self.peaks, self.part = Watch(), {}, "loading"  # peaks: step -> {"rss", "anon", "file"} bytes
+        threading.Thread(target=self._sample, daemon=True).start()
+
+    def begin(self, part: str) -> None:
+        self.part, self.watch.stage = part, ""
+
+    def _sample(self) -> None:
+        while True:
+            now, step = resident(), self.part + (f": {self.watch.stage}" if self.watch.stage else "")
+            if now["rss"] > self.peaks.get(step, {"rss": -1})["rss"]:
+                self.peaks[step] = now
+            time.sleep(STEP_SAMPLE_S)
+
+    def figures(self) -> list[dict]:
+        return [{"step": step, **{k: round(v / 2**30, 2) for k, v in p.items()}} for step, p in self.peaks.items()]
+
+
+def resident() -> dict:
+    """This process's resident memory now, in bytes: all of it, its anonymous and its file part."""
+    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+    kib = lambda name: int(fields[name].split()[0]) * 1024  # noqa: E731
+    return {"rss": kib("VmRSS"), "anon": kib("RssAnon"), "file": kib("RssFile")}
+
+
+def measure(path: str, T: int, words: int, heads=None, members=None, steps: bool = False) -> dict:
     """In this process: load, explain T ids (measure_heads=heads, measure_members=members; None: explain's
-    defaults), generate `words`; the figures (a refusal: its line)."""
+    defaults), generate `words`; the figures (a refusal: its line). steps: also each step's peak memory."""
     import studygroup  # before torch, as a user's program does (studygroup sets torch's threads)
+    from studygroup.progress import watching
+
+    seen = Steps() if steps else None
+    with watching(seen.watch) if steps else contextlib.nullcontext():
+        figures = _measure(path, T, words, heads, members, seen.begin if steps else lambda part: None)
+    return figures | ({"steps": seen.figures()} if steps else {})
+
+
+def _measure(path: str, T: int, words: int, heads, members, begin) -> dict:
+    """measure's work; begin(part) names each part as it starts."""
+    import studygroup
 
     start = time.perf_counter()
     try:
@@ -64,10 +116,12 @@ def measure(path: str, T: int, words: int, heads=None, members=None) -> dict:
     figures |= {"T": len(ids), "heads": model.config.n_layers * model.config.n_heads}
     if heads != -1:
         start = time.perf_counter()
+        begin("explain")
         e = studygroup.explain(model, ids, measure_heads=heads, measure_members=members)
         figures |= {"explain_s": round(time.perf_counter() - start, 1), "predicted": e.predicted.token}
     if words:
         start = time.perf_counter()
+        begin("generate")
         g = model.generate(ids, words, ignore_eos=True)
         took = time.perf_counter() - start
         figures |= {"words": len(g.words), "generate_s": round(took, 1), "words_per_s": round(len(g.words) / took, 2)}
@@ -84,7 +138,7 @@ def ids_of(model, T: int) -> list[int]:
 
 def run_child(path: Path, T: int, words: int, bounds: list[str]) -> dict:
     """`measure` in a child process; its own peak resident memory from wait4, whatever its end.
-    bounds: the --heads/--members arguments, passed on."""
+    bounds: the --heads/--members/--steps arguments, passed on."""
     with tempfile.TemporaryFile("w+") as out:
         child = subprocess.Popen([sys.executable, str(HERE), "--measure", str(path), "--T", str(T), "--words", str(words),
                                   *bounds],
@@ -125,6 +179,12 @@ def row(name: str, f: dict) -> str:
             f"| {gen} | {f['peak_gib']} GiB |")
 
 
+def step_lines(f: dict) -> str:
+    """Under a row, each step's peak memory (--steps), else nothing."""
+    return "".join(f"\n    {s['rss']:5.2f} GiB (anonymous {s['anon']:5.2f}, file {s['file']:5.2f}) {s['step']}"
+                   for s in f.get("steps", []))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folder", nargs="?", help="where the files are written (and deleted after)")
@@ -135,11 +195,13 @@ def main() -> None:
     ap.add_argument("--heads", type=int, help="heads explain silences exactly (default: explain's own rule; -1: no explain)")
     ap.add_argument("--members", type=int, help="members explain silences exactly (default: explain's own rule)")
     ap.add_argument("--keep", action="store_true", help="keep the files written")
+    ap.add_argument("--steps", action="store_true", help="also the peak memory of each step (anonymous and file parts)")
     ap.add_argument("--out", help="also write the figures, the CPU, the load and the commit as JSON")
     ap.add_argument("--measure", help=argparse.SUPPRESS)  # the child: one model, figures as JSON
     args = ap.parse_args()
     if args.measure:
-        print(json.dumps(measure(args.measure, args.T, args.words, args.heads, args.members), ensure_ascii=False))
+        print(json.dumps(measure(args.measure, args.T, args.words, args.heads, args.members, args.steps),
+                         ensure_ascii=False))
         return
     import shaped_gguf
 
@@ -149,7 +211,8 @@ def main() -> None:
         sys.exit(f"big_models: {'unknown shapes ' + ', '.join(unknown) if unknown else 'name a folder to write into'}"
                  f" (shapes: {', '.join(shaped_gguf.SHAPES)})")
     bounds = [*(["--heads", str(args.heads)] if args.heads is not None else []),
-              *(["--members", str(args.members)] if args.members is not None else [])]
+              *(["--members", str(args.members)] if args.members is not None else []),
+              *(["--steps"] if args.steps else [])]
     run = {"cpu": cpu(), "load_before": load_average(), "commit": commit(), "T": args.T, "words": args.words,
            "heads": args.heads, "members": args.members}
     print(f"CPU: {run['cpu']}; load {run['load_before']}; code {run['commit']}; T={args.T}, {args.words} words"
@@ -165,10 +228,10 @@ def main() -> None:
                 if not args.keep:
                     path.unlink()
         results[name] = figures
-        print(row(name, figures), flush=True)
+        print(row(name, figures) + step_lines(figures), flush=True)
     for model in args.file:
         results[model] = run_child(model, args.T, args.words, bounds)
-        print(row(model, results[model]), flush=True)
+        print(row(model, results[model]) + step_lines(results[model]), flush=True)
     run |= {"load_after": load_average(), "results": results}
     print(f"load after: {run['load_after']}")
     if args.out:

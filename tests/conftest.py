@@ -485,3 +485,25 @@ def assert_silenced_members_agree(ours):
     batched = ours.silenced_logits(ids, [1, 5])
     for b, j in enumerate([1, 5]):
         assert (batched[b] - ours.run(ids, record="none", silence_members=[j]).logits[-1]).abs().max() < 1e-4
+
+
+def allocation_peak(f, first=lambda: None):
+    """(f(), the most bytes torch's CPU allocator held during f over what it held as f began), as
+    torch's profiler records every allocation and free. first() runs before f under the profiler
+    too: blocks it makes and f frees count (the profiler sees no free of a block made before it)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    mark = 12345  # bytes of a marker allocation between first() and f()
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        first()
+        torch.empty(mark, dtype=torch.uint8)
+        out = f()
+    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
+    held, began, peak = 0, None, 0
+    for _, n in events:
+        held += n
+        if began is None and n == mark:
+            began = peak = held
+        elif began is not None:
+            peak = max(peak, held)
+    return out, peak - began

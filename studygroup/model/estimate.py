@@ -246,11 +246,22 @@ def forward(c: Config, T: int, keep_kv: bool = False, weights: int | None = None
 
 
 def explain_bytes(c: Config, T: int, copies: int, rows_per_pass: int, weights: int | None = None,
-                  checkpointed: bool = False) -> int:
+                  checkpointed: bool = False, recorded: int | None = None, last_copies: int = 0,
+                  log_prob_rows: int = 0) -> int:
     """Peak memory of explain's exact path on T members: the weights (`weights` bytes, as
-    `loaded_bytes` gives; None: float32), every member's keys and values, and the larger of the pass
-    with a gradient (`gradient_bytes`: checkpointed where the weights are kept as blocks) and the
-    largest batched pass of `copies` copies of the text (at most `rows_per_pass` rows).
+    `loaded_bytes` gives; None: float32), what its run records (`recorded` bytes; None: every
+    member's keys and values), and the largest of its steps:
+
+    - the pass with a gradient (`gradient_bytes`); checkpointed (weights kept as blocks), also the
+      layer computed again in the backward pass with its activations' gradients, and the
+      unembedding's float32 slice that the backward pass dequantizes again;
+    - the largest batched pass of `copies` copies of the text (at most `rows_per_pass` rows);
+    - `last_copies` one-row copies' float32 logits, `log_prob_rows` of them at a time in float64
+      with their float64 logits; where the weights are kept as blocks, the layers' float32 buffers
+      are let go first (`Model.final_logits`).
+
+    The weights are counted as they are; the rest with a fifth more (the allocator's slack and the
+    steps' temporaries), and 200 MiB for the process (Python, torch, the tokenizer).
 
     >>> from studygroup.gguf.config import Config
     >>> c = Config(30, 9, 3, 576, 64, 1536, 8192, 1e5, 1e-5, 49152)
@@ -258,9 +269,15 @@ def explain_bytes(c: Config, T: int, copies: int, rows_per_pass: int, weights: i
     True
     """
     largest = min(rows_per_pass, max(T, copies * T))  # rows of the largest batched pass
-    work = max(activation_bytes(c, largest), gradient_bytes(c, T, checkpointed))
-    memory = (weight_bytes(c) if weights is None else weights) + work + kv_bytes(c, T)
-    return int(memory * 1.2) + 200 * 2**20
+    gradient = gradient_bytes(c, T, checkpointed)
+    if checkpointed:
+        from studygroup.model.packed import UNEMBED_SLICE_BYTES
+
+        gradient += activation_bytes(c, T) + min(UNEMBED_SLICE_BYTES, 4 * c.vocab_size * c.d_model)
+    last = 4 * c.vocab_size * (last_copies + 4 * log_prob_rows) - (layer_bytes(c) if checkpointed else 0)
+    work = max(activation_bytes(c, largest), gradient, last)
+    recorded = kv_bytes(c, T) if recorded is None else recorded
+    return (weight_bytes(c) if weights is None else weights) + int((work + recorded) * 1.2) + 200 * 2**20
 
 
 def layer_passes(c: Config, T: int, layer_rows: float, rows_per_pass: int) -> Estimate:

@@ -207,7 +207,11 @@ class Model:
 
     def final_logits(self, resid_final: torch.Tensor) -> torch.Tensor:
         """Logits from the last layer's residual stream: the family's final norm (RMSNorm, or GPT-2's
-        LayerNorm with its bias), then the unembedding. (…, d_model) -> (…, vocab)"""
+        LayerNorm with its bias), then the unembedding. (…, d_model) -> (…, vocab)
+
+        Outside a pass: matrices kept as blocks let their layers' float32 buffers go first
+        (`packed.Weights.let_layers_go`), so that the logits of many rows take their place."""
+        self.w.let_layers_go()
         with self.w.pass_():
             return self.w.unembed(self._norm(resid_final, "final_norm"))
 

@@ -150,6 +150,14 @@ class Weights(Mapping):
         """After a pass: look-ups dequantize afresh again."""
         self._layer = {}
 
+    def let_layers_go(self) -> None:
+        """Let the layers' buffers go, between passes (the next pass makes them afresh): logits of
+        many rows then take their place instead of sitting beside them (1,024 rows of a
+        128,256-word vocabulary are 525 MB, an 8B layer in float32 is 872 MB)."""
+        self.leave_layers()
+        for kind in list(self._buffers):
+            self._drop(kind)
+
     @contextlib.contextmanager
     def pass_(self) -> Iterator[None]:
         """Around a pass: the file checked unchanged, and what a gradient keeps of a buffer noted

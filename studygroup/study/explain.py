@@ -184,9 +184,7 @@ class EveryQuestion:
         c, T = self.model.config, len(self.ids)
         heads, members, work, further = self.expected(measure_heads, measure_members)
         speed = estimate.speed(self.model, T)
-        memory = estimate.explain_bytes(c, T, heads + members, effects.ROWS_PER_PASS, estimate.loaded_bytes(self.model),
-                                        checkpointed=bool(self.model.w.kept))
-        need = f"about {memory / 2**30:.1f} GiB and {estimate.duration(work.seconds(speed, c, T))}"
+        need = f"about {self.memory(heads, members) / 2**30:.1f} GiB and {estimate.duration(work.seconds(speed, c, T))}"
         if further is not None:  # the stopping rule
             say(f"explaining {T} members: {need} with the first {heads} heads, "
                 f"{estimate.duration(further.seconds(speed, c, T))} more for each further {STOP_AFTER} "
@@ -196,6 +194,19 @@ class EveryQuestion:
             return
         say(f"explaining {T} members: {need} (a pass for the heads' sinks, a pass with a gradient, {LAST_ROWS}, then {heads} heads "
             f"and {members} members silenced exactly, in batched passes)", stream)
+
+    def memory(self, heads: int, members: int) -> int:
+        """Before the run: its peak memory in bytes (`estimate.explain_bytes`) with `heads` heads and
+        `members` members measured exactly: its largest batched pass (those, or the in-head copies),
+        what its run records, and on a clean run every head's one-row copy at the last position."""
+        c, T = self.model.config, len(self.ids)
+        clean = self.chosen == Interventions()
+        cells = HEADS_WITH_MEMBERS * (LISTENED_MEASURED + 1) if clean else 0
+        last = c.n_layers * c.n_heads if clean else 0
+        return estimate.explain_bytes(c, T, max(heads + members, cells), effects.ROWS_PER_PASS,
+                                      estimate.loaded_bytes(self.model), checkpointed=bool(self.model.w.kept),
+                                      recorded=estimate.recording_bytes(c, T, recording(T)), last_copies=last,
+                                      log_prob_rows=min(effects.LOG_PROB_ROWS, last))
 
     def expected(self, measure_heads, measure_members) -> tuple[int, int, explain_cost.Work, explain_cost.Work | None]:
         """Before the run: how many heads and members it measures exactly (under the stopping rule,

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import write_tiny_gemma3_gguf, write_tiny_gguf
+from conftest import allocation_peak, write_tiny_gemma3_gguf, write_tiny_gguf
 from gguf import GGMLQuantizationType as Q
 
 import studygroup
@@ -114,6 +114,24 @@ def test_the_unembedding_by_slices_is_the_whole_multiply(tmp_path, monkeypatch):
     monkeypatch.setattr(packed, "UNEMBED_SLICE_BYTES", 4 * 256 * 7)  # 7 rows of the vocabulary at a time
     sliced = load(path, "blocks", monkeypatch).run(TEXT, logits="all").logits
     torch.testing.assert_close(sliced, whole, rtol=0, atol=1e-6)  # float32 sums of 256 terms, another blocking
+
+
+def test_logits_of_many_rows_take_the_place_of_the_layers_float32_buffers(tmp_path, monkeypatch):
+    """After a pass, final_logits lets the layers' float32 buffers go before it makes its logits (an
+    8B layer is 872 MB, 1,024 rows of logits 525 MB): its peak over what was held before is the
+    logits, the unembedding's float32 rows and the normed rows, less the layer's buffers, as the
+    allocator records them (torch's profiler); the logits are the float32 model's."""
+    path = write_tiny_gguf(tmp_path / "m.gguf", tensor_type=Q.Q8_0, d_head=64, d_mlp=1024,
+                           user_tokens=[f"<|w{i}|>" for i in range(3000)]).path
+    kept, plain = load(path, "blocks", monkeypatch), load(path, "float32", monkeypatch)
+    file = read_gguf(path)
+    layer = 4 * sum(int(np.prod(t.dims)) for n, t in file.tensors.items() if n.startswith("blk.0.") and len(t.dims) == 2)
+    c = kept.config
+    x = torch.randn(50, c.d_model)  # (R, d_model)
+    logits, peak = allocation_peak(lambda: kept.final_logits(x), first=lambda: kept.run(TEXT))  # (R, vocab); the run makes the buffers
+    unembed = 4 * c.vocab_size * c.d_model
+    assert layer > logits.nbytes and peak <= logits.nbytes + unembed + x.nbytes - layer
+    assert torch.equal(logits, plain.final_logits(x))
 
 
 def test_gemma3_kept_as_blocks_is_the_float32_model(tmp_path, monkeypatch):
@@ -230,5 +248,27 @@ def test_explain_says_the_memory_of_the_weights_as_loaded(tmp_path, monkeypatch,
     monkeypatch.setattr(study, "shown", lambda: True)
     study.explain(kept, kept.ids(TEXT), measure_heads=1, measure_members=1)
     (args, kwargs), = asked
-    assert args[4] == need and kwargs == {"checkpointed": True}
+    assert args[4] == need and kwargs["checkpointed"]
     assert re.search(rf"about {explain_bytes(*args, **kwargs) / 2**30:.1f} GiB and", capsys.readouterr().err)
+
+
+def test_explain_says_a_memory_that_covers_what_its_steps_hold(tmp_path, monkeypatch):
+    """What the announcement says, less the file's blocks and the 200 MiB it counts for the process,
+    is at least the most torch's allocator holds during the explain (torch's profiler): the layers'
+    float32 buffers and the unembedding's slice it makes, its batched passes, its pass with a
+    gradient, and every head's one-row copy at the last position, whose logits grow with the heads
+    and the vocabulary (here 256 heads, 20,300 words)."""
+    from studygroup.study import explain as study
+
+    path = write_tiny_gguf(tmp_path / "m.gguf", tensor_type=Q.Q8_0, n_layers=8, n_heads=32, n_kv_heads=4, d_head=8,
+                           d_mlp=256, context=128, user_tokens=[f"<|w{i}|>" for i in range(20000)]).path
+    kept = load(path, "blocks", monkeypatch)
+    said = []
+    explain_bytes = estimate.explain_bytes
+    monkeypatch.setattr(estimate, "explain_bytes", lambda *a, **k: said.append(explain_bytes(*a, **k)) or said[-1])
+    monkeypatch.setattr(study, "shown", lambda: True)
+    ids = (kept.ids(TEXT) * 20)[:70]  # past ANNOUNCE_PAST_T: announced
+    _, peak = allocation_peak(lambda: study.explain(kept, ids, measure_heads=1, measure_members=1))
+    c = kept.config
+    norms = 4 * (2 * c.n_layers + 1) * c.d_model
+    assert len(said) == 1 and peak <= said[0] - 200 * 2**20 - kept.w.blocks_bytes - norms

@@ -121,3 +121,39 @@ def test_one_tokens_log_probability_per_copy_pass_by_pass(model):
         assert got.shape == (len(arg),) and got.dtype == torch.float64
         assert torch.allclose(got, effects.log_probs(fn(model, run, arg))[:, 7], atol=1e-9)
     assert passes == [len(groups), len(heads)]
+
+
+def test_every_head_at_the_last_position_never_holds_every_copys_float64_log_probs(model, monkeypatch):
+    """log p(t) of every head's copy comes effects.LOG_PROB_ROWS rows of float64 log-probabilities
+    at a time (for every head of an 8B model, 1,024 copies of a 128,256-word vocabulary, all at
+    once they were 2.1 GB), with the same numbers as every copy's from layer 0."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    from studygroup.study import effects, explain
+
+    V = model.config.vocab_size
+
+    class LargestFloat64(TorchDispatchMode):
+        """The most rows of float64 (…, vocab) tensors any operation made."""
+        rows = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in tree_leaves(out):
+                if isinstance(t, torch.Tensor) and t.dtype == torch.float64 and t.dim() and t.shape[-1] == V:
+                    self.rows = max(self.rows, t.numel() // V)
+            return out
+
+    monkeypatch.setattr(effects, "LOG_PROB_ROWS", 3)
+    ids = ids_of(model, 10, 7)
+    run = model.run(ids, record=explain.recording(10))
+    token = int(run.last_logits.argmax())
+    c = model.config
+    heads = [(l, h) for l in range(c.n_layers) for h in range(c.n_heads)]
+    assert len(heads) > 3
+    with LargestFloat64() as seen:
+        got = effects.last_position_head_log_probs(model, run, token, heads)
+    assert 0 < seen.rows <= 3
+    from_layer_0 = effects.log_probs(last_question.silenced_heads_logits(model, run, heads))[:, token]
+    assert torch.allclose(got, from_layer_0, atol=1e-5)
