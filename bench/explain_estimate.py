@@ -78,7 +78,7 @@ def one(model, T: int, only_estimate: bool = False) -> dict:
     if T > explain.LONG_T:
         done = explain_cost.last_question(c, T, [h.layer for h in e.heads], len(e.members), sentence)
     else:
-        done = explain_cost.every_question(c, T, measured, [h.layer for h in e.heads for x in h.listened
+        done = explain_cost.every_question(c, T, measured, [(h.layer, x.index) for h in e.heads for x in h.listened
                                                             if x.effect_in_head is not None],
                                            [m.index for m in e.members if m.effect is not None],
                                            sentence)

@@ -13,6 +13,7 @@ log p'(t) - log p(t): negative when what was silenced was helping the group reac
 """
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import torch
@@ -259,42 +260,56 @@ def last_position_head_log_probs(model: Model, run: Run, token: int, heads: Sequ
 
 
 def member_in_head_log_probs(model: Model, ids: list[int], token: int, silenced: Sequence[tuple[int, int, int]],
-                             resid_pre: dict[int, torch.Tensor] | None = None, bar=None) -> torch.Tensor:
+                             resid_pre: dict[int, torch.Tensor] | None = None, bar=None,
+                             kv: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None) -> torch.Tensor:
     """log p(token) with member j silenced in head (l, h) only, for each (l, h, j) of `silenced`:
     (len(silenced),) float64.
 
     One copy per (head, member), joining the batched pass at layer l (nothing changes before it)
     with the mask changed in that one head of that one layer: every question of head (l, h) stops
-    hearing member j; the other heads and layers keep the causal mask.
+    hearing member j; the other heads and layers keep the causal mask. kv: {layer: (k, v)}, each
+    (H_kv, T, d), from a run of the text without interventions (`keys_and_values`) with resid_pre:
+    no question before j hears j anyway, so the rows before j change nowhere, and a copy then
+    computes the rows j… only, over the earlier rows' keys and values as they are.
     """
     T = len(ids)
 
-    def masks(copies, joined, device):
-        m = torch.ones(joined, model.config.n_heads, T, T, dtype=torch.bool, device=device).tril_()  # (B, H, T, T) causal
-        each = masks_.each_member_masks(T, [silenced[i][2] for _, i in copies], device=device)  # (B_l, T, T)
+    def masks(copies, joined, device, rows: range):
+        m = torch.ones(joined, model.config.n_heads, len(rows), T, dtype=torch.bool, device=device).tril_(rows.start)  # (B, H, R, T)
+        each = torch.stack([masks_.member_mask(T, [silenced[i][2]], device, rows) for _, i in copies])  # (B_l, R, T)
         m[[b for b, _ in copies], [silenced[i][1] for _, i in copies]] = each
         return m
     for l, h, j in silenced:
         model.check_head(l, h), model.check_member(j, T)
-    return _joined_log_probs(model, ids, token, [l for l, _, _ in silenced], resid_pre, bar, masks=masks)
+    starts = [j for _, _, j in silenced] if kv is not None and resid_pre is not None else None
+    return _joined_log_probs(model, ids, token, [l for l, _, _ in silenced], resid_pre, bar, masks=masks,
+                             starts=starts, kv=kv)
 
 
 def _joined_log_probs(model: Model, ids: list[int], token: int, layers: Sequence[int],
                       resid_pre: dict[int, torch.Tensor] | None, bar, gates=None, masks=None, replace=None,
-                      past=None, per_pass: int | None = None) -> torch.Tensor:
+                      past=None, per_pass: int | None = None, starts: Sequence[int] | None = None,
+                      kv=None) -> torch.Tensor:
     """log p(token) for copies of the text that each change one layer, layers[b], and join a
-    batched pass there. gates / masks / replace(copies, joined, device): the layer's (B, H) gates,
-    (B, H, T, T) masks or CopyReplacement for the `joined` copies in the pass by then, `copies` the
-    (row, index) pairs of those joining at it. past: {layer: (k, v)}, each (1, H_kv, P, d), the keys and values
-    of P earlier members that every copy shares (then `ids` and resid_pre's rows are the members
-    after them). per_pass: copies a pass (None: ROWS_PER_PASS rows). -> (len(layers),) float64."""
+    batched pass there. gates / replace(copies, joined, device), masks(copies, joined, device,
+    rows): the layer's (B, H) gates, CopyReplacement or (B, H, R, T) masks of the rows computed for
+    the `joined` copies in the pass by then, `copies` the (row, index) pairs of those joining at it.
+    past: {layer: (k, v)}, each (1, H_kv, P, d), the keys and values of P earlier members that every
+    copy shares (then `ids` and resid_pre's rows are the members after them). starts: the first
+    row each copy changes (masks only), with kv {layer: (k, v)}, each (H_kv, T, d), the clean
+    run's: the copies starting at a row make passes of their own over the rows from it, the
+    earlier rows' keys and values taken from kv. per_pass: copies a pass (None: ROWS_PER_PASS
+    rows). -> (len(layers),) float64."""
     if not layers:
         return torch.empty(0, dtype=torch.float64)
-    c = model.config
+    c, T = model.config, len(ids)
     ids_t = torch.tensor(ids, device=model.device)
-    order = sorted(range(len(layers)), key=lambda b: layers[b])  # by layer: copies join in this order
-    per_pass = per_pass or max(1, ROWS_PER_PASS // len(ids))
-    groups = [order[i:i + per_pass] for i in range(0, len(order), per_pass)]
+    starts = [0] * len(layers) if starts is None else starts
+    order = sorted(range(len(layers)), key=lambda b: (starts[b], layers[b]))  # by row, then layer: copies join in this order
+    groups = []
+    for start, same in itertools.groupby(order, key=lambda b: starts[b]):
+        same, n = list(same), per_pass or max(1, ROWS_PER_PASS // (T - start))
+        groups += [same[i:i + n] for i in range(0, len(same), n)]
     on_layer = _layers_of(bar, sum(c.n_layers - layers[g[0]] for g in groups) + (c.n_layers if resid_pre is None else 0))
     if resid_pre is None:
         _, steps = model.forward(ids_t, PassPlan(record=Record(steps=("resid_pre",)), on_layer=on_layer))
@@ -302,14 +317,18 @@ def _joined_log_probs(model: Model, ids: list[int], token: int, layers: Sequence
     finals = torch.empty(len(layers), c.d_model, device=model.device, dtype=model.dtype)  # (B, d_model)
     with torch.inference_mode():
         for group in groups:
+            start = starts[group[0]]
             changes = {}
             for l in sorted({layers[b] for b in group}):
                 copies = [(r, b) for r, b in enumerate(group) if layers[b] == l]
                 joined = sum(1 for b in group if layers[b] <= l)
-                changes[l] = (gates or masks or replace)(copies, joined, model.device)
+                changes[l] = (masks(copies, joined, model.device, range(start, T)) if masks else
+                              (gates or replace)(copies, joined, model.device))
             kind = "gates" if gates else "masks" if masks else "replace"
-            finals[group] = _joined_final(model, ids_t, [layers[b] for b in group], resid_pre, changes,
-                                          kind, on_layer, past or {})
+            shared = past if not start else {l: (k[None, :, :start], v[None, :, :start]) for l, (k, v) in kv.items()}
+            finals[group] = _joined_final(model, ids_t[start:], [layers[b] for b in group],
+                                          {l: r[start:] for l, r in resid_pre.items()}, changes, kind, on_layer,
+                                          shared or {})
         logits = model.final_logits(finals)  # (B, vocab): the family's final norm, then W_U
     return token_log_probs(logits, token)
 

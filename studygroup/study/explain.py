@@ -63,6 +63,8 @@ LONG_T = 512
 #: STOP_AFTER heads in a row each move log p(t) by less than half the fifth-largest effect.
 HEADS_ALL_MAX_T = 10
 STOP_AFTER = 16
+#: The stopping rule's bar: half the BAR_RANK-th largest |effect| measured.
+BAR_RANK = 5
 #: Up to this many members explain measures every member by default (every member costs ~1.8
 #: CPU-seconds at 24 members, ~3.2 at 32); past it, the MEMBERS_TOP largest by |direct share|.
 MEMBERS_ALL_MAX_T = 24
@@ -189,7 +191,7 @@ class EveryQuestion:
             say(f"explaining {T} members: {need} with the first {heads} heads, "
                 f"{estimate.duration(further.seconds(speed, c, T))} more for each further {STOP_AFTER} "
                 f"(a pass for the heads' sinks, a pass with a gradient, {LAST_ROWS}, then heads "
-                f"silenced exactly in batches of {STOP_AFTER} until {STOP_AFTER} in a row are small, and {members} "
+                f"silenced exactly in candidate order until {STOP_AFTER} in a row are small, and {members} "
                 f"members, in batched passes)", stream)
             return
         say(f"explaining {T} members: {need} (a pass for the heads' sinks, a pass with a gradient, {LAST_ROWS}, then {heads} heads "
@@ -210,12 +212,12 @@ class EveryQuestion:
 
     def expected(self, measure_heads, measure_members) -> tuple[int, int, explain_cost.Work, explain_cost.Work | None]:
         """Before the run: how many heads and members it measures exactly (under the stopping rule,
-        the least: two batches), its work, and under the stopping rule the work of each further batch
-        (else None)."""
+        the least: BAR_RANK heads above the bar, then STOP_AFTER below it), its work, and under the
+        stopping rule the work of each further STOP_AFTER heads (else None)."""
         c, T = self.model.config, len(self.ids)
         heads, members = _count(measure_heads, c.n_layers * c.n_heads, T), _members_count(measure_members, T)
         rule = measure_heads is None and T > HEADS_ALL_MAX_T
-        heads = min(2 * STOP_AFTER, c.n_layers * c.n_heads) if rule else heads
+        heads = min(BAR_RANK + STOP_AFTER, c.n_layers * c.n_heads) if rule else heads
         cells = HEADS_WITH_MEMBERS * (LISTENED_MEASURED + 1) if self.chosen == Interventions() else 0
         work = self.work(heads, members, cells, sentence_rows(self.model, self.ids, self.chosen))
         further = self.work(STOP_AFTER, 0, 0, 0).text - self.work(0, 0, 0, 0).text
@@ -224,12 +226,13 @@ class EveryQuestion:
     def work(self, heads: int, members: int, cells: int, sentence: int) -> explain_cost.Work:
         """The work of this explain with `heads` heads and `members` members measured exactly and
         `cells` in-head copies, as expected before the run: the heads at the middle layer, the
-        members spread evenly over the text (the last of them included), `sentence` rows of the
-        last sentence alone."""
+        members spread evenly over the text (the last of them included), the in-head copies over
+        every row (their members are known only after the run: at most that), `sentence` rows of
+        the last sentence alone."""
         c, T = self.model.config, len(self.ids)
         middle = (c.n_layers - 1) / 2
         spread = [T - 1 - round(i * (T - 1) / max(members, 1)) for i in range(members)]
-        return explain_cost.every_question(c, T, [middle] * heads, [middle] * cells, spread, sentence,
+        return explain_cost.every_question(c, T, [middle] * heads, [(middle, 0)] * cells, spread, sentence,
                                            clean=self.chosen == Interventions())
 
     def sinks(self):
@@ -258,7 +261,7 @@ class EveryQuestion:
             return effects.head_log_probs(run.model, run.token_ids, token, chosen, resid_pre, bar, values=self.values)  # (n,)
         n = _count(measure_heads, c.n_layers * c.n_heads, run.T)
         label = (f"silencing {n} heads" if measure_heads is not None or run.T <= HEADS_ALL_MAX_T else
-                 f"silencing candidate heads in batches of {STOP_AFTER}")
+                 f"silencing candidate heads until {STOP_AFTER} in a row are small")
         with Progress(1, label + ", layer by layer", show=self.show and n > 0) as bar:
             chosen, lps = measured_heads(order, measure_heads, run.T, lp_t, lambda h: measure(h, bar))
         out = _head_effects(run, token, lp_t, direct, dict(zip(chosen, lps)), last, estimate)
@@ -421,19 +424,23 @@ def measured_heads(order: list[tuple[int, int]], setting, T: int, lp_t, measure)
     """The heads to measure exactly, in candidate `order`, and their log p(t) once silenced.
 
     setting: a number or "all" (that many of `order`); None: all of them up to HEADS_ALL_MAX_T
-    members, else batches of STOP_AFTER in order until STOP_AFTER heads in a row each moved log p(t)
-    by less than half the fifth-largest |effect| measured. measure(heads) -> (len(heads),) log p(t).
+    members, else in order until the first head where STOP_AFTER heads in a row have each moved
+    log p(t) by less than half the fifth-largest |effect| measured. measure(heads) -> (len(heads),) log p(t).
+
+    The heads are measured in batched passes, each as large as it can be without passing that
+    head: after a run of q small effects the rule holds STOP_AFTER - q heads later at the soonest
+    (a head above the fifth-largest effect raises the bar but is no small effect itself, so the run
+    only grows by a small head or starts again after a large one).
     """
     if setting is not None or T <= HEADS_ALL_MAX_T:
         chosen = order[:_count(setting, len(order), T)]
         return chosen, measure(chosen) if chosen else torch.empty(0, dtype=torch.float64)
-    chosen, lps = [], []
-    while len(chosen) < len(order):
-        batch = order[len(chosen):len(chosen) + STOP_AFTER]
+    chosen, lps, quiet = [], [], 0
+    while len(chosen) < len(order) and quiet < STOP_AFTER:
+        batch = order[len(chosen):len(chosen) + STOP_AFTER - quiet]
         chosen += batch
         lps += [float(x) for x in measure(batch)]
-        if quiet_run(torch.tensor(lps, dtype=torch.float64) - float(lp_t)) >= STOP_AFTER:
-            break
+        quiet = quiet_run(torch.tensor(lps, dtype=torch.float64) - float(lp_t))
     return chosen, torch.tensor(lps, dtype=torch.float64)
 
 
@@ -446,9 +453,9 @@ def quiet_run(effects_in_order: torch.Tensor) -> int:
     3
     """
     size = effects_in_order.abs()
-    if len(size) < 5:
+    if len(size) < BAR_RANK:
         return 0
-    below = (size < size.sort(descending=True).values[4] / 2).tolist()
+    below = (size < size.sort(descending=True).values[BAR_RANK - 1] / 2).tolist()
     run = 0
     for b in reversed(below):
         if not b:
@@ -494,7 +501,8 @@ def _measure_in_head(run, token: int, lp_t, heads: list[HeadEffect], resid_pre, 
     bar: a Progress advanced after each layer of each pass."""
     cells = [(h, x) for h in heads for x in h.listened if x in h.listened[:LISTENED_MEASURED] or x.index == 0]
     silenced = [(h.layer, h.head, x.index) for h, x in cells]
-    lps = effects.member_in_head_log_probs(run.model, run.token_ids, token, silenced, resid_pre, bar)  # (n,)
+    lps = effects.member_in_head_log_probs(run.model, run.token_ids, token, silenced, resid_pre, bar,
+                                           kv=effects.keys_and_values(run))  # (n,)
     for (_, x), s in zip(cells, lps):
         x.effect_in_head = float(s - lp_t)
     for h in heads:

@@ -49,18 +49,19 @@ def _from(L: int, layer: int, rows: int) -> int:
     return (L - 1 - layer) * rows + 1
 
 
-def every_question(c: Config, T: int, heads: Sequence[float], in_head: Sequence[float], members: Sequence[int],
-                   sentence: int = 0, clean: bool = True) -> Work:
+def every_question(c: Config, T: int, heads: Sequence[float], in_head: Sequence[tuple[float, int]],
+                   members: Sequence[int], sentence: int = 0, clean: bool = True) -> Work:
     """explain's work up to LONG_T members: a pass for the sinks, the pass with a gradient, (on a
     clean run) every head at the last position and every member for the last question, then each
-    of `heads` (their layers) silenced at every position, the `in_head` copies (the layers of the
-    heads a member is silenced in), each of `members` silenced in every head, and the last
+    of `heads` (their layers) silenced at every position, the `in_head` copies ((layer, member): a
+    member silenced in one head of that layer, its copy over the rows from that member on), each
+    of `members` silenced in every head, and the last
     sentence's pass (`sentence` rows; 0: none). clean: measured on the run as it is (on top of a
     silenced run, each copy passes the whole text).
 
     >>> from studygroup.gguf.config import Config
     >>> c = Config(30, 9, 3, 576, 64, 1536, 8192, 1e5, 1e-5, 49152)
-    >>> w = every_question(c, 384, [14.5] * 32, [14.5] * 18, list(range(360, 384)))
+    >>> w = every_question(c, 384, [14.5] * 32, [(14.5, 0)] * 18, list(range(360, 384)))
     >>> round(w.text / (384 * 30))   # passes of the whole text, in all
     26
     """
@@ -69,7 +70,8 @@ def every_question(c: Config, T: int, heads: Sequence[float], in_head: Sequence[
     if clean:
         work += Work(copy=H * L * (L + 1) / 2 + T * L)
     start = lambda l: l if clean else 0  # noqa: E731  (a copy on top of a silenced run starts at layer 0)
-    work += Work(text=sum(_from(L, start(l), T) for l in [*heads, *in_head]) + (_from(L, 0, sentence) if sentence else 0))
+    work += Work(text=sum(_from(L, start(l), T) for l in heads) + sum(_from(L, l, T - j) for l, j in in_head)
+                 + (_from(L, 0, sentence) if sentence else 0))
     return work + Work(text=members_work(L, T, members, clean))
 
 

@@ -218,7 +218,7 @@ def test_a_longer_text_says_what_it_will_need_and_shows_its_progress(model, monk
     assert re.match(r"explaining 12 members: about \d+\.\d GiB and [\d.]+ (s|min) with the first 8 heads, [\d.]+ (s|min) more "
                     r"for each further 16 \(a pass "
                     r"for the heads' sinks, a pass with a gradient, every head and member silenced at the last position only "
-                    r"\(one row each\), then heads silenced exactly in batches of 16 until 16 "
+                    r"\(one row each\), then heads silenced exactly in candidate order until 16 "
                     r"in a row are small", err), err
     assert bars[1].total == 2 * model.config.n_layers  # the backward pass advances it too
     for a, b in zip(short.members, e.members):  # the same effects, whatever was recorded
@@ -642,6 +642,27 @@ def test_member_silenced_in_one_head_equals_a_run_with_that_mask(model):
         assert float(lp) == pytest.approx(float(effects.log_probs(alone)[token]), abs=1e-5)
 
 
+@pytest.mark.parametrize("tiny", ["tiny_model", "tiny_gemma3"])  # Gemma 3: local layers with a window of 4
+def test_member_silenced_in_one_head_computes_only_the_rows_from_the_member_on(tiny, request, monkeypatch):
+    from studygroup.model.model import Model
+
+    model = studygroup.load(request.getfixturevalue(tiny).path)
+    ids, c = random_ids(model, 12, 13), model.config
+    run = model.run(ids, record=study.recording(len(ids)))
+    token = int(run.last_logits.argmax())
+    resid_pre = {l: run["resid_pre", l] for l in range(c.n_layers)}
+    silenced = [(l % c.n_layers, h, j) for l, h, j in ((1, 2, 0), (0, 3, 4), (5, 0, 11), (3, 0, 11), (4, 2, 5), (0, 1, 7), (2, 1, 9))]
+    rows, mlp = [0], Model._mlp
+    monkeypatch.setattr(Model, "_mlp", lambda self, l, x, buffers: (rows.__setitem__(0, rows[0] + x.shape[0] * x.shape[1]),
+                                                                    mlp(self, l, x, buffers))[1])
+    got = effects.member_in_head_log_probs(model, ids, token, silenced, resid_pre, kv=effects.keys_and_values(run))
+    last = c.n_layers - 1  # the last layer's MLP takes the last row alone
+    assert rows[0] == sum((len(ids) - j) * (last - l) + 1 for l, _, j in silenced)
+    for (l, h, j), lp in zip(silenced, got):
+        alone = model.run(ids, record="none", silence_members=[j], member_heads={(l, h)}).last_logits
+        assert float(lp) == pytest.approx(float(effects.log_probs(alone)[token]), abs=1e-5), (l, h, j)
+
+
 def test_last_question_measures_equal_the_last_row_recomputed(model, analysis):
     e, run = analysis.explanation, analysis.run
     token = e.predicted.id
@@ -687,6 +708,32 @@ def test_past_the_budget_heads_are_tested_until_sixteen_in_a_row_are_small(model
     assert len(measured) == 8 or study.quiet_run(tested) >= 2
     if len(measured) < 8:  # it stopped at the first batch that ended the quiet run
         assert study.quiet_run(tested[:-2]) < 2 and "until 2 in a row" in e.heads_silenced
+
+
+def first_stop(effects_in_order, after: int) -> int:
+    """The first n at which `after` of the first n effects in a row are small (the stopping rule)."""
+    return next((n for n in range(1, len(effects_in_order) + 1)
+                 if study.quiet_run(effects_in_order[:n]) >= after), len(effects_in_order))
+
+
+def test_the_stopping_rule_stops_at_the_first_head_where_it_holds():
+    lp_t = -1.0
+    planted = torch.tensor([1.0] * 5 + [0.1] * 14 + [-1.0] + [0.1] * 60, dtype=torch.float64)  # a large one at 19
+    rng = torch.Generator().manual_seed(5)
+    drawn = [torch.randn(120, generator=rng, dtype=torch.float64) * torch.rand(120, generator=rng, dtype=torch.float64) ** 4
+             for _ in range(40)]
+    for effects_in_order in [planted, *drawn]:
+        batches = []
+
+        def measure(heads):
+            batches.append(len(heads))
+            return effects_in_order[heads] + lp_t  # log p(t) with each silenced
+        order = list(range(len(effects_in_order)))
+        chosen, lps = study.measured_heads(order, None, 99, lp_t, measure)
+        assert len(chosen) == first_stop(effects_in_order, study.STOP_AFTER)  # never a head past it
+        assert chosen == order[:len(chosen)] and torch.allclose(lps - lp_t, effects_in_order[:len(chosen)])
+        assert sum(batches) == len(chosen) and all(b <= study.STOP_AFTER for b in batches)
+    assert len(study.measured_heads(list(range(80)), None, 99, lp_t, lambda h: planted[h] + lp_t)[0]) == 36
 
 
 def test_quiet_run_counts_the_small_effects_at_the_end():

@@ -29,10 +29,10 @@ def counted(monkeypatch):
 
 
 def measured(e):
-    """The layers of the heads silenced at every position, of each in-head copy, the members
+    """The layers of the heads silenced at every position, each in-head copy's (layer, member), the members
     silenced in every head, and the last sentence's rows: what the explanation says was done."""
     heads = [h.layer for h in e.heads if h.silence_effect is not None]
-    in_head = [h.layer for h in e.heads for x in h.listened if x.effect_in_head is not None]
+    in_head = [(h.layer, x.index) for h in e.heads for x in h.listened if x.effect_in_head is not None]
     members = [m.index for m in e.members if m.effect is not None]
     return heads, in_head, members, 0 if e.last_sentence is None else len(e.last_sentence.token_ids)
 
