@@ -85,7 +85,7 @@ __all__ = ["Analysis", "Explanation", "HeadEffect", "Listened", "LogitSum", "Mem
 
 def explain(model, text, *, top: int = 10, measure_heads: int | str | None = None,
             measure_members: int | str | None = None, interventions: Interventions = Interventions(),
-            word: int | None = None, generated_from: int | None = None) -> Explanation:
+            word: int | None = None, generated_from: int | None = None, reuse: Explanation | None = None) -> Explanation:
     """Explain the next-word prediction for `text` (or token ids).
 
     top: how many next words to list. Every head is silenced at the last position only and every
@@ -104,18 +104,21 @@ def explain(model, text, *, top: int = 10, measure_heads: int | str | None = Non
     word: the id of the next word to explain (a generated word, sampled or not); None: the most
     likely one. generated_from: with text the ids of a prompt and of words generated after it, the
     index of the first generated member (len(prompt ids)), kept in the result; None: a plain text.
+    reuse: an explanation of the same members, word and silencing, by zero ablation: the heads it
+    measured at every position are taken from it, not measured again (measure_heads="all" after
+    the default: the page's complete ranking); ValueError where it is another's.
 
     >>> e = explain(model, "Cash or credit card? I have a lot")
     >>> e.predicted.token, e.members[-1].token
     ('␣of', '␣lot')
     """
     return analyse(model, text, top=top, measure_heads=measure_heads, measure_members=measure_members,
-                   interventions=interventions, word=word, generated_from=generated_from).explanation
+                   interventions=interventions, word=word, generated_from=generated_from, reuse=reuse).explanation
 
 
 def analyse(model, text, *, top: int = 10, measure_heads: int | str | None = None,
             measure_members: int | str | None = None, interventions: Interventions = Interventions(),
-            word: int | None = None, generated_from: int | None = None) -> Analysis:
+            word: int | None = None, generated_from: int | None = None, reuse: Explanation | None = None) -> Analysis:
     """explain(), keeping the run: one recorded pass, then the strategy's silencing passes."""
     _check_count("top", top, allow_all=False)
     _check_count("measure_heads", measure_heads)
@@ -134,6 +137,7 @@ def analyse(model, text, *, top: int = 10, measure_heads: int | str | None = Non
     strategy.values, strategy.ablation = ablation.values(model, list(ids)), ablation
     strategy.taken_out = "silenced" if ablation.kind == "zero" else f"taken out ({story.TAKEN_OUT[ablation.kind]})"
     strategy.member_taken_out = "silenced" if ablation.kind == "zero" else f"taken out ({story.MEMBER_TAKEN_OUT[ablation.kind]})"
+    strategy.known = {} if reuse is None else measured_before(reuse, list(ids), chosen, ablation.kind)
     strategy.announce(measure_heads, measure_members)
     found = strategy.sinks()  # before the base run: its pass never runs beside the base run's keys and values
     run, estimate = strategy.base_run()
@@ -142,6 +146,8 @@ def analyse(model, text, *, top: int = 10, measure_heads: int | str | None = Non
     parts = attribution.direct_contributions(run, token)
     words = top_words(run, lp, top)
     predicted = next((w for w in words if w.id == token), None) or next_word(run, lp, token)
+    if reuse is not None and reuse.predicted.id != token:
+        raise ValueError("reuse: an explanation of another word")
     heads, heads_said = strategy.heads(run, token, lp[token], parts.heads, estimate, measure_heads)
     members, members_said = strategy.members(run, token, lp[token], measure_members)
     _mark_sinks(heads, found)
@@ -177,6 +183,7 @@ class EveryQuestion:
         self.taken_out = "silenced"  # how a head is taken out, in words
         self.ablation, self.member_taken_out = ZERO, "silenced"  # how a member is taken out, and in words
         self.show = len(ids) > ANNOUNCE_PAST_T  # long enough to say what it will need, and show progress
+        self.known: dict[tuple[int, int], float] = {}  # {(layer, head): log p(t)} measured already (explain's reuse)
 
     def announce(self, measure_heads, measure_members, stream=None) -> None:
         """Print, before the work starts, what explaining these members will need: its memory, and
@@ -194,8 +201,9 @@ class EveryQuestion:
                 f"silenced exactly in candidate order until {STOP_AFTER} in a row are small, and {members} "
                 f"members, in batched passes)", stream)
             return
-        say(f"explaining {T} members: {need} (a pass for the heads' sinks, a pass with a gradient, {LAST_ROWS}, then {heads} heads "
-            f"and {members} members silenced exactly, in batched passes)", stream)
+        known = f" ({len(self.known)} measured already)" if self.known else ""
+        say(f"explaining {T} members: {need} (a pass for the heads' sinks, a pass with a gradient, {LAST_ROWS}, then {heads} heads"
+            f"{known} and {members} members silenced exactly, in batched passes)", stream)
 
     def memory(self, heads: int, members: int) -> int:
         """Before the run: its peak memory in bytes (`estimate.explain_bytes`) with `heads` heads and
@@ -218,6 +226,7 @@ class EveryQuestion:
         heads, members = _count(measure_heads, c.n_layers * c.n_heads, T), _members_count(measure_members, T)
         rule = measure_heads is None and T > HEADS_ALL_MAX_T
         heads = min(BAR_RANK + STOP_AFTER, c.n_layers * c.n_heads) if rule else heads
+        heads -= len(self.known) if measure_heads == "all" else 0  # measured already (explain's reuse)
         cells = HEADS_WITH_MEMBERS * (LISTENED_MEASURED + 1) if self.chosen == Interventions() else 0
         work = self.work(heads, members, cells, sentence_rows(self.model, self.ids, self.chosen))
         further = self.work(STOP_AFTER, 0, 0, 0).text - self.work(0, 0, 0, 0).text
@@ -254,6 +263,7 @@ class EveryQuestion:
             last = every_head_last_position(run, token, bar, self.values) if clean else {}  # {(layer, head): log p(t)}
         order = candidates(direct if not last else _grid(last, c) - float(lp_t), estimate, c.n_layers * c.n_heads)
 
+        @_known_taken(self.known, lp_t)
         def measure(chosen, bar=None):
             if not clean:  # on top of the explained run's silencing
                 added = [Interventions(silenced_heads=frozenset({p})) for p in chosen]
@@ -262,6 +272,7 @@ class EveryQuestion:
         n = _count(measure_heads, c.n_layers * c.n_heads, run.T)
         label = (f"silencing {n} heads" if measure_heads is not None or run.T <= HEADS_ALL_MAX_T else
                  f"silencing candidate heads until {STOP_AFTER} in a row are small")
+        label += f" ({len(self.known)} measured already)" if self.known else ""
         with Progress(1, label + ", layer by layer", show=self.show and n > 0) as bar:
             chosen, lps = measured_heads(order, measure_heads, run.T, lp_t, lambda h: measure(h, bar))
         out = _head_effects(run, token, lp_t, direct, dict(zip(chosen, lps)), last, estimate)
@@ -442,6 +453,29 @@ def measured_heads(order: list[tuple[int, int]], setting, T: int, lp_t, measure)
         lps += [float(x) for x in measure(batch)]
         quiet = quiet_run(torch.tensor(lps, dtype=torch.float64) - float(lp_t))
     return chosen, torch.tensor(lps, dtype=torch.float64)
+
+
+def measured_before(e: Explanation, ids: list[int], chosen: Interventions, ablation: str) -> dict[tuple[int, int], float]:
+    """{(layer, head): silence_effect} of the heads `e` measured at every position, where e explains
+    these members with `chosen` silenced, by zero ablation, in every head (ValueError otherwise;
+    its word is checked once the run has one)."""
+    same = (e.token_ids == ids and e.ablation == ablation == ZERO.kind and e.silenced_members == chosen.silenced()["silenced_members"]
+            and e.silenced_heads == chosen.silenced()["silenced_heads"])
+    if not same:
+        raise ValueError("reuse: an explanation of other members, silencing or ablation")
+    return {(h.layer, h.head): h.silence_effect for h in e.heads if h.silence_effect is not None}
+
+
+def _known_taken(known: dict[tuple[int, int], float], lp_t):
+    """A measure(heads, bar) -> (len(heads),) log p(t) that measures only the heads whose effect
+    on log p(t) = lp_t is not `known` already."""
+    def wrap(measure):
+        def taken(chosen, bar=None):
+            new = [p for p in chosen if p not in known]
+            lps = dict(zip(new, measure(new, bar).tolist())) if new else {}
+            return torch.tensor([float(lp_t) + known[p] if p in known else lps[p] for p in chosen], dtype=torch.float64)
+        return taken
+    return wrap
 
 
 def quiet_run(effects_in_order: torch.Tensor) -> int:

@@ -58,11 +58,12 @@ def conclusion(model, text, top: int = 10, interventions: Interventions = Interv
 
 
 def explanation(model, text, top: int = 10, interventions: Interventions = Interventions(),
-                measure_heads: int | str | None = None):
+                measure_heads: int | str | None = None, reuse=None):
     """study.explain on `text` (in a run with these interventions): the Explanation object (its
     .to_dict() is the API's payload). measure_heads: how many heads to measure exactly (a number or
-    "all"; None: explain's default)."""
-    return explain(model, text, top=top, interventions=interventions, measure_heads=measure_heads)
+    "all"; None: explain's default). reuse: an explanation of the same text and silencing whose
+    heads measured at every position are not measured again (study.explain's reuse)."""
+    return explain(model, text, top=top, interventions=interventions, measure_heads=measure_heads, reuse=reuse)
 
 
 def comparison(model, text_a, text_b, top: int = 10, interventions: Interventions = Interventions()):

@@ -20,7 +20,7 @@ from studygroup.study import compare as study_compare
 from studygroup.study import head as study_head
 from studygroup.errors import InputError, NotationError
 from studygroup.study.lesson_sections import lesson_sections
-from studygroup.model.interventions import PassPlan
+from studygroup.model.interventions import Interventions, PassPlan
 from studygroup.model.record import Record
 from studygroup.study import story as story_of
 from studygroup.study.ablation import head_effects
@@ -173,7 +173,7 @@ def test_packed_copies_equal_copies_side_by_side(model, heads):
 
 
 def test_a_pass_predicts_from_any_rows_it_is_asked(model):
-    from studygroup.model.interventions import PassPlan
+    from studygroup.model.interventions import Interventions, PassPlan
 
     ids = random_ids(model, 8, 12)
     every = model.run(ids, record="none", logits="all").logits  # (T, vocab)
@@ -734,6 +734,28 @@ def test_the_stopping_rule_stops_at_the_first_head_where_it_holds():
         assert chosen == order[:len(chosen)] and torch.allclose(lps - lp_t, effects_in_order[:len(chosen)])
         assert sum(batches) == len(chosen) and all(b <= study.STOP_AFTER for b in batches)
     assert len(study.measured_heads(list(range(80)), None, 99, lp_t, lambda h: planted[h] + lp_t)[0]) == 36
+
+
+def test_reuse_measures_only_the_heads_not_measured_before(model, monkeypatch):
+    quick = study.explain(model, TEXT_B, top=3, measure_heads=3)
+    before = {(h.layer, h.head): h.silence_effect for h in quick.heads if h.silence_effect is not None}
+    assert 0 < len(before) < len(quick.heads)
+    asked, measure = [], effects.head_log_probs
+    def counting(model, ids, token, heads, *a, **k):  # at every position (the last position's copies are one row each)
+        asked.extend(heads if len(ids) > 1 else [])
+        return measure(model, ids, token, heads, *a, **k)
+    monkeypatch.setattr(effects, "head_log_probs", counting)
+    complete = study.explain(model, TEXT_B, top=3, measure_heads="all", reuse=quick)
+    assert sorted(asked) == sorted(set((h.layer, h.head) for h in complete.heads) - set(before))  # each of the rest once
+    monkeypatch.setattr(effects, "head_log_probs", measure)
+    fresh = study.explain(model, TEXT_B, top=3, measure_heads="all")
+    got = {(h.layer, h.head): h.silence_effect for h in complete.heads}
+    assert all(got[p] == before[p] for p in before)
+    assert got == pytest.approx({(h.layer, h.head): h.silence_effect for h in fresh.heads}, abs=1e-6)
+    with pytest.raises(ValueError, match="reuse"):
+        study.explain(model, TEXT_A, top=3, measure_heads="all", reuse=quick)
+    with pytest.raises(ValueError, match="reuse"):
+        study.explain(model, TEXT_B, top=3, measure_heads="all", reuse=quick, interventions=Interventions(silenced_members=(1,)))
 
 
 def test_quiet_run_counts_the_small_effects_at_the_end():

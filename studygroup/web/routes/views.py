@@ -32,8 +32,10 @@ async def explain(b: ExplainBody, request: Request, s: Served):
             s.model, ids, b.top, i, b.measure_heads).to_dict())
     _, i = s.checked(b)
     if i != Interventions() or b.measure_heads is not None:  # not the text's own default explanation: not remembered
+        # more heads measured than the default's (the page's complete ranking): the default's heads taken as measured
+        known = s.explanations.get((b.text, None)) if i == Interventions() else None
         return await s.followed(request, b, b.cache_key(i), lambda: payloads.explanation(
-            s.model, b.text, b.top, i, b.measure_heads).to_dict())
+            s.model, b.text, b.top, i, b.measure_heads, reuse=known).to_dict())
     return await s.followed(request, b, b.cache_key(i), lambda: s.explanation(b.text, b.top).to_dict())
 
 
