@@ -19,14 +19,15 @@ a text the app has not seen (the bench's text with its last word replaced, a new
 so that its pass is made whole; one after every second silencing, on the app as `serve` makes it.
 Printed: each app's p50 and p95 against the target and against the first draw's p50.
 
---avx2 keeps torch's kernels and oneDNN's to AVX2 (ATEN_CPU_CAPABILITY=avx2,
-ONEDNN_MAX_CPU_ISA=AVX2, set before torch starts: the bench runs itself again with them), as on
+--avx2 keeps torch's kernels, oneDNN's and MKL's to AVX2 (ATEN_CPU_CAPABILITY=avx2,
+ONEDNN_MAX_CPU_ISA=AVX2, MKL_ENABLE_INSTRUCTIONS=AVX2, set before torch starts: the bench runs
+itself again with them), as on
 a CPU without AVX-512. studygroup's compiled kernel (model/row_kernels.py, built for this CPU)
 multiplies generation's steps only; the bench says whether the redraws used it.
 
     .venv/bin/python bench/silence_redraw.py                # the default model, 20 rounds
     .venv/bin/python bench/silence_redraw.py --rounds 40 --model FILE.gguf --json out.json
-    .venv/bin/python bench/silence_redraw.py --avx2         # torch and oneDNN kept to AVX2
+    .venv/bin/python bench/silence_redraw.py --avx2         # torch, oneDNN and MKL kept to AVX2
 """
 from __future__ import annotations
 
@@ -53,16 +54,16 @@ def parse_args(argv=None):
     p.add_argument("--model", default=None, metavar="PATH", help="GGUF file (default: the default model)")
     p.add_argument("--text", default=TEXT)
     p.add_argument("--json", default=None, metavar="FILE", help="also write the figures as JSON")
-    p.add_argument("--avx2", action="store_true", help="keep torch and oneDNN to AVX2 (as on a CPU without AVX-512)")
+    p.add_argument("--avx2", action="store_true", help="keep torch, oneDNN and MKL to AVX2 (as on a CPU without AVX-512)")
     return p.parse_args(argv)
 
 
 #: The vector instruction sets named in the CPU's description, and what lscpu calls them.
 INSTRUCTION_SETS = {"AVX2": "avx2", "AVX-512": "avx512f", "AMX": "amx_tile"}
-#: Variables that keep torch and oneDNN to fewer instruction sets than the CPU has.
-ISA_LIMITS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")
+#: Variables that keep torch, oneDNN and MKL (torch's sgemm) to fewer instruction sets than the CPU has.
+ISA_LIMITS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
 #: Their values for a CPU with AVX2 and no AVX-512 (--avx2).
-AVX2_ONLY = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+AVX2_ONLY = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
 #: The redraw's target, seconds (p50 at ~44 members on 2 cores).
 TARGET_S = 0.3
 #: Last words for the first draws' texts: each a text the app has not seen.
@@ -71,12 +72,12 @@ FIRST_WORDS = (" book", " cake", " tea", " map", " pen", " bag", " box", " key",
 
 
 def avx2_env() -> dict:
-    """os.environ with torch and oneDNN kept to AVX2 (a value set already wins)."""
+    """os.environ with torch, oneDNN and MKL kept to AVX2 (a value set already wins)."""
     return {**AVX2_ONLY, **os.environ}
 
 
 def with_avx2(argv) -> None:
-    """Run this bench again with torch and oneDNN kept to AVX2, unless they are already (torch reads
+    """Run this bench again with torch, oneDNN and MKL kept to AVX2, unless they are already (torch reads
     its limit once, when it starts its kernels); exits with its status."""
     if all(os.environ.get(k) for k in AVX2_ONLY):
         return

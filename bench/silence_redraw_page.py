@@ -20,13 +20,13 @@ pass made whole; then the bench's text is drawn again (untimed, from the answers
 Printed: p50 and p95 against the target and against the first draw's p50, and how many
 thumbnails each redraw painted (the page paints those whose weights or masked cells changed).
 
---avx2 starts the server with torch's kernels and oneDNN's kept to AVX2 (ATEN_CPU_CAPABILITY=avx2,
-ONEDNN_MAX_CPU_ISA=AVX2), as on a CPU without AVX-512; the redraw's passes use no compiled kernel
+--avx2 starts the server with torch's kernels, oneDNN's and MKL's kept to AVX2 (ATEN_CPU_CAPABILITY=avx2,
+ONEDNN_MAX_CPU_ISA=AVX2, MKL_ENABLE_INSTRUCTIONS=AVX2), as on a CPU without AVX-512; the redraw's passes use no compiled kernel
 of studygroup's (that one multiplies generation's steps). Target: under 0.3 s at ~44 members on 2 cores.
 
     .venv/bin/python bench/silence_redraw_page.py               # the default model, 20 rounds
     .venv/bin/python bench/silence_redraw_page.py --rounds 40 --json out.json
-    .venv/bin/python bench/silence_redraw_page.py --avx2        # the server's torch and oneDNN kept to AVX2
+    .venv/bin/python bench/silence_redraw_page.py --avx2        # the server's torch, oneDNN and MKL kept to AVX2
 """
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def parse_args(argv=None):
     p.add_argument("--rounds", type=int, default=20, help="silencings measured (default 20)")
     p.add_argument("--text", default=TEXT)
     p.add_argument("--json", default=None, metavar="FILE", help="also write the figures as JSON")
-    p.add_argument("--avx2", action="store_true", help="the server's torch and oneDNN kept to AVX2 (as on a CPU without AVX-512)")
+    p.add_argument("--avx2", action="store_true", help="the server's torch, oneDNN and MKL kept to AVX2 (as on a CPU without AVX-512)")
     return p.parse_args(argv)
 
 
