@@ -2,9 +2,13 @@
 (STUDYGROUP_WEIGHTS=blocks) give `explain --json` as the float32 path does: the dequantized weights
 are the same numbers in the same layout, multiplied the same way, so every forward number is
 equal bit for bit. Gemma's unembedding (671 MB in float32) is multiplied a slice of rows at a time:
-its forward products are still equal, but the gradient through it is summed slice by slice, so the
-first-order silencing estimates (the only numbers from a gradient) may differ in float32's last
-places: within 1e-3 of the largest estimate. The default model's unembedding is one slice: all equal."""
+the gradient through it is summed slice by slice, so the first-order silencing estimates (the only
+numbers from a gradient) may differ in float32's last places: within 1e-3 of the largest estimate.
+In the pass with a gradient (explain's base run) MKL may also sum the one row's product by the
+whole matrix in another order than by a slice (seen on an Intel Xeon with AVX-512: 14 of the
+262,144 logits one float32 unit in the last place apart), so every probability and effect measured
+against those logits may differ in its last places too: within 1e-6 of each other, the words and
+the predicted word the same. The default model's unembedding is one slice: all equal."""
 from __future__ import annotations
 
 import json
@@ -17,6 +21,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 ESTIMATE_TOLERANCE = 1e-3  # of the largest |estimate|
+RELATIVE = 1e-6  # Gemma: any other number, of its size (at least 1)
 
 
 def explain_json(model: str | None, how: str) -> dict:
@@ -51,9 +56,11 @@ def estimates(e, path="") -> list[float]:
 @pytest.mark.parametrize("model, sliced", [(None, False), ("gemma-3-270m", True)], ids=["default", "gemma-3-270m"])
 def test_explain_json_kept_as_blocks_is_the_float32_paths(model, sliced):
     blocks, plain = explain_json(model, "blocks"), explain_json(model, "float32")
-    assert plain["predicted"] == blocks["predicted"]
+    assert plain["predicted"]["id"] == blocks["predicted"]["id"]
     differ = differences(blocks, plain)
     if not sliced:
         assert differ == []
     largest = max(estimates(plain))
-    assert all("estimate" in path and abs(x - y) <= ESTIMATE_TOLERANCE * largest for path, x, y in differ), differ[:3]
+    far = [(path, x, y) for path, x, y in differ if "estimate" in path and abs(x - y) > ESTIMATE_TOLERANCE * largest
+           or "estimate" not in path and not (isinstance(x, float) and abs(x - y) <= RELATIVE * max(1.0, abs(y)))]
+    assert far == [], far[:3]
