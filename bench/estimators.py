@@ -10,7 +10,7 @@ Estimates (each -∂ log p(t)/∂g of the gate g on each head's write, t the pre
   N copies in one batched pass, one backward).
 For each: the largest |estimate - exact|, Spearman's rank correlation of |estimate| with |exact|,
 and how many of the true top-5 heads (by |exact|) explain's stopping rule would leave untested
-(candidates alternately by |direct contribution| and |estimate|, batches of STOP_AFTER until
+(candidates alternately by |direct contribution| and |estimate|, until the first head where
 STOP_AFTER in a row fall below half the fifth-largest exact effect), with how many it tests.
 """
 from __future__ import annotations
@@ -41,16 +41,12 @@ def path_mean(model, ids: list[int], token: int, n: int):
     return -torch.stack([gates[l].grad.mean(0) for l in range(c.n_layers)]).float()  # (L, H)
 
 
-def stopping_rule(order, exact: dict, batch: int) -> list:
+def stopping_rule(order, exact: dict) -> list:
     """The heads explain's default tests, in `order`, given every head's exact effect."""
     import torch
-    from studygroup.study.explain import quiet_run
-    tested = []
-    while len(tested) < len(order):
-        tested += order[len(tested):len(tested) + batch]
-        if quiet_run(torch.tensor([exact[p] for p in tested], dtype=torch.float64)) >= batch:
-            break
-    return tested
+    from studygroup.study.explain import measured_heads
+    effects = lambda heads: torch.tensor([exact[p] for p in heads], dtype=torch.float64)  # noqa: E731  (log p(t) = 0)
+    return measured_heads(order, None, 10**9, 0.0, effects)[0]  # a text past HEADS_ALL_MAX_T
 
 
 def spearman(a, b) -> float:
@@ -60,11 +56,11 @@ def spearman(a, b) -> float:
 
 
 def judge(estimate, exact_grid, direct) -> dict:
-    from studygroup.study.explain import STOP_AFTER, candidates
+    from studygroup.study.explain import candidates
     from studygroup.study.ranking import heads_largest_first
     L, H = exact_grid.shape
     exact = {(l, h): float(exact_grid[l, h]) for l in range(L) for h in range(H)}
-    tested = stopping_rule(candidates(direct, estimate, L * H), exact, STOP_AFTER)
+    tested = stopping_rule(candidates(direct, estimate, L * H), exact)
     top5 = heads_largest_first(exact_grid)[:5]
     return {"max_abs_error": round(float((estimate - exact_grid).abs().max()), 4),
             "spearman_abs": round(spearman(estimate.abs().flatten(), exact_grid.abs().flatten()), 3),

@@ -183,7 +183,7 @@ class EveryQuestion:
         self.taken_out = "silenced"  # how a head is taken out, in words
         self.ablation, self.member_taken_out = ZERO, "silenced"  # how a member is taken out, and in words
         self.show = len(ids) > ANNOUNCE_PAST_T  # long enough to say what it will need, and show progress
-        self.known: dict[tuple[int, int], float] = {}  # {(layer, head): log p(t)} measured already (explain's reuse)
+        self.known: dict[tuple[int, int], float] = {}  # {(layer, head): silence_effect} measured already (explain's reuse)
 
     def announce(self, measure_heads, measure_members, stream=None) -> None:
         """Print, before the work starts, what explaining these members will need: its memory, and
