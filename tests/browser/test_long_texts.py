@@ -214,6 +214,10 @@ def test_hundreds_of_chips_scroll_and_find_a_word_and_a_member(browser, url, scr
     page.press(".sg-find-word", "Enter")
     assert page.evaluate("() => document.querySelector('.sg-root').studygroup.ui.selected") == red
     assert "1 of 1" in page.locator(".sg-find-said").inner_text()
+    page.wait_for_function("() => document.querySelector('.sg-root').studygroup.store.d.explanation")
+    page.press(".sg-find-word", "Enter")  # red again: the only one
+    page.evaluate("() => { const sg = document.querySelector('.sg-root').studygroup; sg.update({ explanation: Object.assign({}, sg.store.d.explanation) }); }")
+    assert "1 of 1" in page.locator(".sg-find-said").inner_text()  # the members drawn again (an answer arriving) keep it
 
     def visible_in_box(j):
         return page.evaluate("""(j) => { const b = document.querySelector('.sg-chips').getBoundingClientRect();

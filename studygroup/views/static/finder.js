@@ -14,7 +14,9 @@
   class Finder {
     constructor(view, chips) { this.view = view; this.chips = chips; }
 
-    /** The find box above the chips, made on first use; shown for texts past FIND_PAST members. */
+    /** The find box above the chips, made on first use; shown for texts past FIND_PAST members. What
+     * it found stays while the members are drawn again for the same text (its conclusion, its
+     * explanation arriving). */
     draw() {
       let box = this.view.q(".sg-find");
       if (!box) {
@@ -32,7 +34,8 @@
       const T = this.view.tokens().length;
       box.hidden = T <= FIND_PAST;
       this.view.q(".sg-find-index").max = String(Math.max(0, T - 1));
-      this.view.q(".sg-find-said").textContent = "";
+      if (this.text !== this.view.d.text) this.view.q(".sg-find-said").textContent = ""; // a new text: nothing found in it yet
+      this.text = this.view.d.text;
     }
 
     /** The members where `word` begins in the text (case ignored), in order. */
