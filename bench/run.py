@@ -63,7 +63,7 @@ PEERS = [
     ("transformers", "eager_attn", "transformers, eager + output_attentions", "maps"),
 ]
 GROUPS = ("speed", "maps")
-BF16_MAX_T = 512  # bfloat16 is emulated without AVX-512-BF16/AMX: ~10× slower, so short texts only
+BF16_MAX_T = 512  # bfloat16 is emulated without AVX-512-BF16/AMX: ~10× slower, so short texts only there
 ALL_MAX_T = 2048  # record="all" keeps every step of every row: at 8192, 293 s a run and 15 GiB, with no peer left
 SLOW_S = 10.0  # at the longest T, a peer whose warm-up took longer than this gets --long-reps runs
 
@@ -252,9 +252,10 @@ def prefill_at(args, T: int, ids: list[int], slots: list[Slot], sizes: dict) -> 
 
 
 def why_skip(slot: Slot, T: int, sizes: dict) -> str | None:
-    """A reason not to run this peer at T (bf16 past BF16_MAX_T, record="all" past ALL_MAX_T; maps
-    that cannot fit), or None."""
-    if slot.mode == "bf16" and T > BF16_MAX_T:
+    """A reason not to run this peer at T (bf16 past BF16_MAX_T where it is emulated, record="all"
+    past ALL_MAX_T; maps that cannot fit), or None."""
+    from studygroup.model.model import native_bfloat16
+    if slot.mode == "bf16" and T > BF16_MAX_T and not native_bfloat16():
         return f"bfloat16 measured up to T={BF16_MAX_T} only (emulated on this CPU)"
     if slot.program == "ours" and slot.mode == "all" and T > ALL_MAX_T:
         return (f'record="all" measured up to T={ALL_MAX_T} only: past it, every step of every row takes '
