@@ -51,17 +51,20 @@ def member_mask(T: int, members: Iterable[int], device=None, rows: range | None 
     return _remove_keys(silenced, rows)
 
 
-def each_member_masks(T: int, members: Iterable[int], device=None) -> torch.Tensor:
+def each_member_masks(T: int, members: Iterable[int], device=None, rows: range | None = None) -> torch.Tensor:
     """One mask per member, each silencing that member alone, for a batched pass.
 
-    Returns (B, T, T) bool with B = len(members).
+    Returns (B, T, T) bool with B = len(members); with rows (a range of members), only those
+    questions' rows (B, len(rows), T).
 
     >>> each_member_masks(3, [1, 2]).shape
     torch.Size([2, 3, 3])
+    >>> torch.equal(each_member_masks(4, [1, 2], rows=range(2, 4)), each_member_masks(4, [1, 2])[:, 2:])
+    True
     """
     index = torch.arange(T, device=device)  # (T,)
     silenced = index[None, :] == torch.tensor(list(members), device=device)[:, None]  # (B, T)
-    return _remove_keys(silenced)
+    return _remove_keys(silenced, rows)
 
 
 def packed_member_masks(T: int, members: Sequence[int], device=None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -276,7 +276,7 @@ def member_in_head_log_probs(model: Model, ids: list[int], token: int, silenced:
 
     def masks(copies, joined, device, rows: range):
         m = torch.ones(joined, model.config.n_heads, len(rows), T, dtype=torch.bool, device=device).tril_(rows.start)  # (B, H, R, T)
-        each = torch.stack([masks_.member_mask(T, [silenced[i][2]], device, rows) for _, i in copies])  # (B_l, R, T)
+        each = masks_.each_member_masks(T, [silenced[i][2] for _, i in copies], device, rows)  # (B_l, R, T)
         m[[b for b, _ in copies], [silenced[i][1] for _, i in copies]] = each
         return m
     for l, h, j in silenced:

@@ -459,8 +459,9 @@ def measured_before(e: Explanation, ids: list[int], chosen: Interventions, ablat
     """{(layer, head): silence_effect} of the heads `e` measured at every position, where e explains
     these members with `chosen` silenced, by zero ablation, in every head (ValueError otherwise;
     its word is checked once the run has one)."""
-    same = (e.token_ids == ids and e.ablation == ablation == ZERO.kind and e.silenced_members == chosen.silenced()["silenced_members"]
-            and e.silenced_heads == chosen.silenced()["silenced_heads"])
+    silenced = chosen.silenced()
+    same = (e.token_ids == ids and e.ablation == ablation == ZERO.kind and e.silenced_members == silenced["silenced_members"]
+            and e.silenced_heads == silenced["silenced_heads"])
     if not same:
         raise ValueError("reuse: an explanation of other members, silencing or ablation")
     return {(h.layer, h.head): h.silence_effect for h in e.heads if h.silence_effect is not None}

@@ -173,7 +173,7 @@ def test_packed_copies_equal_copies_side_by_side(model, heads):
 
 
 def test_a_pass_predicts_from_any_rows_it_is_asked(model):
-    from studygroup.model.interventions import Interventions, PassPlan
+    from studygroup.model.interventions import PassPlan
 
     ids = random_ids(model, 8, 12)
     every = model.run(ids, record="none", logits="all").logits  # (T, vocab)
