@@ -601,7 +601,7 @@ def _against_runner_up(run, lp: torch.Tensor, token: int, parts: attribution.Log
     gap between their logits; (None, None) for a vocabulary of one word."""
     if lp.shape[-1] < 2:
         return None, None
-    rival = int(lp.index_fill(0, torch.tensor([token]), float("-inf")).argmax())
+    rival = int(lp.index_fill(0, torch.tensor([token], device=lp.device), float("-inf")).argmax())
     return next_word(run, lp, rival), _logit_sum(attribution.gap(parts, attribution.direct_contributions(run, rival)))
 
 

@@ -132,7 +132,7 @@ def _readings(logits: torch.Tensor, final: torch.Tensor | None, top: int) -> lis
     m = best.values[:, :1]  # (N, 1): each row's largest logit
     lse = (m + torch.sub(logits, m).exp_().sum(-1, keepdim=True).log_()).double()  # (N, 1)
     if final is None:
-        return [best.indices, best.values.double() - lse, (m.double() - lse)[:, 0], torch.ones(len(logits), dtype=torch.long)]
+        return [best.indices, best.values.double() - lse, (m.double() - lse)[:, 0], torch.ones(len(logits), dtype=torch.long, device=logits.device)]
     f = logits.gather(1, final[:, None])  # (N, 1)
     return [best.indices, best.values.double() - lse, (f.double() - lse)[:, 0], (logits > f).sum(-1) + 1]
 

@@ -133,12 +133,13 @@ def batch_role_scores(weights: torch.Tensor, token_ids: torch.Tensor) -> torch.T
     1.0
     """
     B, N, R, T = weights.shape
-    i = torch.arange(T - R, T)  # (R,) the questions
+    d = weights.device
+    i = torch.arange(T - R, T, device=d)  # (R,) the questions
     asked = i >= 1
     if not bool(asked.any()):
         raise InputError("roles need at least 2 members: the first member's question hears only itself")
     w, i = weights[:, :, asked].double(), i[asked]  # (B, N, Q, T), (Q,)
-    tok, j = token_ids, torch.arange(T)  # (B, T), (T,)
+    tok, j = token_ids.to(d), torch.arange(T, device=d)  # (B, T), (T,)
     same = tok[:, None, :] == tok[:, i][:, :, None]  # (B, Q, T): member j has question i's token
     before = j[None, :] < i[:, None]  # (Q, T)
     after_copy = torch.zeros_like(same)
@@ -168,7 +169,7 @@ def first_weight(weights: torch.Tensor) -> torch.Tensor:
     tensor([0.2500], dtype=torch.float64)
     """
     R, T = weights.shape[-2:]
-    asked = torch.arange(T - R, T) >= 1  # (R,)
+    asked = torch.arange(T - R, T, device=weights.device) >= 1  # (R,)
     return weights[..., asked, 0].double().mean(-1)  # (…,)
 
 
