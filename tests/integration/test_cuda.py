@@ -240,3 +240,30 @@ def test_the_pages_answers_under_mean_ablation_equal_the_cpu(cpu, gpu):
         a, b = (numbers(build(m, Interventions.make(m, T, **silence, ablation=Ablation("mean")))) for m in (cpu, gpu))
         assert len(a) == len(b) and len(a) > 10
         assert max(abs(x - y) / max(1.0, abs(x)) for x, y in zip(a, b) if x is not None and y is not None) < PAYLOAD_ATOL
+
+
+def test_the_web_pages_answers_equal_the_cpus(cpu, gpu):
+    """Every answer the page asks for, from `serve --device cuda`, equals the same answer on the CPU."""
+    import json
+
+    from fastapi.testclient import TestClient
+
+    from studygroup.web.app import create_app
+
+    text, silence = "an ear then the tin", {"members": [2], "heads": [[0, 1]]}
+    mean = {"silence": silence, "ablation": {"kind": "mean"}}
+    asked = [("/api/conclusion", {"text": text, **mean}), ("/api/model_view", {"text": text, "silence": silence}),
+             ("/api/head", {"text": text, "layer": 1, "head": 0, **mean}), ("/api/lesson", {"text": text, "layer": 1, "head": 0}),
+             ("/api/why", {"text": text, "layer": 1, "head": 0, "query": 5, "key": 3}), ("/api/explain", {"text": text, "top": 3}),
+             ("/api/compare", {"text_a": "the tin", "text_b": text}), ("/api/lens", {"text": text, "all_positions": True}),
+             ("/api/patch", {"clean": "an ear", "corrupted": "an ea "})]
+    with TestClient(create_app(cpu)) as a, TestClient(create_app(gpu)) as b:
+        for path, body in asked:
+            x, y = a.post(path, json=body), b.post(path, json=body)
+            assert x.status_code == y.status_code == 200, (path, x.text, y.text)
+            x, y = numbers(x.json()), numbers(y.json())
+            assert len(x) == len(y) and len(x) > 5, path
+            assert max(abs(p - q) / max(1.0, abs(p)) for p, q in zip(x, y) if p is not None and q is not None) < PAYLOAD_ATOL, path
+        lines = [[json.loads(s) for s in c.post("/api/generate", json={"text": text, "n": 6, "ignore_eos": True}).text.splitlines()]
+                 for c in (a, b)]
+        assert [d.get("id") for d in lines[0]] == [d.get("id") for d in lines[1]] and len(lines[0]) >= 6
