@@ -15,6 +15,12 @@ line: that is its figure.
     python bench/big_models.py FOLDER --only llama3.1:8b --heads 0 --members 0      # explain's base measures only
     python bench/big_models.py --file FILE --heads -1                                # no explain: load, generate
     python bench/big_models.py FOLDER --only llama3.2:3b --T 64 --steps              # peak memory of each step
+    python bench/big_models.py FOLDER --only llama3.1:8b --device cuda --tokenizer small.gguf   # on a GPU
+
+--device cuda loads each model onto the GPU (its matrices dequantized to float32 there) and adds the
+GPU's peak allocated memory. --tokenizer takes the shaped files' vocabulary from another GGUF's
+tokenizer.* metadata (any file with SmolLM2's vocabulary, e.g. a small shaped file) where the
+default model is not installed, as on a lent GPU machine.
 
 --steps also prints, for each step of the child (loading, each of explain's steps as its progress
 bars name them, generating), the peak resident memory sampled every STEP_SAMPLE_S from
@@ -90,7 +96,7 @@ def resident() -> dict:
     return {"rss": kib("VmRSS"), "anon": kib("RssAnon"), "file": kib("RssFile")}
 
 
-def measure(path: str, T: int, words: int, heads=None, members=None, steps: bool = False) -> dict:
+def measure(path: str, T: int, words: int, heads=None, members=None, steps: bool = False, device: str = "cpu") -> dict:
     """In this process: load, explain T ids (measure_heads=heads, measure_members=members; None: explain's
     defaults), generate `words`; the figures (a refusal: its line). steps: also each step's peak memory."""
     import studygroup  # before torch, as a user's program does (studygroup sets torch's threads)
@@ -98,17 +104,17 @@ def measure(path: str, T: int, words: int, heads=None, members=None, steps: bool
 
     seen = Steps() if steps else None
     with watching(seen.watch) if steps else contextlib.nullcontext():
-        figures = _measure(path, T, words, heads, members, seen.begin if steps else lambda part: None)
+        figures = _measure(path, T, words, heads, members, seen.begin if steps else lambda part: None, device)
     return figures | ({"steps": seen.figures()} if steps else {})
 
 
-def _measure(path: str, T: int, words: int, heads, members, begin) -> dict:
+def _measure(path: str, T: int, words: int, heads, members, begin, device: str = "cpu") -> dict:
     """measure's work; begin(part) names each part as it starts."""
     import studygroup
 
     start = time.perf_counter()
     try:
-        model = studygroup.load(path, cache=False)
+        model = studygroup.load(path, cache=False, device=device)
     except studygroup.StudyGroupError as e:
         return {"refused": str(e), "load_s": round(time.perf_counter() - start, 1)}
     figures = {"load_s": round(time.perf_counter() - start, 1), "model": model.config.label}
@@ -125,6 +131,10 @@ def _measure(path: str, T: int, words: int, heads, members, begin) -> dict:
         g = model.generate(ids, words, ignore_eos=True)
         took = time.perf_counter() - start
         figures |= {"words": len(g.words), "generate_s": round(took, 1), "words_per_s": round(len(g.words) / took, 2)}
+    if device == "cuda":
+        import torch
+
+        figures |= {"gpu": torch.cuda.get_device_name(), "gpu_peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2)}
     return figures
 
 
@@ -153,9 +163,11 @@ def run_child(path: Path, T: int, words: int, bounds: list[str]) -> dict:
     return figures | {"peak_gib": round(usage.ru_maxrss / 2**20, 2)}
 
 
-def shaped_file(name: str, folder: Path) -> tuple[Path | None, dict]:
-    """Write the shape `name` into `folder`: (its path, figures), or (None, why not)."""
+def shaped_file(name: str, folder: Path, tokenizer: str | None = None) -> tuple[Path | None, dict]:
+    """Write the shape `name` into `folder` (with the tokenizer.* metadata of the GGUF `tokenizer`,
+    None: the default model's): (its path, figures), or (None, why not)."""
     import shaped_gguf
+    from studygroup.gguf.container import read_gguf
 
     s = shaped_gguf.SHAPES[name]
     size = shaped_gguf.file_bytes(s)
@@ -164,7 +176,8 @@ def shaped_file(name: str, folder: Path) -> tuple[Path | None, dict]:
         return None, {"skipped": f"{size / 1e9:.1f} GB to write, {free / 1e9:.1f} GB free in {folder}"}
     path = folder / f"{name.replace(':', '-')}-random-q4_k_m.gguf"
     start = time.perf_counter()
-    shaped_gguf.write(s, path)
+    fields = None if tokenizer is None else {k: v for k, v in read_gguf(tokenizer).fields.items() if k.startswith("tokenizer.")}
+    shaped_gguf.write(s, path, tokenizer=fields)
     return path, {"file_gb": round(path.stat().st_size / 1e9, 2), "write_s": round(time.perf_counter() - start, 1)}
 
 
@@ -175,8 +188,9 @@ def row(name: str, f: dict) -> str:
         return f"| {name} | {f.get('file_gb', '')} GB | {why} | | | {f.get('peak_gib', '')} GiB |"
     gen = f"{f['generate_s']} s ({f['words_per_s']} words/s)" if "generate_s" in f else "—"
     explain = f"{f['explain_s']} s" if "explain_s" in f else "not run"
+    gpu = f"; GPU {f['gpu_peak_gib']} GiB" if "gpu_peak_gib" in f else ""
     return (f"| {name} | {f.get('file_gb', '')} GB | {f['load_s']} s | {explain} ({f['T']} tokens) "
-            f"| {gen} | {f['peak_gib']} GiB |")
+            f"| {gen} | {f['peak_gib']} GiB{gpu} |")
 
 
 def step_lines(f: dict) -> str:
@@ -197,10 +211,12 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the files written")
     ap.add_argument("--steps", action="store_true", help="also the peak memory of each step (anonymous and file parts)")
     ap.add_argument("--out", help="also write the figures, the CPU, the load and the commit as JSON")
+    ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    ap.add_argument("--tokenizer", help="a GGUF whose tokenizer.* metadata the shaped files take (default: the default model's)")
     ap.add_argument("--measure", help=argparse.SUPPRESS)  # the child: one model, figures as JSON
     args = ap.parse_args()
     if args.measure:
-        print(json.dumps(measure(args.measure, args.T, args.words, args.heads, args.members, args.steps),
+        print(json.dumps(measure(args.measure, args.T, args.words, args.heads, args.members, args.steps, args.device),
                          ensure_ascii=False))
         return
     import shaped_gguf
@@ -212,15 +228,15 @@ def main() -> None:
                  f" (shapes: {', '.join(shaped_gguf.SHAPES)})")
     bounds = [*(["--heads", str(args.heads)] if args.heads is not None else []),
               *(["--members", str(args.members)] if args.members is not None else []),
-              *(["--steps"] if args.steps else [])]
+              *(["--steps"] if args.steps else []), "--device", args.device]
     run = {"cpu": cpu(), "load_before": load_average(), "commit": commit(), "T": args.T, "words": args.words,
-           "heads": args.heads, "members": args.members}
+           "heads": args.heads, "members": args.members, "device": args.device}
     print(f"CPU: {run['cpu']}; load {run['load_before']}; code {run['commit']}; T={args.T}, {args.words} words"
           f"{'; explain ' + ' '.join(bounds) if bounds else ''}", flush=True)
     print("| model | file | load | explain | generate | peak RSS |\n|---|---|---|---|---|---|", flush=True)
     results = {}
     for name in names:
-        path, figures = shaped_file(name, Path(args.folder))
+        path, figures = shaped_file(name, Path(args.folder), args.tokenizer)
         if path is not None:
             try:
                 figures |= run_child(path, args.T, args.words, bounds)
