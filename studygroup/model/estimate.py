@@ -134,6 +134,18 @@ def check_weights_fit(c: Config, blocks_bytes: int = 0) -> None:
                      f"{_amount(free)} of memory available: choose a smaller model")
 
 
+def check_weights_fit_device(c: Config, need: int, device: torch.device, dtype: torch.dtype) -> None:
+    """Refuse at once, in one line, weights of `need` bytes that the GPU `device` has not the memory
+    free for (before any is dequantized or copied there)."""
+    free = available_bytes(device)
+    if free is None or need <= free:
+        return
+    other = " (half of it in bfloat16: --dtype bfloat16)" if dtype == torch.float32 else ""
+    raise InputError(f"{c.name or 'the model'} needs {_amount(need)} of GPU memory for its weights in "
+                     f"{str(dtype).removeprefix('torch.')}{other}; {device} has {_amount(free)} free: "
+                     "choose a smaller model or --device cpu")
+
+
 def _amount(n: int) -> str:
     """Bytes for a person, three figures: '1.23 GiB', '45.6 MiB'.
 

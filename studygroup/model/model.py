@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from studygroup.formulas import attention
-from studygroup.model import heap, model_names, threads
+from studygroup.model import estimate, heap, model_names, threads
 from studygroup.formulas import rope
 from studygroup.formulas import shared_past
 from studygroup.model.linear import onednn_takes, project
@@ -574,15 +574,23 @@ class Model:
 
 def _weights(weights: dict, c: Config, device: torch.device, dtype: torch.dtype, path: Path | None) -> Weights:
     """Our weights on `device` in `dtype`, fused (`fusing`); matrices kept as the file's blocks stay so
-    on the CPU in float32, and are turned into float32 now otherwise."""
+    on the CPU in float32, and are turned into float32 now otherwise, one at a time on its way to the
+    device and dtype (the host never holds more than one matrix in float32)."""
     kept = {n: t for n, t in weights.items() if not isinstance(t, torch.Tensor)}  # {name: FileMatrix}
-    if kept and (device.type != "cpu" or dtype != torch.float32):
-        weights = {n: Weights({}, {n: [t]}, c)[n] if n in kept else t for n, t in weights.items()}
-        kept = {}
     exact = {"rope_freqs"}  # RoPE's frequency divisors stay float32 in the bfloat16 mode
-    tensors = fuse({k: t.to(device=device, dtype=torch.float32 if k in exact else dtype)
-                    for k, t in weights.items() if k not in kept}, c)
+    moved = lambda k, t: t.to(device=device, dtype=torch.float32 if k in exact else dtype)  # noqa: E731
+    if device.type == "cuda":
+        estimate.check_weights_fit_device(c, _numbers_of(weights) * dtype.itemsize, device, dtype)
+    if kept and (device.type != "cpu" or dtype != torch.float32):
+        weights = {n: moved(n, Weights({}, {n: [t]}, c)[n]) if n in kept else t for n, t in weights.items()}
+        kept = {}
+    tensors = fuse({k: moved(k, t) for k, t in weights.items() if k not in kept}, c)
     return Weights(tensors, join_kept(kept, c), c, resolve_model_path(path) if kept else None)
+
+
+def _numbers_of(weights: dict) -> int:
+    """How many numbers the weights hold (a matrix kept as blocks: its n_out × n_in)."""
+    return sum(t.numel() if isinstance(t, torch.Tensor) else t.n_out * t.n_in for t in weights.values())
 
 
 def _pass_label(first: int, end: int, n_layers: int) -> str:

@@ -267,3 +267,13 @@ def test_the_web_pages_answers_equal_the_cpus(cpu, gpu):
         lines = [[json.loads(s) for s in c.post("/api/generate", json={"text": text, "n": 6, "ignore_eos": True}).text.splitlines()]
                  for c in (a, b)]
         assert [d.get("id") for d in lines[0]] == [d.get("id") for d in lines[1]] and len(lines[0]) >= 6
+
+
+def test_weights_over_the_gpus_free_memory_are_refused_before_any_is_copied(tiny_model, monkeypatch):
+    from studygroup.model import estimate
+
+    monkeypatch.setattr(estimate, "available_bytes", lambda device: 1000 if device.type == "cuda" else None)
+    before = torch.cuda.memory_allocated()
+    with pytest.raises(InputError, match=r"of GPU memory for its weights in float32 .*; cuda has 0.000954 MiB free"):
+        studygroup.load(tiny_model.path, device="cuda")
+    assert torch.cuda.memory_allocated() == before

@@ -209,6 +209,29 @@ def test_a_model_over_the_memory_free_is_refused_with_what_its_blocks_need(tmp_p
         studygroup.load(path, cache=False)
 
 
+def test_blocks_loaded_in_bfloat16_never_hold_every_matrix_in_float32(tmp_path, monkeypatch):
+    """Blocks turned into bfloat16 (or sent to a GPU) are dequantized one matrix at a time, each on its
+    way to its dtype and device: the host's allocations never reach what the weights take in float32."""
+    path = write_tiny_gguf(tmp_path / "m.gguf", tensor_type=Q.Q4_K, untied=True, n_layers=4, **WIDE).path
+    float32 = 4 * sum(int(np.prod(t.dims)) for t in read_gguf(path).tensors.values())
+    monkeypatch.setenv(estimate.WEIGHTS_SWITCH, "blocks")
+    model, peak = allocation_peak(lambda: studygroup.load(path, cache=False, dtype="bfloat16", require_native=False))
+    assert model.dtype == torch.bfloat16 and not model.w.kept
+    assert peak < float32
+
+
+def test_weights_over_the_gpus_free_memory_are_refused_in_one_line(monkeypatch):
+    c = studygroup.load().config
+    monkeypatch.setattr(estimate, "available_bytes", lambda device: 3 * 2**30)
+    estimate.check_weights_fit_device(c, 2**30, torch.device("cuda"), torch.float32)  # fits: nothing said
+    with pytest.raises(InputError, match=r"needs 5.5 GiB of GPU memory for its weights in float32 "
+                                         r"\(half of it in bfloat16: --dtype bfloat16\); cuda has 3 GiB free: choose a "
+                                         r"smaller model or --device cpu$"):
+        estimate.check_weights_fit_device(c, int(5.5 * 2**30), torch.device("cuda"), torch.float32)
+    with pytest.raises(InputError, match=r"in bfloat16; cuda has 3 GiB free"):
+        estimate.check_weights_fit_device(c, int(5.5 * 2**30), torch.device("cuda"), torch.bfloat16)
+
+
 def test_studygroup_models_says_what_the_weights_take_either_way(tmp_path, monkeypatch):
     from studygroup.gguf.summary import summarize
     from studygroup.model.model_names import Listed
