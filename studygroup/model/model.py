@@ -582,8 +582,9 @@ def _weights(weights: dict, c: Config, device: torch.device, dtype: torch.dtype,
     if device.type == "cuda":
         estimate.check_weights_fit_device(c, _numbers_of(weights) * dtype.itemsize, device, dtype)
     if kept and (device.type != "cpu" or dtype != torch.float32):
-        weights = {n: moved(n, Weights({}, {n: [t]}, c)[n]) if n in kept else t for n, t in weights.items()}
-        kept = {}
+        as_float32 = lambda n, t: Weights({}, {n: [t]}, c)[n] if n in kept else t  # noqa: E731
+        # the moved tensors are held by fuse's dict alone: it frees each part as it joins them
+        return Weights(fuse({n: moved(n, as_float32(n, t)) for n, t in weights.items()}, c), {}, c, None)
     tensors = fuse({k: moved(k, t) for k, t in weights.items() if k not in kept}, c)
     return Weights(tensors, join_kept(kept, c), c, resolve_model_path(path) if kept else None)
 

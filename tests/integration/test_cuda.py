@@ -219,7 +219,12 @@ def test_a_file_of_blocks_on_the_gpu_equals_its_blocks_on_the_cpu(kind, tmp_path
     path = tmp_path / f"{kind}.gguf"
     write_tiny_gguf(path, tensor_type=Q[kind], untied=True, d_head=64, d_mlp=256)
     monkeypatch.setenv(estimate.WEIGHTS_SWITCH, "blocks")
-    on_cpu, on_gpu = studygroup.load(path, cache=False), studygroup.load(path, cache=False, device="cuda")
+    on_cpu = studygroup.load(path, cache=False)
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    on_gpu = studygroup.load(path, cache=False, device="cuda")
+    held, largest = torch.cuda.memory_allocated() - before, 4 * max(m.n_out * m.n_in for ms in on_cpu.w.kept.values() for m in ms)
+    assert torch.cuda.max_memory_allocated() - before <= held + 2 * largest  # fusing frees the parts it joins
     assert on_cpu.w.kept and on_gpu.device.type == "cuda"
     ids = ids_of(on_cpu, 25, 16)
     a, b = on_cpu.run(ids, logits="all").logits, on_gpu.run(ids, logits="all").logits
