@@ -54,14 +54,15 @@ def test_the_default_is_quick_and_the_complete_job_measures_every_head(base, mod
 
 
 def assert_same_explanation(got: dict, want: dict) -> None:
-    """got and want alike, each head's measures (by layer and head) within 1e-6 of want's: the heads
+    """got and want alike, each head's measures (by layer and head) within 1e-5 of want's: the heads
     the default measured are taken from it, measured in other batches than want's (the last bits of
-    a float32 pass differ), so their order may differ where two are that close, and the words with them."""
+    a float32 pass differ, and a log p of logits near 30 moves by a few 1e-6 with them), so their
+    order may differ where two are that close, and the words with them."""
     heads = lambda e: {(h["layer"], h["head"]): h for h in e["heads"]}  # noqa: E731
     assert heads(got).keys() == heads(want).keys()
     for key, h in heads(got).items():
         for name, value in h.items():
-            assert value == (pytest.approx(heads(want)[key][name], abs=1e-6) if name in ("silence_effect", "prob_silenced")
+            assert value == (pytest.approx(heads(want)[key][name], abs=1e-5) if name in ("silence_effect", "prob_silenced")
                              else heads(want)[key][name]), (key, name)
     words = {"heads", "story", "story_parts", "heads_silenced", "first_head"}
     assert {k: v for k, v in got.items() if k not in words} == {k: v for k, v in want.items() if k not in words}

@@ -751,7 +751,8 @@ def test_reuse_measures_only_the_heads_not_measured_before(model, monkeypatch):
     fresh = study.explain(model, TEXT_B, top=3, measure_heads="all")
     got = {(h.layer, h.head): h.silence_effect for h in complete.heads}
     assert all(got[p] == before[p] for p in before)
-    assert got == pytest.approx({(h.layer, h.head): h.silence_effect for h in fresh.heads}, abs=1e-6)
+    # fresh measures them in other batches: float32's last bits differ, a few 1e-6 on a log p
+    assert got == pytest.approx({(h.layer, h.head): h.silence_effect for h in fresh.heads}, abs=1e-5)
     with pytest.raises(ValueError, match="reuse"):
         study.explain(model, TEXT_A, top=3, measure_heads="all", reuse=quick)
     with pytest.raises(ValueError, match="reuse"):
