@@ -5,10 +5,12 @@ sink's answer through its output projection: w_sink · v_sink · W_O[h]. Where t
 the same on every text, the head adds a near-constant vector to the residual stream, and its part
 in the conclusion comes through that vector, not through what the question asks. The measure:
 the cosine between the head's write at the last member of this text and at the last member of each
-of a few other texts (OTHER_TEXTS), each run on its own.
+of a few other texts (OTHER_TEXTS), each run on its own. Those writes depend on the model alone:
+they are made once per model and layer (every head of the layer at once) and kept while the model lives.
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -49,9 +51,25 @@ def sink_write(model, run, layer: int, head: int) -> SinkWrite:
     (3, True)
     """
     here = last_write(run, layer, head)
-    others = [last_write(model.before_pass(checked_ids(model, t)), layer, head) for t in OTHER_TEXTS]
+    others = other_writes(model, layer)[head]  # (len(OTHER_TEXTS), d_model)
     cosines = [float(torch.nn.functional.cosine_similarity(here, w, dim=0)) for w in others]
     return SinkWrite(float(here.norm()), list(OTHER_TEXTS), cosines, _said(float(here.norm()), cosines))
+
+
+#: Per model, per layer: every head's writes at the last member of each of OTHER_TEXTS.
+_kept: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def other_writes(model, layer: int) -> torch.Tensor:
+    """Each head's write at the last member of each of OTHER_TEXTS, in `layer`: one pass of each text
+    up to the layer (its vectors serve every head), made once per model and layer and kept.
+    -> (n_heads, len(OTHER_TEXTS), d_model)"""
+    layers = _kept.setdefault(model, {})
+    if layer not in layers:
+        runs = [model.before_pass(checked_ids(model, t)) for t in OTHER_TEXTS]
+        layers[layer] = torch.stack([torch.stack([last_write(r, layer, h) for r in runs])
+                                     for h in range(model.config.n_heads)])
+    return layers[layer]
 
 
 def _said(norm: float, cosines: list[float]) -> str:

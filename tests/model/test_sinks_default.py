@@ -258,3 +258,27 @@ def test_a_head_resting_on_a_sink_says_what_it_matters_through(model, explained)
     assert min(expected) >= NEARLY_SAME and v.sink_write.said.startswith("What it writes is nearly the same whatever the text")
     assert f"{min(expected):.3f}" in v.sink_write.said
     assert v.sink_write.said in " ".join(render_text.head_view(v).split())
+
+
+def test_the_other_texts_writes_are_made_once_per_layer(model, explained, monkeypatch):
+    """A sink head's view compares its write with OTHER_TEXTS' writes: one pass of each text up to the
+    head's layer the first time, none for any head of that layer after (a redraw with the head open),
+    with the numbers each text's own recorded run gives."""
+    import weakref
+
+    from studygroup.study import sink_write as sw
+
+    monkeypatch.setattr(sw, "_kept", weakref.WeakKeyDictionary(), raising=False)  # none kept yet
+    top = explained.heads[0]
+    passes, forward = [], model.forward
+    monkeypatch.setattr(model, "forward", lambda *a, **k: passes.append(1) or forward(*a, **k))
+    first = sw.sink_write(model, model.before_pass(TEXT), top.layer, top.head)
+    made = len(passes)
+    again = [sw.sink_write(model, model.before_pass(TEXT), top.layer, h) for h in (top.head, (top.head + 1) % model.config.n_heads)]
+    assert made == len(sw.OTHER_TEXTS) + 1 and len(passes) == made + 2  # this text's own pass each time, no other
+    assert again[0] == first
+    runs = [model.run(t, record="all") for t in sw.OTHER_TEXTS]
+    for h, s in ((top.head, first), ((top.head + 1) % model.config.n_heads, again[1])):
+        here = model.run(TEXT, record="all").head(top.layer, h).write[-1]
+        expected = [float(torch.nn.functional.cosine_similarity(here, r.head(top.layer, h).write[-1], dim=0)) for r in runs]
+        assert s.cosines == pytest.approx(expected, abs=1e-5)
