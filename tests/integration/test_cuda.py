@@ -103,14 +103,21 @@ def numbers(x):
     return [None if x is None else float(x)] if isinstance(x, (int, float, type(None))) and not isinstance(x, bool) else []
 
 
+def assert_numbers_agree(a, b, at_least=10, nulls_alike=True, what=None):
+    """a and b, `numbers` of one answer from the CPU and from the GPU, alike: as many, more than
+    at_least; nulls in the same places (nulls_alike; else a pair holding a null is skipped); each
+    pair within PAYLOAD_ATOL of each other, relative to max(1, |a's|)."""
+    assert len(a) == len(b) and len(a) > at_least, what
+    if nulls_alike:
+        assert [x is None for x in a] == [y is None for y in b], what
+    assert max(abs(x - y) / max(1.0, abs(x)) for x, y in zip(a, b) if x is not None and y is not None) < PAYLOAD_ATOL, what
+
+
 def test_payloads_report_and_lesson_agree_with_the_cpu(cpu, gpu):
     for build in (lambda m: payloads.head(m, "an ear then the tin", 1, 2),
                   lambda m: payloads.report_data(m, "an ear then the tin", "the tin", heads=3),
                   lambda m: lesson_sections(m, "an ear then the tin", 1, 2).to_dict()):
-        a, b = numbers(build(cpu)), numbers(build(gpu))
-        assert len(a) == len(b) and len(a) > 10
-        assert [x is None for x in a] == [y is None for y in b]
-        assert max(abs(x - y) / max(1.0, abs(x)) for x, y in zip(a, b) if x is not None) < PAYLOAD_ATOL
+        assert_numbers_agree(numbers(build(cpu)), numbers(build(gpu)))
 
 
 def test_long_path_on_the_gpu(cpu, gpu, monkeypatch):
@@ -181,10 +188,7 @@ def test_lens_patching_and_ablations_equal_the_cpu(cpu, gpu):
     for build in (lambda m: lens.lens(m, ids, top=3).to_dict(),
                   lambda m: patching.patch(m, ids, other).to_dict(),
                   lambda m: ablation.head_effects(m, ids, resample_from=other).to_dict()):
-        a, b = numbers(build(cpu)), numbers(build(gpu))
-        assert len(a) == len(b) and len(a) > 10
-        assert [x is None for x in a] == [y is None for y in b]
-        assert max(abs(x - y) / max(1.0, abs(x)) for x, y in zip(a, b) if x is not None) < PAYLOAD_ATOL
+        assert_numbers_agree(numbers(build(cpu)), numbers(build(gpu)))
 
 
 def test_in_head_copies_over_the_kept_keys_and_values_equal_the_cpu(cpu, gpu):
@@ -243,8 +247,7 @@ def test_the_pages_answers_under_mean_ablation_equal_the_cpu(cpu, gpu):
                            (lambda m, i: payloads.why(m, text, 1, 2, T - 1, 2, interventions=i), silenced),
                            (lambda m, i: payloads.explanation(m, text, interventions=i).to_dict(), {})):  # explain measures the run as it is
         a, b = (numbers(build(m, Interventions.make(m, T, **silence, ablation=Ablation("mean")))) for m in (cpu, gpu))
-        assert len(a) == len(b) and len(a) > 10
-        assert max(abs(x - y) / max(1.0, abs(x)) for x, y in zip(a, b) if x is not None and y is not None) < PAYLOAD_ATOL
+        assert_numbers_agree(a, b, nulls_alike=False)
 
 
 def test_the_web_pages_answers_equal_the_cpus(cpu, gpu):
@@ -266,9 +269,7 @@ def test_the_web_pages_answers_equal_the_cpus(cpu, gpu):
         for path, body in asked:
             x, y = a.post(path, json=body), b.post(path, json=body)
             assert x.status_code == y.status_code == 200, (path, x.text, y.text)
-            x, y = numbers(x.json()), numbers(y.json())
-            assert len(x) == len(y) and len(x) > 5, path
-            assert max(abs(p - q) / max(1.0, abs(p)) for p, q in zip(x, y) if p is not None and q is not None) < PAYLOAD_ATOL, path
+            assert_numbers_agree(numbers(x.json()), numbers(y.json()), at_least=5, nulls_alike=False, what=path)
         lines = [[json.loads(s) for s in c.post("/api/generate", json={"text": text, "n": 6, "ignore_eos": True}).text.splitlines()]
                  for c in (a, b)]
         assert [d.get("id") for d in lines[0]] == [d.get("id") for d in lines[1]] and len(lines[0]) >= 6
