@@ -93,6 +93,11 @@ def test_the_overview_zooms_and_pans_down_to_cells_equal_to_the_runs_weights(lon
     tip = page.locator(".sg-tip")
     assert f"member {b2 - 1}'s question" in tip.inner_text() and f"member {j0}'s answer" in tip.inner_text()
     page.screenshot(path=str(screenshots / "long-text-cells-1440x900.png"), full_page=True)
+    # a full-page screenshot resizes the window for a moment, and on a slow machine the page is left
+    # scrolled elsewhere: the map is brought back under the pointer before the wheel turns
+    canvas.evaluate("(c) => c.scrollIntoView({ block: 'center' })")
+    hover = canvas.bounding_box()
+    page.mouse.move(hover["x"] + geom["left"] + geom["cw"] * 0.5, hover["y"] + geom["top"] + geom["ch"] * 0.5)
     page.mouse.wheel(0, 200)  # zoom out at the pointer
     page.wait_for_function(f"() => {{ const s = document.querySelector('.sg-root').studygroup.mapShown(); return s.rows[1] - s.rows[0] == {2 * (b2 - a2)}; }}")
     page.keyboard.press("0")
