@@ -18,7 +18,7 @@ from gguf import GGMLQuantizationType as Q
 
 from studygroup.errors import ModelFileError
 from studygroup.gguf import layout as gguf_layout
-from studygroup.gguf.config import Config
+from studygroup.gguf.config import UNTIED_UNEMBED, Config
 from studygroup.gguf.container import read_gguf
 
 #: Where each block type the kernel reads (kernels/one_row.c names each layout) keeps its float16
@@ -65,7 +65,7 @@ def read_blocks(path: str | Path, config: Config, groups: dict[str, list[str]]) 
     (torch.Size([960, 360]), 'Q8_0')
     """
     file = read_gguf(path)
-    tied = "output.weight" not in file.tensors
+    tied = UNTIED_UNEMBED not in file.tensors
     to_file = {ours: name for name, ours in gguf_layout.name_map(config.n_layers, tied=tied, arch=config.arch).items()}
     if tied:
         to_file["unembed"] = to_file["embed"]

@@ -50,6 +50,7 @@ class Config:
     quantization: str = ""  # for display only: general.file_type's name ("Q4_1"), else the commonest tensor type
     file_size: int = 0  # for display only: the file's bytes
     vision: bool = False  # the file also holds a vision encoder (v.*, mm.* tensors), which is not read
+    tied: bool = True  # the unembedding is the embedding's rows (the file has no output.weight)
 
     @property
     def arch(self) -> Architecture:
@@ -131,6 +132,9 @@ class Config:
         return cls(**data)
 
 
+#: The unembedding's tensor: in a file only where it is not the embedding's rows.
+UNTIED_UNEMBED = "output.weight"
+
 # Config field -> metadata key under `{arch}.`; the data behind `config_from_gguf`.
 REQUIRED_KEYS = {
     "n_layers": "block_count",
@@ -147,8 +151,9 @@ def config_from_gguf(fields: Mapping[str, Any], tensors: Iterable = (), file_siz
     `fields` maps metadata keys to values: either gguf's `ReaderField`s (`GGUFReader(p).fields`)
     or plain Python values (handy in tests). Missing optional keys take llama.cpp's defaults:
     n_kv_heads = n_heads, d_head = d_model / n_heads, rope_base = 10000, rms_eps = 1e-5.
-    `tensors` (the file's TensorInfos) and `file_size` (bytes) serve only the name shown: the
-    quantization where general.file_type is absent, whether a vision encoder is left unread, the size.
+    `tensors` (the file's TensorInfos) and `file_size` (bytes) serve the name shown (the quantization
+    where general.file_type is absent, whether a vision encoder is left unread, the size) and say
+    whether the unembedding is a matrix of its own (`tied`; without tensors, tied).
 
     >>> config_from_gguf({"general.architecture": "llama", "llama.block_count": 2,
     ...     "llama.attention.head_count": 4, "llama.attention.head_count_kv": 2,
@@ -177,6 +182,7 @@ def config_from_gguf(fields: Mapping[str, Any], tensors: Iterable = (), file_siz
         quantization=quantization_of(fields, tensors) or "",
         file_size=file_size,
         vision=any(t.name.startswith(VISION_PREFIXES) for t in tensors),
+        tied=all(t.name != UNTIED_UNEMBED for t in tensors),
     )
     _check_config(config)
     _check_query_scale(config)

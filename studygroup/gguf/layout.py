@@ -22,13 +22,13 @@ from collections.abc import Mapping
 import torch
 
 from studygroup.gguf.architectures import LLAMA, LLAMA_LAYER, Architecture
-from studygroup.gguf.config import Config
+from studygroup.gguf.config import UNTIED_UNEMBED, Config
 
 # Our name -> GGUF name. Layer names take the layer index: "layers.{l}.W_Q" <-> "blk.{l}.attn_q.weight".
 GLOBAL_NAMES = {
     "embed": "token_embd.weight",
     "final_norm": "output_norm.weight",
-    "unembed": "output.weight",  # absent when the embedding is tied (the model then uses embed.T)
+    "unembed": UNTIED_UNEMBED,  # absent when the embedding is tied (the model then uses embed.T)
     "rope_freqs": "rope_freqs.weight",  # Llama 3.1/3.2 only: RoPE frequency divisors, (d_head/2,)
 }
 LAYER_NAMES = LLAMA_LAYER  # a Llama layer; other families: `Architecture.layer_names`

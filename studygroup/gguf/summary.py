@@ -58,7 +58,7 @@ def summarize(paths: tuple[Path, ...]) -> Summary:
         return Summary("", None, None, None, None, size, False, " ".join(str(e).split()))
     parameters = sum(int(np.prod(t.dims, dtype=np.int64)) for t in tensors)
     types = dict(sorted(Counter(t.qtype.name for t in tensors).items()))
-    config = config_from_gguf(fields) if readable else None
+    config = config_from_gguf(fields, tensors) if readable else None
     matrices = sum(t.n_bytes for t in tensors if len(t.dims) == 2 and not t.name.startswith(VISION_PREFIXES))
     return Summary(title, arch, parameters, quantization_of(fields, tensors), context, size, readable, reason, types,
                    config, matrices)

@@ -56,7 +56,7 @@ def read_weights(path: str | Path, before_reading=None, keep_blocks=None) -> tup
         config = config_from_gguf(file.fields, file.tensors.values(), file.path.stat().st_size)
         text_tensors = {n for n in file.tensors if not n.startswith(VISION_PREFIXES)}  # a vision encoder is not read
         _check_layers_fit(config, len(text_tensors))
-        names = gguf_layout.name_map(config.n_layers, tied="output.weight" not in file.tensors,
+        names = gguf_layout.name_map(config.n_layers, tied=config.tied,
                                      rope_freqs="rope_freqs.weight" in file.tensors, arch=config.arch)
         _check_no_longrope(file.tensors)
         _check_tensor_names(text_tensors, names, config.architecture)

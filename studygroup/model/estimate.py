@@ -7,6 +7,7 @@ layers instead: a row of the text, a row with a gradient, and a one-row copy ove
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -52,10 +53,18 @@ def _weight_flops_per_row(c: Config) -> float:
 
 
 def weight_bytes(c: Config, dtype_bytes: int = 4) -> int:
-    """Bytes of the model's weights, `dtype_bytes` a number (4: float32; 2: bfloat16), tied unembedding."""
+    """Bytes of the model's weights, `dtype_bytes` a number (4: float32; 2: bfloat16): the embedding,
+    and the unembedding where it is a matrix of its own (not `c.tied`).
+
+    >>> from studygroup.gguf.config import Config
+    >>> c = Config(30, 9, 3, 576, 64, 1536, 8192, 1e5, 1e-5, 49152)
+    >>> weight_bytes(dataclasses.replace(c, tied=False)) - weight_bytes(c) == 4 * 49152 * 576
+    True
+    """
     per_layer = (c.d_model * (c.n_heads + 2 * c.n_kv_heads) * c.d_head + c.n_heads * c.d_head * c.d_model
                  + 3 * c.d_model * c.d_mlp + 2 * c.d_model)
-    return dtype_bytes * (c.n_layers * per_layer + c.vocab_size * c.d_model + c.d_model)
+    embeddings = (1 if c.tied else 2) * c.vocab_size * c.d_model
+    return dtype_bytes * (c.n_layers * per_layer + embeddings + c.d_model)
 
 
 def layer_bytes(c: Config) -> int:

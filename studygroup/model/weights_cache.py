@@ -3,6 +3,7 @@ unchanged (a fraction of a second, no gguf import), else read and dequantized by
 `weights.read_weights` (built by `Tokenizer.from_gguf`) and stored for next time."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -138,7 +139,7 @@ def _from_cache(entry: Path) -> tuple[Config, dict[str, torch.Tensor]] | None:
     if config is None or not _fits(config, weights):
         disk_cache.discard(entry)
         return None
-    return config, weights
+    return dataclasses.replace(config, tied="unembed" not in weights), weights  # an entry may predate `tied`
 
 
 def _fits(config: Config, weights: Mapping[str, torch.Tensor]) -> bool:

@@ -396,3 +396,16 @@ def test_a_first_load_says_so_at_a_terminal_only(cache_dir, model, monkeypatch, 
         f.unlink()
     load_weights(model.path)
     assert terminal.getvalue().count("\n") == 1
+
+
+def test_an_entry_whose_config_does_not_say_tied_takes_it_from_its_weights(cache_dir, tmp_path, monkeypatch, parses):
+    """An entry written before the config said whether the unembedding is a matrix of its own."""
+    from studygroup.gguf.config import Config
+
+    untied = write_tiny_gguf(tmp_path / "u.gguf", untied=True)
+    real = Config.to_dict
+    monkeypatch.setattr(Config, "to_dict", lambda c: {k: v for k, v in real(c).items() if k != "tied"})
+    assert load_weights(untied.path)[0].tied is False  # from the file
+    monkeypatch.setattr(Config, "to_dict", real)
+    config, w = load_weights(untied.path)
+    assert len(parses) == 1 and "unembed" in w and config.tied is False  # from the entry

@@ -233,11 +233,13 @@ def test_weights_over_the_gpus_free_memory_are_refused_in_one_line(monkeypatch):
         estimate.check_weights_fit_device(c, int(5.5 * 2**30), torch.device("cuda"), torch.bfloat16)
 
 
-def test_studygroup_models_says_what_the_weights_take_either_way(tmp_path, monkeypatch):
+@pytest.mark.parametrize("untied", [False, True], ids=["tied", "untied"])
+def test_studygroup_models_says_what_the_weights_take_either_way(tmp_path, monkeypatch, untied):
+    """In float32: every tensor of the file, the unembedding counted where it is one of them."""
     from studygroup.gguf.summary import summarize
     from studygroup.model.model_names import Listed
 
-    path = write_tiny_gguf(tmp_path / "m.gguf", tensor_type=Q.Q4_K, **WIDE).path
+    path = write_tiny_gguf(tmp_path / "m.gguf", tensor_type=Q.Q4_K, untied=untied, **WIDE).path
     file = read_gguf(path)
     listed = Listed("m", "llama.cpp", str(path), summarize((path,)))
     float32 = 4 * sum(int(np.prod(t.dims)) for t in file.tensors.values() if t.name != "output_norm.weight"
@@ -246,6 +248,7 @@ def test_studygroup_models_says_what_the_weights_take_either_way(tmp_path, monke
     norms = 4 * (2 * c.n_layers + 1) * c.d_model
     monkeypatch.setenv(estimate.WEIGHTS_SWITCH, "float32")
     assert listed.memory == float32 + norms
+    assert estimate.loaded_bytes(studygroup.load(str(path), cache=False)) == float32 + norms
     monkeypatch.setenv(estimate.WEIGHTS_SWITCH, "blocks")
     matrices = sum(t.n_bytes for t in file.tensors.values() if len(t.dims) == 2)
     layer = 4 * sum(int(np.prod(t.dims)) for n, t in file.tensors.items() if n.startswith("blk.0.") and len(t.dims) == 2)
