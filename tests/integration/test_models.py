@@ -151,7 +151,7 @@ def test_what_studygroup_cannot_read_is_listed_with_the_reason(capsys, home):
 
 def test_readable_families_come_from_the_architectures_table(capsys, home, monkeypatch):
     monkeypatch.setattr("studygroup.gguf.summary.ARCHITECTURES", {**ARCHITECTURES, "mamba": None})
-    monkeypatch.setattr("studygroup.gguf.summary.config_from_gguf", lambda fields: None)  # its metadata: not asked here
+    monkeypatch.setattr("studygroup.gguf.summary.config_from_gguf", lambda fields, tensors=(): None)  # its metadata: not asked here
     assert listed(capsys)["by_name"]["mamba-tiny"]["readable"] is True
 
 
