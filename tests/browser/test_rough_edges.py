@@ -332,3 +332,25 @@ def test_silencing_retells_the_conclusion_and_explains_the_silenced_run_on_reque
     assert page.evaluate(STORY_VALUES) == story_values(plain["story_parts"])
     assert page.locator(".sg-silenced-sentence, .sg-sentences p[data-measured]").count() == 0 and not note.is_visible()
     assert page.errors == []
+
+
+#: The status line's height in every state it takes from now on (recorded each frame): "" empty, else its data-kind.
+STATUS_HEIGHTS = """() => { const s = document.querySelector('.sg-status'); window.statusHeights = {};
+  const look = () => { const k = s.textContent ? s.dataset.kind || 'plain' : 'empty';
+    (window.statusHeights[k] = window.statusHeights[k] || new Set()).add(Math.round(s.getBoundingClientRect().height * 10) / 10);
+    requestAnimationFrame(look); };
+  look(); }"""
+
+
+def test_the_status_line_keeps_its_height_busy_or_idle_so_nothing_below_it_jumps(local, server_url):
+    """The page under the status line stays where it is when a computation starts and ends."""
+    page = local()
+    page.goto(server_url)
+    wait_idle(page)
+    page.evaluate(STATUS_HEIGHTS)
+    explain(page, TEXT)
+    silence_and_wait(page, 1)
+    page.wait_for_timeout(100)
+    seen = page.evaluate("() => Object.fromEntries(Object.entries(window.statusHeights).map(([k, v]) => [k, [...v]]))")
+    assert "busy" in seen, seen
+    assert len({h for hs in seen.values() for h in hs}) == 1, seen
