@@ -3,8 +3,8 @@
 Sentences are split on the members' token text, simply: a sentence ends at a member whose text,
 spaces aside, ends with ".", "?" or "!" and that has more members after it. The last sentence is
 what follows the last such member; a text with no such member has one sentence. The pass runs
-the last sentence's own ids (after the BOS where the model adds one), so its first word keeps the
-leading space it had in the text.
+the last sentence as a text of its own, as `explain` and `compare` would read it (its first word
+without the space it had after the earlier sentence), so its numbers are theirs on that sentence.
 """
 from __future__ import annotations
 
@@ -33,14 +33,15 @@ def last_sentence(model, ids: list[int], tokens: list[str], predicted_id: int) -
     """The group's conclusion on the last sentence alone, and the probability it gives the full
     text's predicted word; None when the text has one sentence."""
     tok = model.tokenizer
-    bos = [ids[0]] if tok.add_bos and ids and ids[0] == tok.bos_id else []
-    start = last_sentence_start(tokens, len(bos))
+    first = 1 if tok.add_bos and ids and ids[0] == tok.bos_id else 0
+    start = last_sentence_start(tokens, first)
     if start is None:
         return None
-    alone = bos + list(ids[start:])
+    text = tok.decode(ids[start:]).strip()
+    alone = model.ids(text)  # (T',): the sentence read as a text of its own
     logits = model.run(alone, record="none").last_logits  # (vocab,)
     lp = effects.log_probs(logits)  # (vocab,)
     t = int(lp.argmax())
     word = Word(tok.readable(t), t, float(lp[t].exp()), float(logits[t]))
-    return LastSentence(start=start, text=tok.decode(ids[start:]).strip(), token_ids=alone, predicted=word,
+    return LastSentence(start=start, text=text, token_ids=alone, predicted=word,
                         prob_of_predicted=float(lp[predicted_id].exp()))

@@ -141,7 +141,7 @@ class LastSentence(JSONable):
 
     start: int  # the index of the last sentence's first member in the text
     text: str  # the last sentence
-    token_ids: list[int]  # the ids run: the last sentence's, after the BOS where the model adds one
+    token_ids: list[int]  # the ids run: the last sentence's as a text of its own (after the BOS where the model adds one)
     predicted: Word  # the conclusion on the last sentence alone
     prob_of_predicted: float  # the probability it gives the full text's predicted word
 

@@ -475,10 +475,12 @@ def test_the_conclusion_without_earlier_sentences_is_a_run_on_the_last_sentence(
     e = study.explain(model, TWO_SENTENCES, measure_heads=2, measure_members=2)
     s = e.last_sentence
     assert e.tokens[s.start - 1].endswith("?") and s.text == "then the tin"
-    ids = model.ids(s.text)  # the last sentence's text alone: the same ids but its first word's leading space
-    assert s.token_ids == e.token_ids[s.start:] and model.ids(" " + s.text) == s.token_ids != ids
+    # the last sentence read as a text of its own: not the full text's ids from it on, whose first word has a leading space
+    assert s.token_ids == model.ids(s.text) != e.token_ids[s.start:] == model.ids(" " + s.text)
     lp = torch.log_softmax(model.run(s.token_ids, record="none").last_logits.double(), -1)  # (vocab,)
     assert s.predicted.id == int(lp.argmax()) and s.predicted.prob == pytest.approx(float(lp.max().exp()), rel=1e-6)
+    alone = study.explain(model, s.text, measure_heads=1, measure_members=1)  # what explain says of that sentence
+    assert (alone.predicted.id, alone.predicted.prob) == (s.predicted.id, pytest.approx(s.predicted.prob, rel=1e-6))
     assert s.prob_of_predicted == pytest.approx(float(lp[e.predicted.id].exp()), rel=1e-6)
     data = json.loads(e.to_json())
     said = [p for line in e.story_parts for p in line if "last_sentence" in p.get("field", "")]
@@ -544,7 +546,7 @@ def test_the_last_sentence_alone_keeps_the_bos_the_model_adds(tiny_gemma3):
     e = study.explain(gemma, "an ear! then the tin", measure_heads=1, measure_members=1)
     s = e.last_sentence
     bos = gemma.tokenizer.bos_id
-    assert e.token_ids[0] == bos and s.token_ids == [bos, *e.token_ids[s.start:]] and s.start > 1
+    assert e.token_ids[0] == bos and s.token_ids == gemma.ids(s.text) and s.token_ids[0] == bos and s.start > 1
     lp = torch.log_softmax(gemma.run(s.token_ids, record="none").last_logits.double(), -1)  # (vocab,)
     assert s.prob_of_predicted == pytest.approx(float(lp[e.predicted.id].exp()), rel=1e-6)
 

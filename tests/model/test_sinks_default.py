@@ -93,6 +93,7 @@ def test_what_a_head_listened_to_is_ranked_by_effect_in_head(explained):
 def test_the_story_gives_the_conclusion_without_the_first_sentence(model, explained):
     s = explained.last_sentence
     assert s.text == "I have a lot" and "".join(explained.tokens[s.start:]) == "␣I␣have␣a␣lot"
+    assert s.token_ids == model.ids("I have a lot")  # the sentence as a learner would type it, not "␣I" on
     lp = torch.log_softmax(model.run(s.token_ids, record="none").last_logits.double(), -1).numpy()  # (vocab,)
     assert s.predicted.token == "␣of" and s.predicted.prob == pytest.approx(float(np.exp(lp.max())), rel=1e-6)
     assert s.prob_of_predicted == pytest.approx(float(np.exp(lp[explained.predicted.id])), rel=1e-6)
