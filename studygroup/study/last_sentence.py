@@ -1,8 +1,8 @@
 """The conclusion without the text's earlier sentences: one extra pass on the last sentence alone.
 
 Sentences are split on the members' token text, simply: a sentence ends at a member whose text,
-spaces aside, ends with ".", "?" or "!" and that has more members after it. The last sentence is
-what follows the last such member; a text with no such member has one sentence. The pass runs
+spaces aside, ends with ".", "?" or "!" and that has members with more than spaces after it. The
+last sentence is what follows the last such member; a text with no such member has one sentence. The pass runs
 the last sentence as a text of its own, as `explain` and `compare` would read it (its first word
 without the space it had after the earlier sentence), so its numbers are theirs on that sentence.
 """
@@ -24,9 +24,17 @@ def last_sentence_start(tokens: list[str], first: int = 0) -> int | None:
     4
     >>> last_sentence_start(["I", "␣have", "␣a", "␣lot", "."]) is None
     True
+    >>> last_sentence_start(["I", "␣have", ".", "␣You", "␣too", ".", "␣"])  # trailing spaces are no sentence
+    3
     """
-    ends = [i for i in range(first, len(tokens) - 1) if tokens[i].rstrip("␣ \t\n↵").endswith(ENDS)]
+    words = [i for i in range(first, len(tokens)) if _bare(tokens[i])]
+    ends = [i for i in words[:-1] if _bare(tokens[i]).endswith(ENDS)]
     return ends[-1] + 1 if ends else None
+
+
+def _bare(token: str) -> str:
+    """A member's text without its spaces and line breaks."""
+    return token.strip("␣ \t\n↵")
 
 
 def last_sentence(model, ids: list[int], tokens: list[str], predicted_id: int) -> LastSentence | None:

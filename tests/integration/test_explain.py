@@ -557,6 +557,15 @@ def test_one_sentence_has_no_last_sentence(analysis, model):
     assert not any("earlier sentences" in line for line in analysis.explanation.story)
 
 
+def test_spaces_after_the_last_sentence_are_no_sentence_of_their_own(model):
+    """A text ending with '. ' has its last sentence before the spaces (the spaces alone, run as a
+    text, would be empty)."""
+    text = "an ear. A cat sat. "
+    assert model.tokenizer.readable(model.ids(text)[-1]).strip("␣ ") == ""  # the trailing space is a member of its own
+    s = study.explain(model, text, measure_heads=1, measure_members=1).last_sentence
+    assert s.text == "A cat sat." and s.token_ids == model.ids("A cat sat.")
+
+
 # ---- JSON -------------------------------------------------------------------------------------
 def documented_keys() -> dict[str, list[str]]:
     """{class name: [keys]} from the tables of docs/json.md."""
