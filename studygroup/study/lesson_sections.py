@@ -30,7 +30,7 @@ from studygroup.study.results import top_words
 from studygroup.study.sinks import (MAX_QUESTIONS, REST_WEIGHT, SINK_SHARE, SINK_WEIGHT, head_sinks_of, rests_on_sink,
                                      sink_weight)
 from studygroup.formats import brief, clipped, percent, quote, signed
-from studygroup.study.story import members_line
+from studygroup.study.story import MEMBER_TAKEN_OUT, TAKEN_OUT, members_line
 from studygroup.study.text_ids import checked_ids, checked_pair
 
 #: The sections' names, in order (the page's URL and the JSON use them).
@@ -415,18 +415,41 @@ def _weighted_sum(model, run, h, i, j, text, top) -> dict:
 
 def _conclusion(model, run, h, i, j, text, top) -> dict:
     full = _top(model, text, top, run)
+    silenced = run.interventions != Interventions()
+    plain = _top(model, text, top) if silenced else full  # the context is compared with nothing silenced on either side
     shorter = _shorter(text)
     other = _top(model, shorter, top) if shorter else None
-    says = [f"After the last layer, the group's most likely next word is {quote(full[0]['token'])} "
-            f"({percent(full[0]['prob'])})."]
+    says = [f"After the last layer, the group's most likely next word is {_said_top(full)}."]
+    nothing = "nothing silenced" if run.interventions.zero else "nothing taken out"
+    if silenced:
+        says = [f"After the last layer, with {_silencing_said(run)}, the group's most likely next word is {_said_top(full)}; "
+                f"with {nothing} it is {_said_top(plain)}."]
     if other:
-        says.append(f"Without {clipped(text[:len(text) - len(shorter)].strip(), 60)} in front ({clipped(shorter, 60)}), it is "
-                    f"{quote(other[0]['token'])} ({percent(other[0]['prob'])}): the context changes the conclusion"
-                    + (" and keeps its first word." if other[0]["token"] == full[0]["token"] else "."))
+        says.append(f"Without {clipped(text[:len(text) - len(shorter)].strip(), 60)} in front ({clipped(shorter, 60)}"
+                    f"{', ' + nothing if silenced else ''}), it is {_said_top(other)}: the context changes the conclusion"
+                    + (" and keeps its first word." if other[0]["token"] == plain[0]["token"] else "."))
     return _section(
         "The conclusion, and how context changes it", "the last member's row of the last layer gives the next word",
         "the last member's column of the last layer gives the next word", says,
-        top=full, shorter_text=shorter, shorter_top=other)
+        top=full, unsilenced_top=plain if silenced else None, shorter_text=shorter, shorter_top=other)
+
+
+def _said_top(words: list[dict]) -> str:
+    """The first of the top words and its probability: '“␣of” (96%)'."""
+    return f"{quote(words[0]['token'])} ({percent(words[0]['prob'])})"
+
+
+def _silencing_said(run) -> str:
+    """What the run silences, in words: 'member 8 (“␣a”) silenced (its keys removed) and head 3 of
+    layer 1 silenced (its write zeroed)', or taken out by its ablation."""
+    taken = run.interventions
+    kind = taken.ablation.kind
+    how = "silenced" if taken.zero else "taken out"
+    where = "" if taken.member_heads is None else f" in {len(taken.member_heads)} chosen heads"
+    parts = [f"member {j} ({quote(run.tokens[j])}) {how}{where} ({MEMBER_TAKEN_OUT[kind]})" for j in sorted(taken.silenced_members)]
+    parts += [f"head {hd} of layer {l} {how} ({TAKEN_OUT[kind]})" for l, hd in sorted(taken.silenced_heads)]
+    parts += [f"{len(taken.replacements)} values replaced"] if taken.replacements else []
+    return " and ".join(parts)
 
 
 def _top(model, text: str, top: int, run=None) -> list[dict]:

@@ -43,8 +43,11 @@ def check_numbers(page, api):
     for path, value, text in cells:
         expected = at(api, path)
         assert float(value) == pytest.approx(expected, rel=1e-12, abs=1e-300), path
-        shown = float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
-        assert shown == pytest.approx(expected, rel=5e-3, abs=1e-3 if text.endswith("%") else 1e-300), (path, text)
+        if text.endswith("%"):  # within half of its last digit
+            decimals = len(text[:-1].partition(".")[2])
+            assert abs(float(text[:-1]) - 100 * expected) <= 0.5 * 10 ** -decimals + 1e-9, (path, text)
+        else:
+            assert float(text) == pytest.approx(expected, rel=5e-3, abs=1e-300), (path, text)
     return len(cells)
 
 
@@ -320,3 +323,29 @@ def test_qkv_softmax_and_weighted_sum_are_worked_out_with_labels_apart_and_scale
             assert all(any(p.startswith(f"sections.{k}.{w}") for p in paths) for w in wanted), (name, wanted)
     t = api["sections"][SECTIONS.index("weighted_sum")]["t"]
     assert f"output_{d['query']}[{t}] = Σ_j w_j · v_j[{t}]" in page.locator(BODY).inner_text()
+
+
+def test_a_silenced_lessons_conclusion_says_so_and_compares_the_context_with_nothing_silenced(page, server_url):
+    """The lesson of a run with a member silenced: every section says so; the conclusion lists this
+    run's next words, the same text's with nothing silenced, and the shorter text's (nothing
+    silenced), each with the API's numbers, and its sentences name the silencing."""
+    page.goto(server_url + "#text=I%20have%20a%20lot%20of&mode=lesson&section=conclusion&silence=1")
+    wait_section(page, "conclusion")
+    page.wait_for_function("() => { const d = document.querySelector('.sg-root').studygroup.lesson.data; "
+                           "return d && d.silenced_members.length === 1; }", timeout=60_000)
+    wait_section(page, "conclusion")
+    page.wait_for_function(f"() => document.querySelectorAll('{BODY} .sg-lesson-silenced').length === 1 && "
+                           f"document.querySelectorAll('{BODY} caption').length === 3", timeout=60_000)
+    note = page.locator(f"{BODY} .sg-lesson-silenced").inner_text()
+    assert "Silenced in this run: member 1" in note, note
+    captions = page.locator(f"{BODY} caption").all_inner_texts()
+    assert captions == ["“I have a lot of”, this run", "“I have a lot of”, nothing silenced", "“have a lot of”, nothing silenced"], captions
+    says = page.locator(f"{BODY} .sg-says").all_inner_texts()
+    d = lesson_data(page)
+    assert f"with member 1 (“{d['tokens'][1]}”) silenced" in says[0] and "with nothing silenced it is" in says[0], says
+    assert "nothing silenced)" in says[1], says
+    api = api_lesson(page, server_url, d)
+    conclusion = api["sections"][-1]
+    assert conclusion["unsilenced_top"] and conclusion["top"] != conclusion["unsilenced_top"]
+    assert check_numbers(page, api) >= 3 * len(conclusion["top"])
+    assert page.watch.errors == []

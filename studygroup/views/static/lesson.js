@@ -204,6 +204,7 @@
       const body = clear(this.q(".sg-lesson-body"));
       body.dataset.section = s.name;
       body.appendChild(el("h2", { text: (L.section + 1) + ". " + s.title }));
+      if (sg.isSilenced(d)) body.appendChild(el("p", { cls: "sg-hint sg-lesson-silenced", text: "Every number of this lesson is of the run shown." + sg.silencedNote(d) }));
       body.appendChild(el("div", { cls: "sg-lesson-formulas" }, [
         el("div", { cls: "sg-formula" + (L.notation === "paper" ? " sg-on" : "") }, [el("span", { cls: "sg-label", text: "Paper (rows; softmax per row)" }), el("code", { text: s.formula_paper })]),
         el("div", { cls: "sg-formula" + (L.notation === "columns" ? " sg-on" : "") }, [el("span", { cls: "sg-label", text: "Video (columns; softmax per column)" }), el("code", { text: s.formula_columns })])]));
@@ -338,8 +339,10 @@
     lesson_conclusion(body, s, d, path) {
       const list = (caption, words, key) => el("table", { cls: "sg-lesson-row" }, [el("caption", { text: caption }),
         ...words.map((w, n) => el("tr", {}, [el("td", {}, [sg.tokenNode(w.token)]), num(w.prob, path + key + "." + n + ".prob", percent(w.prob))]))]);
-      const box = el("div", { cls: "sg-lesson-split" }, [list("\u201c" + d.text + "\u201d", s.top, "top")]);
-      if (s.shorter_top) box.appendChild(list("\u201c" + s.shorter_text + "\u201d", s.shorter_top, "shorter_top"));
+      const plain = s.unsilenced_top ? (d.ablation ? ", nothing taken out" : ", nothing silenced") : "";
+      const box = el("div", { cls: "sg-lesson-split" }, [list("\u201c" + d.text + "\u201d" + (s.unsilenced_top ? ", this run" : ""), s.top, "top")]);
+      if (s.unsilenced_top) box.appendChild(list("\u201c" + d.text + "\u201d" + plain, s.unsilenced_top, "unsilenced_top"));
+      if (s.shorter_top) box.appendChild(list("\u201c" + s.shorter_text + "\u201d" + plain, s.shorter_top, "shorter_top"));
       body.appendChild(box);
     }
 
