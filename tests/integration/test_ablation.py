@@ -4,6 +4,7 @@ text's members, or a reference set) in front of W_O at every member; resample th
 from __future__ import annotations
 
 import contextlib
+import inspect
 
 import pytest
 import torch
@@ -279,7 +280,7 @@ def test_explain_takes_each_member_out_for_the_last_question_as_transformers_wit
         for m, place in ((a.k_proj, "k"), (a.v_proj, "v")):
             handles.append(m.register_forward_hook(lambda mod, args, out, place=place, l=l: mean(place, l)[None].clone()))
     with torch.no_grad():
-        ablated = theirs(torch.tensor([ids]), use_cache=True).past_key_values
+        ablated = _their_cache(theirs(torch.tensor([ids]), use_cache=True))
         for h in handles:
             h.remove()
         full = theirs(torch.tensor([ids]))
@@ -292,15 +293,25 @@ def test_explain_takes_each_member_out_for_the_last_question_as_transformers_wit
             assert m.effect_last_question == pytest.approx(m.effect, abs=1e-9)
             continue
         with torch.no_grad():
-            cache = theirs(torch.tensor([ids[:-1]]), use_cache=True).past_key_values
+            cache = _their_cache(theirs(torch.tensor([ids[:-1]]), use_cache=True))
             for l in range(c.n_layers):
                 cache.layers[l].keys[0, :, j] = ablated.layers[l].keys[0, :, j]
                 cache.layers[l].values[0, :, j] = ablated.layers[l].values[0, :, j]
-            out = theirs(torch.tensor([ids[-1:]]), past_key_values=cache, use_cache=True)
+            out = theirs(torch.tensor([ids[-1:]]), use_cache=True, **{_cache_argument(theirs): cache})
         want = float(torch.log_softmax(out.logits[0, -1].double(), -1)[t] - base[t])
         assert abs(m.effect_last_question - want) < 1e-4, j
         assert abs(want) > 1e-6  # the swap changes something
 
+
+
+def _cache_argument(theirs) -> str:
+    """The name transformers' forward takes its key/value cache by: `cache`, `past_key_values` before it."""
+    return "cache" if "cache" in inspect.signature(theirs.forward).parameters else "past_key_values"
+
+
+def _their_cache(out):
+    """The key/value cache of one of transformers' outputs, under either name."""
+    return out.cache if "cache" in out else out.past_key_values
 
 def test_a_long_text_takes_each_member_out_for_the_last_question_by_its_ablation(tiny_model, monkeypatch):
     """Past LONG_T members explain measures members for the last question only: under mean
