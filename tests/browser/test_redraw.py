@@ -116,6 +116,35 @@ def test_a_silencing_asks_for_the_three_views_at_once_and_draws_each_as_it_comes
     assert page.watch.errors == []
 
 
+#: The busy status's spinner: its opacity now, and the paint containment of the status line.
+SPINNER = """() => {
+  const status = document.querySelector('.sg-status');
+  return { opacity: getComputedStyle(status, '::before').opacity, contain: getComputedStyle(status).contain };
+}"""
+
+
+def test_a_short_wait_shows_no_spinner_and_a_status_change_repaints_its_line_alone(page, server_url):
+    """A redraw that is answered within 0.6 s shows the busy words without a turning spinner (whose
+    frames would take the cores from the redraw); a wait that lasts longer shows it. The status line
+    contains its paint, so its words changing twice a redraw do not repaint the views."""
+    page.goto(server_url)
+    wait_idle(page)
+    explain(page, TEXT)
+    held = []
+    page.route("**/api/model_view", lambda route: held.append(route) if not held else route.continue_())
+    page.click(".sg-chip[data-index='2'] .sg-mute")
+    page.wait_for_function("() => document.querySelector('.sg-status').dataset.kind === 'busy'")
+    assert page.evaluate(SPINNER)["opacity"] == "0"
+    page.wait_for_timeout(900)
+    shown = page.evaluate(SPINNER)
+    assert shown["opacity"] == "1"
+    assert shown["contain"] in ("content", "strict") or "paint" in shown["contain"].split()  # content: layout paint style
+    held[0].continue_()
+    page.locator(".sg-mv-grid[data-silenced='true']").wait_for(timeout=10_000)
+    assert page.locator(".sg-status").get_attribute("data-kind") == ""
+    assert page.watch.errors == []
+
+
 #: The page's model view: each head's weights as the page holds them, and the heads its last drawing painted.
 PAGE_VIEW = """() => {
   const grid = document.querySelector('.sg-mv-grid'), mv = document.querySelector('.sg-root').studygroup.d.modelView;
