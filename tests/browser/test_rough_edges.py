@@ -356,3 +356,46 @@ def test_the_status_line_keeps_its_height_busy_or_idle_so_nothing_below_it_jumps
     seen = page.evaluate("() => Object.fromEntries(Object.entries(window.statusHeights).map(([k, v]) => [k, [...v]]))")
     assert "busy" in seen, seen
     assert len({h for hs in seen.values() for h in hs}) == 1, seen
+
+
+@pytest.fixture(scope="module")
+def nine_heads_url(tmp_path_factory):
+    """A server of a tiny model with the default model's heads: 9 a layer in 3 key/value groups."""
+    from conftest import write_tiny_gguf
+
+    from .conftest import _serve
+
+    path = write_tiny_gguf(tmp_path_factory.mktemp("nine") / "nine.gguf", n_heads=9, n_kv_heads=3).path
+    yield from _serve(path)
+
+
+#: The model view's card's content box (inside its border and padding), and every thumbnail's box and
+#: the sheet's, in pixels of the viewport; the grid's scrolled width against its own.
+THUMB_BOXES = """() => {
+  const grid = document.querySelector('.sg-mv-grid'), card = grid.closest('.sg-card'), s = getComputedStyle(card), r = card.getBoundingClientRect();
+  const inner = { left: r.left + parseFloat(s.borderLeftWidth) + parseFloat(s.paddingLeft),
+                  right: r.right - parseFloat(s.borderRightWidth) - parseFloat(s.paddingRight) };
+  const box = (e) => { const b = e.getBoundingClientRect(); return { left: b.left, right: b.right, width: b.width }; };
+  return { inner, thumbs: [...grid.querySelectorAll('.sg-thumb')].map(box), sheet: box(grid.querySelector('.sg-mv-sheet')),
+           scroll: grid.scrollWidth, width: grid.clientWidth };
+}"""
+
+
+@pytest.mark.parametrize("width, height", [(1440, 900), (390, 844), (360, 800)])
+def test_every_thumbnail_lies_inside_the_model_views_card(browser, nine_heads_url, width, height):
+    context = browser.new_context(viewport={"width": width, "height": height}, device_scale_factor=3 if width < 500 else 1)
+    page = context.new_page()
+    page.goto(nine_heads_url)
+    explain(page, TEXT)
+    page.locator(".sg-thumb").first.wait_for()
+    boxes = page.evaluate(THUMB_BOXES)
+    inner = boxes["inner"]
+    assert len(boxes["thumbs"]) == 2 * 9
+    outside = [b for b in boxes["thumbs"] + [boxes["sheet"]] if b["left"] < inner["left"] - 0.5 or b["right"] > inner["right"] + 0.5]
+    assert outside == [], (inner, outside)
+    assert boxes["scroll"] <= boxes["width"], boxes
+    sides = {round(b["width"]) for b in boxes["thumbs"]}
+    assert len(sides) == 1 and min(sides) >= 12, sides  # one side for every thumbnail, none too small to read
+    if width >= 1000:
+        assert sides == {26}, sides  # room to spare: the full size
+    context.close()

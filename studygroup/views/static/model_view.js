@@ -73,7 +73,7 @@
       grid.dataset.silenced = String(isSilenced(mv));
       const shape = mv || (e && e.model);
       if (!shape) { clear(grid); grid.__thumbs = null; return; }
-      const L = shape.n_layers, H = shape.n_heads, G = shape.n_kv_heads, size = H > 12 ? 18 : 26;
+      const L = shape.n_layers, H = shape.n_heads, G = shape.n_kv_heads, size = thumbSize(H, G, grid.clientWidth);
       const { thumbs, layout } = this.thumbGrid(grid, L, H, G, size);
       const sheet = sheetContext(grid.__sheet, layout.width, layout.height), drawn = grid.__drawn;
       if (sheet.blank) for (const row of drawn) row.fill(null);
@@ -221,6 +221,15 @@
     if (last && last.length === inputs.length && last.every((x, n) => x === inputs[n])) return false;
     drawn[h] = inputs;
     return true;
+  }
+
+  /** The thumbnails' side in pixels for H heads in G groups: 26 (18 past 12 heads), less where the
+   * grid's width (pixels; 0 where it is not laid out) holds fewer, down to MIN_THUMB, so that
+   * every head's thumbnail lies inside the card on a phone's screen. */
+  const MIN_THUMB = 12;
+  function thumbSize(H, G, width) {
+    const natural = H > 12 ? 18 : 26, room = Math.floor((width - 40 - modelViewLayout(0, H, G, 0).width) / H); // (a side of 0: the fixed widths)
+    return width > 0 ? Math.max(MIN_THUMB, Math.min(natural, room)) : natural;
   }
 
   /** Where the model view's parts lie, for L layers of H heads in G groups, thumbnails size pixels
