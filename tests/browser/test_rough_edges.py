@@ -398,4 +398,10 @@ def test_every_thumbnail_lies_inside_the_model_views_card(browser, nine_heads_ur
     assert len(sides) == 1 and min(sides) >= 12, sides  # one side for every thumbnail, none too small to read
     if width >= 1000:
         assert sides == {26}, sides  # room to spare: the full size
+        page.set_viewport_size({"width": 390, "height": 844})  # the window made a phone's width: drawn again to fit
+        page.wait_for_function("() => document.querySelector('.sg-thumb').getBoundingClientRect().width < 26")
+        boxes = page.evaluate(THUMB_BOXES)
+        inner = boxes["inner"]
+        assert [b for b in boxes["thumbs"] if b["left"] < inner["left"] - 0.5 or b["right"] > inner["right"] + 0.5] == []
+        assert len({round(b["width"]) for b in boxes["thumbs"]}) == 1
     context.close()

@@ -40,7 +40,8 @@
       super(page);
       this.place = "layout";
       const mv = this.section = this.card("sg-modelview", "The model view", "Every head's weights on this text: one row per layer, one column per head. Click a head (or Tab to it and press Enter) to open it.");
-      mv.appendChild(el("div", { cls: "sg-mv-grid" }));
+      const grid = mv.appendChild(el("div", { cls: "sg-mv-grid" }));
+      if (window.ResizeObserver) new ResizeObserver(() => this.refit(grid)).observe(grid);
       mv.appendChild(el("div", { cls: "sg-mv-legend" }));
       mv.appendChild(el("div", { cls: "sg-save" }, [
         el("button", { attrs: { type: "button" }, text: "Save model view (PNG)", on: { click: () => sg.save.modelView(page) } }),
@@ -183,6 +184,13 @@
       Object.assign(grid, { __thumbs: thumbs, __layout: layout, __sheet: sheet, __drawn: thumbs.map((row) => row.map(() => null)) });
       grid.dataset.shape = shape;
       return { thumbs, layout };
+    }
+
+    /** Draws the thumbnails again where the grid's width now calls for another size than they have
+     * (a window made narrower, a phone turned). */
+    refit(grid) {
+      const [, H, G, size] = (grid.dataset.shape || "").split(" ").map(Number);
+      if (size && thumbSize(H, G, grid.clientWidth) !== size) this.draw();
     }
 
     /** "colour by: weight | role", for a model view whose heads carry role scores. */
