@@ -451,6 +451,14 @@ SINKS = """([l, h]) => { const e = document.querySelector('.sg-root').studygroup
   return e.heads.find((x) => x.layer === l && x.head === h).sinks; }"""
 
 
+#: Whether the head card shows head [l, h] drawn from its own answer (its grids shown) and the member
+#: panel below it is that head's.
+PANEL_OF = """([l, h]) => { const t = document.querySelector('.sg-head-title h3'), f = document.querySelector('.sg-figs');
+  const m = document.querySelector('.sg-member h3');
+  return Boolean(t && t.textContent.startsWith('Head ' + h + ' of layer ' + l) && f && !f.hidden &&
+    m && m.textContent.endsWith(' in head ' + h + ' of layer ' + l) && document.querySelector('.sg-member .sg-listen-row[data-index]')); }"""
+
+
 def test_what_a_head_listened_to_names_its_attention_sinks(page, server_url):
     page.goto(server_url)
     wait_idle(page)
@@ -466,7 +474,7 @@ def test_what_a_head_listened_to_names_its_attention_sinks(page, server_url):
         assert "says nothing about what the question asks" in page.locator(".sg-member .sg-sink-note").inner_text()
     for layer, head in [(1, 0), (0, 1)]:
         page.click(f".sg-thumb[data-layer='{layer}'][data-head='{head}']")
-        page.locator(".sg-member .sg-listen-row[data-index]").first.wait_for()
+        page.wait_for_function(PANEL_OF, arg=[layer, head])  # not the last head's panel, still there until this one's answer
         sinks = page.evaluate(SINKS, [layer, head])
         assert 0 in sinks  # (the rule in studygroup.study.sinks)
         if (layer, head) == noted:
