@@ -158,7 +158,7 @@
     async loadLesson(silence) {
       const L = this.lesson;
       const text = this.q(".sg-text").value;
-      if (!text.trim()) { Object.assign(L, { asked: null, gen: L.gen + 1 }); return; } // no text: no lesson, none of an earlier one shown
+      if (!text.trim()) return;
       const pending = silence || L.pendingSilence;
       const sil = pending ? { silence: { members: pending.members, heads: pending.heads } } : this.silencing();
       const body = { text, ...sil };
