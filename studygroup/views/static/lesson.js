@@ -156,7 +156,7 @@
     }
 
     async loadLesson(silence) {
-      const L = this.lesson;
+      const L = this.lesson, gen = ++L.gen;
       const text = this.q(".sg-text").value;
       if (!text.trim()) return;
       const pending = silence || L.pendingSilence;
@@ -166,9 +166,8 @@
       if (L.query != null) body.query = L.query;
       if (L.key != null) body.key = L.key;
       const asked = JSON.stringify(body);
-      if (asked === L.asked) return; // this lesson is shown, or on its way (its answer still taken: gen unchanged)
+      if (asked === L.asked) return; // this lesson is shown, or on its way
       L.asked = asked;
-      const gen = ++L.gen; // an answer to an earlier, other question is dropped
       clear(this.q(".sg-lesson-body")).appendChild(el("p", { cls: "sg-hint", text: L.head ? "Computing the lesson\u2026"
         : "Computing the lesson: finding the most decisive head that is not resting on a sink (silencing heads one at a time)\u2026" }));
       try {
