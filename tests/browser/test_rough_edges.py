@@ -17,8 +17,10 @@ import pytest
 from PIL import Image
 
 from studygroup.formats import percent
+from conftest import write_tiny_gguf
 from studygroup.views.colours import MASK_FACE, MASK_LINE
 
+from .conftest import _serve
 from .test_page import DISPLAYED, chip_texts, explain, wait_idle
 
 TEXT = "I have a lot"
@@ -361,10 +363,6 @@ def test_the_status_line_keeps_its_height_busy_or_idle_so_nothing_below_it_jumps
 @pytest.fixture(scope="module")
 def nine_heads_url(tmp_path_factory):
     """A server of a tiny model with the default model's heads: 9 a layer in 3 key/value groups."""
-    from conftest import write_tiny_gguf
-
-    from .conftest import _serve
-
     path = write_tiny_gguf(tmp_path_factory.mktemp("nine") / "nine.gguf", n_heads=9, n_kv_heads=3).path
     yield from _serve(path)
 
@@ -381,6 +379,12 @@ THUMB_BOXES = """() => {
 }"""
 
 
+def outside_card(boxes):
+    """The thumbnails' and the sheet's boxes (THUMB_BOXES) that run past the card's content box."""
+    inner = boxes["inner"]
+    return [b for b in boxes["thumbs"] + [boxes["sheet"]] if b["left"] < inner["left"] - 0.5 or b["right"] > inner["right"] + 0.5]
+
+
 @pytest.mark.parametrize("width, height", [(1440, 900), (390, 844), (360, 800)])
 def test_every_thumbnail_lies_inside_the_model_views_card(browser, nine_heads_url, width, height):
     context = browser.new_context(viewport={"width": width, "height": height}, device_scale_factor=3 if width < 500 else 1)
@@ -389,10 +393,8 @@ def test_every_thumbnail_lies_inside_the_model_views_card(browser, nine_heads_ur
     explain(page, TEXT)
     page.locator(".sg-thumb").first.wait_for()
     boxes = page.evaluate(THUMB_BOXES)
-    inner = boxes["inner"]
     assert len(boxes["thumbs"]) == 2 * 9
-    outside = [b for b in boxes["thumbs"] + [boxes["sheet"]] if b["left"] < inner["left"] - 0.5 or b["right"] > inner["right"] + 0.5]
-    assert outside == [], (inner, outside)
+    assert outside_card(boxes) == [], boxes["inner"]
     assert boxes["scroll"] <= boxes["width"], boxes
     sides = {round(b["width"]) for b in boxes["thumbs"]}
     assert len(sides) == 1 and min(sides) >= 12, sides  # one side for every thumbnail, none too small to read
@@ -401,7 +403,6 @@ def test_every_thumbnail_lies_inside_the_model_views_card(browser, nine_heads_ur
         page.set_viewport_size({"width": 390, "height": 844})  # the window made a phone's width: drawn again to fit
         page.wait_for_function("() => document.querySelector('.sg-thumb').getBoundingClientRect().width < 26")
         boxes = page.evaluate(THUMB_BOXES)
-        inner = boxes["inner"]
-        assert [b for b in boxes["thumbs"] if b["left"] < inner["left"] - 0.5 or b["right"] > inner["right"] + 0.5] == []
+        assert outside_card(boxes) == [], boxes["inner"]
         assert len({round(b["width"]) for b in boxes["thumbs"]}) == 1
     context.close()

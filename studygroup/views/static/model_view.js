@@ -234,9 +234,9 @@
   /** The thumbnails' side in pixels for H heads in G groups: 26 (18 past 12 heads), less where the
    * grid's width (pixels; 0 where it is not laid out) holds fewer, down to MIN_THUMB, so that
    * every head's thumbnail lies inside the card on a phone's screen. */
-  const MIN_THUMB = 12;
+  const MIN_THUMB = 12, LAYER_COLUMN = 40; // (the layers' numbers' column, pixels)
   function thumbSize(H, G, width) {
-    const natural = H > 12 ? 18 : 26, room = Math.floor((width - 40 - modelViewLayout(0, H, G, 0).width) / H); // (a side of 0: the fixed widths)
+    const natural = H > 12 ? 18 : 26, room = Math.floor((width - LAYER_COLUMN - modelViewLayout(0, H, G, 0).width) / H); // (a side of 0: the fixed widths)
     return width > 0 ? Math.max(MIN_THUMB, Math.min(natural, room)) : natural;
   }
 
@@ -257,7 +257,7 @@
       add(5);
     }
     const y = Array.from({ length: L }, (_, l) => l * (size + 2) + 1);
-    return { columns: "40px " + widths.map((w) => w + "px").join(" "), col, x, y, width: left, height: L * (size + 2) };
+    return { columns: LAYER_COLUMN + "px " + widths.map((w) => w + "px").join(" "), col, x, y, width: left, height: L * (size + 2) };
   }
 
   /** The masked reasons (codes) the model view's thumbnails hold; the future alone for data without them. */
