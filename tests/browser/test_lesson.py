@@ -4,6 +4,7 @@ Screenshots of each section at 1440×900 and 390×844 go to artifacts/screenshot
 from __future__ import annotations
 
 import json
+import time
 from urllib.parse import quote
 
 import pytest
@@ -348,4 +349,49 @@ def test_a_silenced_lessons_conclusion_says_so_and_compares_the_context_with_not
     conclusion = api["sections"][-1]
     assert conclusion["unsilenced_top"] and conclusion["top"] != conclusion["unsilenced_top"]
     assert check_numbers(page, api) >= 3 * len(conclusion["top"])
+    assert page.watch.errors == []
+
+
+def test_a_lesson_answered_after_the_urls_silencing_is_drawn_is_asked_once_and_shown(page, server_url):
+    """The URL's lesson (the default head) is asked with its silencing before the text is drawn; the
+    explore view then silences the same and the lesson is asked again while its answer is on its way
+    (held back here), and again once it named its head: both are the same question, so the one
+    answer is shown and nothing is asked twice."""
+    asked = []
+
+    def late(route):
+        asked.append(route.request.post_data_json)
+        answer = route.fetch()
+        time.sleep(3)  # the explore view draws the text and its silencing meanwhile
+        route.fulfill(response=answer)
+
+    page.route("**/api/lesson", late)
+    page.goto(server_url + "#text=a%20tin%20can%20of&mode=lesson&section=conclusion&silence=1")
+    page.locator(".sg-chip[data-index='1'] .sg-mute[aria-pressed='true']").wait_for(state="attached", timeout=60_000)
+    wait_section(page, "conclusion")
+    page.wait_for_load_state("networkidle")
+    d = lesson_data(page)
+    assert d["silenced_members"] == [1]
+    assert len(asked) == 1, asked
+    assert "layer" not in asked[0] and f"head={d['layer']}.{d['head']}" in page.url
+    wait_section(page, "conclusion")
+    assert check_numbers(page, api_lesson(page, server_url, d)) > 0
+    assert page.watch.errors == []
+
+
+def test_a_silencing_chosen_in_explore_is_the_lessons_when_the_lesson_is_opened_again(page, server_url):
+    page.goto(server_url + "#text=a%20tin%20can%20of&mode=lesson&section=conclusion")
+    wait_section(page, "conclusion")
+    assert lesson_data(page)["silenced_members"] == []
+    page.locator(".sg-modes button[data-mode='explore']").click()
+    page.locator(".sg-lesson").wait_for(state="hidden")
+    page.click(".sg-chip[data-index='1'] .sg-mute")  # silence member 1 in Explore
+    page.wait_for_function("() => location.hash.includes('silence=1')", timeout=60_000)
+    page.locator(".sg-modes button[data-mode='lesson']").click()
+    page.wait_for_function("() => { const d = document.querySelector('.sg-root').studygroup.lesson.data; "
+                           "return d && d.silenced_members.length === 1; }", timeout=60_000)
+    wait_section(page, "conclusion")
+    d = lesson_data(page)
+    assert d["silenced_members"] == [1] and "silence=1" in page.url
+    assert check_numbers(page, api_lesson(page, server_url, d)) > 0
     assert page.watch.errors == []

@@ -70,7 +70,7 @@
       this.lesson.on = mode === "lesson";
       this.showMode();
       this.writeHash();
-      if (this.lesson.on && !this.lesson.data) this.loadLesson();
+      if (this.lesson.on) this.loadLesson(); // none yet, or the explore view's silencing has changed since
     }
 
     showMode() {
@@ -155,19 +155,31 @@
       } else this.writeHash();
     }
 
-    async loadLesson(silence) {
-      const L = this.lesson, gen = ++L.gen;
-      const text = this.q(".sg-text").value;
-      if (!text.trim()) return;
-      const pending = silence || L.pendingSilence;
-      const sil = pending ? { silence: { members: pending.members, heads: pending.heads } } : this.silencing();
-      const body = { text, ...sil };
-      if (L.head) Object.assign(body, { layer: L.head[0], head: L.head[1] });
+    /** The silencing a lesson is asked with: silence, else the URL's held until the text is drawn, else the explore view's. */
+    lessonSilencing(silence) {
+      const pending = silence || this.lesson.pendingSilence;
+      return pending ? { silence: sg.Store.silenceOf(pending.members, pending.heads) } : this.silencing();
+    }
+
+    /** POST /api/lesson's body for text, silencing sil and head ([layer, head], or null for the
+     * default one), with the lesson's question and answer. */
+    lessonBody(text, sil, head) {
+      const L = this.lesson, body = { text, ...sil };
+      if (head) Object.assign(body, { layer: head[0], head: head[1] });
       if (L.query != null) body.query = L.query;
       if (L.key != null) body.key = L.key;
-      const asked = JSON.stringify(body);
+      return body;
+    }
+
+    /** The lesson for the text in the box, unless it is shown or on its way. An answer for the
+     * default head stands for the head it named too: asking with that head is the same question. */
+    async loadLesson(silence) {
+      const L = this.lesson, text = this.q(".sg-text").value;
+      if (!text.trim()) return;
+      const sil = this.lessonSilencing(silence), body = this.lessonBody(text, sil, L.head), asked = JSON.stringify(body);
       if (asked === L.asked) return; // this lesson is shown, or on its way
       L.asked = asked;
+      const gen = ++L.gen; // an answer to an older question is dropped
       clear(this.q(".sg-lesson-body")).appendChild(el("p", { cls: "sg-hint", text: L.head ? "Computing the lesson\u2026"
         : "Computing the lesson: finding the most decisive head that is not resting on a sink (silencing heads one at a time)\u2026" }));
       try {
@@ -175,6 +187,7 @@
         if (gen !== L.gen) return;
         L.data = d;
         L.head = [d.layer, d.head];
+        L.asked = JSON.stringify(this.lessonBody(text, sil, L.head));
         this.writeHash();
         this.renderLesson();
       } catch (e) {

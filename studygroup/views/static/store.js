@@ -10,6 +10,13 @@
   const freshChoices = () => ({ selected: null, hover: null, members: new Set(), headsSilenced: new Set(), headChosen: false,
     rows: "auto", layer: null, head: null, why: null });
 
+  /** members (indices) and heads ([l, h] pairs) as the API takes them: each once, in order. */
+  function silenceOf(members, heads) {
+    const pairs = new Map(heads.map((x) => [x.join("."), x]));
+    return { members: [...new Set(members)].sort((a, b) => a - b),
+      heads: [...pairs.values()].sort((a, b) => a[0] - b[0] || a[1] - b[1]) };
+  }
+
   class Store {
     constructor() {
       this.gen = 0;
@@ -31,8 +38,7 @@
     /** What is silenced now and how it is taken out, as the API takes it: {silence: {members, heads}}
      * (empty lists when nothing is), with the ablation where something is silenced and it is not zero. */
     silencing() {
-      const silence = { members: [...this.ui.members].sort((a, b) => a - b),
-        heads: [...this.ui.headsSilenced].map((k) => k.split(".").map(Number)).sort((a, b) => a[0] - b[0] || a[1] - b[1]) };
+      const silence = silenceOf([...this.ui.members], [...this.ui.headsSilenced].map((k) => k.split(".").map(Number)));
       const a = this.ui.ablation;
       if (!a || a.kind === "zero" || !(silence.members.length + silence.heads.length)) return { silence };
       return { silence, ablation: a.kind === "resample" && a.from.trim() ? { kind: "resample", from: a.from } : { kind: a.kind } };
@@ -79,5 +85,6 @@
     }
   }
 
+  Store.silenceOf = silenceOf;
   sg.Store = Store;
 })(window.StudyGroup = window.StudyGroup || {});
