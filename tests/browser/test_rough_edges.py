@@ -360,19 +360,24 @@ def test_the_status_line_keeps_its_height_busy_or_idle_so_nothing_below_it_jumps
     assert len({h for hs in seen.values() for h in hs}) == 1, seen
 
 
+def heads_server(tmp_path_factory, name: str, n_heads: int, n_kv_heads: int):
+    """A server of a tiny model of n_heads heads a layer in n_kv_heads key/value groups: its URL, yielded."""
+    yield from _serve(write_tiny_gguf(tmp_path_factory.mktemp(name) / f"{name}.gguf", n_heads=n_heads, n_kv_heads=n_kv_heads).path)
+
+
 @pytest.fixture(scope="module")
 def nine_heads_url(tmp_path_factory):
-    """A server of a tiny model with the default model's heads: 9 a layer in 3 key/value groups."""
-    path = write_tiny_gguf(tmp_path_factory.mktemp("nine") / "nine.gguf", n_heads=9, n_kv_heads=3).path
-    yield from _serve(path)
+    """The default model's heads: 9 a layer in 3 key/value groups."""
+    yield from heads_server(tmp_path_factory, "nine", 9, 3)
 
 
-#: The model view's card's content box (inside its border and padding), and every thumbnail's box and
-#: the sheet's, in pixels of the viewport; the grid's scrolled width against its own.
-THUMB_BOXES = """() => {
+#: The model view's grid, and its card's content box (inside its border and padding, left and right), in pixels of the viewport.
+GRID_AND_CARD = """
   const grid = document.querySelector('.sg-mv-grid'), card = grid.closest('.sg-card'), s = getComputedStyle(card), r = card.getBoundingClientRect();
   const inner = { left: r.left + parseFloat(s.borderLeftWidth) + parseFloat(s.paddingLeft),
-                  right: r.right - parseFloat(s.borderRightWidth) - parseFloat(s.paddingRight) };
+                  right: r.right - parseFloat(s.borderRightWidth) - parseFloat(s.paddingRight) };"""
+#: The card's content box, and every thumbnail's box and the sheet's; the grid's scrolled width against its own.
+THUMB_BOXES = """() => {""" + GRID_AND_CARD + """
   const box = (e) => { const b = e.getBoundingClientRect(); return { left: b.left, right: b.right, width: b.width }; };
   return { inner, thumbs: [...grid.querySelectorAll('.sg-thumb')].map(box), sheet: box(grid.querySelector('.sg-mv-sheet')),
            scroll: grid.scrollWidth, width: grid.clientWidth };
@@ -405,4 +410,53 @@ def test_every_thumbnail_lies_inside_the_model_views_card(browser, nine_heads_ur
         boxes = page.evaluate(THUMB_BOXES)
         assert outside_card(boxes) == [], boxes["inner"]
         assert len({round(b["width"]) for b in boxes["thumbs"]}) == 1
+    context.close()
+
+
+@pytest.fixture(scope="module")
+def wide_heads_url(tmp_path_factory):
+    """Llama 3 8B's heads: 32 a layer in 8 key/value groups."""
+    yield from heads_server(tmp_path_factory, "wide", 32, 8)
+
+
+#: The grid's box, the card's content box, the page's and the grid's scrolled widths, the box of the
+#: open thumbnail's ring (4 pixels round it) and of every rank's badge with its head, and the thumbnails' sides.
+RING_BOXES = """() => {""" + GRID_AND_CARD + """
+  const box = (b, out = 0) => ({ left: b.left - out, right: b.right + out, top: b.top - out, bottom: b.bottom + out });
+  return { card: inner,
+           grid: box(grid.getBoundingClientRect()), ring: box(document.querySelector('.sg-thumb.sg-open').getBoundingClientRect(), 4),
+           badges: [...grid.querySelectorAll('.sg-rank')].map((e) => ({ head: +e.closest('.sg-thumb').dataset.head, ...box(e.getBoundingClientRect()) })),
+           page: document.documentElement.scrollWidth, window: innerWidth, scroll: grid.scrollWidth, width: grid.clientWidth,
+           sides: [...new Set([...grid.querySelectorAll('.sg-thumb')].map((e) => Math.round(e.getBoundingClientRect().width)))] };
+}"""
+
+
+def inside(b, outer, across=True):
+    """Whether box b lies inside outer (across: left to right too, else only top to bottom)."""
+    down = b["top"] >= outer["top"] - 0.5 and b["bottom"] <= outer["bottom"] + 0.5
+    return down and (not across or (b["left"] >= outer["left"] - 0.5 and b["right"] <= outer["right"] + 0.5))
+
+
+def test_a_model_too_wide_for_a_phone_scrolls_sideways_inside_its_card_with_the_open_ring_shown(browser, wide_heads_url):
+    """32 heads at the smallest thumbnail need more than a phone's card: the grid scrolls inside it
+    (the page itself does not), and the open head's ring and the ranks' badges show whole at either
+    end of the scroll, the first head's column and the last's."""
+    context = browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=3)
+    page = context.new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(wide_heads_url)
+    explain(page, TEXT)
+    page.locator(".sg-thumb").first.wait_for()
+    for layer, head, scroll in ((1, 31, "g.scrollWidth"), (0, 0, "0")):
+        page.locator(f".sg-thumb[data-layer='{layer}'][data-head='{head}']").click()  # scrolled into view to be clicked
+        page.locator(f".sg-thumb.sg-open[data-layer='{layer}'][data-head='{head}']").wait_for()
+        page.evaluate(f"() => {{ const g = document.querySelector('.sg-mv-grid'); g.scrollLeft = {scroll}; }}")
+        b = page.evaluate(RING_BOXES)
+        assert b["sides"] == [12], b["sides"]
+        assert b["scroll"] > b["width"] and b["page"] <= b["window"], b  # the grid scrolls, not the page
+        assert b["card"]["left"] - 0.5 <= b["grid"]["left"] and b["grid"]["right"] <= b["card"]["right"] + 0.5, b
+        assert inside(b["ring"], b["grid"]), (b["ring"], b["grid"])
+        assert b["badges"] and all(inside(x, b["grid"], across=x["head"] == head) for x in b["badges"]), (b["badges"], b["grid"])
+    assert errors == []
     context.close()

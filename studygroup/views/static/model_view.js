@@ -41,6 +41,7 @@
       this.place = "layout";
       const mv = this.section = this.card("sg-modelview", "The model view", "Every head's weights on this text: one row per layer, one column per head. Click a head (or Tab to it and press Enter) to open it.");
       const grid = mv.appendChild(el("div", { cls: "sg-mv-grid" }));
+      grid.style.padding = GRID_PAD + "px"; // room for the open head's ring and the ranks' badges where the grid scrolls
       if (window.ResizeObserver) new ResizeObserver(() => this.refit(grid)).observe(grid);
       mv.appendChild(el("div", { cls: "sg-mv-legend" }));
       mv.appendChild(el("div", { cls: "sg-save" }, [
@@ -74,7 +75,7 @@
       grid.dataset.silenced = String(isSilenced(mv));
       const shape = mv || (e && e.model);
       if (!shape) { clear(grid); grid.__thumbs = null; return; }
-      const L = shape.n_layers, H = shape.n_heads, G = shape.n_kv_heads, size = thumbSize(H, G, grid.clientWidth);
+      const L = shape.n_layers, H = shape.n_heads, G = shape.n_kv_heads, size = thumbSize(H, G, roomOf(grid));
       const { thumbs, layout } = this.thumbGrid(grid, L, H, G, size);
       const sheet = sheetContext(grid.__sheet, layout.width, layout.height), drawn = grid.__drawn;
       if (sheet.blank) for (const row of drawn) row.fill(null);
@@ -190,7 +191,7 @@
      * (a window made narrower, a phone turned). */
     refit(grid) {
       const [, H, G, size] = (grid.dataset.shape || "").split(" ").map(Number);
-      if (size && thumbSize(H, G, grid.clientWidth) !== size) this.draw();
+      if (size && thumbSize(H, G, roomOf(grid)) !== size) this.draw();
     }
 
     /** "colour by: weight | role", for a model view whose heads carry role scores. */
@@ -232,9 +233,13 @@
   }
 
   /** The thumbnails' side in pixels for H heads in G groups: 26 (18 past 12 heads), less where the
-   * grid's width (pixels; 0 where it is not laid out) holds fewer, down to MIN_THUMB, so that
-   * every head's thumbnail lies inside the card on a phone's screen. */
+   * grid's width (pixels inside its padding; 0 where it is not laid out) holds fewer, down to
+   * MIN_THUMB. Where even that is too wide (32 heads on a phone's screen), the grid scrolls
+   * sideways inside the card (page.css). */
   const MIN_THUMB = 12, LAYER_COLUMN = 40; // (the layers' numbers' column, pixels)
+  /** Pixels around the grid inside its box: the open head's ring (4) and a rank's badge (5) stay inside what it shows. */
+  const GRID_PAD = 6;
+  const roomOf = (grid) => Math.max(0, grid.clientWidth - 2 * GRID_PAD);
   function thumbSize(H, G, width) {
     const natural = H > 12 ? 18 : 26, room = Math.floor((width - LAYER_COLUMN - modelViewLayout(0, H, G, 0).width) / H); // (a side of 0: the fixed widths)
     return width > 0 ? Math.max(MIN_THUMB, Math.min(natural, room)) : natural;
