@@ -207,13 +207,14 @@ class Model:
 
     def final_logits(self, resid_final: torch.Tensor) -> torch.Tensor:
         """Logits from the last layer's residual stream: the family's final norm (RMSNorm, or GPT-2's
-        LayerNorm with its bias), then the unembedding. (…, d_model) -> (…, vocab)
+        LayerNorm with its bias), then the unembedding, in the model's dtype (a recorded stream is
+        float32: a bfloat16 model's numbers, exactly). (…, d_model) -> (…, vocab)
 
         Outside a pass: matrices kept as blocks let their layers' float32 buffers go first
         (`packed.Weights.let_layers_go`), so that the logits of many rows take their place."""
         self.w.let_layers_go()
         with self.w.pass_():
-            return self.w.unembed(self._norm(resid_final, "final_norm"))
+            return self.w.unembed(self._norm(resid_final.to(self.dtype), "final_norm"))
 
     def _norm(self, x: torch.Tensor, name: str) -> torch.Tensor:
         """The family's norm (RMSNorm, or LayerNorm with its bias) with weight `name`. (…, d_model) -> same"""

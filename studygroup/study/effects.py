@@ -183,12 +183,13 @@ def passes(starts: Sequence[int], T: int, pass_rows: int = PASS_ROWS, packable: 
 
 
 def keys_and_values(run: Run) -> dict[int, tuple[torch.Tensor, torch.Tensor]] | None:
-    """{layer: (k, v)}, each (H_kv, T, d), from a run without interventions that recorded them
-    (else None)."""
-    n = run.model.config.n_layers
+    """{layer: (k, v)}, each (H_kv, T, d) in the model's dtype (a run records float32), from a run
+    without interventions that recorded them (else None)."""
+    model = run.model
+    n = model.config.n_layers
     if run.interventions != Interventions() or not all((s, l) in run for l in range(n) for s in ("k", "v")):
         return None
-    return {l: (run["k", l], run["v", l]) for l in range(n)}
+    return {l: (run["k", l].to(model.dtype), run["v", l].to(model.dtype)) for l in range(n)}
 
 
 def added_log_probs(model: Model, ids: list[int], token: int, base: Interventions,
