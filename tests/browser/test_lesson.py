@@ -395,3 +395,26 @@ def test_a_silencing_chosen_in_explore_is_the_lessons_when_the_lesson_is_opened_
     assert d["silenced_members"] == [1] and "silence=1" in page.url
     assert check_numbers(page, api_lesson(page, server_url, d)) > 0
     assert page.watch.errors == []
+
+
+def test_how_the_silenced_are_taken_out_round_trips_through_the_url(page, server_url):
+    """Mean ablation chosen for a silenced member: the URL says so, and reopening it takes the member
+    out the same way, with the same numbers."""
+    page.goto(server_url + "#text=I%20have%20a%20lot%20of&mode=explore&silence=1")
+    page.locator(".sg-chip[data-index='1'] .sg-mute[aria-pressed='true']").wait_for(timeout=60_000)
+    page.wait_for_function("() => { const c = document.querySelector('.sg-root').studygroup.d.conclusion; return c && c.silenced; }", timeout=60_000)
+    page.select_option(".sg-ablation", "mean")
+    page.wait_for_function("() => { const c = document.querySelector('.sg-root').studygroup.d.conclusion; "
+                           "return c && c.ablation && c.ablation.kind === 'mean' && location.hash.includes('ablation=mean'); }", timeout=60_000)
+    url, before = page.url, page.evaluate("() => document.querySelector('.sg-root').studygroup.d.conclusion")
+    assert "silence=1" in url
+
+    other = page.context.new_page()
+    other.goto(url)
+    other.wait_for_function("() => { const c = document.querySelector('.sg-root').studygroup.d.conclusion; return c && c.silenced; }", timeout=60_000)
+    assert other.input_value(".sg-ablation") == "mean"
+    assert other.evaluate("() => document.querySelector('.sg-root').studygroup.d.conclusion") == before
+    zero = page.request.post(server_url + "api/conclusion", data=json.dumps({"text": "I have a lot of", "top": 10, "silence": {"members": [1], "heads": []}}),
+                             headers={"Content-Type": "application/json"}).json()
+    assert zero["silenced"] != before["silenced"]  # mean ablation is not the zero one
+    assert page.watch.errors == []

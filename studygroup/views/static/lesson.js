@@ -1,7 +1,7 @@
 /* Lesson mode: the article's walkthrough as sections, on the real numbers of the text in the box,
  * for one head (POST /api/lesson; study/lesson_sections.py is their one source, shared with
  * `studygroup lesson TEXT --json`). → next, ← back, Esc leaves, whenever focus is not in a text
- * field. The page's state (text, mode, section, head, question, answer, notation, silencing, and
+ * field. The page's state (text, mode, section, head, question, answer, notation, silencing and its ablation, and
  * in Explore the member selected) lives in the URL's hash, so reopening the URL shows the same
  * thing. head and notation are those of the mode shown: the lesson's in Lesson, the open head's
  * card in Explore. Every number drawn carries
@@ -12,6 +12,7 @@
   const { el, clear, sig4, percent } = sg;
   const NAMES = ["members", "embedding", "layer_input", "qkv", "scores", "softmax", "weighted_sum", "conclusion"];
   const SHORT = ["Members", "E, layer 0", "Layer input", "Q, K, V", "Scores", "Softmax", "Weighted sum", "Conclusion"];
+  const ABLATIONS = ["mean", "resample"]; // how the silenced are taken out, where not zero (the hash's ablation=)
   const CELL = 12; // px of one drawn number
   const LABEL = 15; // px a label of 11px type needs across its line, so that two never overlap
 
@@ -25,7 +26,8 @@
     return { text: p.get("text"), mode: p.get("mode") === "lesson" ? "lesson" : "explore",
       section: Math.max(0, NAMES.indexOf(p.get("section"))), head: pair(p.get("head")), query: int(p.get("q")), key: int(p.get("k")),
       notation: p.get("notation") === "columns" ? "columns" : "paper", member: int(p.get("member")),
-      members: ints(p.get("silence")), heads: (p.get("silence_heads") || "").split(",").map(pair).filter(Boolean) };
+      members: ints(p.get("silence")), heads: (p.get("silence_heads") || "").split(",").map(pair).filter(Boolean),
+      ablation: { kind: ABLATIONS.includes(p.get("ablation")) ? p.get("ablation") : "zero", from: p.get("ablation_from") || "" } };
   }
 
   const isField = (t) => t && (t.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(t.tagName));
@@ -99,10 +101,11 @@
       if (L.key != null) p.set("k", L.key);
       if (notation !== "paper") p.set("notation", notation);
       if (!L.on && this.ui.selected != null) p.set("member", this.ui.selected);
-      const pending = L.pendingSilence;
-      const sil = pending ? { silence: { members: pending.members, heads: pending.heads } } : this.silencing();
+      const sil = this.lessonSilencing();
       if (sil.silence.members.length) p.set("silence", sil.silence.members.join(","));
       if (sil.silence.heads.length) p.set("silence_heads", sil.silence.heads.map((x) => x.join(".")).join(","));
+      if (sil.ablation) p.set("ablation", sil.ablation.kind);
+      if (sil.ablation && sil.ablation.from) p.set("ablation_from", sil.ablation.from);
       this.hashWritten = "#" + p.toString();
       history.replaceState(null, "", this.hashWritten);
     }
@@ -112,6 +115,7 @@
       const on = s.mode === "lesson";
       Object.assign(this.lesson, { on, section: s.section, head: on ? s.head : null, query: s.query, key: s.key, notation: on ? s.notation : "paper", data: null });
       if (!on && s.notation !== this.ui.notation) { this.ui.notation = s.notation; this.page.views.head.paintNotation(); }
+      this.ui.ablation = { ...s.ablation }; // how the URL's silencing is taken out (members.js shows it)
       this.pendingUrl = s;
     }
 
@@ -158,7 +162,7 @@
     /** The silencing a lesson is asked with: silence, else the URL's held until the text is drawn, else the explore view's. */
     lessonSilencing(silence) {
       const pending = silence || this.lesson.pendingSilence;
-      return pending ? { silence: sg.Store.silenceOf(pending.members, pending.heads) } : this.silencing();
+      return pending ? sg.Store.silencingOf(pending.members, pending.heads, this.ui.ablation) : this.silencing();
     }
 
     /** POST /api/lesson's body for text, silencing sil and head ([layer, head], or null for the

@@ -17,6 +17,14 @@
       heads: [...pairs.values()].sort((a, b) => a[0] - b[0] || a[1] - b[1]) };
   }
 
+  /** The silencing of members and heads taken out by ablation a ({kind, from}; none: zero) as the API
+   * takes it: {silence: {members, heads}}, with the ablation where something is silenced and it is not zero. */
+  function silencingOf(members, heads, a) {
+    const silence = silenceOf(members, heads);
+    if (!a || a.kind === "zero" || !(silence.members.length + silence.heads.length)) return { silence };
+    return { silence, ablation: a.kind === "resample" && a.from.trim() ? { kind: "resample", from: a.from } : { kind: a.kind } };
+  }
+
   class Store {
     constructor() {
       this.gen = 0;
@@ -38,10 +46,7 @@
     /** What is silenced now and how it is taken out, as the API takes it: {silence: {members, heads}}
      * (empty lists when nothing is), with the ablation where something is silenced and it is not zero. */
     silencing() {
-      const silence = silenceOf([...this.ui.members], [...this.ui.headsSilenced].map((k) => k.split(".").map(Number)));
-      const a = this.ui.ablation;
-      if (!a || a.kind === "zero" || !(silence.members.length + silence.heads.length)) return { silence };
-      return { silence, ablation: a.kind === "resample" && a.from.trim() ? { kind: "resample", from: a.from } : { kind: a.kind } };
+      return silencingOf([...this.ui.members], [...this.ui.headsSilenced].map((k) => k.split(".").map(Number)), this.ui.ablation);
     }
 
     /** The silencing shown as one string: two silencings are the same when their keys are. */
@@ -85,6 +90,6 @@
     }
   }
 
-  Store.silenceOf = silenceOf;
+  Object.assign(Store, { silenceOf, silencingOf });
   sg.Store = Store;
 })(window.StudyGroup = window.StudyGroup || {});
