@@ -418,3 +418,24 @@ def test_how_the_silenced_are_taken_out_round_trips_through_the_url(page, server
                              headers={"Content-Type": "application/json"}).json()
     assert zero["silenced"] != before["silenced"]  # mean ablation is not the zero one
     assert page.watch.errors == []
+
+
+def test_a_url_naming_members_and_heads_the_text_and_model_lack_leaves_them_out_and_says_so_once(page, server_url):
+    """A pasted address with a member past the text's end, a head past the model's and an unknown
+    section: what holds is shown (member 1 silenced, the lesson's own head, its first section), and one
+    line names what was left out; no chip reads "undefined", and no error is drawn in the lesson."""
+    page.goto(server_url + "#text=I%20have%20a%20lot&mode=lesson&section=nosuch&head=99.99&silence=1,50&silence_heads=0.1,40.0")
+    wait_section(page, "members")
+    page.wait_for_function("() => { const d = document.querySelector('.sg-root').studygroup.lesson.data; "
+                           "return d && d.silenced_members.length === 1; }", timeout=60_000)
+    page.locator(".sg-status[data-kind='error']").wait_for(timeout=60_000)
+    status = page.locator(".sg-status").inner_text()
+    assert "head 99.99" in status and "member 50" in status and "head 40.0" in status and "left out" in status, status
+    d = lesson_data(page)
+    assert d["silenced_members"] == [1] and d["silenced_heads"] == [[0, 1]]
+    assert page.locator(".sg-lesson-head").count() == 1  # the lesson's own head, chosen by the page
+    pills = page.locator(".sg-pill").all_inner_texts()
+    assert pills and not any("undefined" in x for x in pills), pills
+    assert page.locator(f"{BODY} .sg-error").count() == 0
+    assert "silence=1&" in page.url + "&" and "silence_heads=0.1" in page.url and "40.0" not in page.url
+    assert page.watch.errors == []

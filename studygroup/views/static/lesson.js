@@ -153,10 +153,27 @@
     async afterText() {
       const silence = this.lesson.pendingSilence;
       this.lesson.pendingSilence = null;
-      if (silence) {
-        this.store.silence(silence.members, silence.heads);
+      if (silence && !this.tokens().length) return; // the text was not drawn (an error said so)
+      const kept = silence && this.inText(silence);
+      if (kept && (kept.members.length || kept.heads.length)) {
+        this.store.silence(kept.members, kept.heads);
         await this.page.afterSilence();
-      } else this.writeHash();
+      } else {
+        this.writeHash();
+        if (silence && this.lesson.on) this.loadLesson(); // asked with the URL's silencing, none of which holds
+      }
+      const left = [...(this.lesson.leftOut || []), ...(kept ? kept.left : [])];
+      this.lesson.leftOut = [];
+      if (left.length) this.say("The address names " + left.join(", ") + ", which this text and model do not have: left out.", "error");
+    }
+
+    /** Of a URL's silencing, the members of the text drawn and the heads of the model, and what was left out (words). */
+    inText(silence) {
+      const T = this.tokens().length, m = (this.d.info && this.d.info.model) || {};
+      const member = (j) => j < T, head = ([l, h]) => !(l >= m.n_layers || h >= m.n_heads);
+      return { members: silence.members.filter(member), heads: silence.heads.filter(head),
+        left: [...silence.members.filter((j) => !member(j)).map((j) => "member " + j),
+          ...silence.heads.filter((x) => !head(x)).map(([l, h]) => "head " + l + "." + h)] };
     }
 
     /** The silencing a lesson is asked with: silence, else the URL's held until the text is drawn, else the explore view's. */
@@ -178,8 +195,12 @@
     /** The lesson for the text in the box, unless it is shown or on its way. An answer for the
      * default head stands for the head it named too: asking with that head is the same question. */
     async loadLesson(silence) {
-      const L = this.lesson, text = this.q(".sg-text").value;
+      const L = this.lesson, text = this.q(".sg-text").value, m = this.d.info && this.d.info.model;
       if (!text.trim()) return;
+      if (L.head && m && (L.head[0] >= m.n_layers || L.head[1] >= m.n_heads)) { // a URL's head this model does not have
+        (L.leftOut = L.leftOut || []).push("head " + L.head.join(".") + " (the lesson takes its own)"); // said once the text is drawn
+        L.head = null;
+      }
       const sil = this.lessonSilencing(silence), body = this.lessonBody(text, sil, L.head), asked = JSON.stringify(body);
       if (asked === L.asked) return; // this lesson is shown, or on its way
       L.asked = asked;
