@@ -124,8 +124,8 @@ class Generation:
             raise InputError(f"the number of words must be at least 1, not {n}")
         P, W, context = len(self.prompt_ids), len(self.words), self.model.config.context_length
         if P + W + n > context:
-            so_far = f" and the {W} words so far" if W else ""
-            raise InputError(f"the prompt ({P} tokens){so_far} and {n} words exceed the model's context of {context}")
+            so_far = f" and the {counted(W, 'word')} so far" if W else ""
+            raise InputError(f"the prompt ({counted(P, 'token')}){so_far} and {counted(n, 'word')} exceed the model's context of {context}")
         talk = self._talk
         talk.reserve(P + W + n)
         for _ in range(n):
@@ -188,7 +188,7 @@ def generate(model, text_or_ids, n: int, sampling: Sampling = Sampling(), ignore
         raise InputError(f"the number of words must be at least 1, not {n}")
     ids = model.ids(text_or_ids)
     if len(ids) + n > model.config.context_length:  # refused before the prompt's pass
-        raise InputError(f"the prompt ({len(ids)} tokens) and {n} words exceed the model's context of "
+        raise InputError(f"the prompt ({counted(len(ids), 'token')}) and {counted(n, 'word')} exceed the model's context of "
                          f"{model.config.context_length}")
     return start(model, ids, sampling, ignore_eos, candidates, silence_members, silence_heads, n, ablation).more(n, on_word)
 
@@ -291,3 +291,12 @@ def end_ids(model) -> set[int]:
     """The model's end-of-generation token ids (its GGUF's eos)."""
     eos = model.tokenizer.eos_id
     return set() if eos is None else {eos}
+
+
+def counted(n: int, noun: str) -> str:
+    """n and the noun, plural but for one.
+
+    >>> counted(1, "token"), counted(3, "word")
+    ('1 token', '3 words')
+    """
+    return f"{n} {noun}" + ("" if n == 1 else "s")

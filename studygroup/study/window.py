@@ -91,9 +91,9 @@ def _members(T: int, part, name: str) -> range:
     if not (0 <= a <= T and 0 <= b <= T):
         raise WindowError(f"{said} leaves the text: {valid}; give {{{name}}}")
     if a > b:
-        raise WindowError(f"{said} is reversed (it starts after it ends): give {{{name}}} with A < B; {valid}")
+        raise WindowError(f"{said} is reversed (it starts after it ends): give {{{name}}} with its start before its end; {valid}")
     if a == b:
-        raise WindowError(f"{said} is empty: give {{{name}}} with A < B; {valid}")
+        raise WindowError(f"{said} is empty: give {{{name}}} with its start before its end; {valid}")
     return range(a, b)
 
 

@@ -3,6 +3,8 @@ import json
 
 import pytest
 
+import studygroup
+
 from integration.test_cli import cli, tiny  # noqa: F401 (tiny: a fixture)
 
 
@@ -37,6 +39,12 @@ def test_silenced_continuation_is_compared(capsys, tiny, model):
 def test_bad_input_is_one_line_exit_2(capsys, tiny, bad):
     code, out, err = cli(capsys, "generate", "the tin", "--model", tiny, *bad)
     assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("studygroup: error:")
+
+
+def test_a_prompt_past_the_context_is_counted_in_words_a_learner_reads(capsys, tiny):
+    one = next(c for c in "etaoinshr" if len(studygroup.load(tiny).tokenize(c)) == 1)  # a one-token prompt
+    code, _, err = cli(capsys, "generate", one, "--model", tiny, "-n", "100000")
+    assert code == 2 and "the prompt (1 token) and 100000 words exceed the model's context" in err, err
 
 
 @pytest.mark.parametrize("bad, words", [

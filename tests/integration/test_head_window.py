@@ -156,6 +156,7 @@ def test_full_prints_the_whole_window(wide, capsys):
 @pytest.mark.parametrize("flags, words", [
     (["--rows", "3:3"], ["rows 3:3 is empty", "--rows A:B", "0-23"]),
     (["--rows", "5:3"], ["rows 5:3 is reversed", "--rows A:B", "0-23"]),
+    (["--keys", "3:3"], ["keys 3:3 is empty", "--keys C:D with its start before its end"]),
     (["--keys", "0:25"], ["keys 0:25 leaves the text", "--keys C:D", "0-23"]),
     (["--rows", "-25:"], ["rows -25: leaves the text", "0-23"]),
     (["--keys", "5"], ["argument --keys: '5' is not A:B"]),
@@ -165,7 +166,7 @@ def test_full_prints_the_whole_window(wide, capsys):
 def test_a_bad_window_is_one_line_and_exit_2(wide, capsys, flags, words):
     code, out, err = cli(capsys, "head", SHORT, "--layer", 0, "--head", 0, "--model", wide[0], *flags)
     assert code == 2 and out == "" and err.count("\n") == 1, err
-    assert all(w in err for w in words), err
+    assert all(w in err for w in words) and "A < B" not in err, err  # the letters of the flag named
 
 
 def test_figures_need_whole_rows(wide, capsys, tmp_path):
