@@ -59,7 +59,12 @@ def test_the_model_views_heads_carry_their_survey_role_and_interval(page, survey
 
 
 def test_a_server_without_a_survey_shows_no_survey_card(page, server_url):
+    """Nor does the page ask for one (/api/info says there is none), so its console holds no 404."""
+    asked, console = [], []
+    page.on("request", lambda r: asked.append(r.url))
+    page.on("console", lambda m: console.append(m.text) if m.type == "error" else None)
     page.goto(server_url)
     wait_idle(page)
     assert page.locator(".sg-survey").is_hidden() and page.locator(".sg-survey-mark").count() == 0
+    assert not [u for u in asked if u.endswith("/api/survey")] and console == [], console
     assert page.watch.errors == []

@@ -98,6 +98,7 @@ def test_info(client, model):
     assert d["group_size"] == c.n_heads // c.n_kv_heads and d["notations"] == ["paper", "columns"]
     assert d["limits"]["max_tokens"] == 48 and d["limits"]["max_body_bytes"] == 1024 * 1024
     assert d["limits"]["context_length"] == c.context_length
+    assert d["survey"] is False  # this app shows none: /api/survey answers 404
     assert d["default_text"] == DEFAULT_TEXT
 
 

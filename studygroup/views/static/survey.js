@@ -2,7 +2,7 @@
  * over a corpus (study/survey: the role with the highest mean score over the survey's sequences),
  * marked on the model view's thumbnails with the role's colour and first letter, its mean and 95%
  * interval on hover; the survey's story and a legend in a card of its own. A server started
- * without --survey answers 404 and the card stays hidden. */
+ * without --survey says so in /api/info (`survey: false`): the page asks nothing and the card stays hidden. */
 (function (sg) {
   "use strict";
 
@@ -24,10 +24,12 @@
         el("h2", { text: "The survey: each head's role over a corpus" }), this.about, this.said,
         el("label", { cls: "sg-survey-toggle" }, [toggle, " mark the model view's heads by their role over the survey"]),
         this.legend, this.story]);
-      this.load();
       // the model view builds its thumbnails once per model shape: marks go on each new set
       new MutationObserver(() => this.mark()).observe(this.q(".sg-mv-grid"), { childList: true });
     }
+
+    /** The server's facts: its survey asked for where it serves one (/api/info's `survey`). */
+    informed(info) { if (info.survey) this.load(); }
 
     async load() {
       let res;

@@ -43,7 +43,7 @@ async def static(name: str):
 async def info(s: Served):
     limits = {"max_tokens": s.max_tokens, "context_length": s.model.config.context_length, "max_top": MAX_TOP,
               "max_body_bytes": s.limits.max_body, "max_waiting": s.limits.max_waiting}
-    return payloads.info(s.model, limits)
+    return {**payloads.info(s.model, limits), "survey": s.survey is not None}  # whether /api/survey has one
 
 
 @router.get("/api/survey")
