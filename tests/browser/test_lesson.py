@@ -439,3 +439,21 @@ def test_a_url_naming_members_and_heads_the_text_and_model_lack_leaves_them_out_
     assert page.locator(f"{BODY} .sg-error").count() == 0
     assert "silence=1&" in page.url + "&" and "silence_heads=0.1" in page.url and "40.0" not in page.url
     assert page.watch.errors == []
+
+
+def test_the_lessons_head_outlives_a_reload_in_explore(page, server_url):
+    """Lesson on head 1.3, Esc to Explore (whose head the URL's `head` then names), reload: back in
+    Lesson the head is 1.3 again, as without the reload."""
+    page.goto(server_url + "#text=I%20have%20a%20lot%20of&mode=lesson&section=scores&head=1.3")
+    page.wait_for_function("() => { const d = document.querySelector('.sg-root').studygroup.lesson.data; return d && d.layer === 1 && d.head === 3; }", timeout=60_000)
+    page.locator(BODY).click(position={"x": 2, "y": 2})
+    page.keyboard.press("Escape")
+    page.locator(".sg-lesson").wait_for(state="hidden")
+    settled(page)
+    assert "mode=explore" in page.url and "lesson_head=1.3" in page.url
+    page.reload()
+    settled(page)
+    page.locator(".sg-modes button[data-mode='lesson']").click()
+    page.wait_for_function("() => { const d = document.querySelector('.sg-root').studygroup.lesson.data; return d && d.layer === 1 && d.head === 3; }", timeout=60_000)
+    assert url_head(page) == [1, 3] and "lesson_head" not in page.url
+    assert page.watch.errors == []

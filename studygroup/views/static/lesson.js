@@ -4,7 +4,7 @@
  * field. The page's state (text, mode, section, head, question, answer, notation, silencing and its ablation, and
  * in Explore the member selected) lives in the URL's hash, so reopening the URL shows the same
  * thing. head and notation are those of the mode shown: the lesson's in Lesson, the open head's
- * card in Explore. Every number drawn carries
+ * card in Explore (where lesson_head keeps the lesson's head for going back to it). Every number drawn carries
  * data-path (its place in the API's answer) and data-value (its exact value). */
 (function (sg) {
   "use strict";
@@ -24,7 +24,8 @@
     const pair = (s) => { const m = /^(\d+)\.(\d+)$/.exec(s || ""); return m ? [+m[1], +m[2]] : null; };
     const int = (s) => (s != null && /^\d+$/.test(s) ? +s : null);
     return { text: p.get("text"), mode: p.get("mode") === "lesson" ? "lesson" : "explore",
-      section: Math.max(0, NAMES.indexOf(p.get("section"))), head: pair(p.get("head")), query: int(p.get("q")), key: int(p.get("k")),
+      section: Math.max(0, NAMES.indexOf(p.get("section"))), head: pair(p.get("head")), lessonHead: pair(p.get("lesson_head")),
+      query: int(p.get("q")), key: int(p.get("k")),
       notation: p.get("notation") === "columns" ? "columns" : "paper", member: int(p.get("member")),
       members: ints(p.get("silence")), heads: (p.get("silence_heads") || "").split(",").map(pair).filter(Boolean),
       ablation: { kind: ABLATIONS.includes(p.get("ablation")) ? p.get("ablation") : "zero", from: p.get("ablation_from") || "" } };
@@ -97,6 +98,7 @@
       p.set("section", NAMES[L.section]);
       const head = L.on ? L.head : this.exploreHead(), notation = L.on ? L.notation : this.ui.notation;
       if (head) p.set("head", head.join("."));
+      if (!L.on && L.head) p.set("lesson_head", L.head.join(".")); // the lesson's, for going back to it
       if (L.query != null) p.set("q", L.query);
       if (L.key != null) p.set("k", L.key);
       if (notation !== "paper") p.set("notation", notation);
@@ -113,7 +115,7 @@
     /** Takes the state of hash s: its head and notation are the lesson's in Lesson mode, the explore view's in Explore. */
     applyHash(s) {
       const on = s.mode === "lesson";
-      Object.assign(this.lesson, { on, section: s.section, head: on ? s.head : null, query: s.query, key: s.key, notation: on ? s.notation : "paper", data: null });
+      Object.assign(this.lesson, { on, section: s.section, head: on ? s.head : s.lessonHead, query: s.query, key: s.key, notation: on ? s.notation : "paper", data: null });
       if (!on && s.notation !== this.ui.notation) { this.ui.notation = s.notation; this.page.views.head.paintNotation(); }
       this.ui.ablation = { ...s.ablation }; // how the URL's silencing is taken out (members.js shows it)
       this.pendingUrl = s;
