@@ -211,8 +211,19 @@ def _prompt(model, args):
     return model.chat(args.text, args.system) if args.chat else args.text
 
 
+def _version() -> str:
+    """The installed package's version."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("studygroup")
+    except PackageNotFoundError:
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="studygroup", description="The attention layer of a real model, as a study group.")
+    parser.add_argument("--version", action="version", version=f"studygroup {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     p = sub.add_parser("explain", help="the members of a text, the group's conclusion, and who decided it")
     p.add_argument("text", nargs="?", default=DEFAULT_TEXT)

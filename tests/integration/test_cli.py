@@ -307,3 +307,12 @@ def test_a_first_load_writes_the_weights_cache_after_the_answer(capsys, tiny, tm
         raise AssertionError("the second load dequantized the file again")
     monkeypatch.setattr("studygroup.gguf.weights.read_weights", no_dequantizing)
     assert load_weights(tiny)[1]["embed"].shape[0] > 0  # from the entry
+
+
+def test_version_prints_the_installed_packages_version(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as done:  # argparse's --version, as its --help, ends the program
+        cli(capsys, "--version")
+    out, err = capsys.readouterr()
+    assert done.value.code == 0 and out == f"studygroup {version('studygroup')}\n" and err == ""
