@@ -75,5 +75,8 @@
       (d.taken_out ? " " + d.taken_out : "");
   }
 
-  Object.assign(sg, { el, clear, MONO, SANS, DECISIVE_SHOWN, tokenNode, short, fixed, percent, sig4, signed, isSilenced, silencedNote });
+  /** Whether a model of this shape ({n_layers, n_heads}) has head [l, h]. */
+  const hasHead = (shape, [l, h]) => l < shape.n_layers && h < shape.n_heads;
+
+  Object.assign(sg, { el, clear, MONO, SANS, DECISIVE_SHOWN, tokenNode, short, fixed, percent, sig4, signed, isSilenced, silencedNote, hasHead });
 })(window.StudyGroup = window.StudyGroup || {});

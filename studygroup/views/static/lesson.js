@@ -38,7 +38,7 @@
     /** The lesson's card, and the Explore/Lesson switch in the page's header; the URL's state taken. */
     constructor(page) {
       super(page);
-      this.lesson = { gen: 0 };
+      this.lesson = { gen: 0, leftOut: [] }; // leftOut: what a URL named that the model lacks, said once its text is drawn
       this.applyHash(readHash(location.hash));
       const sw = el("div", { cls: "sg-modes", attrs: { role: "group", "aria-label": "mode" } }, [
         el("button", { attrs: { type: "button" }, data: { mode: "explore" }, text: "Explore" }),
@@ -164,7 +164,7 @@
         this.writeHash();
         if (silence && this.lesson.on) this.loadLesson(); // asked with the URL's silencing, none of which holds
       }
-      const left = [...(this.lesson.leftOut || []), ...(kept ? kept.left : [])];
+      const left = [...this.lesson.leftOut, ...(kept ? kept.left : [])];
       this.lesson.leftOut = [];
       if (left.length) this.say("The address names " + left.join(", ") + ", which this text and model do not have: left out.", "error");
     }
@@ -172,7 +172,7 @@
     /** Of a URL's silencing, the members of the text drawn and the heads of the model, and what was left out (words). */
     inText(silence) {
       const T = this.tokens().length, m = (this.d.info && this.d.info.model) || {};
-      const member = (j) => j < T, head = ([l, h]) => !(l >= m.n_layers || h >= m.n_heads);
+      const member = (j) => j < T, head = (x) => !m.n_layers || sg.hasHead(m, x);
       return { members: silence.members.filter(member), heads: silence.heads.filter(head),
         left: [...silence.members.filter((j) => !member(j)).map((j) => "member " + j),
           ...silence.heads.filter((x) => !head(x)).map(([l, h]) => "head " + l + "." + h)] };
@@ -199,8 +199,8 @@
     async loadLesson(silence) {
       const L = this.lesson, text = this.q(".sg-text").value, m = this.d.info && this.d.info.model;
       if (!text.trim()) return;
-      if (L.head && m && (L.head[0] >= m.n_layers || L.head[1] >= m.n_heads)) { // a URL's head this model does not have
-        (L.leftOut = L.leftOut || []).push("head " + L.head.join(".") + " (the lesson takes its own)"); // said once the text is drawn
+      if (L.head && m && !sg.hasHead(m, L.head)) { // a URL's head this model does not have
+        L.leftOut.push("head " + L.head.join(".") + " (the lesson takes its own)"); // said once the text is drawn
         L.head = null;
       }
       const sil = this.lessonSilencing(silence), body = this.lessonBody(text, sil, L.head), asked = JSON.stringify(body);

@@ -90,7 +90,7 @@
     async openFirstHead() {
       const p = this.page, s = p.store, a = s.asked || {}, mv = s.d.modelView;
       s.asked = null;
-      const has = !!(a.head && mv && a.head[0] < mv.n_layers && a.head[1] < mv.n_heads);
+      const has = !!(a.head && mv && sg.hasHead(mv, a.head));
       const first = has ? a.head : s.rankedHeads()[0] || [0, 0];
       if (!await p.openHead(first[0], first[1], has)) return false;
       if (a.member != null && a.member < s.tokens().length) p.select(a.member);

@@ -90,6 +90,6 @@
     }
   }
 
-  Object.assign(Store, { silenceOf, silencingOf });
+  Store.silencingOf = silencingOf;
   sg.Store = Store;
 })(window.StudyGroup = window.StudyGroup || {});
