@@ -35,6 +35,7 @@ class Listed:
     store: str  # "packaged", "ollama", "lm studio", "hugging face", "llama.cpp"
     path: str  # the file (a split model's first part); "" when there is none
     summary: Summary
+    known_memory: int | None = None  # a packaged model's `memory` before its file is joined
 
     def to_dict(self) -> dict:
         s = self.summary
@@ -51,6 +52,8 @@ class Listed:
         s = self.summary
         if s.config is not None and s.matrix_bytes is not None:
             return estimate.weights_memory(s.config, s.matrix_bytes)
+        if self.known_memory is not None:
+            return self.known_memory
         if s.readable and s.parameters and 4 * s.parameters <= estimate.FLOAT32_MAX_BYTES:  # not joined yet: float32
             return 4 * s.parameters
         return None
@@ -77,7 +80,7 @@ def _packaged():
         else:
             yield Listed(name, "packaged", "", Summary(
                 spec.title, spec.architecture, spec.parameters, spec.quantization, spec.context_length, spec.size,
-                True, "joined from its packages on first use", dict(spec.tensor_types)))
+                True, "joined from its packages on first use", dict(spec.tensor_types)), spec.memory)
 
 
 def _listed(f: stores.Found) -> Listed:

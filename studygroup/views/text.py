@@ -421,6 +421,8 @@ def models(listed, skipped: list[str], full: bool = False) -> str:
              size_text(m.memory) if m.memory else "?", "yes" if m.summary.readable else "no"] for m in shown]
     lines = [f"GGUF models on this disk ({len(listed)}); --model takes the name, ollama:NAME[:TAG] or a path:",
              table(["name", "where", "model", "family", "params", "quant", "context", "size", "memory", "reads"], rows),
+             "params: every number in the file's tensors (a file that keeps its unembedding apart from its embedding "
+             "counts that matrix twice: Qwen2.5-Coder 0.5B's 494M are 630M there)",
              "memory: what its weights take once loaded (float32, or the file's blocks and one layer in float32)"]
     lines += _more(len(listed) - len(shown), "models")
     if full:

@@ -20,6 +20,7 @@ from studygroup.cli import main
 from studygroup.errors import ModelFileError
 from studygroup.gguf import stores
 from studygroup.gguf.architectures import ARCHITECTURES
+from studygroup.gguf.config import size_text
 from studygroup.gguf.container import read_gguf
 from studygroup.model import model_names, packaged
 
@@ -260,10 +261,12 @@ def test_a_packaged_model_not_yet_joined_is_listed_with_its_facts(capsys, home, 
     assert gemma["path"] == "" and gemma["reason"] == "joined from its packages on first use"
     assert (gemma["title"], gemma["architecture"], gemma["parameters"], gemma["quantization"],
             gemma["context_length"], gemma["size"]) == ("gemma-3 270M", "gemma3", 268_098_176, "Q4_K_M", 32_768, spec.size)
-    assert gemma["tensor_types"] == dict(spec.tensor_types)
+    assert gemma["tensor_types"] == dict(spec.tensor_types) and gemma["memory"] == spec.memory
     assert main(["models"]) == 0
-    row = next(l for l in capsys.readouterr().out.splitlines() if l.split()[:1] == ["gemma-3-270m"])
-    assert "?" not in row and "268M" in row
+    rows = {l.split()[0]: l for l in capsys.readouterr().out.splitlines() if l.split()[:1] and l.split()[0] in packaged.PACKAGED}
+    assert "?" not in rows["gemma-3-270m"] and "268M" in rows["gemma-3-270m"]
+    for name, row in rows.items():  # the memory the file's header gives, before it is joined
+        assert "?" not in row and size_text(packaged.PACKAGED[name].memory) in row, row
 
 
 def test_full_lists_each_models_file_and_tensor_types(capsys, home, tiny_model):

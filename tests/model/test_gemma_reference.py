@@ -116,10 +116,13 @@ def test_a_local_layer_masks_members_outside_its_window(gemma):
 def test_what_models_shows_before_the_file_is_joined_is_the_files_own(gemma):
     from studygroup.gguf.summary import summarize
 
+    from studygroup.model import estimate
+
     spec, read = PACKAGED["gemma-3-270m"], summarize((gemma.path,))
     assert (spec.title, spec.architecture, spec.parameters, spec.quantization, spec.context_length, spec.size) == (
         read.title, read.architecture, read.parameters, read.quantization, read.context_length, read.size)
     assert dict(spec.tensor_types) == read.tensor_types
+    assert spec.memory == estimate.weights_memory(read.config, read.matrix_bytes)  # the joined file's memory column
 
 
 def test_gemma_is_named_with_its_quantization_and_file_size(gemma):

@@ -131,3 +131,20 @@ def test_what_models_shows_before_the_file_is_joined_is_the_files_own(qwen):
     assert (spec.title, spec.architecture, spec.parameters, spec.quantization, spec.context_length, spec.size) == (
         read.title, read.architecture, read.parameters, read.quantization, read.context_length, read.size)
     assert dict(spec.tensor_types) == read.tensor_types
+    assert spec.memory == estimate.weights_memory(read.config, read.matrix_bytes)  # the joined file's memory column
+
+
+def test_the_params_note_of_models_is_the_files_count(qwen):
+    """`models` says a file keeping its unembedding apart counts it twice: Qwen2.5-Coder 0.5B's 494M are 630M there."""
+    from studygroup.gguf.summary import summarize
+    from studygroup.views.text import models
+
+    name, model = qwen
+    tensors = read_gguf(model.path).tensors
+    embed, unembed = tensors["token_embd.weight"], tensors["output.weight"]
+    assert list(embed.dims) == list(unembed.dims)  # a copy's shape, kept apart
+    read = summarize((model.path,))
+    own = read.parameters - int(np.prod(unembed.dims))
+    note = next(line for line in models([], []).splitlines() if line.startswith("params:"))
+    if name == "qwen2.5-coder-0.5b":
+        assert f"{round(own / 1e6)}M are {round(read.parameters / 1e6)}M there" in note
