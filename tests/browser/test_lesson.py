@@ -9,6 +9,8 @@ from urllib.parse import quote
 
 import pytest
 
+import studygroup
+
 from studygroup.study.lesson_sections import SECTIONS
 
 from .test_page import MARKUP_TEXT, assert_no_markup_ran, only_loopback
@@ -417,6 +419,35 @@ def test_how_the_silenced_are_taken_out_round_trips_through_the_url(page, server
     zero = page.request.post(server_url + "api/conclusion", data=json.dumps({"text": "I have a lot of", "top": 10, "silence": {"members": [1], "heads": []}}),
                              headers={"Content-Type": "application/json"}).json()
     assert zero["silenced"] != before["silenced"]  # mean ablation is not the zero one
+    assert page.watch.errors == []
+
+
+def test_a_resample_ablation_and_its_text_round_trip_through_the_url(page, server_url, markup_model):
+    """Resample ablation from another text of as many tokens: the URL carries the kind and the text,
+    and reopening it takes the member out from that text again, with the same numbers (neither the
+    zero ablation's nor the mean's)."""
+    text, tiny = "I have a lot of", studygroup.load(markup_model.path)
+    other_text = next(t for t in ("We had a bit to", "I have a bit of", "You have a few of")
+                      if len(tiny.tokenize(t)) == len(tiny.tokenize(text)))  # resample needs as many tokens
+    page.goto(server_url + "#text=I%20have%20a%20lot%20of&mode=explore&silence=1")
+    page.wait_for_function("() => { const c = document.querySelector('.sg-root').studygroup.d.conclusion; return c && c.silenced; }", timeout=60_000)
+    page.select_option(".sg-ablation", "resample")
+    page.fill(".sg-ablation-from", other_text)
+    page.press(".sg-ablation-from", "Tab")  # its change event
+    page.wait_for_function("() => { const c = document.querySelector('.sg-root').studygroup.d.conclusion; "
+                           "return c && c.ablation && c.ablation.kind === 'resample' && location.hash.includes('ablation=resample'); }", timeout=60_000)
+    url, before = page.url, page.evaluate("() => document.querySelector('.sg-root').studygroup.d.conclusion")
+    assert "ablation_from=" in url
+
+    again = page.context.new_page()
+    again.goto(url)
+    again.wait_for_function("() => { const c = document.querySelector('.sg-root').studygroup.d.conclusion; return c && c.silenced; }", timeout=60_000)
+    assert again.input_value(".sg-ablation") == "resample" and again.input_value(".sg-ablation-from") == other_text
+    assert again.evaluate("() => document.querySelector('.sg-root').studygroup.d.conclusion") == before
+    ask = lambda ablation: page.request.post(server_url + "api/conclusion", headers={"Content-Type": "application/json"}, data=json.dumps(
+        {"text": text, "top": 10, "silence": {"members": [1], "heads": []}, **ablation})).json()
+    assert ask({"ablation": {"kind": "resample", "from": other_text}})["silenced"] == before["silenced"]
+    assert ask({})["silenced"] != before["silenced"] and ask({"ablation": {"kind": "mean"}})["silenced"] != before["silenced"]
     assert page.watch.errors == []
 
 
