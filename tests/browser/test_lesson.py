@@ -399,55 +399,42 @@ def test_a_silencing_chosen_in_explore_is_the_lessons_when_the_lesson_is_opened_
     assert page.watch.errors == []
 
 
-def test_how_the_silenced_are_taken_out_round_trips_through_the_url(page, server_url):
-    """Mean ablation chosen for a silenced member: the URL says so, and reopening it takes the member
-    out the same way, with the same numbers."""
-    page.goto(server_url + "#text=I%20have%20a%20lot%20of&mode=explore&silence=1")
-    page.locator(".sg-chip[data-index='1'] .sg-mute[aria-pressed='true']").wait_for(timeout=60_000)
-    page.wait_for_function("() => { const c = document.querySelector('.sg-root').studygroup.d.conclusion; return c && c.silenced; }", timeout=60_000)
-    page.select_option(".sg-ablation", "mean")
-    page.wait_for_function("() => { const c = document.querySelector('.sg-root').studygroup.d.conclusion; "
-                           "return c && c.ablation && c.ablation.kind === 'mean' && location.hash.includes('ablation=mean'); }", timeout=60_000)
-    url, before = page.url, page.evaluate("() => document.querySelector('.sg-root').studygroup.d.conclusion")
-    assert "silence=1" in url
-
-    other = page.context.new_page()
-    other.goto(url)
-    other.wait_for_function("() => { const c = document.querySelector('.sg-root').studygroup.d.conclusion; return c && c.silenced; }", timeout=60_000)
-    assert other.input_value(".sg-ablation") == "mean"
-    assert other.evaluate("() => document.querySelector('.sg-root').studygroup.d.conclusion") == before
-    zero = page.request.post(server_url + "api/conclusion", data=json.dumps({"text": "I have a lot of", "top": 10, "silence": {"members": [1], "heads": []}}),
-                             headers={"Content-Type": "application/json"}).json()
-    assert zero["silenced"] != before["silenced"]  # mean ablation is not the zero one
-    assert page.watch.errors == []
+SILENCED_CONCLUSION = "() => { const c = document.querySelector('.sg-root').studygroup.d.conclusion; return c && c.silenced; }"
 
 
-def test_a_resample_ablation_and_its_text_round_trip_through_the_url(page, server_url, markup_model):
-    """Resample ablation from another text of as many tokens: the URL carries the kind and the text,
-    and reopening it takes the member out from that text again, with the same numbers (neither the
-    zero ablation's nor the mean's)."""
+@pytest.mark.parametrize("kind", ["mean", "resample"])
+def test_how_the_silenced_are_taken_out_round_trips_through_the_url(page, server_url, markup_model, kind):
+    """Mean ablation, or resample ablation from another text of as many tokens, chosen for a silenced
+    member: the URL says so (and names the resample's text), and reopening it takes the member out
+    the same way, with the API's numbers for that ablation, which are neither of the other two's."""
     text, tiny = "I have a lot of", studygroup.load(markup_model.path)
     other_text = next(t for t in ("We had a bit to", "I have a bit of", "You have a few of")
                       if len(tiny.tokenize(t)) == len(tiny.tokenize(text)))  # resample needs as many tokens
     page.goto(server_url + "#text=I%20have%20a%20lot%20of&mode=explore&silence=1")
-    page.wait_for_function("() => { const c = document.querySelector('.sg-root').studygroup.d.conclusion; return c && c.silenced; }", timeout=60_000)
-    page.select_option(".sg-ablation", "resample")
-    page.fill(".sg-ablation-from", other_text)
-    page.press(".sg-ablation-from", "Tab")  # its change event
-    page.wait_for_function("() => { const c = document.querySelector('.sg-root').studygroup.d.conclusion; "
-                           "return c && c.ablation && c.ablation.kind === 'resample' && location.hash.includes('ablation=resample'); }", timeout=60_000)
+    page.locator(".sg-chip[data-index='1'] .sg-mute[aria-pressed='true']").wait_for(timeout=60_000)
+    page.wait_for_function(SILENCED_CONCLUSION, timeout=60_000)
+    page.select_option(".sg-ablation", kind)
+    if kind == "resample":
+        page.fill(".sg-ablation-from", other_text)
+        page.press(".sg-ablation-from", "Tab")  # its change event
+    page.wait_for_function("(kind) => { const c = document.querySelector('.sg-root').studygroup.d.conclusion; "
+                           "return c && c.ablation && c.ablation.kind === kind && location.hash.includes('ablation=' + kind); }",
+                           arg=kind, timeout=60_000)
     url, before = page.url, page.evaluate("() => document.querySelector('.sg-root').studygroup.d.conclusion")
-    assert "ablation_from=" in url
+    assert "silence=1" in url and ("ablation_from=" in url) == (kind == "resample")
 
-    again = page.context.new_page()
-    again.goto(url)
-    again.wait_for_function("() => { const c = document.querySelector('.sg-root').studygroup.d.conclusion; return c && c.silenced; }", timeout=60_000)
-    assert again.input_value(".sg-ablation") == "resample" and again.input_value(".sg-ablation-from") == other_text
-    assert again.evaluate("() => document.querySelector('.sg-root').studygroup.d.conclusion") == before
-    ask = lambda ablation: page.request.post(server_url + "api/conclusion", headers={"Content-Type": "application/json"}, data=json.dumps(
-        {"text": text, "top": 10, "silence": {"members": [1], "heads": []}, **ablation})).json()
-    assert ask({"ablation": {"kind": "resample", "from": other_text}})["silenced"] == before["silenced"]
-    assert ask({})["silenced"] != before["silenced"] and ask({"ablation": {"kind": "mean"}})["silenced"] != before["silenced"]
+    other = page.context.new_page()
+    other.goto(url)
+    other.wait_for_function(SILENCED_CONCLUSION, timeout=60_000)
+    assert other.input_value(".sg-ablation") == kind
+    if kind == "resample":
+        assert other.input_value(".sg-ablation-from") == other_text
+    assert other.evaluate("() => document.querySelector('.sg-root').studygroup.d.conclusion") == before
+    ablations = {"zero": {}, "mean": {"ablation": {"kind": "mean"}}, "resample": {"ablation": {"kind": "resample", "from": other_text}}}
+    silenced = {k: page.request.post(server_url + "api/conclusion", headers={"Content-Type": "application/json"}, data=json.dumps(
+        {"text": text, "top": 10, "silence": {"members": [1], "heads": []}, **body})).json()["silenced"] for k, body in ablations.items()}
+    assert silenced[kind] == before["silenced"]
+    assert all(silenced[k] != before["silenced"] for k in ablations if k != kind)
     assert page.watch.errors == []
 
 
