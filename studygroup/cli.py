@@ -570,7 +570,12 @@ def _lens(args) -> str:
     from studygroup.study.lens import lens
     from studygroup.views import instruments_text
 
-    e = lens(_load(args), args.text, top=args.top, positions=args.rows, all_positions=args.all_positions)
+    from studygroup.errors import InputError, WindowError
+
+    try:
+        e = lens(_load(args), args.text, top=args.top, positions=args.rows, all_positions=args.all_positions)
+    except WindowError as error:
+        raise InputError(error.spelled(WINDOW_NAMES)) from None
     return e.to_json(indent=2) if args.json else instruments_text.lens(e)
 
 

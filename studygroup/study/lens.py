@@ -21,13 +21,13 @@ from dataclasses import dataclass
 
 import torch
 
-from studygroup.errors import InputError
 from studygroup.model.linear import ONEDNN_MAX_ROWS
 from studygroup.model.record import Record
 from studygroup.study.jsonable import JSONable
 from studygroup.study.results import ModelInfo, model_info
 from studygroup.formats import percent, quote
 from studygroup.study.text_ids import checked_ids
+from studygroup.study.window import members_in
 
 #: Positions shown with all_positions: every member up to this many, else the last this many.
 DEFAULT_POSITIONS = 64
@@ -104,15 +104,11 @@ def lens(model, text, *, top: int = 3, positions: slice | None = None, all_posit
 
 
 def _positions(T: int, chosen: slice | None, every: bool) -> list[int]:
-    """The members shown: a slice of range(T) (InputError where it holds none), the last
-    DEFAULT_POSITIONS (every), or the last member."""
+    """The members shown: a slice of range(T) (WindowError, as a head's window, where it is empty or
+    reversed, or an end leaves the text), the last DEFAULT_POSITIONS (every), or the last member."""
     if chosen is not None:
-        shown = list(range(T))[chosen]
-    else:
-        shown = list(range(max(0, T - DEFAULT_POSITIONS) if every else T - 1, T))
-    if not shown:
-        raise InputError(f"the positions {chosen.start}:{chosen.stop} hold no member of this {T}-member text")
-    return shown
+        return list(members_in(T, chosen, "rows"))
+    return list(range(max(0, T - DEFAULT_POSITIONS) if every else T - 1, T))
 
 
 @torch.inference_mode()

@@ -54,7 +54,7 @@ def any_size(T: int, rows=None, keys=None) -> Window:
     >>> len(any_size(1000).rows)
     1000
     """
-    return Window(_members(T, rows, "rows"), _members(T, keys, "keys"))
+    return Window(members_in(T, rows, "rows"), members_in(T, keys, "keys"))
 
 
 def or_last_question(T: int, rows=None, keys=None) -> tuple:
@@ -71,7 +71,7 @@ def or_last_question(T: int, rows=None, keys=None) -> tuple:
     return rows, keys
 
 
-def _members(T: int, part, name: str) -> range:
+def members_in(T: int, part, name: str) -> range:
     """The members a slice or range names, half-open, negatives from the end; WindowError if it
     steps, is empty or reversed, or leaves the text."""
     if part is None:

@@ -2,7 +2,7 @@
 and activation patching as layer × member and layer × head grids of normalised cells."""
 from __future__ import annotations
 
-from studygroup.formats import percent
+from studygroup.formats import percent, quote
 from studygroup.views.text import _short, table, wrap
 
 #: Members shown as the lens's columns at a terminal (the last ones; --json has them all).
@@ -22,9 +22,15 @@ def lens(e) -> str:
     lines = [f"members ({len(e.tokens)}): " + " | ".join(e.tokens), "",
              f"the logit lens (model {e.model.label}): each column a member, each cell its top word if the group "
              "stopped after that layer;",
-             f"the last two columns: the probability and rank of {final.token}, the model's own conclusion at the last member",
+             f"the last two columns: the probability and rank of {final.token}, the model's own conclusion at {_last_shown(e)}",
              table(header, rows), "", "the story:"]
     return "\n".join(lines + [wrap(s) for s in e.story])
+
+
+def _last_shown(e) -> str:
+    """The member whose conclusion the lens's last columns follow: "the last member", or the last shown."""
+    j = e.positions[-1]
+    return "the last member" if j == len(e.tokens) - 1 else f"member {j} ({quote(e.tokens[j])}), the last shown"
 
 
 def patching(p, full: bool = False) -> str:

@@ -21,6 +21,7 @@ from studygroup.study.compare import compare
 from studygroup.study.explain import explain
 from studygroup.study.head import NOTATIONS, answer_contributions, head_view
 from studygroup.study.lesson_sections import default_head, lesson_sections
+from studygroup.study.window import members_in
 from studygroup.study.model_view import FULL_MAPS_MAX_T
 from studygroup.study.model_view import model_view as _model_view
 from studygroup.study.model_view import thumbnails
@@ -180,17 +181,16 @@ def lens(model, text, top: int = 3, rows: tuple | None = None, all_positions: bo
 
 
 def lens_rows(rows: list | None, T: int) -> tuple | None:
-    """The lens's rows [A, B] (a slice of a T-member text) as a key, checked: InputError where they
-    hold no member, or more than the lens shows at once.
+    """The lens's rows [A, B] (a slice of a T-member text) as a key, checked as a head's window is
+    (WindowError where empty, reversed or an end leaves the text), and InputError where they hold
+    more members than the lens shows at once.
 
     >>> lens_rows([-64, None], 200), lens_rows(None, 5)
     ((-64, None), None)
     """
     if rows is None:
         return None
-    n = len(range(T)[slice(*rows)])
-    if n == 0:
-        raise InputError(f"rows {rows} hold no member of this {T}-member text (a Python slice: members A to B-1)")
+    n = len(members_in(T, slice(*rows), "rows"))  # WindowError where empty, reversed or past the text
     if n > study_lens.DEFAULT_POSITIONS:
         raise InputError(f"rows {rows} hold {n} members: the lens shows at most {study_lens.DEFAULT_POSITIONS} at "
                          "once; give a narrower [A, B]")

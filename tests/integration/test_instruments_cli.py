@@ -31,6 +31,19 @@ def test_lens_prints_a_row_per_layer_and_its_json_is_the_librarys(capsys, tiny_m
     assert len(e.layers) == model.config.n_layers
 
 
+def test_lens_names_the_member_its_last_columns_follow(capsys, tiny_model):
+    """The last two columns follow the last member shown: with --rows ending before the text's end,
+    that member, by its position and token, and its own final word; else the last member."""
+    model = studygroup.load(tiny_model.path)
+    e = lens(model, "the tin", positions=slice(1, 3))
+    code, out, _ = cli(capsys, "lens", "the tin", "--model", tiny_model.path, "--rows", "1:3")
+    line = next(l for l in out.splitlines() if l.startswith("the last two columns"))
+    assert code == 0 and e.positions == [1, 2]
+    assert f"of {e.final[-1].token}, the model's own conclusion at member 2 (“{e.tokens[2]}”), the last shown" in line
+    code, out, _ = cli(capsys, "lens", "the tin", "--model", tiny_model.path)
+    assert "the model's own conclusion at the last member" in out
+
+
 def test_patch_says_its_cost_first_and_its_json_is_the_librarys(capsys, tiny_model):
     code, out, err = cli(capsys, "patch", "the tin", "the ton", "--model", tiny_model.path, "--json")
     assert code == 0 and err.startswith("patching ") and "layers" in err
@@ -67,8 +80,10 @@ def test_the_same_text_twice_is_said_and_no_cell_is_nan(capsys, tiny_model):
     (["patch", "", "the tin"], "empty"),
     (["patch", "the tin", "the ton", "--answer", "tin can"], "tokens ("),
     (["patch", "the tin", "the ton", "--wrong", ""], "is 0 tokens (nothing)"),
-    (["lens", "the tin", "--rows", "30:40"], "hold no member"),
-    (["lens", "the tin", "--rows", "-40:-30"], "hold no member"),
+    (["lens", "the tin", "--rows", "30:40"], "leaves the text"),
+    (["lens", "the tin", "--rows", "-40:-30"], "leaves the text"),
+    (["lens", "the tin", "--rows", "2:9"], "rows 2:9 leaves the text: the text's 4 members are 0-3"),  # as head's --rows, no clipping
+    (["lens", "the tin", "--rows", "3:1"], "give --rows A:B with its start before its end"),
     (["lens", "the tin", "--rows", "0:2", "--all-positions"], "not allowed with argument"),
     (["lens", "   "], "only whitespace"),
     (["lens", ""], "the text is empty"),

@@ -84,5 +84,7 @@ def test_positions_choose_the_members_shown_and_an_empty_choice_is_refused(tiny_
     ids = ids_of(model, 9)
     assert lens(model, ids, positions=slice(-3, None)).positions == [6, 7, 8]
     assert lens(model, ids).positions == [8] and lens(model, ids, all_positions=True).positions == list(range(9))
-    with pytest.raises(InputError, match="hold no member"):
+    with pytest.raises(InputError, match="leaves the text"):
         lens(model, ids, positions=slice(20, 30))
+    with pytest.raises(InputError, match="leaves the text"):  # an end past the text: refused, not clipped to 6:9
+        lens(model, ids, positions=slice(6, 12))

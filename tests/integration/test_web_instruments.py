@@ -90,7 +90,8 @@ def test_answers_are_cached_per_body(client, monkeypatch):
     ("/api/patch", {"clean": "", "corrupted": CORRUPTED}, 422, "clean: String should have at least 1 character"),
     ("/api/lens", {"text": "  "}, 400, "the text is only whitespace"),
     ("/api/lens", {"text": ""}, 422, "text: String should have at least 1 character"),
-    ("/api/lens", {"text": CLEAN, "rows": [5, 9]}, 400, "rows [5, 9] hold no member of this 4-member text"),
+    ("/api/lens", {"text": CLEAN, "rows": [5, 9]}, 400, "rows 5:9 leaves the text: the text's 4 members are 0-3"),
+    ("/api/lens", {"text": CLEAN, "rows": [2, 9]}, 400, 'give "rows": [A, B]'),
     ("/api/lens", {"text": CLEAN, "top": 11}, 422, "top: Input should be less than or equal to 10"),
     ("/api/lens", {"text": CLEAN, "rows": [0, 2], "all_positions": True}, 400, "give rows or all_positions, not both"),
 ])
