@@ -170,7 +170,7 @@ def _generate_parser(sub) -> None:
     p.set_defaults(handler=_generate)
 
 
-#: How the command line spells a head's window, for a WindowError's message.
+#: How the command line spells a window (head's and lens's --rows, head's --keys), for a WindowError's message.
 WINDOW_NAMES = {"rows": "--rows A:B", "keys": "--keys C:D"}
 #: The sampling flags' defaults: the most likely word each time, up to the end-of-text token.
 SAMPLING_DEFAULTS = dict(temperature=0.0, top_k=None, top_p=1.0, seed=None, ignore_eos=False)
@@ -475,7 +475,6 @@ def _compare(args) -> str:
 def _head(args) -> str:
     from studygroup.views import text as render_text
     from studygroup.study.head import check_notation, head_view
-    from studygroup.errors import InputError, WindowError
     from studygroup.study.window import or_last_question
 
     check_notation(args.notation)
@@ -487,12 +486,8 @@ def _head(args) -> str:
     if not args.json:  # text: a long text's last question unless a window is given
         rows, keys = or_last_question(len(model.ids(text)), rows, keys)
     chosen = _chosen(args)
-    try:
-        v = head_view(model, text, args.layer, args.head, args.notation, largest=args.top,
-                      interventions=chosen, rows=rows, keys=keys,
-                      generated_from=generated_from)
-    except WindowError as e:
-        raise InputError(e.spelled(WINDOW_NAMES)) from None
+    v = head_view(model, text, args.layer, args.head, args.notation, largest=args.top,
+                  interventions=chosen, rows=rows, keys=keys, generated_from=generated_from)
     if args.png is not None or args.svg is not None:
         _check_figure_window(v)
     _save_figures(args, lambda figures: figures.head_view_figure(v.to_dict()))
@@ -570,12 +565,7 @@ def _lens(args) -> str:
     from studygroup.study.lens import lens
     from studygroup.views import instruments_text
 
-    from studygroup.errors import InputError, WindowError
-
-    try:
-        e = lens(_load(args), args.text, top=args.top, positions=args.rows, all_positions=args.all_positions)
-    except WindowError as error:
-        raise InputError(error.spelled(WINDOW_NAMES)) from None
+    e = lens(_load(args), args.text, top=args.top, positions=args.rows, all_positions=args.all_positions)
     return e.to_json(indent=2) if args.json else instruments_text.lens(e)
 
 
@@ -717,7 +707,7 @@ def _page(pages: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from studygroup.model import threads
-    from studygroup.errors import StudyGroupError
+    from studygroup.errors import StudyGroupError, WindowError
 
     words = sys.argv[1:] if argv is None else argv
     threads.set_wait_policy(serving=words[:1] == ["serve"])  # before torch is imported (see studygroup.model.threads)
@@ -729,7 +719,8 @@ def main(argv: list[str] | None = None) -> int:
         args = _parse(build_parser(), argv)
         _print(_bounded(args, args.handler(args)))
     except (StudyGroupError, ArgumentError) as e:
-        print("studygroup: error: " + " ".join(str(e).split()), file=sys.stderr)  # one line
+        said = e.spelled(WINDOW_NAMES) if isinstance(e, WindowError) else str(e)  # a window named by its flags
+        print("studygroup: error: " + " ".join(said.split()), file=sys.stderr)  # one line
         code = 2
     except OutputError as e:
         print(f"studygroup: error: cannot write the output: {e}", file=sys.stderr)
