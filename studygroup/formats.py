@@ -45,12 +45,19 @@ def signed(x: float, digits: int) -> str:
     return text if text.startswith("-") or text == "nan" else "+" + text
 
 
-def percent(p: float) -> str:
-    """A probability as a percentage: one decimal under 10%, none above.
+#: From here a probability under 1 would round to "100%" with no decimal.
+NEARLY_ALL = 0.995
 
-    >>> percent(0.9526), percent(0.0171), percent(0.0004), percent(0.125)
-    ('95%', '1.7%', '0.0%', '13%')
+
+def percent(p: float) -> str:
+    """A probability as a percentage: one decimal under 10%, none above; one under 1 is never "100%"
+    (one decimal from 99.5%, and ">99.9%" where that too would round to 100).
+
+    >>> percent(0.9526), percent(0.0171), percent(0.0004), percent(0.125), percent(0.995), percent(0.9996)
+    ('95%', '1.7%', '0.0%', '13%', '99.5%', '>99.9%')
     """
+    if NEARLY_ALL <= p < 1:
+        return (">99.9" if fixed(100 * p, 1) == "100.0" else fixed(100 * p, 1)) + "%"
     return fixed(100 * p, 1 if p < 0.1 else 0) + "%"
 
 

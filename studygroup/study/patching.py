@@ -99,9 +99,10 @@ def checked(model, clean, corrupted, answer=None, wrong=None) -> tuple[list[int]
         raise InputError(f"the clean text is {len(ids_c)} members and the corrupted text {len(ids_x)}: patching "
                          "puts each member's numbers in the same member of the other run, so give texts of the "
                          "same number of tokens (change words for words of one token each)")
-    for word in (answer, wrong):
-        if word is not None:
-            _one_token(model, word)
+    a, b = (None if w is None else _one_token(model, w) for w in (answer, wrong))
+    if a is not None and a == b:
+        raise InputError(f"the answer and the wrong word are both {model.tokenizer.readable(a)}: the metric is the "
+                         "difference of their logits, 0 in every run, so no patch could move it; give two words")
     return ids_c, ids_x
 
 
@@ -204,6 +205,20 @@ def _patched_logits(model, ids, l, chunk, clean_run, corrupt_run, on_layer) -> t
     return logits[:, -1].float()
 
 
+def _last_member(resid: torch.Tensor, changed: bool) -> list[str]:
+    """From which layer the last member's own stream carries the difference (resid (L, T)), and how it
+    got there: by attention from the changed members, or in the last member itself when it is one."""
+    last = next((l for l in range(resid.shape[0]) if resid[l:, -1].min() >= HALF), None)
+    if last is None:
+        return []
+    if changed:
+        return [f"The last member is itself a changed member, and its own stream carries at least half of it "
+                f"from layer {last} on: it holds the difference itself, which attention need not move from another "
+                "member (heads that add to it are in the head grid)."]
+    return [f"The last member's own stream carries at least half of it from layer {last} on: below that layer, "
+            "attention moved it there from the changed members; the heads are in the head grid."]
+
+
 def story(p: Patching) -> list[str]:
     """Where the difference lives: how far up the changed members carry it, from which layer the last
     member carries it, and the heads whose clean output moves it most."""
@@ -213,7 +228,7 @@ def story(p: Patching) -> list[str]:
             "1 means that thing alone restores the clean run's difference, 0 that it changes nothing."]
     if p.clean_diff == p.corrupted_diff:
         return said + ["The two runs give the same difference, so no patch can move it: every normalised cell is "
-                       "0/0 and left empty (the raw values are given)."]
+                       "0/0 and left empty."]
     resid = torch.tensor(p.grids["resid_pre"].normalised)  # (L, T)
     changed = [j for j, (a, b) in enumerate(zip(p.clean_tokens, p.corrupted_tokens)) if a != b]
     for j in changed[:2]:
@@ -221,10 +236,7 @@ def story(p: Patching) -> list[str]:
         where = f"up to layer {held[-1]}" if held else "at no layer"
         said.append(f"Member {j} ({quote(p.clean_tokens[j])} in the clean text, {quote(p.corrupted_tokens[j])} in the "
                     f"corrupted one) carries at least half of it {where} (entering layer 0: {resid[0, j]:.2f}).")
-    last = next((l for l in range(resid.shape[0]) if resid[l:, -1].min() >= HALF), None)
-    if last is not None:
-        said.append(f"The last member's own stream carries at least half of it from layer {last} on: what lies "
-                    "between was moved by attention, whose heads are in the head grid.")
+    said += _last_member(resid, len(p.clean_tokens) - 1 in changed)
     heads = torch.tensor(p.grids["heads"].normalised)  # (L, H)
     order = heads.flatten().abs().argsort(descending=True)[:3].tolist()
     named = ", ".join(f"{i // heads.shape[1]}.{i % heads.shape[1]} ({heads.flatten()[i]:+.2f})" for i in order)

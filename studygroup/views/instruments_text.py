@@ -41,7 +41,7 @@ def patching(p, full: bool = False) -> str:
              f"corrupted ({len(p.corrupted_tokens)}): " + " | ".join(p.corrupted_tokens), "",
              f"activation patching (model {p.model.label}): the corrupted text, one thing taken from the clean run;",
              f"the metric: logit({p.answer.token}) − logit({p.wrong.token}) at the last member, normalised: "
-             "0 = the corrupted run's, 1 = the clean run's (· where both runs' are equal)"]
+             "0 = the corrupted run's, 1 = the clean run's (· where both runs' are equal; --json: the raw values too)"]
     member = [_member_label(p, j, changed) for j in range(len(p.clean_tokens))]
     for name in ("resid_pre", "attn_out", "mlp_out") if full else ("resid_pre",):
         lines += ["", f"{name} (layer × member):", _grid(p.grids[name].normalised, member)]

@@ -73,6 +73,9 @@ def test_the_same_text_twice_is_said_and_no_cell_is_nan(capsys, tiny_model):
     assert code == 0 and p["clean_diff"] == p["corrupted_diff"]
     assert all(v is None for g in p["grids"].values() for row in g["normalised"] for v in row)
     assert any("same difference" in s for s in p["story"])
+    code, out, _ = cli(capsys, "patch", "the tin", "the tin", "--model", tiny_model.path)
+    assert code == 0 and "same difference" in out and "--json: the raw values too" in out
+    assert "raw values are given" not in out  # the text shows the normalised grids only
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -80,6 +83,7 @@ def test_the_same_text_twice_is_said_and_no_cell_is_nan(capsys, tiny_model):
     (["patch", "", "the tin"], "empty"),
     (["patch", "the tin", "the ton", "--answer", "tin can"], "tokens ("),
     (["patch", "the tin", "the ton", "--wrong", ""], "is 0 tokens (nothing)"),
+    (["patch", "the tin", "the ton", "--answer", "t", "--wrong", "t"], "the answer and the wrong word are both t:"),
     (["lens", "the tin", "--rows", "30:40"], "leaves the text"),
     (["lens", "the tin", "--rows", "-40:-30"], "leaves the text"),
     (["lens", "the tin", "--rows", "2:9"], "rows 2:9 leaves the text: the text's 4 members are 0-3"),  # as head's --rows, no clipping

@@ -108,10 +108,16 @@ def test_every_cell_equals_a_hooked_transformers_run(pair):
                 assert abs(float(logits[a] - logits[b]) - m) < 1e-4, (grid, l, i)
 
 
-def test_normalised_is_zero_for_nothing_and_one_for_everything(tiny_model):
+def one_member_changed(tiny_model, T: int, j: int):
+    """The tiny model, and a clean and a corrupted text of T members that differ at member j only."""
     model = studygroup.load(tiny_model.path, cache=False)
-    clean, corrupted = ids_of(model, 6, seed=3), ids_of(model, 6, seed=3)
-    corrupted[2] = (corrupted[2] + 1) % model.config.vocab_size
+    clean, corrupted = ids_of(model, T, seed=3), ids_of(model, T, seed=3)
+    corrupted[j] = (corrupted[j] + 1) % model.config.vocab_size
+    return model, clean, corrupted
+
+
+def test_normalised_is_zero_for_nothing_and_one_for_everything(tiny_model):
+    model, clean, corrupted = one_member_changed(tiny_model, 6, 2)
     p = patch(model, clean, corrupted)
     resid = torch.tensor(p.grids["resid_pre"].normalised)  # (L, T)
     assert torch.allclose(resid[0, 2], torch.tensor(1.0), atol=1e-5)  # the changed member at the start: all of it
@@ -148,3 +154,29 @@ def test_an_answer_word_of_several_tokens_is_refused_naming_its_pieces():
     model = studygroup.load()
     with pytest.raises(InputError, match=r"is 3 tokens \(␣unbelie \| v \| ably\)"):
         patch(model, "The cat sat on the", "The dog sat on the", answer=" unbelievably")
+
+
+def test_a_changed_last_member_is_said_to_hold_the_difference_not_to_be_given_it_by_attention(tiny_model):
+    p = patch(*one_member_changed(tiny_model, 5, -1))
+    assert p.grids["resid_pre"].normalised[0][-1] == pytest.approx(1.0, abs=1e-5)  # the last member's own input: all of it
+    said = " ".join(p.story)
+    assert "The last member is itself a changed member" in said and "from layer 0 on" in said
+    assert "moved it there" not in said
+
+
+def test_a_changed_member_before_the_last_is_said_to_reach_it_by_attention(tiny_model):
+    p = patch(*one_member_changed(tiny_model, 5, 1))
+    resid = torch.tensor(p.grids["resid_pre"].normalised)  # (L, T)
+    last = next((l for l in range(resid.shape[0]) if resid[l:, -1].min() >= 0.5), None)
+    said = " ".join(p.story)
+    assert "itself a changed member" not in said
+    assert (last is None) == ("moved it there" not in said)
+    if last is not None:
+        assert last > 0 and f"from layer {last} on: below that layer, attention moved it there" in said
+
+
+def test_the_same_word_as_answer_and_wrong_is_refused_before_any_pass(tiny_model):
+    model = studygroup.load(tiny_model.path, cache=False)
+    word = next(w for w in ("t", "a", " t", "e") if len(model.tokenizer.encode(w)) == 1)
+    with pytest.raises(InputError, match="both .*: the metric is the difference of their logits, 0 in every run"):
+        patch(model, ids_of(model, 4), ids_of(model, 4, seed=9), answer=word, wrong=word)
