@@ -374,6 +374,8 @@ def _survey(args) -> str:
 
         surveys = [load_survey(d) for d in args.report]
         path = write_report(surveys, top=args.top)
+        if args.json:  # each survey's own JSON, and where its report went
+            return json.dumps({"report": str(path), "surveys": [json.loads(s.to_json()) for s in surveys]}, indent=2)
         return "\n".join([*(line for s in surveys for line in [f"{s.folder}:", *s.story()]),
                           f"studygroup: wrote the report to {path}"])
     if args.out is None:

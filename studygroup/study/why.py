@@ -39,6 +39,10 @@ HEAD_NORMED = ("q_normed", "k_normed")  # q and k before the rotation, in a fami
 NOT_MEANING_VS_PLACE = ("This is not \"meaning vs place\": q and k are made from the residual stream, which "
                         "already carries position from earlier layers (their heads attend by position too); "
                         "content is only the score without this layer's rotation.")
+LAYER_0_IS_TOKEN_VS_PLACE = ("At layer 0 q and k are made from the token embeddings alone, which carry no position: "
+                             "here content is what the two tokens are, and position all that their distance adds.")
+LAYER_0_CONTENT = ("At layer 0 the residual stream is the token embedding plus the position embedding, with no head's "
+                   "write yet; the pairs below say which parts the score comes from.")
 CONTENT_IS_NOT_MEANING = ("Content is not \"meaning\": q and k are made from the residual stream, which carries the "
                           "position embedding and what earlier heads made of it; the pairs below say which parts the "
                           "score comes from.")
@@ -291,11 +295,11 @@ def _notes(model, layer: int, layout: Layout, i: int, j: int, score: float, cont
     if model.rope:
         first = [f"The score {score:.4g} = content {content:.4g} (q_{i}·k_{j} before this layer's rotation: the two "
                  f"at distance 0) + position {score - content:.4g} (what their distance, {i - j}, adds through RoPE).",
-                 NOT_MEANING_VS_PLACE]
+                 NOT_MEANING_VS_PLACE if layer else LAYER_0_IS_TOKEN_VS_PLACE]
     else:
         first = [f"The score {score:.4g} is all content: this model turns no q or k (no RoPE), so position is 0; "
                  "where the members stand enters through the learned position embedding, one of the parts below.",
-                 CONTENT_IS_NOT_MEANING]
+                 CONTENT_IS_NOT_MEANING if layer else LAYER_0_CONTENT]
     centred = " (LayerNorm also centres: each part is centred, then scaled)" if c.arch.norm == "layer" else ""
     return first + [
         f"With each member's {c.arch.norm_name} scale held at its value in the run{centred}, q_{i} and k_{j} are "
@@ -338,11 +342,13 @@ def _each(what: str, names: list[str]) -> str:
 
 
 def _listing(layer: int, n_heads: int, layout: Layout) -> str:
-    """The parts in words: "the embedding, the writes of the 9 earlier heads and of the 1 earlier MLPs"."""
+    """The parts in words: "the embedding, the writes of the 9 earlier heads and of the 1 earlier MLPs"
+    (at layer 0: "the embedding")."""
     stream = ["the embedding"] + (["the position embedding"] if layout.position else [])
     writes = f"the writes of the {layer * n_heads} earlier heads"
     writes += f", of the {layer} earlier attention output biases" if layout.attention_bias else ""
-    stream.append(writes + f" and of the {layer} earlier MLPs")
+    if layer:  # layer 0's stream is the embeddings alone
+        stream.append(writes + f" and of the {layer} earlier MLPs")
     after = ([f"the {layout.norm_bias}'s bias"] if layout.norm_bias else []) + (
         ["q's and k's own biases"] if layout.projection_bias else [])
     return (", ".join(stream) + f", entering layer {layer}" + (", then " + " and ".join(after) if after else ""))

@@ -175,6 +175,9 @@ def test_why_splits_the_score_through_layer_norm_and_the_biases(pair, layer, hea
     ids = random_ids(ours, 9, 4)
     w = why(ours, ids, layer, head, query, key)
     assert w.position == 0 and w.content == w.score and not w.rope
+    said = " ".join(w.notes)  # layer 0's stream: the two embeddings, no head's write yet
+    assert ("earlier heads" in said) == (layer > 0) and ("no head's write yet" in said) == (layer == 0)
+    assert "the 0 earlier" not in said
     assert w.n_parts == 1 + 1 + layer * (H + 2) + 2 and len(w.pairs) == w.n_parts ** 2
     names = {p.query_part for p in w.pairs}
     assert {"embedding", "position embedding", "LayerNorm bias", "q/k bias"} <= names

@@ -9,6 +9,7 @@ without losing or doubling a shard; bad input is one line, exit 2, nothing writt
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 import signal
@@ -245,3 +246,10 @@ def test_the_report_shows_two_surveys_side_by_side(local, tiny_path, tmp_path, c
             f"{top.high:.4g}] (mean, 95% interval); an induction head (score ≥ 0.5) on {top.above} of 6'") in page
     assert page.count("<table class=grid>") == 2 * 7
     assert all((local[0] / "report" / f"{role}.png").stat().st_size > 1000 for role in SCORED)
+
+
+def test_the_report_with_json_prints_each_surveys_json_and_where_the_report_went(local, capsys):
+    assert main(["survey", "--report", str(local[0]), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["report"] == str(local[0] / "report" / "report.html")
+    assert printed["surveys"] == [json.loads(load_survey(local[0]).to_json())]

@@ -51,6 +51,14 @@ def test_layer_0_has_only_the_embedding(model):
     assert [(p.query_part, p.key_part) for p in w.pairs] == [("embedding", "embedding")]
 
 
+def test_layer_0_says_its_q_and_k_carry_no_position_and_a_later_layer_that_its_stream_does(model):
+    """At layer 0 q and k come from the token embeddings alone: the split there is the tokens against
+    their distance, and no "earlier layers" carry position into it."""
+    first, later = " ".join(why(model, TEXT_B, 0, 0, 2, 1).notes), " ".join(why(model, TEXT_B, 1, 0, 2, 1).notes)
+    assert "token embeddings alone, which carry no position" in first and "earlier layers" not in first
+    assert "already carries position from earlier layers" in later and "at layer 0" not in later.lower()
+
+
 def test_what_it_records_grows_with_the_text_as_one_layers_keys(model, monkeypatch):
     """The fault sweep: why on 8,192 tokens peaked at 4.3 GB (every member's row of every earlier
     layer's writes, and the layer's T×T maps), where lesson and head keep theirs bounded."""
