@@ -428,6 +428,17 @@ def _compare_members(c) -> list[str]:
     return lines
 
 
+def _same_text(c) -> list[str]:
+    """Two texts of the same tokens: one run twice, so nothing in it can differ."""
+    a = c.a
+    return [f"Text a and text b are the same {len(a.tokens)} tokens, so the two runs are one: after both the group "
+            f"concludes {quote(a.predicted.token)} ({percent(a.predicted.prob)}), and no probability, head or member "
+            "differs between them. Give two different texts (the same sentence with and without a context before "
+            "it) to see what context changes."]
+
+
 def compare_story(c) -> list[str]:
     """The Comparison `c` as a few sentences: both conclusions, the shift, the heads, the members."""
+    if c.a.token_ids == c.b.token_ids:
+        return _same_text(c)
     return [*_shift_lines(c), *_compare_heads(c), *_compare_gap(c), *_compare_members(c)]

@@ -50,6 +50,15 @@ def test_compare_text_and_json(capsys, tiny):
     assert code == 0 and {"a", "b", "shift"} <= set(data) and data["prefix"]["text"] == "an ear "
 
 
+def test_compare_of_one_text_twice_says_the_runs_are_one_and_tells_no_change(capsys, tiny):
+    data = json.loads(cli(capsys, "compare", "the tin", "the tin", "--model", tiny, "--json")[1])
+    assert all(s["change"] == 0 for s in data["shift"])  # what the story says: nothing differs
+    code, out, _ = cli(capsys, "compare", "the tin", "the tin", "--model", tiny)
+    story = out.split("the story:")[1]
+    assert code == 0 and "are the same 4 tokens, so the two runs are one" in story
+    assert "→" not in story and "stays" not in story and "changes" not in story.replace("context changes", "")
+
+
 def test_compare_says_which_members_its_table_leaves_out(capsys, tiny):
     argv = ["compare", "the tin", "an ear of tea the tin", "--model", tiny, "--top", 2]
     data = json.loads(cli(capsys, *argv, "--measure-members", 10, "--json")[1])
