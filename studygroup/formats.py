@@ -21,8 +21,8 @@ _EXACT = Context(prec=200)  # enough digits for any float below EXPONENT_FROM at
 def fixed(x: float, digits: int) -> str:
     """x with `digits` decimals, rounded half away from zero; "0.00", never "-0.00".
 
-    >>> fixed(0.125, 2), fixed(-0.0004, 2), fixed(-0.0, 1), fixed(2.5, 0), fixed(1e21, 2)
-    ('0.13', '0.00', '0.0', '3', '1e+21')
+    >>> fixed(0.125, 2), fixed(-0.0004, 2), fixed(-0.0, 1), fixed(2.5, 0), fixed(1e21, 2), fixed(1e-9, 9)
+    ('0.13', '0.00', '0.0', '3', '1e+21', '0.000000001')
     """
     x = float(x)  # numpy's and torch's scalars too
     if math.isnan(x):
@@ -31,7 +31,7 @@ def fixed(x: float, digits: int) -> str:
         return "inf" if x > 0 else "-inf"
     if abs(x) >= EXPONENT_FROM:
         return repr(float(x))
-    text = str(Decimal(x).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP, context=_EXACT))
+    text = format(Decimal(x).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP, context=_EXACT), "f")
     return text[1:] if text.startswith("-") and not text.strip("-0.") else text
 
 
@@ -43,6 +43,19 @@ def signed(x: float, digits: int) -> str:
     """
     text = fixed(x, digits)
     return text if text.startswith("-") or text == "nan" else "+" + text
+
+
+def change(x: float, digits: int = 3) -> str:
+    """A small change with its sign: `digits` decimals, more where those would read as zero, so that
+    one that is not 0 never reads "+0.000" (down to 1e-9, past which it is 0 to float32 anyway).
+
+    >>> change(-0.0616), change(-0.0002), change(6e-6), change(0.0), change(-1e-12)
+    ('-0.062', '-0.0002', '+0.000006', '+0.000', '+0.000')
+    """
+    if x != 0 and math.isfinite(x) and fixed(x, digits).lstrip("-") == fixed(0.0, digits):
+        needed = -math.floor(math.log10(abs(x)))  # the decimals that show its first digit
+        digits = needed if needed <= 9 else digits
+    return signed(x, digits)
 
 
 #: From here a probability under 1 would round to "100%" with no decimal.

@@ -26,7 +26,7 @@ from studygroup.model.record import Record, step_name
 from studygroup.study import effects, last_question
 from studygroup.study.jsonable import JSONable
 from studygroup.study.results import ModelInfo, model_info
-from studygroup.formats import quote, signed
+from studygroup.formats import change, quote
 from studygroup.study.text_ids import checked_ids
 
 
@@ -146,11 +146,11 @@ def story(a: Ablations) -> list[str]:
     if not a.heads:
         return []
     h = a.heads[0]
-    said = [f"Zeroing head {h.layer}.{h.head} changes log p({quote(a.predicted)}) by {signed(h.zero, 3)}; replacing its "
-            f"output by its mean over {a.reference} changes it by {signed(h.mean, 3)}."]
+    said = [f"Zeroing head {h.layer}.{h.head} changes log p({quote(a.predicted)}) by {change(h.zero)}; replacing its "
+            f"output by its mean over {a.reference} changes it by {change(h.mean)}."]
     if abs(h.mean) < abs(h.zero) / 2:
         said.append(f"Most of what zeroing it removes is its usual output (its mean over {a.reference}), not what it "
                     "adds on this text: zero ablation overstates what it does here.")
     if h.resample is not None:
-        said.append(f"Taking its output from the other text instead changes log p by {signed(h.resample, 3)}.")
+        said.append(f"Taking its output from the other text instead changes log p by {change(h.resample)}.")
     return said
