@@ -487,7 +487,7 @@ def _head(args) -> str:
     rows, keys = args.rows, args.keys
     if not args.json:  # text: a long text's last question unless a window is given
         rows, keys = or_last_question(len(model.ids(text)), rows, keys)
-    chosen = _chosen(args)
+    chosen = _chosen(args, of_the_silenced=True)
     v = head_view(model, text, args.layer, args.head, args.notation, largest=args.top,
                   interventions=chosen, rows=rows, keys=keys, generated_from=generated_from)
     if args.png is not None or args.svg is not None:
@@ -559,7 +559,7 @@ def _why(args) -> str:
 
     model = _load(args)
     query = len(model.ids(args.text)) - 1 if args.query is None else args.query
-    w = why(model, args.text, args.layer, args.head, query, args.key, _chosen(args))
+    w = why(model, args.text, args.layer, args.head, query, args.key, _chosen(args, of_the_silenced=True))
     return w.to_json(indent=2) if args.json else render_text.why(w, shown=min(args.top, 20))
 
 
@@ -591,13 +591,19 @@ def _ablate(args) -> str:
     return a.to_json(indent=2) if args.json else instruments_text.ablations(a, shown=args.top)
 
 
-def _chosen(args):
+def _chosen(args, of_the_silenced: bool = False):
     """The Interventions of --silence-member, --silence-head and --ablation (with its --reference files
-    or --from text; one line where they do not go together), checked later against the text."""
+    or --from text; one line where they do not go together), checked later against the text.
+    of_the_silenced: the ablation takes out only what is silenced (head, why, generate), so one with
+    nothing silenced is refused rather than ignored."""
+    from studygroup.errors import InputError
     from studygroup.model.ablation import Ablation
     from studygroup.model.interventions import Interventions
 
     how = getattr(args, "ablation", "zero")
+    if of_the_silenced and how != "zero" and not args.silence_member and not args.silence_head:
+        raise InputError(f"--ablation {how} takes out the silenced members and heads, and nothing is silenced: give "
+                         "--silence-member J or --silence-head L.H")
     reference = () if getattr(args, "reference", None) is None else tuple(_read_text(f) for f in args.reference)
     return Interventions(tuple(args.silence_member), None, frozenset(args.silence_head),
                          ablation=Ablation(how, reference, getattr(args, "resample_from", None)))
@@ -610,9 +616,13 @@ def _read_text(path: str) -> str:
     from studygroup.errors import InputError
 
     try:
-        return Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"cannot read {path} as UTF-8 text: {getattr(e, 'strerror', None) or e}") from None
+    if not text.strip():
+        raise InputError(f"{path} holds no text: a reference file's members are what the mean is taken over, so give "
+                         "one with at least one word")
+    return text
 
 
 def _roles(args) -> str:
@@ -641,7 +651,7 @@ def _generate(args) -> str:
     kw = dict(n=args.n, **_sampled(args), candidates=args.candidates)  # refused before the model loads
     model = _load(args)
     prompt = _prompt(model, args)
-    silenced = _chosen(args)
+    silenced = _chosen(args, of_the_silenced=True)
     model.before_pass(prompt, silenced)  # bad members or heads: refused before any word
     if args.json:
         g = model.generate(prompt, **kw)

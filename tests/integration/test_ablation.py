@@ -93,6 +93,23 @@ def test_bad_input_is_refused_in_one_line(tiny_model, tmp_path, capsys):
     assert main(["ablate", "the tin", "--model", str(tiny_model.path), "--reference", str(binary)]) == 2
     err = capsys.readouterr().err
     assert "cannot read" in err and err.count("\n") == 1
+    empty = tmp_path / "empty.txt"
+    empty.write_text(" \n")
+    assert main(["ablate", "the tin", "--model", str(tiny_model.path), "--reference", str(empty)]) == 2
+    err = capsys.readouterr().err
+    assert f"{empty} holds no text" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("argv", [["head", "the tin", "--layer", "0", "--head", "0"],
+                                  ["why", "the tin", "--layer", "1", "--head", "0", "--key", "1"],
+                                  ["generate", "the tin", "-n", "2"]])
+@pytest.mark.parametrize("how", [["mean"], ["resample", "--from", "the ton"]])
+def test_an_ablation_of_the_silenced_with_nothing_silenced_is_refused_not_ignored(tiny_model, capsys, argv, how):
+    assert main([*argv, "--model", str(tiny_model.path), "--ablation", *how]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert f"--ablation {how[0]} takes out the silenced members and heads, and nothing is silenced" in err
+    assert main([*argv, "--model", str(tiny_model.path), "--ablation", *how, "--silence-head", "0.1"]) == 0
 
 
 @pytest.mark.parametrize("T", [6, 40])
