@@ -655,7 +655,7 @@ def _generate(args) -> str:
     model.before_pass(prompt, silenced)  # bad members or heads: refused before any word
     if args.json:
         g = model.generate(prompt, **kw)
-        out = {**g.to_json()}
+        out = {**g.to_json(), "sampling": {k: kw[k] for k in SAMPLING_DEFAULTS}}  # what reruns it
         if args.silence_member or args.silence_head:
             out["silenced"] = model.generate(prompt, **kw, interventions=silenced).to_json()
         return json.dumps(out, indent=2, ensure_ascii=False)

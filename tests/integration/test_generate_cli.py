@@ -21,8 +21,17 @@ def test_json_alone_equals_model_generate(capsys, tiny, model):
     code, out, _ = cli(capsys, *argv)
     data = json.loads(out)
     g = model.generate("the tin", 5, temperature=0.9, top_k=7, top_p=0.8, seed=11, candidates=3, ignore_eos=True)
+    sampling = data.pop("sampling")
     assert code == 0 and data == json.loads(json.dumps(g.to_json()))
     assert all(len(w["top"]) == 3 for w in data["words"])
+    assert sampling == {"temperature": 0.9, "top_k": 7, "top_p": 0.8, "seed": 11, "ignore_eos": True}
+    again = model.generate("the tin", 5, candidates=3, **sampling)  # what it records reruns the same words
+    assert [w["id"] for w in data["words"]] == again.ids
+
+
+def test_json_records_the_defaults_it_sampled_with(capsys, tiny):
+    data = json.loads(cli(capsys, "generate", "the tin", "-n", 2, "--model", tiny, "--json")[1])
+    assert data["sampling"] == {"temperature": 0.0, "top_k": None, "top_p": 1.0, "seed": None, "ignore_eos": False}
 
 
 def test_silenced_continuation_is_compared(capsys, tiny, model):
