@@ -111,7 +111,10 @@ def test_summary_is_the_mean_of_the_rows_with_an_interval(local):
     assert s.sink_rate["mean"] == pytest.approx((first > 0.3).mean(1).mean())
     top = s.top("induction", 1)[0]
     numbers = f"({top.mean:.2f} [{top.low:.2f}, {top.high:.2f}])"
-    assert s.story()[0] == (f"head {top.layer}.{top.head} is an induction head on {top.above} of {top.n} probe sequences {numbers}"
+    warning, first_role = s.story()[:2]  # sequences of 16 tokens: roles' own warning on a text too short to tell
+    assert warning.startswith("16 members are too few to name a role: 7 questions hear a member before its last 9")
+    assert "Each of these probe sequences is 16 tokens, so the roles below do not say what the heads do" in warning
+    assert first_role == (f"head {top.layer}.{top.head} is an induction head on {top.above} of {top.n} probe sequences {numbers}"
                             if 2 * top.above >= top.n else f"no head is an induction head on most probe sequences: the "
                             f"closest, head {top.layer}.{top.head}, is on {top.above} of {top.n} {numbers}")
 
@@ -246,6 +249,12 @@ def test_the_report_shows_two_surveys_side_by_side(local, tiny_path, tmp_path, c
             f"{top.high:.4g}] (mean, 95% interval); an induction head (score ≥ 0.5) on {top.above} of 6'") in page
     assert page.count("<table class=grid>") == 2 * 7
     assert all((local[0] / "report" / f"{role}.png").stat().st_size > 1000 for role in SCORED)
+
+
+def test_sequences_long_enough_to_tell_carry_no_warning(local):
+    s = load_survey(local[0])
+    s.tokens = 64  # its summary read as of 64-token sequences: roles can be told there
+    assert not any("too few to name a role" in line for line in s.story())
 
 
 def test_the_report_with_json_prints_each_surveys_json_and_where_the_report_went(local, capsys):

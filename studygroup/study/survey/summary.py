@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from studygroup.study.jsonable import JSONable
 from studygroup.formats import brief
-from studygroup.study.roles import ROLES
+from studygroup.study.roles import ROLES, untold
 
 THRESHOLD = 0.5
 SINK_RATE_WEIGHT = 0.3
@@ -168,11 +168,17 @@ class Survey(JSONable):
         >>> s.story()[:2]
         ['head 18.6 is an induction head on 200 of 200 probe sequences (0.93 [0.92, 0.94])', 'no head is a previous head on most probe sequences: the closest, head 18.6, is on 3 of 200 (0.20 [0.19, 0.21])']
         """
-        lines = [self._top_line(h) for role in ROLE_ORDER for h in self.top(role, 1)]
+        lines = [*self._too_short(), *(self._top_line(h) for role in ROLE_ORDER for h in self.top(role, 1))]
         r = self.sink_rate
         lines.append(f"sink rate (Gu et al.): {_interval(r['mean'], r['low'], r['high'])} of the heads give member 0 "
                      f"more than {SINK_RATE_WEIGHT} of their weight, over {r['n']:,} {self.what}")
         return lines
+
+    def _too_short(self) -> list[str]:
+        """The warning `roles` gives on a text too short to tell, for sequences of self.tokens ([] where none)."""
+        reason = untold(self.tokens, 1)
+        return [] if reason is None else [f"{reason}. Each of these {self.what} is {self.tokens} tokens, so the "
+                                          "roles below do not say what the heads do: survey longer sequences (--tokens)."]
 
     def _top_line(self, h: HeadSummary) -> str:
         """The sentence on a role's top head: what it is on most sequences, or that no head is."""
