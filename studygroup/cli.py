@@ -482,12 +482,12 @@ def _head(args) -> str:
     check_notation(args.notation)
     _check_figures(args)
     _sampled(args)  # refused before the model loads
+    chosen = _chosen(args, of_the_silenced=True)
     model = _load(args)
     text, generated_from = _with_generated(model, args)
     rows, keys = args.rows, args.keys
     if not args.json:  # text: a long text's last question unless a window is given
         rows, keys = or_last_question(len(model.ids(text)), rows, keys)
-    chosen = _chosen(args, of_the_silenced=True)
     v = head_view(model, text, args.layer, args.head, args.notation, largest=args.top,
                   interventions=chosen, rows=rows, keys=keys, generated_from=generated_from)
     if args.png is not None or args.svg is not None:
@@ -557,9 +557,10 @@ def _why(args) -> str:
     from studygroup.views import text as render_text
     from studygroup.study.why import why
 
+    chosen = _chosen(args, of_the_silenced=True)  # refused before the model loads
     model = _load(args)
     query = len(model.ids(args.text)) - 1 if args.query is None else args.query
-    w = why(model, args.text, args.layer, args.head, query, args.key, _chosen(args, of_the_silenced=True))
+    w = why(model, args.text, args.layer, args.head, query, args.key, chosen)
     return w.to_json(indent=2) if args.json else render_text.why(w, shown=min(args.top, 20))
 
 
@@ -649,9 +650,9 @@ def _generate(args) -> str:
     from studygroup.views import generation_text as render_text
 
     kw = dict(n=args.n, **_sampled(args), candidates=args.candidates)  # refused before the model loads
+    silenced = _chosen(args, of_the_silenced=True)
     model = _load(args)
     prompt = _prompt(model, args)
-    silenced = _chosen(args, of_the_silenced=True)
     model.before_pass(prompt, silenced)  # bad members or heads: refused before any word
     if args.json:
         g = model.generate(prompt, **kw)

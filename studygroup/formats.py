@@ -70,7 +70,8 @@ def percent(p: float) -> str:
     ('95%', '1.7%', '0.0%', '13%', '99.5%', '>99.9%')
     """
     if NEARLY_ALL <= p < 1:
-        return (">99.9" if fixed(100 * p, 1) == "100.0" else fixed(100 * p, 1)) + "%"
+        tenths = fixed(100 * p, 1)
+        return (">99.9" if tenths == "100.0" else tenths) + "%"
     return fixed(100 * p, 1 if p < 0.1 else 0) + "%"
 
 

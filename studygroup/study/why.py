@@ -345,10 +345,9 @@ def _listing(layer: int, n_heads: int, layout: Layout) -> str:
     """The parts in words: "the embedding, the writes of the 9 earlier heads and of the 1 earlier MLPs"
     (at layer 0: "the embedding")."""
     stream = ["the embedding"] + (["the position embedding"] if layout.position else [])
-    writes = f"the writes of the {layer * n_heads} earlier heads"
-    writes += f", of the {layer} earlier attention output biases" if layout.attention_bias else ""
     if layer:  # layer 0's stream is the embeddings alone
-        stream.append(writes + f" and of the {layer} earlier MLPs")
+        biases = f", of the {layer} earlier attention output biases" if layout.attention_bias else ""
+        stream.append(f"the writes of the {layer * n_heads} earlier heads{biases} and of the {layer} earlier MLPs")
     after = ([f"the {layout.norm_bias}'s bias"] if layout.norm_bias else []) + (
         ["q's and k's own biases"] if layout.projection_bias else [])
     return (", ".join(stream) + f", entering layer {layer}" + (", then " + " and ".join(after) if after else ""))

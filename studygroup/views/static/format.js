@@ -56,7 +56,8 @@
   /** Probabilities as percentages: one decimal under 10%, none above; one under 1 is never "100%"
    *  (one decimal from 99.5%, and ">99.9%" where that too would round to 100), as formats.percent. */
   const percent = (p) => {
-    if (p >= 0.995 && p < 1) return (fixed(100 * p, 1) === "100.0" ? ">99.9" : fixed(100 * p, 1)) + "%";
+    const tenths = fixed(100 * p, 1);
+    if (p >= 0.995 && p < 1) return (tenths === "100.0" ? ">99.9" : tenths) + "%";
     return fixed(100 * p, p < 0.1 ? 1 : 0) + "%";
   };
   const sig4 = (x) => (x == null ? "\u2014" : Number(x).toPrecision(4));
